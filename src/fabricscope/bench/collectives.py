@@ -1,0 +1,524 @@
+"""The collectives, one small record each, as nccl-tests defines them.
+
+Each :class:`Collective` holds everything about one op: its byte counts
+(the ``size`` and ``count`` columns and the S of ``algbw = S/t``), its bus
+bandwidth factor, how to fill its inputs, what each rank must receive, and the
+torch.distributed call that runs it.  Adding an op is adding one entry.
+
+Formulas (nccl-tests ``doc/PERFORMANCE.md`` and ``src/*.cu``; n ranks):
+
+=============== ============================== ==========
+op              S for algbw                    busbw factor
+=============== ============================== ==========
+all_reduce      count * eltsize                2(n-1)/n
+all_gather      count * eltsize * n            (n-1)/n
+reduce_scatter  count * eltsize * n            (n-1)/n
+alltoall        count * eltsize * n            (n-1)/n
+gather          count * eltsize * n            (n-1)/n
+scatter         count * eltsize * n            (n-1)/n
+broadcast       count * eltsize                1
+reduce          count * eltsize                1
+sendrecv        count * eltsize                1
+=============== ============================== ==========
+
+``count`` is the per-rank element count of the ``count`` column; the ``size``
+column is max(send bytes, receive bytes).  all_gather, reduce_scatter and
+alltoall round the per-rank count down to a multiple of 16 bytes, as
+nccl-tests does.
+
+torch.distributed has no out-of-place form of all_reduce, reduce and
+broadcast: for these the out-of-place columns run the same call on a separate
+receive buffer that is loaded with a copy of the send buffer before the timed
+loop (the copy is not timed), so the send buffer stays intact.  It has no
+in-place alltoall or sendrecv: their in-place columns print N/A.
+
+Only the ``run`` functions touch torch, and they receive it as an argument:
+importing this module costs nothing, and the model reuses the byte counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fabricscope.bench import patterns
+from fabricscope.bench.dtypes import DType
+from fabricscope.errors import UsageError, closest
+
+__all__ = [
+    "COLLECTIVES",
+    "Collective",
+    "Layout",
+    "Plan",
+    "get",
+    "parse_ops",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Element counts of one collective call on one rank (nccl-tests ``getCollByteCount``)."""
+
+    count: int
+    """Per-rank element count passed to the collective (the ``count`` column)."""
+    send_count: int
+    recv_count: int
+    send_inplace_offset: int
+    """In place, the input starts at ``rank * send_inplace_offset`` in the shared buffer."""
+    recv_inplace_offset: int
+    """In place, the output starts at ``rank * recv_inplace_offset`` in the shared buffer."""
+
+    @property
+    def buffer_count(self) -> int:
+        return max(self.send_count, self.recv_count)
+
+
+@dataclass(slots=True)
+class Plan:
+    """What one rank needs to run and check one collective call."""
+
+    step: Callable[[], None]
+    """Runs the collective once (the timed call)."""
+    load: Callable[[int], None]
+    """Fills the input (and the output for copy-in ops) from the pattern with a seed."""
+    expected: Callable[[int], Any]
+    """The exact output this rank must hold after one ``step`` with that seed, or None."""
+    output: Any
+    """The tensor compared with ``expected``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    name: str
+    """Name on the command line and in results (``all_reduce``)."""
+    title: str
+    """nccl-tests' name of the op (``AllReduce``)."""
+    reduces: bool
+    rooted: bool
+    in_place: bool
+    """Whether torch.distributed can run it in place."""
+    min_ranks: int
+    layout: Callable[[int, int, int], Layout]
+    """(count, eltsize, nranks) -> Layout, where count = size // eltsize."""
+    algbw_elements: Callable[[Layout, int], int]
+    """(layout, nranks) -> elements of S in ``algbw = S * eltsize / t``."""
+    busbw_factor: Callable[[int], float]
+    build: Callable[..., Plan]
+    """(torch, dist, layout, send, recv, context, in_place) -> Plan.
+
+    In place, ``send`` and ``recv`` are views of one buffer at the layout's
+    in-place offsets (the same tensor object when both offsets are 0)."""
+
+    @property
+    def program(self) -> str:
+        """The nccl-tests binary this op mirrors (``all_reduce_perf``)."""
+        return f"{self.name}_perf"
+
+    def bandwidths(self, layout: Layout, eltsize: int, nranks: int, seconds: float) -> tuple[float, float]:
+        """(algbw, busbw) in GB/s (1e9 bytes/s) for one call that took ``seconds``."""
+        if seconds <= 0:
+            return 0.0, 0.0
+        algbw = self.algbw_elements(layout, nranks) * eltsize / 1.0e9 / seconds
+        return algbw, algbw * self.busbw_factor(nranks)
+
+    def size_bytes(self, layout: Layout, eltsize: int) -> int:
+        """The ``size`` column: max(send bytes, receive bytes)."""
+        return layout.buffer_count * eltsize
+
+
+# --- byte counts -------------------------------------------------------------
+
+
+def _aligned_base(count: int, eltsize: int, nranks: int) -> int:
+    align = max(1, 16 // eltsize)
+    return (count // nranks) // align * align
+
+
+def _same(count: int, eltsize: int, nranks: int) -> Layout:
+    return Layout(count=count, send_count=count, recv_count=count, send_inplace_offset=0, recv_inplace_offset=0)
+
+
+def _gather_like(base: int, nranks: int) -> Layout:
+    return Layout(
+        count=base, send_count=base, recv_count=base * nranks, send_inplace_offset=base, recv_inplace_offset=0
+    )
+
+
+def _scatter_like(base: int, nranks: int) -> Layout:
+    return Layout(
+        count=base, send_count=base * nranks, recv_count=base, send_inplace_offset=0, recv_inplace_offset=base
+    )
+
+
+def _all_gather_layout(count: int, eltsize: int, nranks: int) -> Layout:
+    return _gather_like(_aligned_base(count, eltsize, nranks), nranks)
+
+
+def _reduce_scatter_layout(count: int, eltsize: int, nranks: int) -> Layout:
+    return _scatter_like(_aligned_base(count, eltsize, nranks), nranks)
+
+
+def _alltoall_layout(count: int, eltsize: int, nranks: int) -> Layout:
+    base = _aligned_base(count, eltsize, nranks)
+    return Layout(
+        count=base, send_count=base * nranks, recv_count=base * nranks, send_inplace_offset=0, recv_inplace_offset=0
+    )
+
+
+def _gather_layout(count: int, eltsize: int, nranks: int) -> Layout:
+    return _gather_like(count // nranks, nranks)
+
+
+def _scatter_layout(count: int, eltsize: int, nranks: int) -> Layout:
+    return _scatter_like(count // nranks, nranks)
+
+
+def _per_rank(layout: Layout, nranks: int) -> int:
+    return layout.count
+
+
+def _times_ranks(layout: Layout, nranks: int) -> int:
+    return layout.count * nranks
+
+
+def _ring_factor(nranks: int) -> float:
+    return (nranks - 1) / nranks
+
+
+def _all_reduce_factor(nranks: int) -> float:
+    return 2 * (nranks - 1) / nranks
+
+
+def _one(nranks: int) -> float:
+    return 1.0
+
+
+# --- running and checking --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a plan needs to know about the run and this rank."""
+
+    rank: int
+    nranks: int
+    root: int
+    dtype: DType
+    redop: str
+    reduce_op: Any
+    """The torch ReduceOp to pass (SUM when ``avg_divisor`` emulates avg)."""
+    avg_divisor: int
+    """When > 0, avg is emulated as sum then integer division by this (gloo ints)."""
+    device: Any
+
+
+def _arange(torch: Any, n: int, ctx: Context) -> Any:
+    return torch.arange(n, dtype=torch.int64, device=ctx.device)
+
+
+def _finish_avg(out: Any, ctx: Context) -> None:
+    out.div_(ctx.avg_divisor, rounding_mode="trunc")
+
+
+def _reduction_expected(torch: Any, idx: Any, ctx: Context, seed: int) -> Any:
+    return patterns.reduce_expected(torch, idx, ctx.nranks, ctx.redop, ctx.dtype, seed)
+
+
+def _build_all_reduce(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+    idx = _arange(torch, layout.count, ctx)
+    copy_in = not in_place
+
+    def load(seed: int) -> None:
+        send.copy_(patterns.reduce_input(torch, idx, ctx.rank, ctx.nranks, ctx.redop, ctx.dtype, seed))
+        if copy_in:
+            recv.copy_(send)
+
+    if ctx.avg_divisor:
+
+        def step() -> None:
+            dist.all_reduce(recv, op=ctx.reduce_op)
+            _finish_avg(recv, ctx)
+
+    else:
+
+        def step() -> None:
+            dist.all_reduce(recv, op=ctx.reduce_op)
+
+    return Plan(step=step, load=load, expected=lambda seed: _reduction_expected(torch, idx, ctx, seed), output=recv)
+
+
+def _build_reduce(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+    idx = _arange(torch, layout.count, ctx)
+    copy_in = not in_place
+    is_root = ctx.rank == ctx.root
+
+    def load(seed: int) -> None:
+        send.copy_(patterns.reduce_input(torch, idx, ctx.rank, ctx.nranks, ctx.redop, ctx.dtype, seed))
+        if copy_in:
+            recv.copy_(send)
+
+    if ctx.avg_divisor and is_root:
+
+        def step() -> None:
+            dist.reduce(recv, ctx.root, op=ctx.reduce_op)
+            _finish_avg(recv, ctx)
+
+    else:
+
+        def step() -> None:
+            dist.reduce(recv, ctx.root, op=ctx.reduce_op)
+
+    def expected(seed: int) -> Any:
+        return _reduction_expected(torch, idx, ctx, seed) if is_root else None
+
+    return Plan(step=step, load=load, expected=expected, output=recv)
+
+
+def _build_broadcast(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+    idx = _arange(torch, layout.count, ctx)
+    copy_in = not in_place
+
+    # Non-root ranks start from values that differ from the root's in every
+    # element (seed + 1), so a buffer the broadcast did not overwrite is caught.
+    own_seed_shift = 0 if ctx.rank == ctx.root else 1
+
+    def load(seed: int) -> None:
+        send.copy_(patterns.plain_value(torch, idx, ctx.root, ctx.dtype, seed + own_seed_shift))
+        if copy_in:
+            recv.copy_(send)
+
+    def step() -> None:
+        dist.broadcast(recv, ctx.root)
+
+    return Plan(
+        step=step,
+        load=load,
+        expected=lambda seed: patterns.plain_value(torch, idx, ctx.root, ctx.dtype, seed),
+        output=recv,
+    )
+
+
+def _collective_fn(dist: Any, *names: str) -> Any:
+    for name in names:
+        fn = getattr(dist, name, None)
+        if fn is not None:
+            return fn
+    raise AssertionError(f"torch.distributed has none of {names}")
+
+
+def _build_all_gather(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+    base = layout.count
+    idx = _arange(torch, base, ctx)
+    gather_into = _collective_fn(dist, "all_gather_single", "all_gather_into_tensor")
+    out_idx = _arange(torch, base * ctx.nranks, ctx)
+
+    def load(seed: int) -> None:
+        recv.zero_()
+        send.copy_(patterns.plain_value(torch, idx, ctx.rank, ctx.dtype, seed))
+
+    def step() -> None:
+        gather_into(recv, send)
+
+    def expected(seed: int) -> Any:
+        return patterns.plain_value(torch, out_idx % max(base, 1), out_idx // max(base, 1), ctx.dtype, seed)
+
+    return Plan(step=step, load=load, expected=expected, output=recv)
+
+
+def _build_reduce_scatter(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+    base = layout.count
+    idx = _arange(torch, base * ctx.nranks, ctx)
+    mine = ctx.rank * base + _arange(torch, base, ctx)
+    scatter_into = _collective_fn(dist, "reduce_scatter_single", "reduce_scatter_tensor")
+
+    def load(seed: int) -> None:
+        send.copy_(patterns.reduce_input(torch, idx, ctx.rank, ctx.nranks, ctx.redop, ctx.dtype, seed))
+
+    if ctx.avg_divisor:
+
+        def step() -> None:
+            scatter_into(recv, send, op=ctx.reduce_op)
+            _finish_avg(recv, ctx)
+
+    else:
+
+        def step() -> None:
+            scatter_into(recv, send, op=ctx.reduce_op)
+
+    return Plan(step=step, load=load, expected=lambda seed: _reduction_expected(torch, mine, ctx, seed), output=recv)
+
+
+def _build_alltoall(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+    base = max(layout.count, 1)
+    idx = _arange(torch, layout.send_count, ctx)
+
+    def load(seed: int) -> None:
+        recv.zero_()
+        send.copy_(patterns.plain_value(torch, idx, ctx.rank, ctx.dtype, seed))
+
+    def step() -> None:
+        dist.all_to_all_single(recv, send)
+
+    def expected(seed: int) -> Any:
+        # recv[j*base + i] on rank r came from rank j's send[r*base + i].
+        return patterns.plain_value(torch, ctx.rank * base + idx % base, idx // base, ctx.dtype, seed)
+
+    return Plan(step=step, load=load, expected=expected, output=recv)
+
+
+def _build_gather(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+    base = layout.count
+    idx = _arange(torch, base, ctx)
+    out_idx = _arange(torch, base * ctx.nranks, ctx)
+    is_root = ctx.rank == ctx.root
+    chunks = list(recv.split(base)) if is_root and base > 0 else [recv[:0]] * ctx.nranks
+
+    def load(seed: int) -> None:
+        recv.zero_()
+        send.copy_(patterns.plain_value(torch, idx, ctx.rank, ctx.dtype, seed))
+
+    def step() -> None:
+        dist.gather(send, chunks if is_root else None, dst=ctx.root)
+
+    def expected(seed: int) -> Any:
+        if not is_root:
+            return None
+        return patterns.plain_value(torch, out_idx % max(base, 1), out_idx // max(base, 1), ctx.dtype, seed)
+
+    return Plan(step=step, load=load, expected=expected, output=recv)
+
+
+def _build_scatter(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+    base = layout.count
+    idx = _arange(torch, base * ctx.nranks, ctx)
+    mine = ctx.rank * base + _arange(torch, base, ctx)
+    is_root = ctx.rank == ctx.root
+    chunks = list(send.split(base)) if is_root and base > 0 else [send[:0]] * ctx.nranks
+
+    # As for broadcast: non-root send buffers (the in-place output region) hold
+    # values that differ from the root's in every element.
+    own_seed_shift = 0 if is_root else 1
+
+    def load(seed: int) -> None:
+        if not in_place:
+            recv.zero_()
+        send.copy_(patterns.plain_value(torch, idx, ctx.root, ctx.dtype, seed + own_seed_shift))
+
+    def step() -> None:
+        dist.scatter(recv, chunks if is_root else None, src=ctx.root)
+
+    return Plan(
+        step=step,
+        load=load,
+        expected=lambda seed: patterns.plain_value(torch, mine, ctx.root, ctx.dtype, seed),
+        output=recv,
+    )
+
+
+def _build_sendrecv(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+    idx = _arange(torch, layout.count, ctx)
+    peer_next = (ctx.rank + 1) % ctx.nranks
+    peer_prev = (ctx.rank - 1) % ctx.nranks
+    ops = [dist.P2POp(dist.isend, send, peer_next), dist.P2POp(dist.irecv, recv, peer_prev)]
+
+    def load(seed: int) -> None:
+        recv.zero_()
+        send.copy_(patterns.plain_value(torch, idx, ctx.rank, ctx.dtype, seed))
+
+    def step() -> None:
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+
+    return Plan(
+        step=step,
+        load=load,
+        expected=lambda seed: patterns.plain_value(torch, idx, peer_prev, ctx.dtype, seed),
+        output=recv,
+    )
+
+
+COLLECTIVES: dict[str, Collective] = {
+    c.name: c
+    for c in (
+        Collective(
+            name="all_reduce", title="AllReduce", reduces=True, rooted=False, in_place=True, min_ranks=1,
+            layout=_same, algbw_elements=_per_rank, busbw_factor=_all_reduce_factor, build=_build_all_reduce,
+        ),
+        Collective(
+            name="all_gather", title="AllGather", reduces=False, rooted=False, in_place=True, min_ranks=1,
+            layout=_all_gather_layout, algbw_elements=_times_ranks, busbw_factor=_ring_factor,
+            build=_build_all_gather,
+        ),
+        Collective(
+            name="reduce_scatter", title="ReduceScatter", reduces=True, rooted=False, in_place=True, min_ranks=1,
+            layout=_reduce_scatter_layout, algbw_elements=_times_ranks, busbw_factor=_ring_factor,
+            build=_build_reduce_scatter,
+        ),
+        Collective(
+            name="broadcast", title="Broadcast", reduces=False, rooted=True, in_place=True, min_ranks=1,
+            layout=_same, algbw_elements=_per_rank, busbw_factor=_one, build=_build_broadcast,
+        ),
+        Collective(
+            name="reduce", title="Reduce", reduces=True, rooted=True, in_place=True, min_ranks=1,
+            layout=_same, algbw_elements=_per_rank, busbw_factor=_one, build=_build_reduce,
+        ),
+        Collective(
+            name="alltoall", title="AlltoAll", reduces=False, rooted=False, in_place=False, min_ranks=1,
+            layout=_alltoall_layout, algbw_elements=_times_ranks, busbw_factor=_ring_factor,
+            build=_build_alltoall,
+        ),
+        Collective(
+            name="sendrecv", title="SendRecv", reduces=False, rooted=False, in_place=False, min_ranks=2,
+            layout=_same, algbw_elements=_per_rank, busbw_factor=_one, build=_build_sendrecv,
+        ),
+        Collective(
+            name="gather", title="Gather", reduces=False, rooted=True, in_place=True, min_ranks=1,
+            layout=_gather_layout, algbw_elements=_times_ranks, busbw_factor=_ring_factor, build=_build_gather,
+        ),
+        Collective(
+            name="scatter", title="Scatter", reduces=False, rooted=True, in_place=True, min_ranks=1,
+            layout=_scatter_layout, algbw_elements=_times_ranks, busbw_factor=_ring_factor, build=_build_scatter,
+        ),
+    )
+}
+"""Every collective, in the order ``all`` runs them."""
+
+_ALIASES = {
+    "allreduce": "all_reduce",
+    "allgather": "all_gather",
+    "reducescatter": "reduce_scatter",
+    "all_to_all": "alltoall",
+    "all2all": "alltoall",
+    "send_recv": "sendrecv",
+    "bcast": "broadcast",
+}
+
+
+def get(name: str) -> Collective:
+    """The collective called ``name`` (aliases such as ``allreduce`` accepted)."""
+    key = name.strip().lower().replace("-", "_")
+    key = _ALIASES.get(key, key)
+    if key.endswith("_perf"):
+        key = key[: -len("_perf")]
+    if key not in COLLECTIVES:
+        raise UsageError(
+            f"unknown op {name!r}{closest(key, COLLECTIVES)}: allowed are {', '.join(COLLECTIVES)} or all"
+        )
+    return COLLECTIVES[key]
+
+
+def parse_ops(names: list[str]) -> list[Collective]:
+    """Op names from the command line; ``all`` (or nothing) means every op... see callers."""
+    chosen: list[Collective] = []
+    for name in names:
+        for part in name.split(","):
+            if not part.strip():
+                continue
+            if part.strip().lower() == "all":
+                chosen.extend(c for c in COLLECTIVES.values() if c not in chosen)
+                continue
+            coll = get(part)
+            if coll not in chosen:
+                chosen.append(coll)
+    return chosen

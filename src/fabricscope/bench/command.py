@@ -1,0 +1,163 @@
+"""``fabricscope bench``: the command line of the collective benchmark.
+
+Flags keep nccl-tests' letters and meanings (``-b -e -i -f -n -w -c -o -d -r
+-a -N -T`` and their long forms); sizes take binary K/M/G suffixes.  Only the
+standard library is imported here; torch is imported by the ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from typing import Any
+
+__all__ = ["add_parser", "build_config", "run"]
+
+_EPILOG = """\
+ops: all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter, or all
+datatypes: float half bfloat16 double int8 uint8 int32 int64, or all; reductions: sum prod min max avg, or all
+
+Without a launcher, bench spawns --nproc local ranks (gloo on CPU, NCCL on GPUs).
+Under torchrun, mpirun (Open MPI, MPICH/Intel MPI) or srun it joins that world.
+
+examples:
+  fabricscope bench                                  # all_reduce, 8 B to 32 MiB, 2 local ranks
+  fabricscope bench all -b 1K -e 16M --json out.json
+  fabricscope bench all_gather -d bfloat16 -n 50 -w 5 --nproc 4
+  torchrun --nproc-per-node 8 -m fabricscope bench -b 8 -e 8G -f 2
+  mpirun -np 16 -x MASTER_ADDR=node1 fabricscope bench reduce_scatter
+"""
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="collective benchmark (nccl-tests compatible) over torch.distributed",
+        description="Measure collectives over torch.distributed and print the nccl-tests table.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("ops", nargs="*", metavar="OP", help="collectives to run (default all_reduce; 'all' for every op)")
+    sizes = parser.add_argument_group("sizes (nccl-tests flags; K/M/G are binary)")
+    sizes.add_argument("-b", "--minbytes", default="8", help="first size (default 8)")
+    sizes.add_argument("-e", "--maxbytes", default="32M", help="last size (default 32M)")
+    sizes.add_argument("-i", "--stepbytes", default=None, help="increment when -f is 1 (default 1M)")
+    sizes.add_argument("-f", "--stepfactor", default=None, help="multiply the size by this (default 2; 1 uses -i)")
+    timing = parser.add_argument_group("timing and checking")
+    timing.add_argument("-n", "--iters", default="20", help="timed iterations per size (default 20)")
+    timing.add_argument("-w", "--warmup_iters", default="1", help="warmup iterations per size (default 1)")
+    timing.add_argument("-c", "--check", default="1", help="correctness-check iterations, 0 = off (default 1)")
+    timing.add_argument("-a", "--average", default="1", help="combine ranks' times: 0 rank0, 1 avg, 2 min, 3 max")
+    timing.add_argument("-N", "--run_cycles", default="1", help="repeat the sweep; 0 = until interrupted")
+    data = parser.add_argument_group("data")
+    data.add_argument("-d", "--datatype", default="float", help="datatype or all (default float)")
+    data.add_argument("-o", "--op", dest="redop", default="sum", help="reduction: sum prod min max avg or all")
+    data.add_argument("-r", "--root", default="0", help="root rank of broadcast/reduce/gather/scatter (default 0)")
+    launching = parser.add_argument_group("launch and output")
+    launching.add_argument("--nproc", default=None, help="local ranks to spawn when no launcher is used (default 2)")
+    launching.add_argument("--backend", default="auto", help="auto (NCCL on CUDA, else gloo), gloo or nccl")
+    launching.add_argument("-T", "--timeout", default="300", help="seconds any collective may take (default 300)")
+    launching.add_argument("--master-addr", default=None, help="rendezvous host (default MASTER_ADDR or the launcher's)")
+    launching.add_argument("--master-port", default=None, help="rendezvous port (default MASTER_PORT or derived)")
+    launching.add_argument("--json", default=None, metavar="FILE", help="write a Result (rewritten after every row)")
+    launching.add_argument("--csv", default=None, metavar="FILE", help="write a flat CSV table")
+    parser.set_defaults(func=run)
+
+
+def _int(value: str, flag: str) -> int:
+    try:
+        return int(str(value), 0)
+    except ValueError:
+        raise _usage(f"{flag} must be a whole number, got {value!r}") from None
+
+
+def _usage(message: str) -> Exception:
+    from fabricscope.errors import UsageError
+
+    return UsageError(message)
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    """The :class:`BenchConfig` the flags describe (raises UsageError on bad input)."""
+    from fabricscope.bench import collectives
+    from fabricscope.bench.config import BenchConfig
+    from fabricscope.bench.dtypes import parse_dtypes, parse_redops
+    from fabricscope.units import parse_duration, parse_size
+
+    ops = [c.name for c in collectives.parse_ops(args.ops)] if args.ops else ["all_reduce"]
+    if args.stepfactor is None:
+        # As nccl-tests: -i alone means a fixed increment.
+        factor = 1 if args.stepbytes is not None else 2
+    else:
+        factor = _int(args.stepfactor, "-f (stepfactor)")
+    return BenchConfig(
+        ops=ops,
+        min_bytes=parse_size(args.minbytes, what="-b (minbytes)"),
+        max_bytes=parse_size(args.maxbytes, what="-e (maxbytes)"),
+        step_bytes=parse_size(args.stepbytes if args.stepbytes is not None else "1M", what="-i (stepbytes)"),
+        step_factor=factor,
+        iters=_int(args.iters, "-n (iters)"),
+        warmup_iters=_int(args.warmup_iters, "-w (warmup_iters)"),
+        check=_int(args.check, "-c (check)"),
+        dtypes=[d.name for d in parse_dtypes(args.datatype)],
+        redops=parse_redops(args.redop),
+        root=_int(args.root, "-r (root)"),
+        average=_int(args.average, "-a (average)"),
+        run_cycles=_int(args.run_cycles, "-N (run_cycles)"),
+        nproc=_int(args.nproc, "--nproc") if args.nproc is not None else _default_nproc(),
+        backend=args.backend,
+        timeout_s=parse_duration(args.timeout, what="--timeout"),
+        json_path=args.json,
+        csv_path=args.csv,
+        master_addr=args.master_addr,
+        master_port=_int(args.master_port, "--master-port") if args.master_port is not None else None,
+        argv=list(sys.argv),
+    )
+
+
+def _default_nproc() -> int:
+    """One rank per GPU when NVIDIA GPUs are present, else 2 (read without importing torch)."""
+    try:
+        gpus = len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        gpus = 0
+    return gpus or 2
+
+
+def run(args: argparse.Namespace) -> int:
+    from fabricscope.bench import launch
+    from fabricscope.errors import MissingDependencyError
+
+    config = build_config(args)
+    world = launch.detect(master_addr=config.master_addr, master_port=config.master_port)
+    if world is not None:
+        from fabricscope.bench.worker import run_rank
+
+        if args.nproc is not None and world.rank == 0:
+            sys.stderr.write(f"warning: --nproc is ignored: {world.launcher} started {world.world_size} ranks\n")
+        return run_rank(config, world)
+
+    if importlib.util.find_spec("torch") is None:
+        raise MissingDependencyError("fabricscope bench needs torch: pip install 'fabricscope[torch]'")
+    config.check_root(config.nproc)
+    from fabricscope.bench.worker import CONFIG_VARIABLE
+
+    master_addr = config.master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
+    launch.check_master_reachable(
+        launch.World(
+            rank=0, world_size=config.nproc, local_rank=0, local_world_size=config.nproc,
+            master_addr=master_addr, master_port=config.master_port or 1, launcher="spawn",
+        ),
+        1.0,
+    )
+    return launch.spawn(
+        config.nproc,
+        ["fabricscope.bench.worker"],
+        {CONFIG_VARIABLE: json.dumps(config.to_dict())},
+        grace_s=config.timeout_s + 15.0,
+        master_addr=master_addr,
+        master_port=config.master_port or _int(os.environ.get("MASTER_PORT", "0"), "MASTER_PORT") or None,
+    )

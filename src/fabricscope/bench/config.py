@@ -1,0 +1,141 @@
+"""The typed configuration of a ``bench`` run, validated where it is built."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from fabricscope.bench import collectives
+from fabricscope.bench.dtypes import DTYPES, REDOPS
+from fabricscope.errors import UsageError
+
+__all__ = ["AVERAGE_MODES", "BACKENDS", "BenchConfig"]
+
+BACKENDS = ("auto", "gloo", "nccl")
+AVERAGE_MODES = {0: "rank0", 1: "avg", 2: "min", 3: "max"}
+"""nccl-tests ``-a``: how each row's time is combined across ranks."""
+
+
+@dataclass(kw_only=True, slots=True)
+class BenchConfig:
+    ops: list[str] = field(default_factory=lambda: ["all_reduce"])
+    """Collectives to run, in order."""
+    min_bytes: int = 8
+    """``-b``: first size. nccl-tests defaults to 32M; fabricscope sweeps from 8 B."""
+    max_bytes: int = 32 << 20
+    """``-e``: last size (inclusive)."""
+    step_bytes: int = 1 << 20
+    """``-i``: increment, used when ``step_factor`` is 1."""
+    step_factor: int = 2
+    """``-f``: multiplier between sizes; 1 means add ``step_bytes`` instead."""
+    iters: int = 20
+    """``-n``: timed iterations per size and placement."""
+    warmup_iters: int = 1
+    """``-w``: warmup iterations per size, run over the sweep before timing (as nccl-tests)."""
+    check: int = 1
+    """``-c``: correctness-check iterations after timing each row (0 = off)."""
+    dtypes: list[str] = field(default_factory=lambda: ["float"])
+    redops: list[str] = field(default_factory=lambda: ["sum"])
+    root: int = 0
+    """``-r``: root rank of broadcast, reduce, gather and scatter."""
+    average: int = 1
+    """``-a``: 0 rank 0's time, 1 the mean over ranks, 2 the minimum, 3 the maximum."""
+    run_cycles: int = 1
+    """``-N``: repeat the sweep; 0 repeats until interrupted."""
+    nproc: int = 2
+    """Local ranks to spawn when no launcher started us."""
+    backend: str = "auto"
+    timeout_s: float = 300.0
+    """Bound on every collective; a dead or hung rank ends the run after this."""
+    json_path: str | None = None
+    csv_path: str | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    argv: list[str] = field(default_factory=list)
+    """The command line, kept in the result."""
+
+    def __post_init__(self) -> None:
+        self.ops = [collectives.get(name).name for name in self.ops]
+        if not self.ops:
+            raise UsageError("no op to run: name one or more of " + ", ".join(collectives.COLLECTIVES))
+        for name in self.dtypes:
+            if name not in DTYPES:
+                raise UsageError(f"unknown datatype {name!r}: allowed are {', '.join(DTYPES)}")
+        for name in self.redops:
+            if name not in REDOPS:
+                raise UsageError(f"unknown reduction op {name!r}: allowed are {', '.join(REDOPS)}")
+        if self.min_bytes < 0 or self.max_bytes < 0:
+            raise UsageError("sizes must not be negative")
+        if self.min_bytes > self.max_bytes:
+            raise UsageError(
+                f"-b (minbytes, {self.min_bytes} B) is larger than -e (maxbytes, {self.max_bytes} B): "
+                "the sweep runs from -b up to -e"
+            )
+        if self.step_factor < 1:
+            raise UsageError(f"-f (stepfactor) must be 1 or more, got {self.step_factor}")
+        if self.step_factor == 1 and self.step_bytes <= 0 and self.min_bytes != self.max_bytes:
+            raise UsageError(
+                "-f 1 with -i 0 never advances from -b to -e: give -i a positive increment or -f a factor above 1"
+            )
+        if self.step_factor > 1 and self.min_bytes == 0 and self.max_bytes > 0:
+            raise UsageError("-b 0 with a step factor never grows: start the sweep at 1 byte or more")
+        _at_least(self.iters, 1, "-n (iters)")
+        _at_least(self.warmup_iters, 0, "-w (warmup_iters)")
+        _at_least(self.check, 0, "-c (check)")
+        _at_least(self.run_cycles, 0, "-N (run_cycles)")
+        _at_least(self.root, 0, "-r (root)")
+        _at_least(self.nproc, 1, "--nproc")
+        if self.average not in AVERAGE_MODES:
+            raise UsageError(
+                f"-a (average) must be one of 0 (rank 0), 1 (avg), 2 (min), 3 (max); got {self.average}"
+            )
+        if self.backend not in BACKENDS:
+            raise UsageError(f"unknown backend {self.backend!r}: allowed are {', '.join(BACKENDS)}")
+        if not self.timeout_s > 0:
+            raise UsageError(f"--timeout must be a positive number of seconds, got {self.timeout_s}")
+        if self.master_port is not None and not 0 < self.master_port < 65536:
+            raise UsageError(f"--master-port must be between 1 and 65535, got {self.master_port}")
+
+    def sizes(self) -> Iterator[int]:
+        """Sizes of one sweep, exactly as nccl-tests steps them."""
+        size = self.min_bytes
+        while size <= self.max_bytes:
+            yield size
+            if self.step_factor > 1:
+                size *= self.step_factor
+            elif self.step_bytes > 0:
+                size += self.step_bytes
+            else:
+                return
+
+    def warmup_sizes(self) -> Iterator[int]:
+        """nccl-tests warms up over every size from -b to -e with a factor of 2."""
+        size = self.min_bytes
+        while size <= self.max_bytes:
+            yield size
+            size = size * 2 if size else 1
+
+    def check_root(self, world_size: int) -> None:
+        rooted = [op for op in self.ops if collectives.get(op).rooted]
+        if rooted and self.root >= world_size:
+            raise UsageError(
+                f"-r (root) {self.root} is not a rank of this {world_size}-rank world "
+                f"(allowed 0 to {world_size - 1})"
+            )
+        for op in self.ops:
+            need = collectives.get(op).min_ranks
+            if world_size < need:
+                raise UsageError(f"{op} needs at least {need} ranks; this world has {world_size}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BenchConfig:
+        return cls(**data)
+
+
+def _at_least(value: int, minimum: int, name: str) -> None:
+    if value < minimum:
+        raise UsageError(f"{name} must be {minimum} or more, got {value}")

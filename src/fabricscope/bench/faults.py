@@ -1,0 +1,195 @@
+"""Finding out who failed when a collective fails, and never hanging forever.
+
+Every rank runs a :class:`Heartbeat` thread with its own connection to the
+rendezvous store.  Each beat publishes the wall time and the rank's progress
+counter (collective phases finished).  When a collective raises (a peer closed
+its sockets, or the backend's timeout fired), :meth:`Heartbeat.diagnose`
+reads everybody's beats and names the culprit: a rank whose beats stopped is
+dead or frozen; a rank that still beats but is behind is stuck; when the store
+itself is gone, the rank hosting it (rank 0) is.
+
+The same thread is a watchdog: if the main thread stays inside one phase
+longer than its deadline (a backend call that ignores its timeout), it calls
+``on_stall`` and ends the process; and when a spawned rank's launcher dies,
+the rank exits rather than linger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+__all__ = ["Heartbeat", "Peer", "describe_exception"]
+
+_PREFIX = "fabricscope/hb/"
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    rank: int
+    host: str
+    pid: int
+    device: str
+
+
+def describe_exception(exc: BaseException) -> str:
+    """The first meaningful line of a backend error, without C++ source paths."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if text.startswith("[") and "] " in text:
+        text = text.split("] ", 1)[1]
+    # gloo appends advice sentences ("This is typically caused by..."): keep the first.
+    first, sep, _ = text.partition(". ")
+    return (first if sep else text)[:300]
+
+
+class Heartbeat:
+    """Publishes this rank's liveness and watches the main thread."""
+
+    def __init__(
+        self,
+        *,
+        store_factory: Callable[[float], Any],
+        rank: int,
+        peers: Sequence[Peer],
+        interval_s: float = 0.5,
+        store_host_rank: int | None = 0,
+        on_stall: Callable[[str], None] | None = None,
+    ) -> None:
+        self._store_factory = store_factory
+        self._rank = rank
+        self._peers = list(peers)
+        self._interval = interval_s
+        self._store_host_rank = store_host_rank
+        self._on_stall = on_stall
+        self._progress = 0
+        self._phase = "starting"
+        self._deadline: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fabricscope-heartbeat", daemon=True)
+        self._parent_pid = int(os.environ.get("FABRICSCOPE_PARENT_PID", "0") or 0)
+        self._store: Any = None
+
+    # --- main-thread API -----------------------------------------------------
+
+    def start(self) -> None:
+        self._store = self._store_factory(max(2.0, 4 * self._interval))
+        self._beat()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2 * self._interval + 1)
+
+    def enter(self, phase: str, deadline_s: float) -> None:
+        """The main thread starts a phase that must finish within ``deadline_s``."""
+        self._phase = phase
+        self._deadline = time.monotonic() + deadline_s
+
+    def leave(self) -> None:
+        """The main thread finished the current phase."""
+        self._progress += 1
+        self._deadline = None
+
+    @property
+    def phase(self) -> str:
+        return self._phase
+
+    # --- thread ------------------------------------------------------------------
+
+    def _beat(self) -> None:
+        self._store.set(f"{_PREFIX}{self._rank}", f"{time.time():.3f} {self._progress}")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            if self._parent_pid and os.getppid() != self._parent_pid:
+                os._exit(1)
+            deadline = self._deadline
+            if deadline is not None and time.monotonic() > deadline and self._on_stall is not None:
+                self._on_stall(f"rank {self._rank} stayed in {self._phase} past its deadline")
+                os._exit(1)
+            with contextlib.suppress(Exception):
+                self._beat()
+
+    # --- after a failure --------------------------------------------------------
+
+    def diagnose(self, *, settle_s: float | None = None) -> str:
+        """Name the rank(s) most likely at fault, in one sentence.
+
+        Waits up to ``settle_s`` (default three beats) for a dead rank's
+        heartbeat to go stale, since a killed peer is often noticed before its
+        last beat is old.
+        """
+        settle = 3 * self._interval + 0.5 if settle_s is None else settle_s
+        stale_after = 2 * self._interval + 0.5
+        deadline = time.monotonic() + settle
+        while True:
+            beats = self._read_beats()
+            if beats is None:
+                return self._store_lost()
+            now = time.time()
+            stale = [
+                (peer, now - beats[peer.rank][0])
+                for peer in self._peers
+                if peer.rank != self._rank and (peer.rank not in beats or now - beats[peer.rank][0] > stale_after)
+            ]
+            if stale:
+                return "; ".join(
+                    f"rank {p.rank} (pid {p.pid} on {p.host}) stopped responding "
+                    f"(no heartbeat for {age:.1f} s)"
+                    for p, age in stale
+                )
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(self._interval / 2)
+        mine = self._progress
+        behind = [p for p in self._peers if p.rank != self._rank and beats[p.rank][1] < mine]
+        if behind:
+            return "; ".join(
+                f"rank {p.rank} (pid {p.pid} on {p.host}) is alive but stuck behind the others "
+                f"(phase {beats[p.rank][1]} of {mine})"
+                for p in behind
+            )
+        return ""
+
+    def _store_lost(self) -> str:
+        host_rank = self._store_host_rank
+        if host_rank is None or host_rank == self._rank:
+            return "the rendezvous store stopped answering"
+        peer = next((p for p in self._peers if p.rank == host_rank), None)
+        where = f" (pid {peer.pid} on {peer.host})" if peer else ""
+        return f"rank {host_rank}{where}, which hosts the rendezvous store, died or became unreachable"
+
+    def _read_beats(self) -> dict[int, tuple[float, int]] | None:
+        beats: dict[int, tuple[float, int]] = {}
+        try:
+            client = self._store_factory(2.0)
+            for peer in self._peers:
+                key = f"{_PREFIX}{peer.rank}"
+                if not client.check([key]):
+                    continue
+                stamp, progress = client.get(key).decode().split()
+                beats[peer.rank] = (float(stamp), int(progress))
+        except Exception:
+            return None
+        return beats
+
+
+def make_store_factory(master_addr: str, master_port: int) -> Callable[[float], Any]:
+    """A function that opens a new client connection to the rendezvous store."""
+
+    def factory(timeout_s: float) -> Any:
+        import torch.distributed as dist
+
+        return dist.TCPStore(
+            master_addr, master_port, is_master=False, timeout=timedelta(seconds=timeout_s),
+            wait_for_workers=False,
+        )
+
+    return factory

@@ -1,0 +1,375 @@
+"""Which world are we in, and how to start one when nobody else did.
+
+fabricscope joins the world of the launcher the user already has:
+
+- ``torchrun`` (and anything else that sets ``RANK``/``WORLD_SIZE``),
+- ``mpirun`` from Open MPI (``OMPI_COMM_WORLD_*``) or an MPICH/Intel MPI
+  hydra launcher (``PMI_RANK``/``PMI_SIZE``),
+- Slurm ``srun`` (``SLURM_PROCID``/``SLURM_NTASKS`` inside a job step).
+
+With none of these, :func:`spawn` starts ``nproc`` local ranks itself.
+The rendezvous address comes from ``--master-addr/--master-port``, then
+``MASTER_ADDR``/``MASTER_PORT``, then the launcher: rank 0's host is the
+first node of a Slurm step; an MPI job on one node uses 127.0.0.1.  The port
+is derived from the job id so that every rank picks the same one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from fabricscope.errors import RunError, UsageError
+
+__all__ = [
+    "World",
+    "check_master_reachable",
+    "detect",
+    "expand_hostlist",
+    "free_port",
+    "spawn",
+]
+
+DEFAULT_PORT = 29500
+_PORT_BASE, _PORT_SPAN = 20000, 20000
+_STRAGGLER_S = 3.0
+"""Seconds other ranks get to exit once rank 0, which keeps the results, has."""
+
+
+@dataclass(frozen=True, slots=True)
+class World:
+    """This process's place in a distributed run."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+    launcher: str
+    """``spawn``, ``torchrun``, ``env``, ``mpirun``, ``pmi`` or ``slurm``."""
+    agent_store: bool = False
+    """True under torchrun: its agent hosts the rendezvous store, not rank 0."""
+
+
+def _int(env: Mapping[str, str], key: str) -> int | None:
+    value = env.get(key)
+    if value is None or not value.strip().lstrip("-").isdigit():
+        return None
+    return int(value)
+
+
+def _port_from(job_id: str) -> int:
+    return _PORT_BASE + zlib.crc32(job_id.encode()) % _PORT_SPAN
+
+
+def detect(
+    env: Mapping[str, str] | None = None,
+    *,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+) -> World | None:
+    """The world a launcher put us in, or None when no launcher did."""
+    env = os.environ if env is None else env
+    rank, size = _int(env, "RANK"), _int(env, "WORLD_SIZE")
+    if rank is not None and size is not None:
+        launcher = env.get("FABRICSCOPE_LAUNCHER") or ("torchrun" if "TORCHELASTIC_RUN_ID" in env else "env")
+        local_rank = _int(env, "LOCAL_RANK")
+        local_size = _int(env, "LOCAL_WORLD_SIZE")
+        return _world(
+            rank, size, local_rank if local_rank is not None else rank, local_size or size,
+            launcher=launcher, env=env, master_addr=master_addr, master_port=master_port,
+            default_addr=None, default_port=DEFAULT_PORT,
+            agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
+        )
+    rank, size = _int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE")
+    if rank is not None and size is not None:
+        local_rank = _int(env, "OMPI_COMM_WORLD_LOCAL_RANK") or 0
+        local_size = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE") or 1
+        job = env.get("OMPI_MCA_ess_base_jobid") or env.get("PMIX_NAMESPACE") or "ompi"
+        return _world(
+            rank, size, local_rank, local_size, launcher="mpirun", env=env,
+            master_addr=master_addr, master_port=master_port,
+            default_addr="127.0.0.1" if local_size == size else None, default_port=_port_from(job),
+        )
+    rank, size = _int(env, "PMI_RANK"), _int(env, "PMI_SIZE")
+    if rank is not None and size is not None:
+        local_rank = _int(env, "MPI_LOCALRANKID") or 0
+        local_size = _int(env, "MPI_LOCALNRANKS") or 1
+        job = env.get("PMI_JOBID") or env.get("PMI_KVSNAME") or "pmi"
+        return _world(
+            rank, size, local_rank, local_size, launcher="pmi", env=env,
+            master_addr=master_addr, master_port=master_port,
+            default_addr="127.0.0.1" if local_size == size else None, default_port=_port_from(job),
+        )
+    rank = _int(env, "SLURM_PROCID")
+    size = _int(env, "SLURM_NTASKS") or _int(env, "SLURM_NPROCS")
+    step = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")
+    # Only inside an srun job step: a batch script also has SLURM_PROCID=0.
+    if rank is not None and size is not None and step is not None:
+        nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
+        hosts = expand_hostlist(nodes) if nodes else []
+        local_rank = _int(env, "SLURM_LOCALID") or 0
+        local_size = _slurm_local_size(env, size, len(hosts))
+        job = f"{env.get('SLURM_JOB_ID', 'slurm')}.{step}"
+        return _world(
+            rank, size, local_rank, local_size, launcher="slurm", env=env,
+            master_addr=master_addr, master_port=master_port,
+            default_addr=hosts[0] if hosts else None, default_port=_port_from(job),
+        )
+    return None
+
+
+def _slurm_local_size(env: Mapping[str, str], size: int, nnodes: int) -> int:
+    tasks = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or ""
+    match = re.match(r"(\d+)", tasks)
+    if match:
+        return int(match.group(1))
+    return max(1, size // max(nnodes, 1))
+
+
+def _world(
+    rank: int,
+    size: int,
+    local_rank: int,
+    local_size: int,
+    *,
+    launcher: str,
+    env: Mapping[str, str],
+    master_addr: str | None,
+    master_port: int | None,
+    default_addr: str | None,
+    default_port: int,
+    agent_store: bool = False,
+) -> World:
+    if size < 1 or not 0 <= rank < size:
+        raise UsageError(f"{launcher} gave rank {rank} of a world of size {size}: the rank must be below the size")
+    addr = master_addr or env.get("MASTER_ADDR") or default_addr
+    if not addr:
+        raise UsageError(
+            f"{launcher} started ranks on several nodes but nothing names rank 0's host: set MASTER_ADDR "
+            "(for mpirun: -x MASTER_ADDR=<rank 0 host>) or pass --master-addr"
+        )
+    port = master_port or _int(env, "MASTER_PORT") or default_port
+    if not 0 < port < 65536:
+        raise UsageError(f"MASTER_PORT must be between 1 and 65535, got {port}")
+    return World(
+        rank=rank, world_size=size, local_rank=local_rank, local_world_size=local_size,
+        master_addr=addr, master_port=port, launcher=launcher, agent_store=agent_store,
+    )
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Expand a Slurm hostlist: ``node[01-03,07],gpu5`` -> node01 node02 node03 node07 gpu5."""
+    hosts: list[str] = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", text):
+        match = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", part)
+        if not match:
+            hosts.append(part)
+            continue
+        prefix, ranges, suffix = match.groups()
+        for item in ranges.split(","):
+            if "-" in item:
+                low, high = item.split("-", 1)
+                width = len(low)
+                hosts.extend(f"{prefix}{n:0{width}d}{suffix}" for n in range(int(low), int(high) + 1))
+            else:
+                hosts.append(f"{prefix}{item}{suffix}")
+    return hosts
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _is_local_address(addr: str) -> bool:
+    try:
+        infos = socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return False
+    for family, _, _, _, sockaddr in infos:
+        ip = sockaddr[0]
+        with contextlib.suppress(ValueError):
+            if ipaddress.ip_address(ip).is_loopback:
+                return True
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as sock:
+                sock.bind((ip, 0))
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def check_master_reachable(world: World, timeout_s: float) -> None:
+    """Fail fast, with one line, when the rendezvous address cannot work.
+
+    The name must resolve; the rank that hosts the store must own the address;
+    other ranks must be able to open a TCP connection to it within
+    ``timeout_s`` (they retry, since rank 0 may start later).
+    """
+    addr, port = world.master_addr, world.master_port
+    try:
+        socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise UsageError(f"MASTER_ADDR {addr!r} does not resolve ({exc.strerror}): give rank 0's host name or IP") from None
+    hosts_store = world.rank == 0 and not world.agent_store
+    if hosts_store:
+        if not _is_local_address(addr):
+            raise UsageError(
+                f"rank 0 must host the rendezvous at MASTER_ADDR {addr!r}, but that address is not on this host"
+            )
+        return
+    deadline = time.monotonic() + timeout_s
+    last_error = "no answer"
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise UsageError(
+                f"cannot reach MASTER_ADDR {addr}:{port} within {timeout_s:g} s ({last_error}): "
+                "check the address, the port and that rank 0 is running"
+            )
+        try:
+            with socket.create_connection((addr, port), timeout=min(remaining, 2.0)):
+                return
+        except OSError as exc:
+            last_error = exc.strerror or type(exc).__name__
+            time.sleep(min(0.2, max(remaining, 0)))
+
+
+def _set_parent_death_signal() -> None:
+    """In the child: die with the parent, so no rank outlives a killed launcher."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def spawn(
+    nproc: int,
+    module_args: Sequence[str],
+    extra_env: Mapping[str, str],
+    *,
+    grace_s: float,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+) -> int:
+    """Start ``nproc`` local ranks running ``python -m <module_args>`` and supervise them.
+
+    Returns the exit code for the whole run.  A rank that dies by a signal is
+    named on stderr; the others get ``grace_s`` to notice and stop on their
+    own, then are killed.  Ctrl-C is forwarded to every rank, which stops
+    cleanly; after a grace period stragglers are killed.  No rank outlives
+    this function.
+    """
+    addr = master_addr or "127.0.0.1"
+    port = master_port or free_port()
+    host = socket.gethostname()
+    children: list[subprocess.Popen[bytes]] = []
+    base_env = dict(os.environ)
+    base_env.update(extra_env)
+    for rank in range(nproc):
+        env = dict(base_env)
+        env.update(
+            RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(nproc),
+            MASTER_ADDR=addr, MASTER_PORT=str(port), FABRICSCOPE_LAUNCHER="spawn",
+            FABRICSCOPE_PARENT_PID=str(os.getpid()),
+        )
+        env.pop("TORCHELASTIC_RUN_ID", None)
+        children.append(
+            subprocess.Popen(
+                [sys.executable, "-m", *module_args], env=env, start_new_session=True,
+                preexec_fn=_set_parent_death_signal,
+            )
+        )
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        # Also when started in the background (SIGINT ignored) or stopped by a
+        # scheduler (SIGTERM): forward the stop to the ranks and keep results.
+        signal.signal(sig, _raise_interrupt)
+    try:
+        return _supervise(children, host, grace_s)
+    except KeyboardInterrupt:
+        for child in children:
+            if child.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    child.send_signal(signal.SIGINT)
+        _reap(children, 10.0)
+        return 130
+    finally:
+        _reap(children, 0.0)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _supervise(children: list[subprocess.Popen[bytes]], host: str, grace_s: float) -> int:
+    """Wait for every rank; after a failure, give the others time to notice, then kill them.
+
+    Rank 0 keeps the results, so while it runs the others get ``grace_s``
+    (the collective timeout plus a margin) to detect the failure and save;
+    once rank 0 has exited, stragglers get a few seconds only.
+    """
+    failure_code = 0
+    deadline: float | None = None
+    while True:
+        running = [c for c in children if c.poll() is None]
+        for rank, child in enumerate(children):
+            code = child.returncode
+            if code is None or code == 0 or failure_code:
+                continue
+            failure_code = code if code > 0 else 1
+            if code < 0:
+                name = signal.Signals(-code).name
+                sys.stderr.write(f"error: rank {rank} (pid {child.pid} on {host}) was killed by {name}\n")
+            deadline = time.monotonic() + grace_s
+        if not running:
+            break
+        if deadline is not None and children[0].returncode is not None:
+            deadline = min(deadline, time.monotonic() + _STRAGGLER_S)
+        if deadline is not None and time.monotonic() > deadline:
+            for child in running:
+                with contextlib.suppress(ProcessLookupError):
+                    child.kill()
+            names = ", ".join(f"rank {children.index(c)} (pid {c.pid})" for c in running)
+            sys.stderr.write(f"error: {names} did not stop after the failure and {'was' if len(running) == 1 else 'were'} killed\n")
+            _reap(children, 5.0)
+            break
+        time.sleep(0.05)
+    if failure_code:
+        return failure_code
+    codes = [c.returncode for c in children]
+    return max((c for c in codes if c is not None), default=0)
+
+
+def _reap(children: list[subprocess.Popen[bytes]], wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    for child in children:
+        remaining = deadline - time.monotonic()
+        if child.poll() is None and remaining > 0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=remaining)
+        if child.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                child.kill()
+            child.wait()
+    if any(c.returncode is None for c in children):  # pragma: no cover - wait() above guarantees it
+        raise RunError("a rank could not be stopped")

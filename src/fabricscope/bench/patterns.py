@@ -1,0 +1,100 @@
+"""Input data whose collective result is exactly predictable.
+
+As nccl-tests does, every rank fills its input from a formula of (element
+index, rank, seed), so each rank can compute the exact expected output of a
+collective for its own elements without seeing the others' data.  Values are
+small integers that the datatype represents exactly, sized by the number of
+ranks so that no partial sum of a reduction ever leaves the exact range; the
+expected result of every reduction has a closed form (cost O(count), not
+O(count * ranks)).
+
+Reductions (``idx`` is the global element index, ``a = (idx + seed) % M``):
+
+- sum: rank r holds ``(a + r) % M``; the sum over n ranks has a closed form.
+- min / max: same inputs; the result is ``a`` / ``a+n-1`` unless the residues wrap.
+- prod: 1 everywhere except a 2 on one rank for every third element.
+- avg: ``b + e`` with ``b = 1 + a`` and e = +1 on one rank and -1 on another,
+  so the sum is ``n*b`` and the average is ``b`` exactly.
+
+Every function takes the ``torch`` module and works on the device of ``idx``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fabricscope.bench.dtypes import DType
+
+__all__ = ["plain_value", "reduce_expected", "reduce_input", "reduce_modulus"]
+
+_CAP = 251
+"""Largest modulus used: keeps patterns varied without approaching any limit."""
+
+
+def reduce_modulus(dtype: DType, redop: str, nranks: int) -> int:
+    """The modulus M of the reduction pattern for this type, op and rank count."""
+    limit = dtype.exact_limit
+    if redop == "sum":
+        modulus = limit // max(nranks, 1)
+    elif redop == "avg":
+        modulus = (limit - 1) // max(nranks, 1) - 1
+    else:
+        modulus = limit
+    return max(1, min(_CAP, modulus))
+
+
+def reduce_input(torch: Any, idx: Any, rank: int, nranks: int, redop: str, dtype: DType, seed: int) -> Any:
+    """This rank's input values at global indices ``idx`` (an int64 tensor)."""
+    modulus = reduce_modulus(dtype, redop, nranks)
+    a = (idx + seed) % modulus
+    if redop in ("sum", "min", "max"):
+        values = (a + rank) % modulus
+    elif redop == "prod":
+        owner = (idx + seed) % nranks
+        values = torch.ones_like(idx)
+        values[(owner == rank) & (((idx + seed) % 3) == 0)] = 2
+    elif redop == "avg":
+        values = 1 + a
+        if nranks > 1:
+            spot = (idx + seed) % nranks
+            values = values + (spot == rank).to(idx.dtype) - (((spot + 1) % nranks) == rank).to(idx.dtype)
+    else:  # pragma: no cover - parse_redops guards this
+        raise AssertionError(redop)
+    return values.to(getattr(torch, dtype.torch_name))
+
+
+def reduce_expected(torch: Any, idx: Any, nranks: int, redop: str, dtype: DType, seed: int) -> Any:
+    """The exact reduction over all ranks at global indices ``idx``."""
+    modulus = reduce_modulus(dtype, redop, nranks)
+    a = (idx + seed) % modulus
+    if redop == "sum":
+        full, rest = divmod(nranks, modulus)
+        # rest terms a, a+1, ..., a+rest-1, each taken mod M (at most one wrap).
+        wraps = torch.clamp(a + rest - modulus, min=0)
+        values = full * (modulus * (modulus - 1) // 2) + rest * a + rest * (rest - 1) // 2 - modulus * wraps
+    elif redop == "min":
+        if nranks >= modulus:
+            values = torch.zeros_like(a)
+        else:
+            values = torch.where(a + nranks - 1 >= modulus, torch.zeros_like(a), a)
+    elif redop == "max":
+        if nranks >= modulus:
+            values = torch.full_like(a, modulus - 1)
+        else:
+            values = torch.where(a + nranks - 1 >= modulus, torch.full_like(a, modulus - 1), a + nranks - 1)
+    elif redop == "prod":
+        values = torch.where(((idx + seed) % 3) == 0, torch.full_like(a, 2), torch.ones_like(a))
+    elif redop == "avg":
+        values = 1 + a
+    else:  # pragma: no cover
+        raise AssertionError(redop)
+    return values.to(getattr(torch, dtype.torch_name))
+
+
+def plain_value(torch: Any, idx: Any, rank: Any, dtype: DType, seed: int) -> Any:
+    """Values for ops that move data without reducing it: distinct per rank and index.
+
+    ``rank`` may be an int or an int64 tensor shaped like ``idx``.
+    """
+    modulus = min(256, dtype.exact_limit + 1)
+    return ((idx + seed + 7 * rank) % modulus).to(getattr(torch, dtype.torch_name))

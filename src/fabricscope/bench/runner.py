@@ -1,0 +1,282 @@
+"""The sweep: warm up, time each size out-of-place then in-place, check, reduce across ranks.
+
+Timing follows nccl-tests (``common.cu`` ``BenchTime``): one untimed call, a
+barrier, then ``-n`` back-to-back calls between two clock readings.  On CPU
+the clock is ``time.perf_counter`` read after each (blocking) gloo call; on
+GPU CUDA events are recorded between calls and read after one synchronize.
+Per-iteration samples come from consecutive readings, so keeping them costs
+nothing extra.  The row's time is the mean over iterations; it and the samples
+are then combined across ranks as ``-a`` says (rank 0, avg, min or max).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from fabricscope.bench.collectives import Collective, Context, Layout, Plan
+from fabricscope.bench.config import BenchConfig
+from fabricscope.bench.dtypes import DTYPES, DType
+from fabricscope.bench.faults import Heartbeat
+from fabricscope.results import CollectiveRecord
+
+__all__ = ["CollectiveFailed", "Interrupted", "Sweep", "StopFlag"]
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM asked the run to stop."""
+
+
+class CollectiveFailed(Exception):
+    """A collective raised: a peer died, hung past the timeout, or the backend failed."""
+
+    def __init__(self, phase: str, cause: BaseException) -> None:
+        super().__init__(phase)
+        self.phase = phase
+        self.cause = cause
+
+
+class StopFlag:
+    """Set from a signal handler; read between timed loops."""
+
+    __slots__ = ("is_set",)
+
+    def __init__(self) -> None:
+        self.is_set = False
+
+
+class Sweep:
+    """Runs the configured ops over the configured sizes on one rank."""
+
+    def __init__(
+        self,
+        *,
+        torch: Any,
+        dist: Any,
+        config: BenchConfig,
+        rank: int,
+        world_size: int,
+        backend: str,
+        device: Any,
+        heartbeat: Heartbeat,
+        stop: StopFlag,
+    ) -> None:
+        self.torch = torch
+        self.dist = dist
+        self.config = config
+        self.rank = rank
+        self.nranks = world_size
+        self.backend = backend
+        self.device = device
+        self.heartbeat = heartbeat
+        self.stop = stop
+        self.cuda = device.type == "cuda"
+        self._seed = 0
+
+    # --- public --------------------------------------------------------------
+
+    def combos(self, op: Collective) -> list[tuple[DType, str]]:
+        """(dtype, redop) pairs this op runs: reductions loop over ``-o``, others use none."""
+        redops = self.config.redops if op.reduces else ["none"]
+        return [(DTYPES[d], r) for d in self.config.dtypes for r in redops]
+
+    def rows(self, op: Collective) -> Iterator[list[CollectiveRecord]]:
+        """Yield the records of each row (out-of-place then in-place) as it completes."""
+        for dtype, redop in self.combos(op):
+            sizes = list(self.config.sizes())
+            layouts = {s: op.layout(s // dtype.size, dtype.size, self.nranks) for s in sizes}
+            warm = {s: op.layout(s // dtype.size, dtype.size, self.nranks) for s in self.config.warmup_sizes()}
+            send, recv = self._allocate([*layouts.values(), *warm.values()], dtype)
+            ctx = self._context(op, dtype, redop)
+            self._warmup(op, warm, send, recv, ctx)
+            cycles = self.config.run_cycles
+            cycle = 0
+            while cycles == 0 or cycle < cycles:
+                cycle += 1
+                for size in sizes:
+                    yield self._row(op, size, layouts[size], send, recv, ctx)
+
+    # --- pieces ---------------------------------------------------------------
+
+    def _context(self, op: Collective, dtype: DType, redop: str) -> Context:
+        reduce_op = None
+        avg_divisor = 0
+        if op.reduces:
+            table = {
+                "sum": self.dist.ReduceOp.SUM,
+                "prod": self.dist.ReduceOp.PRODUCT,
+                "min": self.dist.ReduceOp.MIN,
+                "max": self.dist.ReduceOp.MAX,
+                "avg": self.dist.ReduceOp.AVG,
+            }
+            reduce_op = table[redop]
+            if redop == "avg" and self.backend == "gloo" and not dtype.is_float:
+                # gloo's AVG only handles floating types; NCCL's integer avg is the
+                # sum divided by the rank count, which is what we run instead.
+                reduce_op = self.dist.ReduceOp.SUM
+                avg_divisor = self.nranks
+        return Context(
+            rank=self.rank, nranks=self.nranks, root=self.config.root if op.rooted else -1, dtype=dtype,
+            redop=redop, reduce_op=reduce_op, avg_divisor=avg_divisor, device=self.device,
+        )
+
+    def _allocate(self, layouts: list[Layout], dtype: DType) -> tuple[Any, Any]:
+        torch = self.torch
+        tdtype = getattr(torch, dtype.torch_name)
+        send_n = max((lay.send_count for lay in layouts), default=0)
+        recv_n = max((max(lay.recv_count, lay.buffer_count) for lay in layouts), default=0)
+        send = torch.zeros(send_n, dtype=tdtype, device=self.device)
+        recv = torch.zeros(recv_n, dtype=tdtype, device=self.device)
+        return send, recv
+
+    def _plan(self, op: Collective, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+        if in_place:
+            offset_in = self.rank * layout.send_inplace_offset
+            offset_out = self.rank * layout.recv_inplace_offset
+            out = recv.narrow(0, offset_out, layout.recv_count)
+            if offset_in == offset_out and layout.send_count == layout.recv_count:
+                inp = out
+            else:
+                inp = recv.narrow(0, offset_in, layout.send_count)
+        else:
+            inp = send.narrow(0, 0, layout.send_count)
+            out = recv.narrow(0, 0, layout.recv_count)
+        return op.build(self.torch, self.dist, layout, inp, out, ctx, in_place)
+
+    def _guarded(self, phase: str, calls: int, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` as one watched phase of ``calls`` collectives."""
+        self.heartbeat.enter(phase, self.config.timeout_s * max(calls, 1) + 10.0)
+        try:
+            result = fn()
+        except Interrupted:
+            raise
+        except RuntimeError as exc:  # the backend's way to report a dead peer or a timeout
+            raise CollectiveFailed(phase, exc) from exc
+        self.heartbeat.leave()
+        if self.stop.is_set:
+            raise Interrupted
+        return result
+
+    def _sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize(self.device)
+
+    def _warmup(self, op: Collective, layouts: dict[int, Layout], send: Any, recv: Any, ctx: Context) -> None:
+        if self.config.warmup_iters <= 0:
+            return
+        for size, layout in layouts.items():
+            plan = self._plan(op, layout, send, recv, ctx, in_place=False)
+
+            def run(plan: Plan = plan) -> None:
+                plan.load(0)
+                for _ in range(self.config.warmup_iters):
+                    plan.step()
+                self._sync()
+
+            self._guarded(f"warmup {op.name} {size} B", self.config.warmup_iters, run)
+
+    def _row(
+        self, op: Collective, size: int, layout: Layout, send: Any, recv: Any, ctx: Context
+    ) -> list[CollectiveRecord]:
+        records = []
+        for in_place in (False, True):
+            if in_place and not op.in_place:
+                continue
+            placement = "in" if in_place else "out"
+            plan = self._plan(op, layout, send, recv, ctx, in_place)
+            label = f"{op.name} {size} B {ctx.dtype.name} {'in-place' if in_place else 'out-of-place'}"
+            mean_s, samples = self._guarded(label, self.config.iters + 2, lambda plan=plan: self._time(plan))
+            mean_s, samples = self._guarded(f"{label} (combining times)", 1, lambda: self._combine(mean_s, samples))
+            wrong = None
+            if self.config.check:
+                tolerant = ctx.redop == "avg" and ctx.dtype.is_float
+                wrong = self._guarded(
+                    f"{label} (check)", 2 * self.config.check, lambda plan=plan: self._check(plan, tolerant)
+                )
+            algbw, busbw = op.bandwidths(layout, ctx.dtype.size, self.nranks, mean_s)
+            records.append(
+                CollectiveRecord(
+                    op=op.name, size_bytes=op.size_bytes(layout, ctx.dtype.size), count=layout.count,
+                    dtype=ctx.dtype.name, redop=ctx.redop, root=ctx.root, placement=placement,
+                    time_us=mean_s * 1e6, algbw_gbps=algbw, busbw_gbps=busbw, wrong=wrong,
+                    samples_us=[s * 1e6 for s in samples],
+                )
+            )
+        return records
+
+    def _time(self, plan: Plan) -> tuple[float, list[float]]:
+        iters = self.config.iters
+        step = plan.step
+        plan.load(0)
+        step()
+        self._sync()
+        self.dist.barrier()
+        if self.cuda:
+            torch = self.torch
+            events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+            self._sync()
+            events[0].record()
+            for i in range(1, iters + 1):
+                step()
+                events[i].record()
+            self._sync()
+            samples = [events[i - 1].elapsed_time(events[i]) * 1e-3 for i in range(1, iters + 1)]
+            total = events[0].elapsed_time(events[iters]) * 1e-3
+        else:
+            clock = time.perf_counter
+            stamps = [0.0] * (iters + 1)
+            stamps[0] = clock()
+            for i in range(1, iters + 1):
+                step()
+                stamps[i] = clock()
+            samples = [stamps[i] - stamps[i - 1] for i in range(1, iters + 1)]
+            total = stamps[iters] - stamps[0]
+        return total / iters, samples
+
+    def _combine(self, mean_s: float, samples: list[float]) -> tuple[float, list[float]]:
+        """Combine this rank's mean and samples with the other ranks' (``-a``)."""
+        torch, dist = self.torch, self.dist
+        values = torch.tensor([mean_s, *samples], dtype=torch.float64, device=self.device)
+        mode = self.config.average
+        if mode == 0:
+            dist.broadcast(values, 0)
+        elif mode == 1:
+            dist.all_reduce(values, op=dist.ReduceOp.SUM)
+            values /= self.nranks
+        elif mode == 2:
+            dist.all_reduce(values, op=dist.ReduceOp.MIN)
+        else:
+            dist.all_reduce(values, op=dist.ReduceOp.MAX)
+        combined = values.tolist()
+        return combined[0], combined[1:]
+
+    def _check(self, plan: Plan, tolerant: bool) -> int:
+        torch, dist = self.torch, self.dist
+        wrong = 0
+        for _ in range(self.config.check):
+            self._seed += 1
+            seed = 33 * self._seed
+            plan.load(seed)
+            plan.step()
+            self._sync()
+            expected = plan.expected(seed)
+            local = 0 if expected is None else count_wrong(torch, plan.output, expected, tolerant)
+            total = torch.tensor([local], dtype=torch.int64, device=self.device)
+            dist.all_reduce(total, op=dist.ReduceOp.SUM)
+            wrong = int(total.item())
+            if wrong:
+                break
+        return wrong
+
+
+def count_wrong(torch: Any, output: Any, expected: Any, tolerant: bool) -> int:
+    """Elements of ``output`` that differ from ``expected`` (2 ULP allowed for float avg)."""
+    if output.numel() == 0:
+        return 0
+    if tolerant and output.is_floating_point():
+        eps = torch.finfo(output.dtype).eps
+        ok = torch.isclose(output.double(), expected.double(), rtol=2 * eps, atol=0.0)
+        return int((~ok).sum().item())
+    return int((output != expected).sum().item())
+

@@ -1,0 +1,154 @@
+"""The nccl-tests text table, so existing parsers and habits keep working.
+
+Column widths and number formatting follow nccl-tests ``src/util.cu``
+(``writeResultHeader``, ``writeBenchmarkLinePreamble``, ``getFloatStr``,
+``writeResultFooter``).  fabricscope's own summary lines come after the
+``Avg bus bandwidth`` line and, like every non-row line, start with ``#``.
+Both measured and predicted records print through here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "Row",
+    "float_str",
+    "footer_lines",
+    "format_row",
+    "header_lines",
+    "pair_rows",
+    "summary_lines",
+]
+
+
+def float_str(value: float, width: int) -> str:
+    """Format like nccl-tests' ``getFloatStr``: fewer decimals as the number grows."""
+    power = 0
+    threshold = 1
+    while value >= threshold and power < 40:
+        power += 1
+        threshold *= 10
+    if power < width - 2:
+        return f"{value:{width}.2f}"
+    if power < width - 1:
+        return f"{value:{width}.1f}"
+    if power < width + 1:
+        return f"{value:{width}.0f}"
+    return f"{value:{width}.1e}"
+
+
+def header_lines() -> list[str]:
+    """The column-header lines of the nccl-tests table (after a ``#`` line)."""
+    columns = "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s "
+    return [
+        "#",
+        "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "
+        % ("", "", "", "", ""),
+        columns
+        % ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"),
+        columns
+        % ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One table row: the shared columns and the out-of-place and in-place records."""
+
+    size_bytes: int
+    count: int
+    dtype: str
+    redop: str
+    root: int
+    out: Mapping[str, Any] | None
+    inp: Mapping[str, Any] | None
+
+
+def _body(record: Mapping[str, Any] | None, check: bool) -> str:
+    if record is None:
+        return "  %7s  %6s  %6s  %6s" % ("N/A", "N/A", "N/A", "N/A")
+    text = "  %7s  %6s  %6s" % (
+        float_str(float(record["time_us"]), 7),
+        float_str(float(record["algbw_gbps"]), 6),
+        float_str(float(record["busbw_gbps"]), 6),
+    )
+    wrong = record.get("wrong")
+    if check and wrong is not None:
+        return text + "  %6g" % float(wrong)
+    return text + "    N/A"
+
+
+def format_row(row: Row, *, check: bool) -> str:
+    """One data line: ``%12li  %12li  %8s  %6s  %6s`` then both placements."""
+    head = "%12d  %12d  %8s  %6s  %6s" % (row.size_bytes, row.count, row.dtype, row.redop, "%6d" % row.root)
+    return head + _body(row.out, check) + _body(row.inp, check)
+
+
+def pair_rows(records: Iterable[Mapping[str, Any]]) -> list[Row]:
+    """Group records by (size, count, dtype, redop, root) into rows, in first-seen order."""
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for record in records:
+        key = (record["op"], record["size_bytes"], record["count"], record["dtype"], record["redop"], record["root"])
+        slot = rows.setdefault(key, {"out": None, "in": None})
+        slot[record["placement"]] = record
+    return [
+        Row(size_bytes=k[1], count=k[2], dtype=k[3], redop=k[4], root=k[5], out=v["out"], inp=v["in"])
+        for k, v in rows.items()
+    ]
+
+
+def footer_lines(records: Sequence[Mapping[str, Any]], *, check: bool, min_busbw: float | None = None) -> list[str]:
+    """``Out of bounds values`` (rows with wrong elements) and ``Avg bus bandwidth``.
+
+    The average is the mean busbw over every row and both placements, tiny
+    sizes included, exactly as nccl-tests computes it.  With ``min_busbw``
+    (nccl-tests' ``NCCL_TESTS_MIN_BW``) the line ends in OK or FAILED.
+    """
+    bad_rows = len({(r["size_bytes"], r["dtype"], r["redop"]) for r in records if check and (r.get("wrong") or 0)})
+    average = avg_busbw(records)
+    verdict = ""
+    if min_busbw is not None:
+        verdict = "OK" if average >= 0.9 * min_busbw else "FAILED"
+    return [
+        "# %-20s : %d %s" % ("Out of bounds values", bad_rows, "FAILED" if bad_rows else "OK"),
+        "# %-20s : %s %s" % ("Avg bus bandwidth", _g(average), verdict),
+    ]
+
+
+def _g(value: float) -> str:
+    return "%g" % value
+
+
+def avg_busbw(records: Sequence[Mapping[str, Any]]) -> float:
+    values = [float(r["busbw_gbps"]) for r in records]
+    return sum(values) / len(values) if values else 0.0
+
+
+def summary_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """fabricscope's own lines: peak busbw and where it occurs; where half of it is reached.
+
+    Half of peak is the smallest size whose better placement reaches 50% of
+    the peak busbw (the n-half of HPC benchmarking): below it latency
+    dominates, above it bandwidth does.
+    """
+    if not records:
+        return []
+    peak = max(records, key=lambda r: float(r["busbw_gbps"]))
+    peak_bw = float(peak["busbw_gbps"])
+    placement = "out-of-place" if peak["placement"] == "out" else "in-place"
+    lines = [
+        "# %-20s : %s GB/s at %d B (%s)"
+        % ("Peak bus bandwidth", float_str(peak_bw, 6).strip(), int(peak["size_bytes"]), placement)
+    ]
+    if peak_bw > 0:
+        best: dict[int, float] = {}
+        for record in records:
+            size = int(record["size_bytes"])
+            best[size] = max(best.get(size, 0.0), float(record["busbw_gbps"]))
+        half = min((s for s, bw in best.items() if bw >= peak_bw / 2), default=None)
+        if half is not None:
+            lines.append("# %-20s : %d B" % ("Half of peak from", half))
+    return lines

@@ -1,0 +1,260 @@
+"""One rank of a ``bench`` run: join the world, sweep, report, exit cleanly.
+
+Run as ``python -m fabricscope.bench.worker`` by the local spawner (config in
+``FABRICSCOPE_BENCH_CONFIG``), or called in-process by ``fabricscope bench``
+when torchrun, mpirun or srun started this process.
+
+Exit codes: 0 success; 1 wrong elements, a failed or hung peer, or a file
+that could not be written; 2 a usage error; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+from datetime import timedelta
+from typing import Any
+
+from fabricscope.bench import collectives, launch
+from fabricscope.bench.config import BenchConfig
+from fabricscope.bench.faults import Heartbeat, Peer, describe_exception, make_store_factory
+from fabricscope.bench.runner import CollectiveFailed, Interrupted, StopFlag, Sweep
+from fabricscope.errors import FabricscopeError, MissingDependencyError, UsageError
+from fabricscope.metadata import collect_env
+
+__all__ = ["CONFIG_VARIABLE", "main", "run_rank"]
+
+CONFIG_VARIABLE = "FABRICSCOPE_BENCH_CONFIG"
+
+
+def _import_torch() -> tuple[Any, Any]:
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        raise MissingDependencyError(
+            "fabricscope bench needs torch: pip install 'fabricscope[torch]'"
+        ) from None
+    if not dist.is_available():
+        raise MissingDependencyError("this torch build has no torch.distributed support")
+    return torch, dist
+
+
+def _backend(requested: str, torch: Any) -> str:
+    has_cuda = bool(torch.cuda.is_available())
+    if requested == "auto":
+        return "nccl" if has_cuda else "gloo"
+    if requested == "nccl" and not has_cuda:
+        raise UsageError("--backend nccl needs CUDA GPUs and none is visible here; use --backend gloo or auto")
+    return requested
+
+
+def _device(backend: str, world: launch.World, torch: Any) -> Any:
+    if backend != "nccl":
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    if world.local_rank >= count:
+        raise UsageError(
+            f"local rank {world.local_rank} has no GPU of its own: this node has {count}; "
+            "start at most one rank per GPU"
+        )
+    torch.cuda.set_device(world.local_rank)
+    return torch.device("cuda", world.local_rank)
+
+
+def _device_label(device: Any, torch: Any, local_rank: int) -> str:
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        bus = getattr(props, "pci_bus_id", None)
+        where = f"[{bus}]" if bus else f"[{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}]"
+        return f"{local_rank:2d} {where} {props.name}"
+    return f"{local_rank:2d} [cpu] CPU (gloo)"
+
+
+def _say(rank: int, message: str) -> None:
+    prefix = "" if rank == 0 else f"[rank {rank}] "
+    sys.stderr.write(f"{prefix}{message}\n")
+    sys.stderr.flush()
+
+
+def _finish_process(code: int) -> None:
+    """Leave without running backend destructors, which can block on a dead peer."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    os._exit(code)
+
+
+def run_rank(config: BenchConfig, world: launch.World) -> int:
+    """Run this rank's part of the benchmark; return its exit code.
+
+    Usage errors found identically by every rank are printed by rank 0 only.
+    """
+    try:
+        return _run(config, world)
+    except UsageError as exc:
+        if world.rank == 0:
+            _say(0, f"error: {exc}")
+        return exc.exit_code
+    except FabricscopeError as exc:
+        _say(world.rank, f"error: {exc}")
+        return exc.exit_code
+
+
+def _run(config: BenchConfig, world: launch.World) -> int:
+    config.check_root(world.world_size)
+    launch.check_master_reachable(world, min(config.timeout_s, 60.0))
+    torch, dist = _import_torch()
+    backend = _backend(config.backend, torch)
+    device = _device(backend, world, torch)
+
+    stop = StopFlag()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.is_set = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    timeout = timedelta(seconds=config.timeout_s)
+    hosts_store = world.rank == 0 and not world.agent_store
+    try:
+        store = dist.TCPStore(
+            world.master_addr, world.master_port, world.world_size, is_master=hosts_store, timeout=timeout,
+            wait_for_workers=False,
+        )
+        dist.init_process_group(
+            backend, store=dist.PrefixStore("fabricscope/pg", store), rank=world.rank,
+            world_size=world.world_size, timeout=timeout,
+        )
+    except (RuntimeError, ValueError) as exc:
+        if stop.is_set:
+            return 130
+        raise UsageError(
+            f"could not form the {world.world_size}-rank world at {world.master_addr}:{world.master_port}: "
+            f"{describe_exception(exc)}"
+        ) from None
+
+    me = Peer(rank=world.rank, host=socket.gethostname(), pid=os.getpid(), device=_device_label(device, torch, world.local_rank))
+    gathered: list[Any] = [None] * world.world_size
+    try:
+        dist.all_gather_object(gathered, [me.rank, me.host, me.pid, me.device])
+    except RuntimeError as exc:
+        _say(world.rank, f"error: ranks could not exchange their details: {describe_exception(exc)}")
+        _finish_process(1)
+    peers = [Peer(rank=r, host=h, pid=p, device=d) for r, h, p, d in gathered]
+
+    output = None
+    if world.rank == 0:
+        from fabricscope.bench.output import Output
+
+        env = collect_env(backend=backend, world_size=world.world_size, launcher=world.launcher)
+        if backend == "nccl":
+            with contextlib.suppress(Exception):
+                env["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+        output = Output(
+            config=config, peers=peers, backend=backend, launcher=world.launcher, env=env,
+            progress_total=_row_count(config) if config.run_cycles else 0,
+        )
+
+    def on_stall(message: str) -> None:
+        _say(world.rank, f"error: {message}; stopping")
+        if output is not None:
+            output.finish("failed", message)
+
+    heartbeat = Heartbeat(
+        store_factory=make_store_factory(world.master_addr, world.master_port),
+        rank=world.rank,
+        peers=peers,
+        store_host_rank=None if world.agent_store else 0,
+        on_stall=on_stall,
+    )
+    heartbeat.start()
+    sweep = Sweep(
+        torch=torch, dist=dist, config=config, rank=world.rank, world_size=world.world_size,
+        backend=backend, device=device, heartbeat=heartbeat, stop=stop,
+    )
+    wrong_total = 0
+    try:
+        for name in config.ops:
+            op = collectives.get(name)
+            if output is not None:
+                output.start_op(op)
+            for records in sweep.rows(op):
+                wrong_total += sum(r.wrong or 0 for r in records)
+                if output is not None:
+                    output.row(records)
+            if output is not None:
+                output.end_op(op)
+    except Interrupted:
+        return _stop_interrupted(world, output)
+    except CollectiveFailed as failure:
+        if stop.is_set:
+            return _stop_interrupted(world, output)
+        culprit = heartbeat.diagnose()
+        reason = culprit or describe_exception(failure.cause)
+        message = f"{reason}, during {failure.phase}"
+        if culprit:
+            message += f" [{describe_exception(failure.cause)}]"
+        if output is not None:
+            output.finish("failed", message)
+            message += f"; the {len(output.result.records)} records measured before are kept"
+            if config.json_path:
+                message += f" in {config.json_path}"
+        _say(world.rank, f"error: {message}")
+        _finish_process(1)
+    heartbeat.stop()
+    code = 0
+    if output is not None:
+        output.finish("complete")
+        if output.write_errors:
+            _say(0, f"error: {output.write_errors[0]}; the table above holds every row measured")
+            code = 1
+    if wrong_total:
+        if world.rank == 0:
+            _say(0, f"error: the correctness check found {wrong_total} wrong element(s); see #wrong above")
+        code = 1
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()
+    return code
+
+
+def _stop_interrupted(world: launch.World, output: Any) -> int:
+    if output is not None:
+        output.finish("interrupted", "interrupted by a signal")
+        where = f" in {output.config.json_path}" if output.config.json_path else ""
+        _say(0, f"interrupted: the {len(output.result.records)} records measured so far are kept{where}")
+    _finish_process(130)
+    return 130  # pragma: no cover - _finish_process does not return
+
+
+def _row_count(config: BenchConfig) -> int:
+    per_op = len(list(config.sizes())) * max(config.run_cycles, 1) * len(config.dtypes)
+    total = 0
+    for name in config.ops:
+        op = collectives.get(name)
+        total += per_op * (len(config.redops) if op.reduces else 1)
+    return total
+
+
+def main() -> None:
+    """Entry point of a spawned rank."""
+    try:
+        config = BenchConfig.from_dict(json.loads(os.environ[CONFIG_VARIABLE]))
+        world = launch.detect()
+    except (KeyError, ValueError, FabricscopeError) as exc:
+        sys.stderr.write(f"error: this process was not started by fabricscope bench ({exc})\n")
+        raise SystemExit(2) from None
+    if world is None:
+        sys.stderr.write("error: no RANK/WORLD_SIZE in the environment of a spawned rank\n")
+        raise SystemExit(2)
+    _finish_process(run_rank(config, world))
+
+
+if __name__ == "__main__":
+    main()

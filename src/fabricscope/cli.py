@@ -1,0 +1,74 @@
+"""The ``fabricscope`` command line: parse, call the library, print.
+
+Each command lives in a small module with two functions: ``add_parser``
+registers its sub-parser, ``run(args) -> int`` does the work.  Command modules
+import only the standard library at import time, so ``fabricscope --help``
+stays fast; torch and numpy are imported inside ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from fabricscope import __version__
+from fabricscope.errors import FabricscopeError
+
+__all__ = ["Parser", "main"]
+
+COMMAND_MODULES = (
+    "fabricscope.bench.command",
+    "fabricscope.model.commands",
+    "fabricscope.doctor.command",
+)
+"""Modules that each register one or more sub-commands, in help order."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the package's error policy: one line, exit 2, no usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"error: {message} (see '{self.prog} --help')\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog="fabricscope",
+        description=(
+            "Measure, predict, diagnose, watch and remember the network of a GPU "
+            "cluster for distributed training."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"fabricscope {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except FabricscopeError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+    except BrokenPipeError:
+        # The reader of our stdout went away (| head): not an error of ours.
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

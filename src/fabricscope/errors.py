@@ -1,0 +1,68 @@
+"""One error policy for the whole package.
+
+Hierarchy::
+
+    FabricscopeError            anything fabricscope raises on purpose (exit 1)
+    ├── UsageError              a user mistake: a bad flag, size, op or value (exit 2)
+    │   ├── ConfigError         a user-written file (cluster, model, expectations) is invalid
+    │   └── ResultFormatError   a result file is corrupt, foreign or of an unknown version
+    ├── MissingDependencyError  an optional dependency (torch, nvidia-ml-py) is not installed (exit 2)
+    └── RunError                a failure while running: a rank died or hung, a disk filled up (exit 1)
+
+Messages quote the offending value and say what is allowed.  The CLI prints
+``error: <message>`` on stderr and exits with ``exit_code``; it never shows a
+traceback for these.  ``assert`` is kept for internal invariants only.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+__all__ = [
+    "ConfigError",
+    "FabricscopeError",
+    "MissingDependencyError",
+    "ResultFormatError",
+    "RunError",
+    "UsageError",
+    "closest",
+]
+
+
+class FabricscopeError(Exception):
+    """Base class of every error fabricscope raises on purpose."""
+
+    exit_code: int = 1
+
+
+class UsageError(FabricscopeError):
+    """The user asked for something invalid; nothing was run."""
+
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """A user-written file is malformed or holds an invalid value."""
+
+
+class ResultFormatError(UsageError):
+    """A result file cannot be read as a fabricscope Result."""
+
+
+class MissingDependencyError(FabricscopeError):
+    """An optional dependency needed by this command is not installed."""
+
+    exit_code = 2
+
+
+class RunError(FabricscopeError):
+    """A run failed part-way (a rank died or hung, a write failed)."""
+
+    exit_code = 1
+
+
+def closest(name: str, allowed: Iterable[str]) -> str:
+    """Return ``" (did you mean 'x'?)"`` for the closest allowed name, or ``""``."""
+    matches = difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.6)
+    return f" (did you mean '{matches[0]}'?)" if matches else ""
