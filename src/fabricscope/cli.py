@@ -39,8 +39,7 @@ def build_parser() -> Parser:
     parser = Parser(
         prog="fabricscope",
         description=(
-            "Measure, predict, diagnose, watch and remember the network of a GPU "
-            "cluster for distributed training."
+            "Measure, predict, diagnose, watch and remember the network of a GPU cluster for distributed training."
         ),
     )
     parser.add_argument("--version", action="version", version=f"fabricscope {__version__}")

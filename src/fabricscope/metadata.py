@@ -17,7 +17,15 @@ from fabricscope import __version__
 
 __all__ = ["ENV_PREFIXES", "collect_env", "relevant_variables"]
 
-ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "GLOO_", "UCX_", "CUDA_VISIBLE_DEVICES", "MASTER_")
+ENV_PREFIXES = (
+    "NCCL_",
+    "TORCH_NCCL_",
+    "TORCH_DISTRIBUTED_",
+    "GLOO_",
+    "UCX_",
+    "CUDA_VISIBLE_DEVICES",
+    "MASTER_",
+)
 """Environment variables kept in results: they change what a measurement means."""
 
 

@@ -14,13 +14,14 @@ Format history (bump ``VERSION`` and add a line when the layout changes)::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import socket
 import tempfile
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,7 @@ class CollectiveRecord:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -165,8 +166,7 @@ class Result:
             raise ResultFormatError(f"{source}: not a fabricscope result (expected a JSON object)")
         if data.get("format") != FORMAT:
             raise ResultFormatError(
-                f"{source}: not a fabricscope result (format is {data.get('format')!r}, "
-                f"expected {FORMAT!r})"
+                f"{source}: not a fabricscope result (format is {data.get('format')!r}, expected {FORMAT!r})"
             )
         version = data.get("version")
         if not isinstance(version, int) or not 1 <= version <= VERSION:
@@ -241,7 +241,5 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
         raise RunError(f"cannot write {target}: {exc.strerror or exc}") from None
     finally:
         if tmp_name is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp_name)
-            except OSError:
-                pass

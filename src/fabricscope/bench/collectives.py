@@ -162,7 +162,11 @@ def _reduce_scatter_layout(count: int, eltsize: int, nranks: int) -> Layout:
 def _alltoall_layout(count: int, eltsize: int, nranks: int) -> Layout:
     base = _aligned_base(count, eltsize, nranks)
     return Layout(
-        count=base, send_count=base * nranks, recv_count=base * nranks, send_inplace_offset=0, recv_inplace_offset=0
+        count=base,
+        send_count=base * nranks,
+        recv_count=base * nranks,
+        send_inplace_offset=0,
+        recv_inplace_offset=0,
     )
 
 
@@ -225,7 +229,9 @@ def _reduction_expected(torch: Any, idx: Any, ctx: Context, seed: int) -> Any:
     return patterns.reduce_expected(torch, idx, ctx.nranks, ctx.redop, ctx.dtype, seed)
 
 
-def _build_all_reduce(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+def _build_all_reduce(
+    torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool
+) -> Plan:
     idx = _arange(torch, layout.count, ctx)
     copy_in = not in_place
 
@@ -307,7 +313,9 @@ def _collective_fn(dist: Any, *names: str) -> Any:
     raise AssertionError(f"torch.distributed has none of {names}")
 
 
-def _build_all_gather(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+def _build_all_gather(
+    torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool
+) -> Plan:
     base = layout.count
     idx = _arange(torch, base, ctx)
     gather_into = _collective_fn(dist, "all_gather_single", "all_gather_into_tensor")
@@ -326,7 +334,9 @@ def _build_all_gather(torch: Any, dist: Any, layout: Layout, send: Any, recv: An
     return Plan(step=step, load=load, expected=expected, output=recv)
 
 
-def _build_reduce_scatter(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+def _build_reduce_scatter(
+    torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool
+) -> Plan:
     base = layout.count
     idx = _arange(torch, base * ctx.nranks, ctx)
     mine = ctx.rank * base + _arange(torch, base, ctx)
@@ -442,43 +452,112 @@ COLLECTIVES: dict[str, Collective] = {
     c.name: c
     for c in (
         Collective(
-            name="all_reduce", title="AllReduce", reduces=True, rooted=False, in_place=True, min_ranks=1,
-            layout=_same, algbw_elements=_per_rank, busbw_factor=_all_reduce_factor, build=_build_all_reduce,
+            name="all_reduce",
+            title="AllReduce",
+            reduces=True,
+            rooted=False,
+            in_place=True,
+            min_ranks=1,
+            layout=_same,
+            algbw_elements=_per_rank,
+            busbw_factor=_all_reduce_factor,
+            build=_build_all_reduce,
         ),
         Collective(
-            name="all_gather", title="AllGather", reduces=False, rooted=False, in_place=True, min_ranks=1,
-            layout=_all_gather_layout, algbw_elements=_times_ranks, busbw_factor=_ring_factor,
+            name="all_gather",
+            title="AllGather",
+            reduces=False,
+            rooted=False,
+            in_place=True,
+            min_ranks=1,
+            layout=_all_gather_layout,
+            algbw_elements=_times_ranks,
+            busbw_factor=_ring_factor,
             build=_build_all_gather,
         ),
         Collective(
-            name="reduce_scatter", title="ReduceScatter", reduces=True, rooted=False, in_place=True, min_ranks=1,
-            layout=_reduce_scatter_layout, algbw_elements=_times_ranks, busbw_factor=_ring_factor,
+            name="reduce_scatter",
+            title="ReduceScatter",
+            reduces=True,
+            rooted=False,
+            in_place=True,
+            min_ranks=1,
+            layout=_reduce_scatter_layout,
+            algbw_elements=_times_ranks,
+            busbw_factor=_ring_factor,
             build=_build_reduce_scatter,
         ),
         Collective(
-            name="broadcast", title="Broadcast", reduces=False, rooted=True, in_place=True, min_ranks=1,
-            layout=_same, algbw_elements=_per_rank, busbw_factor=_one, build=_build_broadcast,
+            name="broadcast",
+            title="Broadcast",
+            reduces=False,
+            rooted=True,
+            in_place=True,
+            min_ranks=1,
+            layout=_same,
+            algbw_elements=_per_rank,
+            busbw_factor=_one,
+            build=_build_broadcast,
         ),
         Collective(
-            name="reduce", title="Reduce", reduces=True, rooted=True, in_place=True, min_ranks=1,
-            layout=_same, algbw_elements=_per_rank, busbw_factor=_one, build=_build_reduce,
+            name="reduce",
+            title="Reduce",
+            reduces=True,
+            rooted=True,
+            in_place=True,
+            min_ranks=1,
+            layout=_same,
+            algbw_elements=_per_rank,
+            busbw_factor=_one,
+            build=_build_reduce,
         ),
         Collective(
-            name="alltoall", title="AlltoAll", reduces=False, rooted=False, in_place=False, min_ranks=1,
-            layout=_alltoall_layout, algbw_elements=_times_ranks, busbw_factor=_ring_factor,
+            name="alltoall",
+            title="AlltoAll",
+            reduces=False,
+            rooted=False,
+            in_place=False,
+            min_ranks=1,
+            layout=_alltoall_layout,
+            algbw_elements=_times_ranks,
+            busbw_factor=_ring_factor,
             build=_build_alltoall,
         ),
         Collective(
-            name="sendrecv", title="SendRecv", reduces=False, rooted=False, in_place=False, min_ranks=2,
-            layout=_same, algbw_elements=_per_rank, busbw_factor=_one, build=_build_sendrecv,
+            name="sendrecv",
+            title="SendRecv",
+            reduces=False,
+            rooted=False,
+            in_place=False,
+            min_ranks=2,
+            layout=_same,
+            algbw_elements=_per_rank,
+            busbw_factor=_one,
+            build=_build_sendrecv,
         ),
         Collective(
-            name="gather", title="Gather", reduces=False, rooted=True, in_place=True, min_ranks=1,
-            layout=_gather_layout, algbw_elements=_times_ranks, busbw_factor=_ring_factor, build=_build_gather,
+            name="gather",
+            title="Gather",
+            reduces=False,
+            rooted=True,
+            in_place=True,
+            min_ranks=1,
+            layout=_gather_layout,
+            algbw_elements=_times_ranks,
+            busbw_factor=_ring_factor,
+            build=_build_gather,
         ),
         Collective(
-            name="scatter", title="Scatter", reduces=False, rooted=True, in_place=True, min_ranks=1,
-            layout=_scatter_layout, algbw_elements=_times_ranks, busbw_factor=_ring_factor, build=_build_scatter,
+            name="scatter",
+            title="Scatter",
+            reduces=False,
+            rooted=True,
+            in_place=True,
+            min_ranks=1,
+            layout=_scatter_layout,
+            algbw_elements=_times_ranks,
+            busbw_factor=_ring_factor,
+            build=_build_scatter,
         ),
     )
 }
@@ -502,9 +581,7 @@ def get(name: str) -> Collective:
     if key.endswith("_perf"):
         key = key[: -len("_perf")]
     if key not in COLLECTIVES:
-        raise UsageError(
-            f"unknown op {name!r}{closest(key, COLLECTIVES)}: allowed are {', '.join(COLLECTIVES)} or all"
-        )
+        raise UsageError(f"unknown op {name!r}{closest(key, COLLECTIVES)}: allowed are {', '.join(COLLECTIVES)} or all")
     return COLLECTIVES[key]
 
 

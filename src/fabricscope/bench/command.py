@@ -40,7 +40,9 @@ def add_parser(subparsers: Any) -> None:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("ops", nargs="*", metavar="OP", help="collectives to run (default all_reduce; 'all' for every op)")
+    parser.add_argument(
+        "ops", nargs="*", metavar="OP", help="collectives to run (default all_reduce; 'all' for every op)"
+    )
     sizes = parser.add_argument_group("sizes (nccl-tests flags; K/M/G are binary)")
     sizes.add_argument("-b", "--minbytes", default="8", help="first size (default 8)")
     sizes.add_argument("-e", "--maxbytes", default="32M", help="last size (default 32M)")
@@ -60,7 +62,9 @@ def add_parser(subparsers: Any) -> None:
     launching.add_argument("--nproc", default=None, help="local ranks to spawn when no launcher is used (default 2)")
     launching.add_argument("--backend", default="auto", help="auto (NCCL on CUDA, else gloo), gloo or nccl")
     launching.add_argument("-T", "--timeout", default="300", help="seconds any collective may take (default 300)")
-    launching.add_argument("--master-addr", default=None, help="rendezvous host (default MASTER_ADDR or the launcher's)")
+    launching.add_argument(
+        "--master-addr", default=None, help="rendezvous host (default MASTER_ADDR or the launcher's)"
+    )
     launching.add_argument("--master-port", default=None, help="rendezvous port (default MASTER_PORT or derived)")
     launching.add_argument("--json", default=None, metavar="FILE", help="write a Result (rewritten after every row)")
     launching.add_argument("--csv", default=None, metavar="FILE", help="write a flat CSV table")
@@ -148,8 +152,13 @@ def run(args: argparse.Namespace) -> int:
     master_addr = config.master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
     launch.check_master_reachable(
         launch.World(
-            rank=0, world_size=config.nproc, local_rank=0, local_world_size=config.nproc,
-            master_addr=master_addr, master_port=config.master_port or 1, launcher="spawn",
+            rank=0,
+            world_size=config.nproc,
+            local_rank=0,
+            local_world_size=config.nproc,
+            master_addr=master_addr,
+            master_port=config.master_port or 1,
+            launcher="spawn",
         ),
         1.0,
     )

@@ -87,9 +87,7 @@ class BenchConfig:
         _at_least(self.root, 0, "-r (root)")
         _at_least(self.nproc, 1, "--nproc")
         if self.average not in AVERAGE_MODES:
-            raise UsageError(
-                f"-a (average) must be one of 0 (rank 0), 1 (avg), 2 (min), 3 (max); got {self.average}"
-            )
+            raise UsageError(f"-a (average) must be one of 0 (rank 0), 1 (avg), 2 (min), 3 (max); got {self.average}")
         if self.backend not in BACKENDS:
             raise UsageError(f"unknown backend {self.backend!r}: allowed are {', '.join(BACKENDS)}")
         if not self.timeout_s > 0:
@@ -120,8 +118,7 @@ class BenchConfig:
         rooted = [op for op in self.ops if collectives.get(op).rooted]
         if rooted and self.root >= world_size:
             raise UsageError(
-                f"-r (root) {self.root} is not a rank of this {world_size}-rank world "
-                f"(allowed 0 to {world_size - 1})"
+                f"-r (root) {self.root} is not a rank of this {world_size}-rank world (allowed 0 to {world_size - 1})"
             )
         for op in self.ops:
             need = collectives.get(op).min_ranks

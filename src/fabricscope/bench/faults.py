@@ -17,7 +17,9 @@ the rank exits rather than linger.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -59,6 +61,7 @@ class Heartbeat:
         peers: Sequence[Peer],
         interval_s: float = 0.5,
         store_host_rank: int | None = 0,
+        store_address: tuple[str, int] | None = None,
         on_stall: Callable[[str], None] | None = None,
     ) -> None:
         self._store_factory = store_factory
@@ -66,6 +69,7 @@ class Heartbeat:
         self._peers = list(peers)
         self._interval = interval_s
         self._store_host_rank = store_host_rank
+        self._store_address = store_address
         self._on_stall = on_stall
         self._progress = 0
         self._phase = "starting"
@@ -74,6 +78,8 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._run, name="fabricscope-heartbeat", daemon=True)
         self._parent_pid = int(os.environ.get("FABRICSCOPE_PARENT_PID", "0") or 0)
         self._store: Any = None
+        self._lock = threading.Lock()
+        self._left = False
 
     # --- main-thread API -----------------------------------------------------
 
@@ -101,10 +107,22 @@ class Heartbeat:
     def phase(self) -> str:
         return self._phase
 
+    def mark_stopped(self) -> None:
+        """Tell the others this rank leaves because it was asked to (Ctrl-C, SIGTERM)."""
+        self._stop.set()
+        with contextlib.suppress(Exception):
+            self._beat(-1)
+
     # --- thread ------------------------------------------------------------------
 
-    def _beat(self) -> None:
-        self._store.set(f"{_PREFIX}{self._rank}", f"{time.time():.3f} {self._progress}")
+    def _beat(self, progress: int | None = None) -> None:
+        with self._lock:
+            if self._left:
+                return
+            if progress is not None and progress < 0:
+                self._left = True
+            value = self._progress if progress is None else progress
+            self._store.set(f"{_PREFIX}{self._rank}", f"{time.time():.3f} {value}")
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
@@ -114,8 +132,11 @@ class Heartbeat:
             if deadline is not None and time.monotonic() > deadline and self._on_stall is not None:
                 self._on_stall(f"rank {self._rank} stayed in {self._phase} past its deadline")
                 os._exit(1)
-            with contextlib.suppress(Exception):
+            try:
                 self._beat()
+            except Exception:
+                # The store is gone (its host died): stop beating; diagnose() will say so.
+                return
 
     # --- after a failure --------------------------------------------------------
 
@@ -134,22 +155,24 @@ class Heartbeat:
             if beats is None:
                 return self._store_lost()
             now = time.time()
+            # A progress of -1 means the rank left on purpose (it was interrupted).
             stale = [
-                (peer, now - beats[peer.rank][0])
+                (peer, now - beats[peer.rank][0] if peer.rank in beats else math.inf)
                 for peer in self._peers
-                if peer.rank != self._rank and (peer.rank not in beats or now - beats[peer.rank][0] > stale_after)
+                if peer.rank != self._rank
+                and (peer.rank not in beats or (now - beats[peer.rank][0] > stale_after and beats[peer.rank][1] >= 0))
             ]
             if stale:
                 return "; ".join(
                     f"rank {p.rank} (pid {p.pid} on {p.host}) stopped responding "
-                    f"(no heartbeat for {age:.1f} s)"
+                    + (f"(no heartbeat for {age:.1f} s)" if math.isfinite(age) else "(it never sent a heartbeat)")
                     for p, age in stale
                 )
             if time.monotonic() >= deadline:
                 break
             time.sleep(self._interval / 2)
         mine = self._progress
-        behind = [p for p in self._peers if p.rank != self._rank and beats[p.rank][1] < mine]
+        behind = [p for p in self._peers if p.rank != self._rank and 0 <= beats[p.rank][1] < mine]
         if behind:
             return "; ".join(
                 f"rank {p.rank} (pid {p.pid} on {p.host}) is alive but stuck behind the others "
@@ -168,8 +191,15 @@ class Heartbeat:
 
     def _read_beats(self) -> dict[int, tuple[float, int]] | None:
         beats: dict[int, tuple[float, int]] = {}
+        if self._store_address is not None:
+            # A plain connect fails at once on a dead host's port, where a store
+            # client would retry (and log) until its timeout.
+            try:
+                socket.create_connection(self._store_address, timeout=1.0).close()
+            except OSError:
+                return None
         try:
-            client = self._store_factory(2.0)
+            client = self._store_factory(1.0)
             for peer in self._peers:
                 key = f"{_PREFIX}{peer.rank}"
                 if not client.check([key]):
@@ -187,8 +217,11 @@ def make_store_factory(master_addr: str, master_port: int) -> Callable[[float], 
     def factory(timeout_s: float) -> Any:
         import torch.distributed as dist
 
-        return dist.TCPStore(
-            master_addr, master_port, is_master=False, timeout=timedelta(seconds=timeout_s),
+        return dist.TCPStore(  # type: ignore[attr-defined]
+            master_addr,
+            master_port,
+            is_master=False,
+            timeout=timedelta(seconds=timeout_s),
             wait_for_workers=False,
         )
 

@@ -42,7 +42,7 @@ __all__ = [
 
 DEFAULT_PORT = 29500
 _PORT_BASE, _PORT_SPAN = 20000, 20000
-_STRAGGLER_S = 3.0
+_STRAGGLER_S = 6.0
 """Seconds other ranks get to exit once rank 0, which keeps the results, has."""
 
 
@@ -87,9 +87,16 @@ def detect(
         local_rank = _int(env, "LOCAL_RANK")
         local_size = _int(env, "LOCAL_WORLD_SIZE")
         return _world(
-            rank, size, local_rank if local_rank is not None else rank, local_size or size,
-            launcher=launcher, env=env, master_addr=master_addr, master_port=master_port,
-            default_addr=None, default_port=DEFAULT_PORT,
+            rank,
+            size,
+            local_rank if local_rank is not None else rank,
+            local_size or size,
+            launcher=launcher,
+            env=env,
+            master_addr=master_addr,
+            master_port=master_port,
+            default_addr=None,
+            default_port=DEFAULT_PORT,
             agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
         )
     rank, size = _int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE")
@@ -98,9 +105,16 @@ def detect(
         local_size = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE") or 1
         job = env.get("OMPI_MCA_ess_base_jobid") or env.get("PMIX_NAMESPACE") or "ompi"
         return _world(
-            rank, size, local_rank, local_size, launcher="mpirun", env=env,
-            master_addr=master_addr, master_port=master_port,
-            default_addr="127.0.0.1" if local_size == size else None, default_port=_port_from(job),
+            rank,
+            size,
+            local_rank,
+            local_size,
+            launcher="mpirun",
+            env=env,
+            master_addr=master_addr,
+            master_port=master_port,
+            default_addr="127.0.0.1" if local_size == size else None,
+            default_port=_port_from(job),
         )
     rank, size = _int(env, "PMI_RANK"), _int(env, "PMI_SIZE")
     if rank is not None and size is not None:
@@ -108,9 +122,16 @@ def detect(
         local_size = _int(env, "MPI_LOCALNRANKS") or 1
         job = env.get("PMI_JOBID") or env.get("PMI_KVSNAME") or "pmi"
         return _world(
-            rank, size, local_rank, local_size, launcher="pmi", env=env,
-            master_addr=master_addr, master_port=master_port,
-            default_addr="127.0.0.1" if local_size == size else None, default_port=_port_from(job),
+            rank,
+            size,
+            local_rank,
+            local_size,
+            launcher="pmi",
+            env=env,
+            master_addr=master_addr,
+            master_port=master_port,
+            default_addr="127.0.0.1" if local_size == size else None,
+            default_port=_port_from(job),
         )
     rank = _int(env, "SLURM_PROCID")
     size = _int(env, "SLURM_NTASKS") or _int(env, "SLURM_NPROCS")
@@ -123,9 +144,16 @@ def detect(
         local_size = _slurm_local_size(env, size, len(hosts))
         job = f"{env.get('SLURM_JOB_ID', 'slurm')}.{step}"
         return _world(
-            rank, size, local_rank, local_size, launcher="slurm", env=env,
-            master_addr=master_addr, master_port=master_port,
-            default_addr=hosts[0] if hosts else None, default_port=_port_from(job),
+            rank,
+            size,
+            local_rank,
+            local_size,
+            launcher="slurm",
+            env=env,
+            master_addr=master_addr,
+            master_port=master_port,
+            default_addr=hosts[0] if hosts else None,
+            default_port=_port_from(job),
         )
     return None
 
@@ -164,8 +192,14 @@ def _world(
     if not 0 < port < 65536:
         raise UsageError(f"MASTER_PORT must be between 1 and 65535, got {port}")
     return World(
-        rank=rank, world_size=size, local_rank=local_rank, local_world_size=local_size,
-        master_addr=addr, master_port=port, launcher=launcher, agent_store=agent_store,
+        rank=rank,
+        world_size=size,
+        local_rank=local_rank,
+        local_world_size=local_size,
+        master_addr=addr,
+        master_port=port,
+        launcher=launcher,
+        agent_store=agent_store,
     )
 
 
@@ -225,7 +259,9 @@ def check_master_reachable(world: World, timeout_s: float) -> None:
     try:
         socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
-        raise UsageError(f"MASTER_ADDR {addr!r} does not resolve ({exc.strerror}): give rank 0's host name or IP") from None
+        raise UsageError(
+            f"MASTER_ADDR {addr!r} does not resolve ({exc.strerror}): give rank 0's host name or IP"
+        ) from None
     hosts_store = world.rank == 0 and not world.agent_store
     if hosts_store:
         if not _is_local_address(addr):
@@ -286,14 +322,21 @@ def spawn(
     for rank in range(nproc):
         env = dict(base_env)
         env.update(
-            RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(nproc),
-            MASTER_ADDR=addr, MASTER_PORT=str(port), FABRICSCOPE_LAUNCHER="spawn",
+            RANK=str(rank),
+            WORLD_SIZE=str(nproc),
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=str(nproc),
+            MASTER_ADDR=addr,
+            MASTER_PORT=str(port),
+            FABRICSCOPE_LAUNCHER="spawn",
             FABRICSCOPE_PARENT_PID=str(os.getpid()),
         )
         env.pop("TORCHELASTIC_RUN_ID", None)
         children.append(
             subprocess.Popen(
-                [sys.executable, "-m", *module_args], env=env, start_new_session=True,
+                [sys.executable, "-m", *module_args],
+                env=env,
+                start_new_session=True,
                 preexec_fn=_set_parent_death_signal,
             )
         )
@@ -350,7 +393,9 @@ def _supervise(children: list[subprocess.Popen[bytes]], host: str, grace_s: floa
                 with contextlib.suppress(ProcessLookupError):
                     child.kill()
             names = ", ".join(f"rank {children.index(c)} (pid {c.pid})" for c in running)
-            sys.stderr.write(f"error: {names} did not stop after the failure and {'was' if len(running) == 1 else 'were'} killed\n")
+            sys.stderr.write(
+                f"error: {names} did not stop after the failure and {'was' if len(running) == 1 else 'were'} killed\n"
+            )
             _reap(children, 5.0)
             break
         time.sleep(0.05)

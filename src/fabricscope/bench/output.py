@@ -26,8 +26,23 @@ from fabricscope.results import CollectiveRecord, Result, atomic_write_text
 __all__ = ["CSV_FIELDS", "Output"]
 
 CSV_FIELDS = (
-    "op", "size_bytes", "count", "dtype", "redop", "root", "placement", "time_us", "algbw_gbps",
-    "busbw_gbps", "wrong", "min_us", "p50_us", "p99_us", "max_us", "ranks", "backend",
+    "op",
+    "size_bytes",
+    "count",
+    "dtype",
+    "redop",
+    "root",
+    "placement",
+    "time_us",
+    "algbw_gbps",
+    "busbw_gbps",
+    "wrong",
+    "min_us",
+    "p50_us",
+    "p99_us",
+    "max_us",
+    "ranks",
+    "backend",
 )
 
 
@@ -160,13 +175,16 @@ class Output:
             sys.stderr.write(f"warning: {message}; measuring goes on and the table on stdout keeps every row\n")
 
     def _start_progress(self, total: int) -> None:
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        from rich.console import Console
-
         self._progress = Progress(
-            TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=Console(file=sys.stderr), transient=True,
+            TextColumn("bench"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(file=sys.stderr),
+            transient=True,
         )
         self._task = self._progress.add_task("rows", total=total)
         self._progress.start()

@@ -54,8 +54,10 @@ def reduce_input(torch: Any, idx: Any, rank: int, nranks: int, redop: str, dtype
         values = torch.ones_like(idx)
         values[(owner == rank) & (((idx + seed) % 3) == 0)] = 2
     elif redop == "avg":
-        values = 1 + a
-        if nranks > 1:
+        # With more ranks than the type can sum exactly (bf16 beyond ~125 ranks),
+        # the base is 0: floats keep the +1/-1 pair, integers hold zeros.
+        values = 1 + a if _avg_fits(dtype, nranks) else torch.zeros_like(a)
+        if nranks > 1 and (_avg_fits(dtype, nranks) or dtype.is_float):
             spot = (idx + seed) % nranks
             values = values + (spot == rank).to(idx.dtype) - (((spot + 1) % nranks) == rank).to(idx.dtype)
     else:  # pragma: no cover - parse_redops guards this
@@ -85,10 +87,15 @@ def reduce_expected(torch: Any, idx: Any, nranks: int, redop: str, dtype: DType,
     elif redop == "prod":
         values = torch.where(((idx + seed) % 3) == 0, torch.full_like(a, 2), torch.ones_like(a))
     elif redop == "avg":
-        values = 1 + a
+        values = 1 + a if _avg_fits(dtype, nranks) else torch.zeros_like(a)
     else:  # pragma: no cover
         raise AssertionError(redop)
     return values.to(getattr(torch, dtype.torch_name))
+
+
+def _avg_fits(dtype: DType, nranks: int) -> bool:
+    """Whether sums of n values of up to M+1 (M >= 1) stay exact in this type."""
+    return (dtype.exact_limit - 1) // max(nranks, 1) - 1 >= 1
 
 
 def plain_value(torch: Any, idx: Any, rank: Any, dtype: DType, seed: int) -> Any:

@@ -21,7 +21,7 @@ from fabricscope.bench.dtypes import DTYPES, DType
 from fabricscope.bench.faults import Heartbeat
 from fabricscope.results import CollectiveRecord
 
-__all__ = ["CollectiveFailed", "Interrupted", "Sweep", "StopFlag"]
+__all__ = ["CollectiveFailed", "Interrupted", "StopFlag", "Sweep"]
 
 
 class Interrupted(Exception):
@@ -117,8 +117,14 @@ class Sweep:
                 reduce_op = self.dist.ReduceOp.SUM
                 avg_divisor = self.nranks
         return Context(
-            rank=self.rank, nranks=self.nranks, root=self.config.root if op.rooted else -1, dtype=dtype,
-            redop=redop, reduce_op=reduce_op, avg_divisor=avg_divisor, device=self.device,
+            rank=self.rank,
+            nranks=self.nranks,
+            root=self.config.root if op.rooted else -1,
+            dtype=dtype,
+            redop=redop,
+            reduce_op=reduce_op,
+            avg_divisor=avg_divisor,
+            device=self.device,
         )
 
     def _allocate(self, layouts: list[Layout], dtype: DType) -> tuple[Any, Any]:
@@ -144,11 +150,11 @@ class Sweep:
             out = recv.narrow(0, 0, layout.recv_count)
         return op.build(self.torch, self.dist, layout, inp, out, ctx, in_place)
 
-    def _guarded(self, phase: str, calls: int, fn: Callable[[], Any]) -> Any:
-        """Run ``fn`` as one watched phase of ``calls`` collectives."""
+    def _guarded(self, phase: str, calls: int, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` as one watched phase of ``calls`` collectives."""
         self.heartbeat.enter(phase, self.config.timeout_s * max(calls, 1) + 10.0)
         try:
-            result = fn()
+            result = fn(*args)
         except Interrupted:
             raise
         except RuntimeError as exc:  # the backend's way to report a dead peer or a timeout
@@ -167,14 +173,13 @@ class Sweep:
             return
         for size, layout in layouts.items():
             plan = self._plan(op, layout, send, recv, ctx, in_place=False)
+            self._guarded(f"warmup {op.name} {size} B", self.config.warmup_iters, self._repeat, plan)
 
-            def run(plan: Plan = plan) -> None:
-                plan.load(0)
-                for _ in range(self.config.warmup_iters):
-                    plan.step()
-                self._sync()
-
-            self._guarded(f"warmup {op.name} {size} B", self.config.warmup_iters, run)
+    def _repeat(self, plan: Plan) -> None:
+        plan.load(0)
+        for _ in range(self.config.warmup_iters):
+            plan.step()
+        self._sync()
 
     def _row(
         self, op: Collective, size: int, layout: Layout, send: Any, recv: Any, ctx: Context
@@ -186,20 +191,26 @@ class Sweep:
             placement = "in" if in_place else "out"
             plan = self._plan(op, layout, send, recv, ctx, in_place)
             label = f"{op.name} {size} B {ctx.dtype.name} {'in-place' if in_place else 'out-of-place'}"
-            mean_s, samples = self._guarded(label, self.config.iters + 2, lambda plan=plan: self._time(plan))
-            mean_s, samples = self._guarded(f"{label} (combining times)", 1, lambda: self._combine(mean_s, samples))
+            mean_s, samples = self._guarded(label, self.config.iters + 2, self._time, plan)
+            mean_s, samples = self._guarded(f"{label} (combining times)", 1, self._combine, mean_s, samples)
             wrong = None
             if self.config.check:
                 tolerant = ctx.redop == "avg" and ctx.dtype.is_float
-                wrong = self._guarded(
-                    f"{label} (check)", 2 * self.config.check, lambda plan=plan: self._check(plan, tolerant)
-                )
+                wrong = self._guarded(f"{label} (check)", 2 * self.config.check, self._check, plan, tolerant)
             algbw, busbw = op.bandwidths(layout, ctx.dtype.size, self.nranks, mean_s)
             records.append(
                 CollectiveRecord(
-                    op=op.name, size_bytes=op.size_bytes(layout, ctx.dtype.size), count=layout.count,
-                    dtype=ctx.dtype.name, redop=ctx.redop, root=ctx.root, placement=placement,
-                    time_us=mean_s * 1e6, algbw_gbps=algbw, busbw_gbps=busbw, wrong=wrong,
+                    op=op.name,
+                    size_bytes=op.size_bytes(layout, ctx.dtype.size),
+                    count=layout.count,
+                    dtype=ctx.dtype.name,
+                    redop=ctx.redop,
+                    root=ctx.root,
+                    placement=placement,
+                    time_us=mean_s * 1e6,
+                    algbw_gbps=algbw,
+                    busbw_gbps=busbw,
+                    wrong=wrong,
                     samples_us=[s * 1e6 for s in samples],
                 )
             )
@@ -279,4 +290,3 @@ def count_wrong(torch: Any, output: Any, expected: Any, tolerant: bool) -> int:
         ok = torch.isclose(output.double(), expected.double(), rtol=2 * eps, atol=0.0)
         return int((~ok).sum().item())
     return int((output != expected).sum().item())
-

@@ -48,9 +48,22 @@ def header_lines() -> list[str]:
         "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "
         % ("", "", "", "", ""),
         columns
-        % ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"),
-        columns
-        % ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""),
+        % (
+            "size",
+            "count",
+            "type",
+            "redop",
+            "root",
+            "time",
+            "algbw",
+            "busbw",
+            "#wrong",
+            "time",
+            "algbw",
+            "busbw",
+            "#wrong",
+        ),
+        columns % ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""),
     ]
 
 
@@ -91,7 +104,14 @@ def pair_rows(records: Iterable[Mapping[str, Any]]) -> list[Row]:
     """Group records by (size, count, dtype, redop, root) into rows, in first-seen order."""
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for record in records:
-        key = (record["op"], record["size_bytes"], record["count"], record["dtype"], record["redop"], record["root"])
+        key = (
+            record["op"],
+            record["size_bytes"],
+            record["count"],
+            record["dtype"],
+            record["redop"],
+            record["root"],
+        )
         slot = rows.setdefault(key, {"out": None, "in": None})
         slot[record["placement"]] = record
     return [

@@ -32,13 +32,14 @@ CONFIG_VARIABLE = "FABRICSCOPE_BENCH_CONFIG"
 
 
 def _import_torch() -> tuple[Any, Any]:
+    # c10d logs every failed store call with a C++ stack trace; a dead peer is
+    # reported once, by us, in one line.  A user's own setting wins.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     try:
         import torch
         import torch.distributed as dist
     except ImportError:
-        raise MissingDependencyError(
-            "fabricscope bench needs torch: pip install 'fabricscope[torch]'"
-        ) from None
+        raise MissingDependencyError("fabricscope bench needs torch: pip install 'fabricscope[torch]'") from None
     if not dist.is_available():
         raise MissingDependencyError("this torch build has no torch.distributed support")
     return torch, dist
@@ -93,21 +94,23 @@ def _finish_process(code: int) -> None:
 def run_rank(config: BenchConfig, world: launch.World) -> int:
     """Run this rank's part of the benchmark; return its exit code.
 
-    Usage errors found identically by every rank are printed by rank 0 only.
+    Usage errors that every rank finds identically (the config against the
+    world size) are printed by rank 0 only; the others by the rank that saw them.
     """
     try:
-        return _run(config, world)
+        config.check_root(world.world_size)
     except UsageError as exc:
         if world.rank == 0:
             _say(0, f"error: {exc}")
         return exc.exit_code
+    try:
+        return _run(config, world)
     except FabricscopeError as exc:
         _say(world.rank, f"error: {exc}")
         return exc.exit_code
 
 
 def _run(config: BenchConfig, world: launch.World) -> int:
-    config.check_root(world.world_size)
     launch.check_master_reachable(world, min(config.timeout_s, 60.0))
     torch, dist = _import_torch()
     backend = _backend(config.backend, torch)
@@ -125,12 +128,19 @@ def _run(config: BenchConfig, world: launch.World) -> int:
     hosts_store = world.rank == 0 and not world.agent_store
     try:
         store = dist.TCPStore(
-            world.master_addr, world.master_port, world.world_size, is_master=hosts_store, timeout=timeout,
+            world.master_addr,
+            world.master_port,
+            world.world_size,
+            is_master=hosts_store,
+            timeout=timeout,
             wait_for_workers=False,
         )
         dist.init_process_group(
-            backend, store=dist.PrefixStore("fabricscope/pg", store), rank=world.rank,
-            world_size=world.world_size, timeout=timeout,
+            backend,
+            store=dist.PrefixStore("fabricscope/pg", store),
+            rank=world.rank,
+            world_size=world.world_size,
+            timeout=timeout,
         )
     except (RuntimeError, ValueError) as exc:
         if stop.is_set:
@@ -140,7 +150,12 @@ def _run(config: BenchConfig, world: launch.World) -> int:
             f"{describe_exception(exc)}"
         ) from None
 
-    me = Peer(rank=world.rank, host=socket.gethostname(), pid=os.getpid(), device=_device_label(device, torch, world.local_rank))
+    me = Peer(
+        rank=world.rank,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        device=_device_label(device, torch, world.local_rank),
+    )
     gathered: list[Any] = [None] * world.world_size
     try:
         dist.all_gather_object(gathered, [me.rank, me.host, me.pid, me.device])
@@ -158,7 +173,11 @@ def _run(config: BenchConfig, world: launch.World) -> int:
             with contextlib.suppress(Exception):
                 env["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
         output = Output(
-            config=config, peers=peers, backend=backend, launcher=world.launcher, env=env,
+            config=config,
+            peers=peers,
+            backend=backend,
+            launcher=world.launcher,
+            env=env,
             progress_total=_row_count(config) if config.run_cycles else 0,
         )
 
@@ -172,12 +191,20 @@ def _run(config: BenchConfig, world: launch.World) -> int:
         rank=world.rank,
         peers=peers,
         store_host_rank=None if world.agent_store else 0,
+        store_address=(world.master_addr, world.master_port),
         on_stall=on_stall,
     )
     heartbeat.start()
     sweep = Sweep(
-        torch=torch, dist=dist, config=config, rank=world.rank, world_size=world.world_size,
-        backend=backend, device=device, heartbeat=heartbeat, stop=stop,
+        torch=torch,
+        dist=dist,
+        config=config,
+        rank=world.rank,
+        world_size=world.world_size,
+        backend=backend,
+        device=device,
+        heartbeat=heartbeat,
+        stop=stop,
     )
     wrong_total = 0
     try:
@@ -192,11 +219,11 @@ def _run(config: BenchConfig, world: launch.World) -> int:
             if output is not None:
                 output.end_op(op)
     except Interrupted:
-        return _stop_interrupted(world, output)
+        return _stop_interrupted(world, output, heartbeat)
     except CollectiveFailed as failure:
-        if stop.is_set:
-            return _stop_interrupted(world, output)
         culprit = heartbeat.diagnose()
+        if stop.is_set and not culprit:
+            return _stop_interrupted(world, output, heartbeat)
         reason = culprit or describe_exception(failure.cause)
         message = f"{reason}, during {failure.phase}"
         if culprit:
@@ -224,7 +251,8 @@ def _run(config: BenchConfig, world: launch.World) -> int:
     return code
 
 
-def _stop_interrupted(world: launch.World, output: Any) -> int:
+def _stop_interrupted(world: launch.World, output: Any, heartbeat: Heartbeat) -> int:
+    heartbeat.mark_stopped()
     if output is not None:
         output.finish("interrupted", "interrupted by a signal")
         where = f" in {output.config.json_path}" if output.config.json_path else ""

@@ -1,0 +1,102 @@
+"""Shared test helpers: run the real CLI in a subprocess, watch its processes, parse its table.
+
+Imported as ``from helpers import ...`` (pytest puts ``tests/`` on the path).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a CLI subprocess, free of launcher variables of the test runner."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "OMPI_", "PMI_", "PMIX_", "SLURM_"))
+        and k not in {"TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "FABRICSCOPE_LAUNCHER"}
+    }
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def run_cli(
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 180,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fabricscope", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(env),
+        cwd=cwd,
+    )
+
+
+def start_cli(args: Sequence[str], *, env: Mapping[str, str] | None = None, **kwargs: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fabricscope", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(env),
+        **kwargs,
+    )
+
+
+def table_rows(stdout: str) -> list[list[str]]:
+    """Data lines of the nccl-tests table, split into columns."""
+    return [line.split() for line in stdout.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def wait_for_records(path: Path, count: int, timeout: float = 120) -> dict[str, Any]:
+    """Poll a result file written as rows complete until it holds ``count`` records."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = None
+        if data and len(data["records"]) >= count:
+            return data
+        time.sleep(0.2)
+    raise AssertionError(f"{path} did not reach {count} records in {timeout} s")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def assert_gone(pids: Sequence[int], within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not any(alive(p) for p in pids):
+            return
+        time.sleep(0.1)
+    left = [p for p in pids if alive(p)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    raise AssertionError(f"processes still running: {left}")

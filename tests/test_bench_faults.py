@@ -1,0 +1,148 @@
+"""Faults with real processes: a rank killed or frozen, Ctrl-C, a full disk, under spawn and torchrun.
+
+Each test checks that the run ends within the collective timeout plus a few
+seconds, names the rank and host at fault, keeps every row measured before,
+and leaves no process behind.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fabricscope.results import load
+from helpers import alive, assert_gone, cli_env, start_cli, table_rows, wait_for_records
+
+pytestmark = pytest.mark.multiprocess
+
+TIMEOUT_S = 6
+ENDLESS = ["bench", "-b", "256K", "-e", "256K", "-N", "0", "--timeout", str(TIMEOUT_S)]
+
+
+def _rank_pids(data):
+    return {r["rank"]: r["pid"] for r in data["host"]["ranks"]}
+
+
+def _wait_exit(proc, within):
+    start = time.monotonic()
+    stdout, stderr = proc.communicate(timeout=within)
+    return time.monotonic() - start, stdout, stderr
+
+
+@pytest.mark.parametrize("victim", [1, 0])
+def test_killed_rank_is_named_and_rows_are_kept(tmp_path, victim):
+    out = tmp_path / "k.json"
+    proc = start_cli([*ENDLESS, "--json", str(out)])
+    data = wait_for_records(out, 6)
+    pids = _rank_pids(data)
+    os.kill(pids[victim], signal.SIGKILL)
+    elapsed, stdout, stderr = _wait_exit(proc, TIMEOUT_S + 30)
+    assert proc.returncode != 0
+    assert elapsed < TIMEOUT_S + 10, (elapsed, stderr)
+    host = socket.gethostname()
+    assert f"rank {victim} (pid {pids[victim]} on {host}) was killed by SIGKILL" in stderr
+    if victim == 1:
+        assert f"rank 1 (pid {pids[1]} on {host}) stopped responding" in stderr
+        result = load(out)
+        assert result.status == "failed" and "rank 1" in result.error
+    else:
+        assert "rank 0" in stderr and "rendezvous store" in stderr
+        result = load(out)  # rank 0 died mid-run: the file still holds every row it finished
+    assert len(result.records) >= 6
+    assert len(table_rows(stdout)) * 2 >= len(result.records)
+    assert "Traceback" not in stderr
+    assert_gone(list(pids.values()))
+
+
+def test_frozen_rank_is_named_within_the_timeout(tmp_path):
+    out = tmp_path / "h.json"
+    proc = start_cli([*ENDLESS, "--json", str(out)])
+    data = wait_for_records(out, 4)
+    pids = _rank_pids(data)
+    os.kill(pids[1], signal.SIGSTOP)
+    try:
+        elapsed, _, stderr = _wait_exit(proc, TIMEOUT_S + 40)
+    finally:
+        if alive(pids[1]):
+            os.kill(pids[1], signal.SIGKILL)
+    assert proc.returncode == 1
+    assert elapsed < TIMEOUT_S + 10, (elapsed, stderr)
+    assert f"rank 1 (pid {pids[1]} on {socket.gethostname()}) stopped responding" in stderr
+    result = load(out)
+    assert result.status == "failed"
+    assert len(result.records) >= 4
+    assert_gone(list(pids.values()))
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_rows(tmp_path):
+    out = tmp_path / "i.json"
+    proc = start_cli([*ENDLESS, "--json", str(out)])
+    data = wait_for_records(out, 4)
+    pids = _rank_pids(data)
+    proc.send_signal(signal.SIGINT)
+    _, stdout, stderr = _wait_exit(proc, 30)
+    assert proc.returncode == 130, stderr
+    result = load(out)
+    assert result.status == "interrupted"
+    assert len(result.records) >= 4
+    assert len(table_rows(stdout)) * 2 == len(result.records)
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert_gone(list(pids.values()))
+
+
+def test_killed_rank_under_torchrun(tmp_path):
+    out = tmp_path / "t.json"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [
+        str(Path(sys.executable).parent / "torchrun"),
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(port),
+        "-m",
+        "fabricscope",
+        *ENDLESS,
+        "--json",
+        str(out),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+    data = wait_for_records(out, 4)
+    pids = _rank_pids(data)
+    os.kill(pids[1], signal.SIGKILL)
+    elapsed, _, stderr = _wait_exit(proc, TIMEOUT_S + 60)
+    assert proc.returncode != 0
+    assert elapsed < TIMEOUT_S + 35, elapsed  # torchrun adds its own monitoring interval
+    assert "rank 1" in stderr or "local_rank: 1" in stderr
+    result = load(out)
+    assert len(result.records) >= 4
+    assert_gone(list(pids.values()))
+
+
+def test_full_disk_keeps_the_last_good_file_and_every_row_on_stdout(tmp_path):
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12k", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        out = mount / "r.json"
+        proc = start_cli(["bench", "-b", "8", "-e", "1M", "-n", "5", "--json", str(out)])
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 1
+        assert len(table_rows(stdout)) == 18  # 8 B .. 1 MiB: nothing lost on stdout
+        warnings = [line for line in stderr.splitlines() if line.startswith("warning:")]
+        assert len(warnings) == 1 and "No space left on device" in warnings[0]
+        assert stderr.strip().splitlines()[-1].startswith("error: cannot write")
+        kept = json.loads(out.read_text())  # the last complete version, never a torn file
+        assert 0 < len(kept["records"]) < 36
+        assert [p.name for p in mount.iterdir()] == ["r.json"]  # no temporary files left
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

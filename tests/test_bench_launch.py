@@ -1,0 +1,121 @@
+"""Which world a launcher put us in, from the variables each launcher really sets."""
+
+import pytest
+
+from fabricscope.bench.launch import detect, expand_hostlist
+from fabricscope.errors import UsageError
+
+
+def test_no_launcher():
+    assert detect({}) is None
+    assert detect({"PATH": "/usr/bin", "MASTER_ADDR": "10.0.0.1"}) is None
+
+
+def test_torchrun():
+    env = {
+        "RANK": "3",
+        "WORLD_SIZE": "8",
+        "LOCAL_RANK": "3",
+        "LOCAL_WORLD_SIZE": "4",
+        "MASTER_ADDR": "node1",
+        "MASTER_PORT": "29400",
+        "TORCHELASTIC_RUN_ID": "abc",
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+    }
+    world = detect(env)
+    assert world is not None
+    assert (world.rank, world.world_size, world.local_rank, world.local_world_size) == (3, 8, 3, 4)
+    assert (world.master_addr, world.master_port, world.launcher, world.agent_store) == (
+        "node1",
+        29400,
+        "torchrun",
+        True,
+    )
+
+
+def test_flags_override_environment():
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "a", "MASTER_PORT": "1000"}
+    world = detect(env, master_addr="b", master_port=2000)
+    assert world is not None and (world.master_addr, world.master_port) == ("b", 2000)
+
+
+def test_open_mpi_single_node_defaults_to_loopback_and_a_job_port():
+    env = {
+        "OMPI_COMM_WORLD_RANK": "1",
+        "OMPI_COMM_WORLD_SIZE": "2",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+        "OMPI_MCA_ess_base_jobid": "1741881345",
+    }
+    first, second = detect(env), detect(dict(env, OMPI_COMM_WORLD_RANK="0", OMPI_COMM_WORLD_LOCAL_RANK="0"))
+    assert first is not None and second is not None
+    assert first.launcher == "mpirun" and first.master_addr == "127.0.0.1"
+    assert first.master_port == second.master_port
+    assert 20000 <= first.master_port < 40000
+    other_job = detect(dict(env, OMPI_MCA_ess_base_jobid="99"))
+    assert other_job is not None and other_job.master_port != first.master_port
+
+
+def test_open_mpi_across_nodes_needs_master_addr():
+    env = {
+        "OMPI_COMM_WORLD_RANK": "5",
+        "OMPI_COMM_WORLD_SIZE": "16",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "5",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "8",
+    }
+    with pytest.raises(UsageError, match="MASTER_ADDR"):
+        detect(env)
+    world = detect(dict(env, MASTER_ADDR="node1"))
+    assert world is not None and world.master_addr == "node1"
+
+
+def test_mpich_hydra_pmi():
+    env = {
+        "PMI_RANK": "2",
+        "PMI_SIZE": "4",
+        "MPI_LOCALRANKID": "2",
+        "MPI_LOCALNRANKS": "4",
+        "PMI_KVSNAME": "kvs_1",
+    }
+    world = detect(env)
+    assert world is not None and (world.launcher, world.rank, world.world_size) == ("pmi", 2, 4)
+
+
+def test_slurm_step_uses_first_node_of_the_step():
+    env = {
+        "SLURM_PROCID": "9",
+        "SLURM_NTASKS": "16",
+        "SLURM_LOCALID": "1",
+        "SLURM_STEP_ID": "0",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_STEP_NODELIST": "gpu[07-08,10]",
+        "SLURM_STEP_TASKS_PER_NODE": "8(x2)",
+    }
+    world = detect(env)
+    assert world is not None
+    assert (world.launcher, world.rank, world.world_size, world.local_rank) == ("slurm", 9, 16, 1)
+    assert world.master_addr == "gpu07"
+    assert world.local_world_size == 8
+
+
+def test_slurm_batch_script_is_not_a_world():
+    # sbatch sets SLURM_PROCID=0 in the batch step too; only srun steps are worlds.
+    assert detect({"SLURM_PROCID": "0", "SLURM_NTASKS": "16", "SLURM_JOB_ID": "1"}) is None
+
+
+def test_bad_rank():
+    with pytest.raises(UsageError, match="rank 4 of a world of size 4"):
+        detect({"RANK": "4", "WORLD_SIZE": "4", "MASTER_ADDR": "x"})
+
+
+@pytest.mark.parametrize(
+    ("text", "hosts"),
+    [
+        ("node1", ["node1"]),
+        ("node[01-03]", ["node01", "node02", "node03"]),
+        ("gpu[7,9-10],cpu1", ["gpu7", "gpu9", "gpu10", "cpu1"]),
+        ("a[1-2]-ib", ["a1-ib", "a2-ib"]),
+    ],
+)
+def test_expand_hostlist(text, hosts):
+    assert expand_hostlist(text) == hosts

@@ -1,0 +1,69 @@
+"""The check's inputs reduce to exactly the closed-form expected values, for every type and rank count."""
+
+import pytest
+import torch
+
+from fabricscope.bench import patterns
+from fabricscope.bench.dtypes import DTYPES, REDOPS
+from fabricscope.bench.runner import count_wrong
+
+
+def _reduce_in_dtype(values, redop, n):
+    acc = values[0].clone()
+    for v in values[1:]:
+        if redop in ("sum", "avg"):
+            acc = acc + v
+        elif redop == "prod":
+            acc = acc * v
+        elif redop == "min":
+            acc = torch.minimum(acc, v)
+        else:
+            acc = torch.maximum(acc, v)
+        assert acc.dtype == v.dtype
+    if redop == "avg":
+        acc = acc / n if acc.is_floating_point() else torch.div(acc, n, rounding_mode="trunc")
+    return acc.to(values[0].dtype)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("redop", REDOPS)
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 33, 300])
+def test_reduction_of_inputs_equals_closed_form(dtype, redop, n):
+    dt = DTYPES[dtype]
+    idx = torch.arange(3000, dtype=torch.int64)
+    for seed in (0, 33, 99 * 7):
+        inputs = [patterns.reduce_input(torch, idx, r, n, redop, dt, seed) for r in range(n)]
+        got = _reduce_in_dtype(inputs, redop, n)
+        want = patterns.reduce_expected(torch, idx, n, redop, dt, seed)
+        assert count_wrong(torch, got, want, tolerant=False) == 0
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_inputs_differ_between_ranks_and_seeds(dtype):
+    dt = DTYPES[dtype]
+    idx = torch.arange(1000, dtype=torch.int64)
+    a = patterns.reduce_input(torch, idx, 0, 4, "sum", dt, 0)
+    assert not torch.equal(a, patterns.reduce_input(torch, idx, 1, 4, "sum", dt, 0))
+    assert not torch.equal(a, patterns.reduce_input(torch, idx, 0, 4, "sum", dt, 33))
+    p0 = patterns.plain_value(torch, idx, 0, dt, 5)
+    assert not torch.equal(p0, patterns.plain_value(torch, idx, 1, dt, 5))
+    assert bool((p0 != patterns.plain_value(torch, idx, 0, dt, 6)).all())
+
+
+def test_count_wrong_finds_one_bad_element():
+    good = torch.arange(100, dtype=torch.float32)
+    bad = good.clone()
+    bad[17] += 1
+    assert count_wrong(torch, bad, good, tolerant=False) == 1
+    assert count_wrong(torch, good, good, tolerant=False) == 0
+    assert count_wrong(torch, good[:0], good[:0], tolerant=False) == 0
+
+
+def test_tolerant_compare_allows_two_ulp_for_float_avg_only():
+    want = torch.full((4,), 3.0, dtype=torch.float32)
+    got = want.clone()
+    got[0] = torch.nextafter(got[0], torch.tensor(4.0))
+    assert count_wrong(torch, got, want, tolerant=True) == 0
+    assert count_wrong(torch, got, want, tolerant=False) == 1
+    got[1] = 3.01
+    assert count_wrong(torch, got, want, tolerant=True) == 1

@@ -1,0 +1,268 @@
+"""Real runs: spawned gloo ranks, torchrun, mpirun, an srun environment, and the checks they print."""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fabricscope.results import load
+from helpers import cli_env, run_cli, table_rows
+
+pytestmark = pytest.mark.multiprocess
+
+BIN = Path(sys.executable).parent
+
+
+def _check_table(stdout, rows, op="all_reduce"):
+    data = table_rows(stdout)
+    assert len(data) == rows, stdout
+    for fields in data:
+        assert len(fields) == 13
+        assert fields[8] == "0"  # #wrong out-of-place
+    assert f"# Collective test starting: {op}_perf" in stdout
+    assert "# Out of bounds values : 0 OK" in stdout
+    assert f"# Collective test concluded: {op}_perf" in stdout
+    return data
+
+
+def test_default_spawn_writes_table_json_and_csv(tmp_path):
+    out, table = tmp_path / "r.json", tmp_path / "r.csv"
+    done = run_cli(["bench", "-b", "8", "-e", "64K", "-f", "4", "--json", str(out), "--csv", str(table)])
+    assert done.returncode == 0, done.stderr
+    rows = _check_table(done.stdout, 7)
+    assert [int(r[0]) for r in rows] == [8, 32, 128, 512, 2048, 8192, 32768]
+    assert "# Avg bus bandwidth" in done.stdout and "# Peak bus bandwidth" in done.stdout
+    assert "# Half of peak from" in done.stdout
+
+    result = load(out)
+    assert result.status == "complete"
+    assert result.env["backend"] == "gloo" and result.env["world_size"] == 2
+    assert result.env["torch"].startswith("2.")
+    assert [r["rank"] for r in result.host["ranks"]] == [0, 1]
+    assert len(result.records) == 14
+    first = result.records[0]
+    assert first["op"] == "all_reduce" and first["placement"] == "out" and first["wrong"] == 0
+    assert len(first["samples_us"]) == 20
+    assert first["min_us"] <= first["p50_us"] <= first["p99_us"] <= first["max_us"]
+    # The table shows exactly what the file holds.
+    assert float(rows[-1][5]) == pytest.approx(result.records[-2]["time_us"], rel=0.01, abs=0.01)
+    assert result.summary["all_reduce"]["peak_busbw_gbps"] == max(r["busbw_gbps"] for r in result.records)
+
+    with table.open() as handle:
+        lines = list(csv.DictReader(handle))
+    assert len(lines) == 14
+    assert lines[0]["op"] == "all_reduce" and lines[0]["backend"] == "gloo" and lines[0]["ranks"] == "2"
+
+
+def test_every_op_checks_clean_on_three_ranks(tmp_path):
+    out = tmp_path / "all.json"
+    done = run_cli(["bench", "all", "-b", "1K", "-e", "4K", "-f", "4", "-n", "3", "--nproc", "3", "--json", str(out)])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("# Out of bounds values : 0 OK") == 9
+    result = load(out)
+    ops = {r["op"] for r in result.records}
+    assert len(ops) == 9
+    assert all(r["wrong"] == 0 for r in result.records)
+    # torch has no in-place alltoall or sendrecv: those rows print N/A there.
+    assert {r["placement"] for r in result.records if r["op"] in ("alltoall", "sendrecv")} == {"out"}
+    bcast = [r for r in result.records if r["op"] == "broadcast"]
+    assert all(r["root"] == 0 for r in bcast) and all(r["busbw_gbps"] == r["algbw_gbps"] for r in bcast)
+
+
+def test_every_datatype_and_reduction_checks_clean(tmp_path):
+    out = tmp_path / "types.json"
+    args = [
+        "bench",
+        "all_reduce",
+        "reduce_scatter",
+        "reduce",
+        "-d",
+        "all",
+        "-o",
+        "all",
+        "-b",
+        "256",
+        "-e",
+        "256",
+        "-n",
+        "1",
+        "-w",
+        "0",
+        "-r",
+        "1",
+        "--json",
+        str(out),
+    ]
+    done = run_cli(args)
+    assert done.returncode == 0, done.stderr
+    result = load(out)
+    combos = {(r["op"], r["dtype"], r["redop"]) for r in result.records}
+    assert len(combos) == 3 * 8 * 5
+    assert all(r["wrong"] == 0 for r in result.records)
+    assert {r["root"] for r in result.records if r["op"] == "reduce"} == {1}
+
+
+def test_wrong_elements_are_counted_and_fail_the_run(tmp_path):
+    # Rank 1 corrupts one element of every float all_reduce result: the check must see it on rank 1.
+    script = tmp_path / "corrupt.py"
+    script.write_text(
+        textwrap.dedent("""
+        import os
+        import torch
+        import torch.distributed as dist
+        from fabricscope.bench import worker
+
+        real = dist.all_reduce
+
+        def corrupting(tensor, *args, **kwargs):
+            work = real(tensor, *args, **kwargs)
+            if os.environ["RANK"] == "1" and tensor.dtype == torch.float32 and tensor.numel() >= 64:
+                tensor[3] += 1
+            return work
+
+        dist.all_reduce = corrupting
+        worker.main()
+    """)
+    )
+    out = tmp_path / "bad.json"
+    config = {"ops": ["all_reduce"], "min_bytes": 1024, "max_bytes": 4096, "iters": 2, "json_path": str(out)}
+    env = {
+        "FABRICSCOPE_BENCH_CONFIG": json.dumps(config),
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_port()),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script)],
+            env=cli_env(dict(env, RANK=str(r))),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [1, 1]
+    stdout, stderr = outputs[0]
+    assert "# Out of bounds values : 3 FAILED" in stdout, stdout
+    assert all(r[8] == "1" and r[12] == "1" for r in table_rows(stdout))
+    assert "wrong element(s)" in stderr
+    assert all(r["wrong"] == 1 for r in load(out).records)
+
+
+def _port():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_torchrun(tmp_path, nproc):
+    out = tmp_path / "tr.json"
+    cmd = [
+        str(BIN / "torchrun"),
+        "--nproc-per-node",
+        str(nproc),
+        "--master-port",
+        str(_port()),
+        "-m",
+        "fabricscope",
+        "bench",
+        "all_gather",
+        "-b",
+        "1K",
+        "-e",
+        "16K",
+        "-f",
+        "4",
+        "--json",
+        str(out),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=cli_env())
+    assert done.returncode == 0, done.stderr
+    _check_table(done.stdout, 3, op="all_gather")
+    result = load(out)
+    assert result.env["launcher"] == "torchrun" and result.env["world_size"] == nproc
+    assert len({r["pid"] for r in result.host["ranks"]}) == nproc
+    # all_gather's size column is the whole output: count * ranks * 4 bytes.
+    assert all(r["size_bytes"] == r["count"] * nproc * 4 for r in result.records)
+
+
+def test_mpirun_open_mpi(tmp_path):
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        if os.environ.get("FABRICSCOPE_REQUIRE_MPI"):
+            pytest.fail("mpirun is required (FABRICSCOPE_REQUIRE_MPI is set) but not installed")
+        pytest.skip("mpirun (Debian's openmpi-bin) is not installed")
+    out = tmp_path / "mpi.json"
+    cmd = [
+        mpirun,
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-np",
+        "2",
+        str(BIN / "fabricscope"),
+        "bench",
+        "reduce_scatter",
+        "-b",
+        "1K",
+        "-e",
+        "16K",
+        "-f",
+        "4",
+        "--json",
+        str(out),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=cli_env())
+    assert done.returncode == 0, done.stderr
+    _check_table(done.stdout, 3, op="reduce_scatter")
+    result = load(out)
+    assert result.env["launcher"] == "mpirun" and result.env["world_size"] == 2
+
+
+def test_srun_environment_replayed(tmp_path):
+    # What srun sets for a 2-task step on one node (captured variable names and formats).
+    out = tmp_path / "slurm.json"
+    base = {
+        "SLURM_NTASKS": "2",
+        "SLURM_STEP_ID": "0",
+        "SLURM_JOB_ID": str(_port()),
+        "SLURM_STEP_NODELIST": "localhost",
+        "SLURM_STEP_TASKS_PER_NODE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+    }
+    procs = [
+        subprocess.Popen(
+            [str(BIN / "fabricscope"), "bench", "-b", "1K", "-e", "1K", "--json", str(out)],
+            env=cli_env(dict(base, SLURM_PROCID=str(r), SLURM_LOCALID=str(r))),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    _check_table(outputs[0][0], 1)
+    assert outputs[1][0] == ""  # only rank 0 prints
+    assert load(out).env["launcher"] == "slurm"
+
+
+def test_run_cycles_and_rank0_timing(tmp_path):
+    out = tmp_path / "cycles.json"
+    done = run_cli(["bench", "broadcast", "-b", "4K", "-e", "8K", "-N", "2", "-a", "0", "-c", "0", "--json", str(out)])
+    assert done.returncode == 0, done.stderr
+    rows = table_rows(done.stdout)
+    assert [int(r[0]) for r in rows] == [4096, 8192, 4096, 8192]
+    assert all(r[8] == "N/A" for r in rows)
+    assert "combined across ranks by rank0 (-a 0)" in done.stdout
+    assert all(r["wrong"] is None for r in load(out).records)

@@ -1,0 +1,104 @@
+"""Bad input: one line naming what is wrong and what is allowed, exit 2, no traceback."""
+
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from helpers import cli_env, run_cli
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["bench", "-b", "12Q"], ["'12Q'", "K, M, G"]),
+        (["bench", "-b", "1M", "-e", "1K"], ["-b (minbytes", "larger than -e"]),
+        (["bench", "all_reduse"], ["unknown op 'all_reduse'", "did you mean 'all_reduce'", "alltoall"]),
+        (["bench", "-d", "floot"], ["unknown datatype 'floot'", "bfloat16"]),
+        (["bench", "-o", "mean"], ["unknown reduction op 'mean'", "avg"]),
+        (["bench", "--nproc", "0"], ["--nproc must be 1 or more, got 0"]),
+        (["bench", "-f", "1", "-i", "0", "-b", "1K", "-e", "1M"], ["-f 1 with -i 0", "positive increment"]),
+        (["bench", "-n", "0"], ["-n (iters) must be 1 or more"]),
+        (["bench", "-n", "ten"], ["-n (iters) must be a whole number, got 'ten'"]),
+        (["bench", "-a", "7"], ["-a (average) must be one of 0"]),
+        (["bench", "--backend", "mpi"], ["unknown backend 'mpi'", "gloo"]),
+        (["bench", "--timeout", "0"], ["--timeout must be a positive"]),
+        (["bench", "broadcast", "-r", "5"], ["-r (root) 5 is not a rank", "0 to 1"]),
+        (["bench", "sendrecv", "--nproc", "1"], ["sendrecv needs at least 2 ranks"]),
+        (["bench", "--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
+        (["bench", "--backend", "nccl", "--nproc", "1", "-b", "8", "-e", "8"], ["--backend nccl needs CUDA"]),
+    ],
+)
+def test_usage_errors(args, fragments):
+    done = run_cli(args, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+def _unused_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("addr", "fragment"),
+    [("no-such-host.invalid", "does not resolve"), ("127.0.0.1", "cannot reach MASTER_ADDR 127.0.0.1")],
+)
+def test_unreachable_master_addr_under_a_launcher(addr, fragment):
+    env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": addr, "MASTER_PORT": str(_unused_port())}
+    done = run_cli(["bench", "--timeout", "2", "-b", "8", "-e", "8"], env=env)
+    assert done.returncode == 2
+    assert fragment in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in done.stderr
+
+
+def test_master_addr_of_another_host_for_local_ranks():
+    done = run_cli(["bench", "-b", "8", "-e", "8"], env={"MASTER_ADDR": "192.0.2.1"})
+    assert done.returncode == 2
+    assert "not on this host" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_help_is_fast_because_it_imports_no_torch_or_numpy():
+    code = (
+        "import sys, fabricscope.cli as c\n"
+        "c.build_parser().format_help()\n"
+        "heavy = [m for m in ('torch', 'numpy', 'rich', 'pydantic') if m in sys.modules]\n"
+        "print(heavy)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_help_lists_bench_and_its_nccl_tests_flags():
+    done = run_cli(["bench", "--help"])
+    assert done.returncode == 0
+    for flag in (
+        "-b",
+        "--minbytes",
+        "-e",
+        "-i",
+        "-f",
+        "-n",
+        "-w",
+        "-c",
+        "-d",
+        "-o",
+        "-r",
+        "-a",
+        "-N",
+        "--nproc",
+        "--json",
+        "--csv",
+        "--timeout",
+    ):
+        assert flag in done.stdout

@@ -1,0 +1,130 @@
+import json
+import os
+
+import pytest
+
+from fabricscope.errors import ResultFormatError, RunError
+from fabricscope.results import FORMAT, VERSION, CollectiveRecord, Result, atomic_write_text, load, percentile
+
+
+def _record(**overrides):
+    fields = dict(
+        op="all_reduce",
+        size_bytes=1024,
+        count=256,
+        dtype="float",
+        redop="sum",
+        root=-1,
+        placement="out",
+        time_us=10.0,
+        algbw_gbps=0.1,
+        busbw_gbps=0.1,
+        wrong=0,
+    )
+    fields.update(overrides)
+    return CollectiveRecord(**fields)
+
+
+def test_result_round_trip(tmp_path):
+    path = tmp_path / "r.json"
+    result = Result(
+        kind="bench", config={"ops": ["all_reduce"]}, records=[_record(samples_us=[3.0, 1.0, 2.0]).to_dict()]
+    )
+    result.save(path)
+    data = json.loads(path.read_text())
+    assert data["format"] == FORMAT
+    assert data["version"] == VERSION
+    assert data["created"].endswith("+00:00")
+    loaded = load(path)
+    assert loaded.kind == "bench"
+    assert loaded.records[0]["p50_us"] == 2.0
+    assert loaded.records[0]["min_us"] == 1.0
+    assert loaded.records[0]["max_us"] == 3.0
+
+
+def test_measured_and_predicted_records_share_the_fields():
+    measured = _record(samples_us=[1.0, 2.0]).to_dict()
+    predicted = _record(algorithm="ring").to_dict()
+    shared = {
+        "op",
+        "size_bytes",
+        "count",
+        "dtype",
+        "redop",
+        "root",
+        "placement",
+        "time_us",
+        "algbw_gbps",
+        "busbw_gbps",
+        "wrong",
+    }
+    assert shared <= set(measured)
+    assert shared <= set(predicted)
+    assert "samples_us" not in predicted
+
+
+def test_percentile_nearest_rank():
+    values = sorted(float(v) for v in range(1, 101))
+    assert percentile(values, 50) == 50
+    assert percentile(values, 99) == 99
+    assert percentile(values, 100) == 100
+    assert percentile([5.0], 99) == 5.0
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ("{not json", "corrupt result file"),
+        ("[]", "expected a JSON object"),
+        ('{"format": "nccl-tests"}', "not a fabricscope result"),
+        (
+            json.dumps({"format": FORMAT, "version": 99, "kind": "bench", "records": [], "config": {}}),
+            "version 99",
+        ),
+        (
+            json.dumps({"format": FORMAT, "version": 1, "kind": "bench", "records": {}, "config": {}}),
+            "'records'",
+        ),
+        (
+            json.dumps(
+                {
+                    "format": FORMAT,
+                    "version": 1,
+                    "kind": "bench",
+                    "records": [],
+                    "config": {},
+                    "status": "odd",
+                }
+            ),
+            "status 'odd'",
+        ),
+    ],
+)
+def test_load_rejects_bad_files_with_one_clear_line(tmp_path, content, fragment):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(ResultFormatError) as info:
+        load(path)
+    assert fragment in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_load_missing_file(tmp_path):
+    with pytest.raises(ResultFormatError, match="no such result file"):
+        load(tmp_path / "absent.json")
+
+
+def test_atomic_write_keeps_old_content_when_the_write_fails(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text("old")
+    with pytest.raises(RunError, match="cannot write"):
+        atomic_write_text(tmp_path / "missing-dir" / "r.json", "new")
+    assert path.read_text() == "old"
+    atomic_write_text(path, "new")
+    assert path.read_text() == "new"
+    assert os.listdir(tmp_path) == ["r.json"]
+
+
+def test_bad_placement_is_an_internal_error():
+    with pytest.raises(ValueError):
+        _record(placement="sideways")
