@@ -266,3 +266,32 @@ def test_run_cycles_and_rank0_timing(tmp_path):
     assert all(r[8] == "N/A" for r in rows)
     assert "combined across ranks by rank0 (-a 0)" in done.stdout
     assert all(r["wrong"] is None for r in load(out).records)
+
+
+def test_progress_bar_on_a_terminal_stderr_only():
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fabricscope", "bench", "-b", "1K", "-e", "4K", "-n", "2"],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        env=cli_env(),
+        text=True,
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    stdout, _ = proc.communicate(timeout=120)
+    os.close(leader)
+    terminal = b"".join(chunks).decode(errors="replace")
+    assert proc.returncode == 0
+    assert "bench" in terminal and "/3" in terminal  # the bar counts the 3 rows
+    assert "━" not in stdout and len(table_rows(stdout)) == 3

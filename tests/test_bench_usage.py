@@ -27,6 +27,7 @@ from helpers import cli_env, run_cli
         (["bench", "broadcast", "-r", "5"], ["-r (root) 5 is not a rank", "0 to 1"]),
         (["bench", "sendrecv", "--nproc", "1"], ["sendrecv needs at least 2 ranks"]),
         (["bench", "--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
+        (["bench", "--json", "/no/such/dir/r.json"], ["--json /no/such/dir/r.json", "does not exist"]),
         (["bench", "--backend", "nccl", "--nproc", "1", "-b", "8", "-e", "8"], ["--backend nccl needs CUDA"]),
     ],
 )

@@ -133,9 +133,13 @@ def _default_nproc() -> int:
 
 def run(args: argparse.Namespace) -> int:
     from fabricscope.bench import launch
-    from fabricscope.errors import MissingDependencyError
+    from fabricscope.errors import MissingDependencyError, UsageError
 
     config = build_config(args)
+    for flag, path in (("--json", config.json_path), ("--csv", config.csv_path)):
+        folder = os.path.dirname(os.path.abspath(path)) if path else ""
+        if path and not os.path.isdir(folder):
+            raise UsageError(f"{flag} {path}: the folder {folder} does not exist")
     world = launch.detect(master_addr=config.master_addr, master_port=config.master_port)
     if world is not None:
         from fabricscope.bench.worker import run_rank

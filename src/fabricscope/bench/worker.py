@@ -68,11 +68,11 @@ def _device(backend: str, world: launch.World, torch: Any) -> Any:
 
 
 def _device_label(device: Any, torch: Any, local_rank: int) -> str:
+    """``device  0 [0000:18:00] NVIDIA H100 ...`` as nccl-tests prints it, or the CPU."""
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        bus = getattr(props, "pci_bus_id", None)
-        where = f"[{bus}]" if bus else f"[{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}]"
-        return f"{local_rank:2d} {where} {props.name}"
+        pci = [getattr(props, f"pci_{part}_id", 0) for part in ("domain", "bus", "device")]
+        return f"{device.index:2d} [{pci[0]:04x}:{pci[1]:02x}:{pci[2]:02x}] {props.name}"
     return f"{local_rank:2d} [cpu] CPU (gloo)"
 
 
@@ -141,6 +141,8 @@ def _run(config: BenchConfig, world: launch.World) -> int:
             rank=world.rank,
             world_size=world.world_size,
             timeout=timeout,
+            # NCCL: bind the communicator to this rank's GPU now, not lazily.
+            **({"device_id": device} if backend == "nccl" else {}),
         )
     except (RuntimeError, ValueError) as exc:
         if stop.is_set:
