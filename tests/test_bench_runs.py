@@ -168,25 +168,8 @@ def _port():
 @pytest.mark.parametrize("nproc", [2, 4])
 def test_torchrun(tmp_path, nproc):
     out = tmp_path / "tr.json"
-    cmd = [
-        str(BIN / "torchrun"),
-        "--nproc-per-node",
-        str(nproc),
-        "--master-port",
-        str(_port()),
-        "-m",
-        "fabricscope",
-        "bench",
-        "all_gather",
-        "-b",
-        "1K",
-        "-e",
-        "16K",
-        "-f",
-        "4",
-        "--json",
-        str(out),
-    ]
+    args = f"--nproc-per-node {nproc} --master-port {_port()} -m fabricscope bench all_gather -b 1K -e 16K -f 4"
+    cmd = [str(BIN / "torchrun"), *args.split(), "--json", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=cli_env())
     assert done.returncode == 0, done.stderr
     _check_table(done.stdout, 3, op="all_gather")
@@ -204,24 +187,8 @@ def test_mpirun_open_mpi(tmp_path):
             pytest.fail("mpirun is required (FABRICSCOPE_REQUIRE_MPI is set) but not installed")
         pytest.skip("mpirun (Debian's openmpi-bin) is not installed")
     out = tmp_path / "mpi.json"
-    cmd = [
-        mpirun,
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "-np",
-        "2",
-        str(BIN / "fabricscope"),
-        "bench",
-        "reduce_scatter",
-        "-b",
-        "1K",
-        "-e",
-        "16K",
-        "-f",
-        "4",
-        "--json",
-        str(out),
-    ]
+    args = f"--allow-run-as-root --oversubscribe -np 2 {BIN / 'fabricscope'} bench reduce_scatter -b 1K -e 16K -f 4"
+    cmd = [mpirun, *args.split(), "--json", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=cli_env())
     assert done.returncode == 0, done.stderr
     _check_table(done.stdout, 3, op="reduce_scatter")

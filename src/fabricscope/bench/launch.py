@@ -62,6 +62,21 @@ class World:
     """True under torchrun: its agent hosts the rendezvous store, not rank 0."""
 
 
+_MPI_FLAVORS = (
+    # launcher, rank, size, local rank, local size, job-id variables (first set wins)
+    (
+        "mpirun",
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        ("OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"),
+    ),
+    ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", ("PMI_JOBID", "PMI_KVSNAME")),
+)
+"""Open MPI, then MPICH/Intel MPI hydra (PMI)."""
+
+
 def _int(env: Mapping[str, str], key: str) -> int | None:
     value = env.get(key)
     if value is None or not value.strip().lstrip("-").isdigit():
@@ -99,37 +114,23 @@ def detect(
             default_port=DEFAULT_PORT,
             agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
         )
-    rank, size = _int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE")
-    if rank is not None and size is not None:
-        local_rank = _int(env, "OMPI_COMM_WORLD_LOCAL_RANK") or 0
-        local_size = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE") or 1
-        job = env.get("OMPI_MCA_ess_base_jobid") or env.get("PMIX_NAMESPACE") or "ompi"
+    for launcher, rank_var, size_var, local_rank_var, local_size_var, job_vars in _MPI_FLAVORS:
+        rank, size = _int(env, rank_var), _int(env, size_var)
+        if rank is None or size is None:
+            continue
+        local_rank = _int(env, local_rank_var) or 0
+        local_size = _int(env, local_size_var) or 1
+        job = next((env[v] for v in job_vars if env.get(v)), launcher)
         return _world(
             rank,
             size,
             local_rank,
             local_size,
-            launcher="mpirun",
+            launcher=launcher,
             env=env,
             master_addr=master_addr,
             master_port=master_port,
-            default_addr="127.0.0.1" if local_size == size else None,
-            default_port=_port_from(job),
-        )
-    rank, size = _int(env, "PMI_RANK"), _int(env, "PMI_SIZE")
-    if rank is not None and size is not None:
-        local_rank = _int(env, "MPI_LOCALRANKID") or 0
-        local_size = _int(env, "MPI_LOCALNRANKS") or 1
-        job = env.get("PMI_JOBID") or env.get("PMI_KVSNAME") or "pmi"
-        return _world(
-            rank,
-            size,
-            local_rank,
-            local_size,
-            launcher="pmi",
-            env=env,
-            master_addr=master_addr,
-            master_port=master_port,
+            # All ranks on this node: the rendezvous can stay on loopback.
             default_addr="127.0.0.1" if local_size == size else None,
             default_port=_port_from(job),
         )

@@ -21,29 +21,11 @@ from fabricscope.bench.collectives import Collective
 from fabricscope.bench.config import AVERAGE_MODES, BenchConfig
 from fabricscope.bench.faults import Peer
 from fabricscope.errors import RunError
-from fabricscope.results import CollectiveRecord, Result, atomic_write_text
+from fabricscope.results import COLLECTIVE_FIELDS, CollectiveRecord, Result, atomic_write_text
 
 __all__ = ["CSV_FIELDS", "Output"]
 
-CSV_FIELDS = (
-    "op",
-    "size_bytes",
-    "count",
-    "dtype",
-    "redop",
-    "root",
-    "placement",
-    "time_us",
-    "algbw_gbps",
-    "busbw_gbps",
-    "wrong",
-    "min_us",
-    "p50_us",
-    "p99_us",
-    "max_us",
-    "ranks",
-    "backend",
-)
+CSV_FIELDS = (*COLLECTIVE_FIELDS, "min_us", "p50_us", "p99_us", "max_us", "ranks", "backend")
 
 
 class Output:
