@@ -1,0 +1,1 @@
+"""Predicting: the hardware catalog, cluster descriptions, and analytic models."""

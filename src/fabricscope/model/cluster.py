@@ -1,0 +1,246 @@
+"""Cluster descriptions: the TOML a user writes (or a preset), checked against the catalog.
+
+A description names catalog entries (GPU, NIC, transport, storage) and says how
+many of each there are and how they are wired.  ``load_cluster`` accepts a
+preset name (``catalog/clusters/*.toml``) or a path; ``Cluster`` is the result
+with every name resolved to its catalog entry.  Presets are ordinary cluster
+files, so each is also an example of the format::
+
+    nodes = 4
+    gpus_per_node = 8
+    gpu = "a100-sxm-80gb"
+    intra = "nvswitch"            # nvswitch | nvlink-mesh | xgmi | pcie
+
+    [network]
+    nic = "ib-hdr"
+    nics_per_node = 8
+    transport = "rdma-gdr"        # tcp-socket | rdma | rdma-gdr
+    sharp = false                 # in-network reduction on the switches
+    topology = "rail-optimized"   # rail-optimized | fat-tree
+    oversubscription = 1.0        # leaf downlinks : uplinks
+    extra_latency_us = 0.0
+
+    [storage]
+    kind = "parallel-fs"          # hdd | sata-ssd | nvme | nfs-1g | nfs-10g | parallel-fs
+    devices = 2
+    cached_fraction = 0.0         # share of samples served from local RAM
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from fabricscope.errors import ConfigError, UsageError, closest
+from fabricscope.model import hardware
+from fabricscope.model.hardware import GPU, NIC, GPULink, PCIe, Storage, Transport
+from fabricscope.model.userfile import FORBID_EXTRA, InvalidValue, build, read_toml
+
+__all__ = [
+    "Cluster",
+    "ClusterSpec",
+    "NetworkSpec",
+    "StorageSpec",
+    "load_cluster",
+    "presets",
+    "resolve",
+]
+
+IntraFabric = Literal["nvswitch", "nvlink-mesh", "xgmi", "pcie"]
+TransportName = Literal["tcp-socket", "rdma", "rdma-gdr"]
+Topology = Literal["fat-tree", "rail-optimized"]
+TRANSPORTS: tuple[TransportName, ...] = ("tcp-socket", "rdma", "rdma-gdr")
+
+
+@dataclass(kw_only=True, slots=True)
+class NetworkSpec:
+    """The network between nodes."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    nic: str = "eth-100g"
+    """NIC (nics.toml): its speed, link type and the switch tier it plugs into."""
+    nics_per_node: int = 1
+    transport: TransportName = "rdma-gdr"
+    sharp: bool = False
+    """In-network reduction (SHARP) on the switches; needs InfiniBand and RDMA."""
+    topology: Topology = "rail-optimized"
+    """rail-optimized: NIC i of every node on switch i; fat-tree: a node's NICs on one leaf."""
+    oversubscription: float = 1.0
+    """Leaf downlink to uplink bandwidth ratio (1 = non-blocking)."""
+    extra_latency_us: float = 0.0
+    """Added to every message between nodes (long cables, extra hops)."""
+
+    def __post_init__(self) -> None:
+        if self.nics_per_node < 0:
+            raise InvalidValue(f"nics_per_node must not be negative, got {self.nics_per_node}")
+        if self.oversubscription < 1:
+            raise InvalidValue(f"oversubscription must be 1 (non-blocking) or more, got {self.oversubscription}")
+        if self.extra_latency_us < 0:
+            raise InvalidValue(f"extra_latency_us must not be negative, got {self.extra_latency_us}")
+
+
+@dataclass(kw_only=True, slots=True)
+class StorageSpec:
+    """Where the training data comes from."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    kind: str = "nvme"
+    """Storage kind (storage.toml)."""
+    devices: int = 1
+    """Disks (or storage servers for a parallel file system)."""
+    cached_fraction: float = 0.0
+    """Share of samples read from the page cache instead of storage (0 to 1)."""
+
+    def __post_init__(self) -> None:
+        if self.devices < 1:
+            raise InvalidValue(f"devices must be at least 1, got {self.devices}")
+        if not 0 <= self.cached_fraction <= 1:
+            raise InvalidValue(f"cached_fraction must be between 0 and 1, got {self.cached_fraction}")
+
+
+@dataclass(kw_only=True, slots=True)
+class ClusterSpec:
+    """A cluster as written in its TOML file: catalog names and counts."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    description: str = ""
+    nodes: int = 1
+    gpus_per_node: int = 8
+    gpu: str
+    """GPU (gpus.toml)."""
+    intra: IntraFabric | None = None
+    """How a node's GPUs connect; default: the GPU's usual fabric."""
+    pcie: str | None = None
+    """Host PCIe generation of GPU and NIC slots; default: the GPU's."""
+    network: NetworkSpec = field(default_factory=NetworkSpec)
+    storage: StorageSpec = field(default_factory=StorageSpec)
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise InvalidValue(f"nodes must be at least 1, got {self.nodes}")
+        if self.gpus_per_node < 1:
+            raise InvalidValue(f"gpus_per_node must be at least 1, got {self.gpus_per_node}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cluster:
+    """A cluster with every catalog name resolved."""
+
+    name: str
+    spec: ClusterSpec
+    gpu: GPU
+    intra: IntraFabric
+    gpulink: GPULink | None
+    pcie: PCIe
+    nic: NIC
+    transport: Transport
+    storage: Storage
+    storage_link: NIC | None
+    storage_transport: Transport
+
+    @property
+    def nodes(self) -> int:
+        return self.spec.nodes
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.spec.gpus_per_node
+
+    @property
+    def gpus(self) -> int:
+        return self.spec.nodes * self.spec.gpus_per_node
+
+    def with_nodes(self, nodes: int) -> Cluster:
+        """The same cluster with another node count."""
+        if nodes < 1:
+            raise UsageError(f"--nodes must be at least 1, got {nodes}")
+        return resolve(dataclasses.replace(self.spec, nodes=nodes), name=self.name, source=self.name)
+
+
+def _entry(kind: str, name: str, cls: type[Any], source: str, key: str) -> Any:
+    try:
+        return hardware.lookup(kind, name, cls)
+    except UsageError as exc:
+        raise ConfigError(f"{source}: {key}: {exc}") from None
+
+
+def resolve(spec: ClusterSpec, *, name: str, source: str) -> Cluster:
+    """Look up every catalog name of ``spec`` and check that the parts fit together."""
+    gpu = _entry("gpu", spec.gpu, GPU, source, "gpu")
+    intra: IntraFabric = spec.intra or gpu.fabric
+    gpulink = None
+    if intra in ("nvswitch", "nvlink-mesh"):
+        if not gpu.nvlink:
+            raise ConfigError(f"{source}: intra = '{intra}' needs NVLink, and {gpu.name} has none: use intra = 'pcie'")
+        gpulink = _entry("gpulink", gpu.nvlink, GPULink, source, "gpu")
+    elif intra == "xgmi":
+        if not gpu.xgmi_links:
+            raise ConfigError(f"{source}: intra = 'xgmi' needs Infinity Fabric links, and {gpu.name} has none")
+        gpulink = _entry("gpulink", "xgmi", GPULink, source, "gpu")
+    pcie = _entry("pcie", spec.pcie or gpu.pcie, PCIe, source, "pcie")
+    net = spec.network
+    nic = _entry("nic", net.nic, NIC, source, "network.nic")
+    transport = _entry("transport", net.transport, Transport, source, "network.transport")
+    if net.transport != "tcp-socket" and not nic.rdma:
+        raise ConfigError(
+            f"{source}: network.transport = '{net.transport}' needs an RDMA-capable NIC and {nic.name} "
+            "is not: use transport = 'tcp-socket' or another NIC"
+        )
+    if net.sharp and (nic.link != "infiniband" or net.transport == "tcp-socket"):
+        raise ConfigError(f"{source}: network.sharp = true needs an InfiniBand NIC and an RDMA transport")
+    if spec.nodes > 1 and net.nics_per_node < 1:
+        raise ConfigError(f"{source}: {spec.nodes} nodes need network.nics_per_node of at least 1")
+    storage = _entry("storage", spec.storage.kind, Storage, source, "storage.kind")
+    storage_link = _entry("nic", storage.link, NIC, source, "storage.kind") if storage.link else None
+    storage_transport = _entry("transport", storage.transport, Transport, source, "storage.kind")
+    return Cluster(
+        name=name,
+        spec=spec,
+        gpu=gpu,
+        intra=intra,
+        gpulink=gpulink,
+        pcie=pcie,
+        nic=nic,
+        transport=transport,
+        storage=storage,
+        storage_link=storage_link,
+        storage_transport=storage_transport,
+    )
+
+
+def _presets_dir() -> Any:
+    return hardware.catalog_dir() / "clusters"
+
+
+@functools.cache
+def presets() -> dict[str, str]:
+    """Preset name -> description, in name order."""
+    found: dict[str, str] = {}
+    for item in sorted(_presets_dir().iterdir(), key=lambda p: p.name):
+        if item.name.endswith(".toml"):
+            data = read_toml(str(item))
+            found[item.name[: -len(".toml")]] = str(data.get("description", ""))
+    return found
+
+
+def load_cluster(text: str) -> Cluster:
+    """A preset name or a TOML file path; unknown names suggest the closest preset."""
+    path = Path(text)
+    if text.endswith(".toml") or path.is_file():
+        source = str(path)
+        data = read_toml(path)
+        name = path.stem
+    else:
+        if text not in presets():
+            raise UsageError(
+                f"unknown cluster {text!r}{closest(text, presets())}: use a preset "
+                f"({', '.join(presets())}) or the path of a cluster TOML file"
+            )
+        source = f"{text}.toml"
+        data = read_toml(str(_presets_dir() / source))
+        name = text
+    spec = build(ClusterSpec, data, source=source)
+    return resolve(spec, name=name, source=source)

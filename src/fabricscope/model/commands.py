@@ -1,0 +1,460 @@
+"""Sub-commands of the model: predict, estimate, plan, validate, hw.
+
+Parse, call the library, print.  Only the standard library is imported here;
+numpy, pydantic and the model modules are imported inside the handlers so
+``fabricscope --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from fabricscope.model import hw_command
+
+__all__ = ["add_parser", "run_estimate", "run_plan", "run_predict", "run_validate"]
+
+RAW = argparse.RawDescriptionHelpFormatter
+
+
+def add_parser(subparsers: Any) -> None:
+    _add_predict(subparsers)
+    _add_estimate(subparsers)
+    _add_plan(subparsers)
+    _add_validate(subparsers)
+    hw_command.add_parser(subparsers)
+
+
+# --- argument helpers -----------------------------------------------------------------
+
+
+def _usage(message: str) -> Exception:
+    from fabricscope.errors import UsageError
+
+    return UsageError(message)
+
+
+def _int(value: str | None, flag: str, *, minimum: int = 1) -> int:
+    try:
+        number = int(str(value), 0)
+    except ValueError:
+        raise _usage(f"{flag} must be a whole number, got {value!r}") from None
+    if number < minimum:
+        raise _usage(f"{flag} must be at least {minimum}, got {number}")
+    return number
+
+
+def _float(value: str | None, flag: str, *, minimum: float = 0.0) -> float:
+    try:
+        number = float(str(value))
+    except ValueError:
+        raise _usage(f"{flag} must be a number, got {value!r}") from None
+    if not number >= minimum or number != number:
+        raise _usage(f"{flag} must be at least {minimum:g}, got {value}")
+    return number
+
+
+def _cluster_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", required=True, help="cluster preset or TOML file (see 'fabricscope hw clusters')")
+    p.add_argument("--nodes", default=None, help="number of nodes (default: the cluster's)")
+
+
+def _load_cluster(args: argparse.Namespace) -> Any:
+    from fabricscope.model.cluster import load_cluster
+
+    cluster = load_cluster(args.cluster)
+    return cluster if args.nodes is None else cluster.with_nodes(_int(args.nodes, "--nodes"))
+
+
+def _json_option(p: argparse.ArgumentParser, kind: str) -> None:
+    p.add_argument("--json", default=None, metavar="FILE", help=f"write a Result (kind {kind})")
+
+
+def _precision_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--precision", default="bf16", help="bf16 (default), fp16, fp8, tf32, fp32")
+
+
+def _print(lines: Sequence[str]) -> None:
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+def _save(
+    path: str | None,
+    kind: str,
+    config: dict[str, Any],
+    records: list[dict[str, Any]],
+    summary: dict[str, Any],
+) -> None:
+    if not path:
+        return
+    from fabricscope.results import Result
+
+    Result(kind=kind, config=config, records=records, summary=summary, env={"argv": list(sys.argv)}).save(path)
+    sys.stderr.write(f"wrote {path}\n")
+
+
+# --- predict ------------------------------------------------------------------------------
+
+_PREDICT_EPILOG = """\
+examples:
+  fabricscope predict --cluster dgx-a100-hdr --nodes 2 -b 8 -e 8G
+  fabricscope predict all_reduce all_gather --cluster v100-100gbe-tcp --algo ring --json pred.json
+  fabricscope predict --cluster my-cluster.toml -b 1M -e 1G -f 4
+"""
+
+
+def _add_predict(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "predict",
+        help="predicted nccl-tests table for a described cluster",
+        description="Predict collective time, algbw and busbw with NCCL's cost model, in the bench table and schema.",
+        epilog=_PREDICT_EPILOG,
+        formatter_class=RAW,
+    )
+    p.add_argument("ops", nargs="*", metavar="OP", help="collectives (default all_reduce; 'all' for every op)")
+    _cluster_options(p)
+    p.add_argument("-b", "--minbytes", default="8", help="first size (default 8; K/M/G are binary)")
+    p.add_argument("-e", "--maxbytes", default="32M", help="last size (default 32M)")
+    p.add_argument("-i", "--stepbytes", default=None, help="increment when -f is 1 (default 1M)")
+    p.add_argument("-f", "--stepfactor", default=None, help="multiply the size by this (default 2)")
+    p.add_argument("-d", "--datatype", default="float", help="datatype or all (default float)")
+    p.add_argument("-o", "--op", dest="redop", default="sum", help="reduction (default sum)")
+    p.add_argument("-r", "--root", default="0", help="root rank of rooted ops (default 0)")
+    p.add_argument(
+        "--algo",
+        default="auto",
+        help="all_reduce algorithm: auto (NCCL's choice), ring, tree, hier, nvls, sharp",
+    )
+    _json_option(p, "predict")
+    p.set_defaults(func=run_predict)
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    from fabricscope.bench import collectives as ops
+    from fabricscope.bench.config import BenchConfig
+    from fabricscope.bench.dtypes import parse_dtypes, parse_redops
+    from fabricscope.bench.output import op_summary
+    from fabricscope.errors import closest
+    from fabricscope.model import report
+    from fabricscope.model.fabric import fabric_of
+    from fabricscope.model.predict import ALGO_CHOICES, predict_op
+    from fabricscope.units import parse_size
+
+    algo = args.algo.strip().lower()
+    if algo not in ALGO_CHOICES:
+        raise _usage(f"unknown --algo {args.algo!r}{closest(algo, ALGO_CHOICES)}: use {', '.join(ALGO_CHOICES)}")
+    cluster = _load_cluster(args)
+    factor = (
+        (1 if args.stepbytes is not None else 2)
+        if args.stepfactor is None
+        else _int(args.stepfactor, "-f (stepfactor)")
+    )
+    config = BenchConfig(
+        ops=[c.name for c in ops.parse_ops(args.ops)] if args.ops else ["all_reduce"],
+        min_bytes=parse_size(args.minbytes, what="-b (minbytes)"),
+        max_bytes=parse_size(args.maxbytes, what="-e (maxbytes)"),
+        step_bytes=parse_size(args.stepbytes if args.stepbytes is not None else "1M", what="-i (stepbytes)"),
+        step_factor=factor,
+        dtypes=[d.name for d in parse_dtypes(args.datatype)],
+        redops=parse_redops(args.redop),
+        root=_int(args.root, "-r (root)", minimum=0),
+    )
+    sizes = list(config.sizes())
+    fab = fabric_of(cluster)
+    step = f"{config.step_factor}(factor)" if config.step_factor > 1 else f"{config.step_bytes}(bytes)"
+    records: list[dict[str, Any]] = []
+    summary: dict[str, Any] = {}
+    if algo != "auto" and any(name != "all_reduce" for name in config.ops):
+        sys.stderr.write(f"note: --algo {algo} applies to all_reduce; other ops run as NCCL runs them\n")
+    for name in config.ops:
+        op = ops.get(name)
+        prediction = predict_op(
+            op,
+            fab,
+            sizes=sizes,
+            dtypes=config.dtypes,
+            redops=config.redops,
+            root=config.root,
+            gpus_per_node=cluster.gpus_per_node,
+            nodes=cluster.nodes,
+            algo=algo,
+        )
+        _print(
+            report.predict_lines(
+                op,
+                prediction.records,
+                cluster=cluster,
+                min_bytes=config.min_bytes,
+                max_bytes=config.max_bytes,
+                step=step,
+            )
+        )
+        dicts = [r.to_dict() for r in prediction.records]
+        records.extend(dicts)
+        summary[op.name] = op_summary(dicts)
+    _save(
+        args.json,
+        "predict",
+        {
+            "cluster": cluster.name,
+            "nodes": cluster.nodes,
+            "gpus_per_node": cluster.gpus_per_node,
+            "ops": config.ops,
+            "min_bytes": config.min_bytes,
+            "max_bytes": config.max_bytes,
+            "step_factor": config.step_factor,
+            "step_bytes": config.step_bytes,
+            "dtypes": config.dtypes,
+            "redops": config.redops,
+            "root": config.root,
+            "algo": algo,
+            "cluster_spec": _spec_dict(cluster),
+        },
+        records,
+        summary,
+    )
+    return 0
+
+
+def _spec_dict(cluster: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(cluster.spec)
+
+
+# --- estimate --------------------------------------------------------------------------------
+
+_ESTIMATE_EPILOG = """\
+examples:
+  fabricscope estimate --model llama-70b --cluster dgx-h100-ndr --nodes 16
+  fabricscope estimate --model gpt3-175b --cluster dgx-a100-hdr --nodes 64 --tp 8 --pp 8 --recompute selective
+  fabricscope estimate --model resnet50 --cluster lab-8gpu-1gbe-hdd
+  fabricscope estimate --model llama-7b --cluster v100-100gbe-tcp --precision fp16 --ps-servers 4 --zero 0 --tp 1 --pp 1
+
+Without --tp/--pp/--dp fabricscope picks the fastest split that fits in memory.
+"""
+
+
+def _add_estimate(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "estimate",
+        help="one training step on a described cluster: breakdown and bottleneck",
+        description="Estimate one training step: compute, communication per kind, bubble, data stall, bottleneck.",
+        epilog=_ESTIMATE_EPILOG,
+        formatter_class=RAW,
+    )
+    p.add_argument("--model", required=True, help="model preset or TOML file (see 'fabricscope hw models')")
+    _cluster_options(p)
+    p.add_argument("--tp", default=None, help="tensor-parallel size (inside a node)")
+    p.add_argument("--pp", default=None, help="pipeline stages")
+    p.add_argument("--dp", default=None, help="data-parallel size (default: GPUs / (tp*pp))")
+    p.add_argument("--zero", default="0", help="ZeRO stage 0-3 (3 = FSDP)")
+    p.add_argument("--micro-batch", default="1", help="micro-batch size (default 1)")
+    p.add_argument("--global-batch", default=None, help="sequences or samples per step (default: the model's)")
+    p.add_argument("--recompute", default="none", help="activation recomputation: none, selective, full")
+    p.add_argument("--interleave", default="1", help="virtual pipeline stages per GPU (default 1)")
+    p.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism")
+    _precision_option(p)
+    p.add_argument("--no-overlap", action="store_true", help="reduce gradients after the backward pass, not during")
+    p.add_argument("--ps-servers", default="0", help="use K parameter servers instead of all-reduce")
+    _json_option(p, "estimate")
+    p.set_defaults(func=run_estimate)
+
+
+def run_estimate(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from fabricscope.model import report
+    from fabricscope.model.estimate import best_split, estimate
+    from fabricscope.model.parallel import PRECISIONS, RECOMPUTE, ParallelConfig, as_choice
+    from fabricscope.model.workload import load_model
+
+    model = load_model(args.model)
+    cluster = _load_cluster(args)
+    precision = as_choice(args.precision, PRECISIONS, "--precision")
+    cluster.gpu.peak_flops(precision)
+    batch = _int(args.global_batch, "--global-batch") if args.global_batch is not None else 0
+    overlap = not args.no_overlap
+    chosen = args.tp is None and args.pp is None and args.dp is None
+    if chosen:
+        par = best_split(model, cluster, precision=precision, overlap=overlap, batch=batch)
+        par = dataclasses.replace(par, global_batch=batch, ps_servers=_int(args.ps_servers, "--ps-servers", minimum=0))
+        if par.ps_servers and par.zero:
+            par = dataclasses.replace(par, zero=0)
+    else:
+        tp = _int(args.tp or "1", "--tp")
+        pp = _int(args.pp or "1", "--pp")
+        if args.dp is not None:
+            dp = _int(args.dp, "--dp")
+        elif cluster.gpus % (tp * pp):
+            raise _usage(
+                f"tp*pp = {tp * pp} does not divide the cluster's {cluster.gpus} GPUs: give --dp or change --nodes"
+            )
+        else:
+            dp = cluster.gpus // (tp * pp)
+        par = ParallelConfig(
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            zero=_int(args.zero, "--zero", minimum=0),
+            micro_batch=_int(args.micro_batch, "--micro-batch"),
+            global_batch=batch,
+            recompute=as_choice(args.recompute, RECOMPUTE, "--recompute"),
+            interleave=_int(args.interleave, "--interleave"),
+            sequence_parallel=args.sequence_parallel,
+            precision=precision,
+            dp_overlap=overlap,
+            ps_servers=_int(args.ps_servers, "--ps-servers", minimum=0),
+        )
+    result = estimate(model, cluster, par)
+    _print(report.estimate_lines(result, chosen=chosen))
+    record = result.record()
+    _save(
+        args.json,
+        "estimate",
+        {
+            "model": model.name,
+            "cluster": cluster.name,
+            "nodes": cluster.nodes,
+            "parallel": dataclasses.asdict(par),
+            "split_chosen_by_fabricscope": chosen,
+            "cluster_spec": _spec_dict(cluster),
+        },
+        [record],
+        {"bottleneck": record["bottleneck"], "step_time_s": record["step_time_s"]},
+    )
+    return 0
+
+
+# --- plan ---------------------------------------------------------------------------------------
+
+_PLAN_EPILOG = """\
+scenarios: research-small research-medium research-large cloud private-large realtime
+
+examples:
+  fabricscope plan --model llama-70b --gpus 1024 --scenario private-large
+  fabricscope plan --model llama-7b --gpus 64 --gpu a100-sxm-80gb --target-util 0.8
+  fabricscope plan --model llama-7b --gpus 64 --scenario realtime --max-latency-us 50 --json plan.json
+"""
+
+
+def _add_plan(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "plan",
+        help="search NIC speed and count, transport, SHARP, topology: the cheapest network that meets a target",
+        description="Search network choices for a model and GPU count; print the cost/utilization frontier.",
+        epilog=_PLAN_EPILOG,
+        formatter_class=RAW,
+    )
+    p.add_argument("--model", required=True, help="model preset or TOML file")
+    p.add_argument("--gpus", required=True, help="number of GPUs (servers of 8)")
+    p.add_argument("--gpu", default=None, help="GPU type (default: the scenario's; see 'fabricscope hw gpus')")
+    p.add_argument("--scenario", default="research-medium", help="buyer scenario (default research-medium)")
+    p.add_argument("--target-util", default=None, help="GPU utilization to reach, 0-1 (default: the scenario's)")
+    p.add_argument("--max-latency-us", default=None, help="latency budget of a small all-reduce across the job")
+    _precision_option(p)
+    p.add_argument("--top", default="12", help="frontier rows to print (default 12)")
+    _json_option(p, "plan")
+    p.set_defaults(func=run_plan)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from fabricscope.model import report
+    from fabricscope.model.parallel import PRECISIONS, as_choice
+    from fabricscope.model.planner import LATENCY_PROBE_BYTES, plan
+    from fabricscope.model.workload import load_model
+
+    model = load_model(args.model)
+    target = _float(args.target_util, "--target-util") if args.target_util is not None else None
+    if target is not None and not 0 < target <= 1:
+        raise _usage(f"--target-util must be between 0 and 1 (a fraction), got {args.target_util}")
+    budget = _float(args.max_latency_us, "--max-latency-us") if args.max_latency_us is not None else None
+    start = time.perf_counter()
+    result = plan(
+        model,
+        gpus=_int(args.gpus, "--gpus"),
+        gpu_name=args.gpu,
+        scenario_name=args.scenario.strip().lower(),
+        target_util=target,
+        max_latency_us=budget,
+        precision=as_choice(args.precision, PRECISIONS, "--precision"),
+    )
+    seconds = time.perf_counter() - start
+    _print(report.plan_lines(result, top=_int(args.top, "--top"), seconds=seconds))
+
+    def record(option: Any, role: str) -> dict[str, Any]:
+        net = option.network
+        return {
+            "role": role,
+            "nic": net.nic.name,
+            "nics_per_node": net.count,
+            "transport": net.transport.name,
+            "sharp": net.sharp,
+            "topology": net.topology,
+            "oversubscription": net.oversubscription,
+            "network_cost_usd": option.cost_usd,
+            "gpu_utilization": option.utilization,
+            "step_time_s": option.step_s,
+            "small_allreduce_us": option.latency_us,
+            "meets_target": option.meets,
+            "parallel": dataclasses.asdict(option.parallel) if option.parallel else None,
+        }
+
+    records = [record(o, "frontier") for o in result.frontier]
+    if result.recommended is not None:
+        records.append(record(result.recommended, "recommended"))
+    _save(
+        args.json,
+        "plan",
+        {
+            "model": model.name,
+            "gpus": result.gpus,
+            "gpu": result.gpu.name,
+            "scenario": result.scenario.name,
+            "target_util": result.target_util,
+            "max_latency_us": result.max_latency_us,
+            "latency_probe_bytes": LATENCY_PROBE_BYTES,
+            "precision": args.precision,
+        },
+        records,
+        {
+            "evaluated": result.evaluated,
+            "networks": len(result.options),
+            "seconds": seconds,
+            "recommended": records[-1] if result.recommended is not None else None,
+            "notes": result.notes,
+        },
+    )
+    return 0
+
+
+# --- validate -------------------------------------------------------------------------------------
+
+
+def _add_validate(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "validate",
+        help="compare the model with published measurements (per-row error, median, worst)",
+        description="Predict every row of validation CSV files from the hardware description alone.",
+        epilog="Without files, validates the published measurements shipped with fabricscope.",
+    )
+    p.add_argument("files", nargs="*", metavar="CSV", help="files with the columns of the shipped validation data")
+    _json_option(p, "validate")
+    p.set_defaults(func=run_validate)
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from fabricscope.model import report
+    from fabricscope.model.validation import default_files, summary, validate_file
+
+    files = list(args.files) or default_files()
+    checks = [check for path in files for check in validate_file(path)]
+    _print(report.validate_lines(checks))
+    per_file = {name: summary([c for c in checks if c.file == name]) for name in dict.fromkeys(c.file for c in checks)}
+    _save(args.json, "validate", {"files": [str(f) for f in files]}, [c.record() for c in checks], per_file)
+    return 0

@@ -1,0 +1,268 @@
+"""One training step on a described cluster: the breakdown, the bottleneck, the sensitivities.
+
+This is where typed configs (:class:`ModelSpec`, :class:`Cluster`,
+:class:`ParallelConfig`) become the numbers of :mod:`training`, and where the
+one-configuration answer is dressed for people: which part of the step is the
+largest (the bottleneck), and what a faster network would buy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fabricscope.model import training
+from fabricscope.model.cluster import Cluster
+from fabricscope.model.datapath import TRANSFORMER_READ_BYTES, DataPath, data_path
+from fabricscope.model.fabric import Fabric, fabric_of
+from fabricscope.model.hardware import GPU
+from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, Precision, check_layout
+from fabricscope.model.training import BREAKDOWN, Device, Job, Shape, Step
+from fabricscope.model.workload import ModelSpec
+
+__all__ = [
+    "BOTTLENECKS",
+    "SENSITIVITIES",
+    "Estimate",
+    "best_split",
+    "device_for",
+    "estimate",
+    "job_of",
+    "shape_of",
+]
+
+BOTTLENECKS = {
+    "compute": "compute: the GPUs are busy, the network is not what holds this job back",
+    "recompute": "activation recomputation (memory pressure)",
+    "tp_comm": "tensor-parallel communication inside the node (NVLink/PCIe)",
+    "pp_comm": "pipeline transfers between stages (network)",
+    "bubble": "pipeline bubble (too few micro-batches per stage)",
+    "dp_comm": "data-parallel gradient exchange (network)",
+    "optimizer": "optimizer step (memory bandwidth)",
+    "data_stall": "data loading (storage and its network link)",
+}
+"""What each part of a step means when it is the largest."""
+
+SENSITIVITIES: dict[str, Callable[[Fabric], Fabric]] = {
+    "2x network bandwidth": lambda f: dataclasses.replace(f, nic_gbps=f.nic_gbps * 2),
+    "100 ns less network latency": lambda f: dataclasses.replace(f, net_extra_us=f.net_extra_us - 0.1),
+    "10 us less network latency": lambda f: dataclasses.replace(f, net_extra_us=f.net_extra_us - 10.0),
+    "2x intra-node bandwidth": lambda f: dataclasses.replace(f, intra_gbps=f.intra_gbps * 2),
+}
+"""What-ifs: a changed Fabric each."""
+
+GRAD_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 2.0, "tf32": 4.0, "fp32": 4.0}
+ACT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 2.0, "tf32": 4.0, "fp32": 4.0}
+
+
+def shape_of(model: ModelSpec) -> Shape:
+    if not model.is_transformer:
+        return Shape(
+            transformer=False,
+            params=model.param_count,
+            vision_flops=model.gflops_per_sample * 1e9,
+            vision_traffic=model.traffic_mb_per_sample * 1e6,
+            sample_bytes=model.sample_bytes,
+        )
+    return Shape(
+        transformer=True,
+        layers=model.layers,
+        hidden=model.hidden,
+        heads=model.heads,
+        kv_width=model.kv_width,
+        seq=model.seq,
+        vocab=model.vocab,
+        ffn=model.ffn_width,
+        gated=1 if model.gated_mlp else 0,
+        flash=1 if model.flash_attention else 0,
+        params=model.param_count,
+        matmul_params=model.layers * model.layer_params + model.vocab * model.hidden,
+        sample_bytes=model.sample_bytes,
+    )
+
+
+def job_of(par: ParallelConfig, batch: int) -> Job:
+    return Job(
+        tp=par.tp,
+        pp=par.pp,
+        dp=par.dp,
+        zero=par.zero,
+        micro_batch=par.micro_batch,
+        global_batch=batch,
+        recompute=RECOMPUTE.index(par.recompute),
+        interleave=par.interleave,
+        sequence_parallel=1 if par.sequence_parallel else 0,
+        dp_overlap=1 if par.dp_overlap else 0,
+        ps_servers=par.ps_servers,
+    )
+
+
+def device_for(gpu: GPU, precision: str, data_bps: float = np.inf, cached: float = 0.0) -> Device:
+    """The numbers of one GPU at ``precision``, fed by ``data_bps`` per node."""
+    return Device(
+        peak_flops=gpu.peak_flops(precision),
+        matmul_eff=gpu.mamf * training.GEMM_DERATE,
+        hbm_bps=gpu.hbm_tbps * 1e12,
+        memory_bytes=gpu.memory_gb * 1e9,
+        act_bytes=ACT_BYTES[precision],
+        grad_bytes=GRAD_BYTES[precision],
+        data_bps_per_node=data_bps,
+        cached_fraction=cached,
+    )
+
+
+def read_bytes(model: ModelSpec) -> float:
+    return model.sample_bytes if not model.is_transformer else float(TRANSFORMER_READ_BYTES)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Estimate:
+    """One configuration, priced."""
+
+    model: ModelSpec
+    cluster: Cluster
+    parallel: ParallelConfig
+    batch: int
+    step: Step
+    data: DataPath
+    sensitivities: dict[str, float] = field(default_factory=dict)
+    """What-if name -> step time change in percent (negative is faster)."""
+
+    @property
+    def gpus(self) -> int:
+        return self.cluster.gpus
+
+    def value(self, name: str) -> float:
+        return float(getattr(self.step, name))
+
+    @property
+    def step_s(self) -> float:
+        return self.value("step")
+
+    @property
+    def bottleneck(self) -> str:
+        parts = {name: self.value(name) for name in BREAKDOWN}
+        return max(parts, key=lambda k: parts[k])
+
+    @property
+    def gpu_utilization(self) -> float:
+        """Share of the step the GPUs spend on the model's own work (no recomputation)."""
+        return self.value("compute") / self.step_s
+
+    @property
+    def mfu(self) -> float:
+        peak = self.cluster.gpu.peak_flops(self.parallel.precision)
+        return self.value("model_flops") / (self.step_s * self.gpus * peak)
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        return self.value("model_flops") / self.step_s / self.gpus / 1e12
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.batch / self.step_s
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.batch * self.model.seq / self.step_s if self.model.is_transformer else None
+
+    @property
+    def fits(self) -> bool:
+        return self.value("memory_bytes") <= self.cluster.gpu.memory_gb * 1e9
+
+    def record(self) -> dict[str, Any]:
+        """The JSON record of ``estimate --json``."""
+        return {
+            "model": self.model.name,
+            "cluster": self.cluster.name,
+            "gpus": self.gpus,
+            "parallel": dataclasses.asdict(self.parallel),
+            "global_batch": self.batch,
+            "step_time_s": self.step_s,
+            "gpu_utilization": self.gpu_utilization,
+            "mfu": self.mfu,
+            "samples_per_s": self.samples_per_s,
+            "tokens_per_s": self.tokens_per_s,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "bottleneck": self.bottleneck,
+            "bottleneck_text": BOTTLENECKS[self.bottleneck],
+            "breakdown": {name: self.value(name) for name in BREAKDOWN},
+            "memory_gb_per_gpu": self.value("memory_bytes") / 1e9,
+            "fits_in_memory": self.fits,
+            "data_read_s": self.value("data_time"),
+            "data_bps_per_node": self.data.bps_per_node,
+            "data_limit": self.data.limit,
+            "dp_comm_before_overlap_s": self.value("dp_comm_total"),
+            "sensitivities_pct": self.sensitivities,
+        }
+
+
+def estimate(model: ModelSpec, cluster: Cluster, par: ParallelConfig, *, what_ifs: bool = True) -> Estimate:
+    """Price one step of ``model`` on ``cluster`` split as ``par``."""
+    batch = par.global_batch or model.batch(cluster.gpus)
+    check_layout(par, model, gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node, batch=batch)
+    path = data_path(cluster, read_bytes(model))
+    shape = shape_of(model)
+    job = job_of(par, batch)
+    device = device_for(cluster.gpu, par.precision, path.bps_per_node, cluster.spec.storage.cached_fraction)
+    fab = fabric_of(cluster)
+    result = training.step(shape, job, device, fab)
+    changes: dict[str, float] = {}
+    if what_ifs:
+        base = float(result.step)
+        for name, change in SENSITIVITIES.items():
+            changes[name] = 100.0 * (float(training.step(shape, job, device, change(fab)).step) / base - 1.0)
+        faster_data = dataclasses.replace(device, data_bps_per_node=device.data_bps_per_node * 2)
+        changes["2x storage throughput"] = 100.0 * (
+            float(training.step(shape, job, faster_data, fab).step) / base - 1.0
+        )
+    return Estimate(
+        model=model, cluster=cluster, parallel=par, batch=batch, step=result, data=path, sensitivities=changes
+    )
+
+
+def step_of(model: ModelSpec, cluster: Cluster, par: ParallelConfig, fab: Fabric) -> Step:
+    """The step on a modified Fabric (for what-ifs beyond the built-in ones)."""
+    batch = par.global_batch or model.batch(cluster.gpus)
+    path = data_path(cluster, read_bytes(model))
+    device = device_for(cluster.gpu, par.precision, path.bps_per_node, cluster.spec.storage.cached_fraction)
+    return training.step(shape_of(model), job_of(par, batch), device, fab)
+
+
+def best_split(
+    model: ModelSpec, cluster: Cluster, *, precision: Precision = "bf16", overlap: bool = True, batch: int = 0
+) -> ParallelConfig:
+    """The fastest split of ``model`` over ``cluster`` that fits in memory (what a tuned job runs)."""
+    from fabricscope.errors import UsageError
+    from fabricscope.model.layouts import layouts
+
+    cand = layouts(
+        model,
+        gpus=cluster.gpus,
+        gpus_per_node=cluster.gpus_per_node,
+        precision=precision,
+        overlap=overlap,
+        batch=batch,
+    )
+    if not len(cand):
+        raise UsageError(
+            f"no way to split {model.name} over {cluster.gpus} GPUs with a global batch of {cand.batch}: "
+            "give --global-batch as a multiple of the GPU count"
+        )
+    path = data_path(cluster, read_bytes(model))
+    device = device_for(cluster.gpu, precision, path.bps_per_node, cluster.spec.storage.cached_fraction)
+    result = training.step(shape_of(model), cand.job, device, fabric_of(cluster))
+    fits = np.asarray(result.memory_bytes) <= device.memory_bytes
+    total = np.where(fits, np.broadcast_to(result.step, fits.shape), np.inf)
+    index = int(np.argmin(total))
+    if not np.isfinite(total[index]):
+        smallest = float(np.min(result.memory_bytes)) / 1e9
+        raise UsageError(
+            f"{model.name} does not fit on {cluster.gpus} x {cluster.gpu.name} ({cluster.gpu.memory_gb:g} GB) "
+            f"in any split tried (the smallest needs {smallest:.0f} GB per GPU): add nodes (--nodes)"
+        )
+    return cand.configs[index]

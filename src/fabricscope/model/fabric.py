@@ -1,0 +1,177 @@
+"""The numbers the cost models run on: bandwidth and latency of every hop, as arrays.
+
+A :class:`Fabric` holds effective per-hop figures (GB/s, microseconds), each a
+float or a numpy array; arrays broadcast, so one Fabric can stand for a million
+candidate networks in a ``plan`` sweep or for one described cluster.  Both come
+out of :func:`make_fabric`, which applies the rules once:
+
+* a NIC delivers ``min(line rate x transport efficiency, host-copy ceiling,
+  PCIe slot)``: the slowest hop decides;
+* a node's GPUs talk at ``links x NCCL's per-link constant`` over NVLink or
+  Infinity Fabric, or at NCCL's share of the PCIe slot (half of it through host
+  memory when peer-to-peer is off);
+* a message between nodes pays the transport's latency above RDMA's and one
+  switch latency per switch crossed (1 hop inside a leaf, 3 through a spine, 5
+  through a third tier).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fabricscope.model import hardware
+from fabricscope.model.cluster import Cluster
+from fabricscope.model.hardware import PCIe, Transport
+
+__all__ = ["Fabric", "fabric_of", "intra_gbps_of", "make_fabric", "nodes_per_leaf", "take", "transport_extra_us"]
+
+Num = Any
+"""A float or a numpy array of floats (broadcastable)."""
+
+REFERENCE_TRANSPORT = "rdma-gdr"
+"""NCCL's network latency constants were measured on InfiniBand with GPUDirect RDMA."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fabric:
+    gpus_per_node: Num
+    nodes: Num
+    intra_gbps: Num
+    """Per GPU, one direction, GB/s, as ring traffic inside a node sees it."""
+    intra_pcie: Num
+    """1 where GPUs talk over PCIe (NCCL's PCI latencies, no LL128), else 0."""
+    nvls_eff: Num
+    """NVLink SHARP efficiency; 0 where the node has no NVLS."""
+    nic_gbps: Num
+    """Per NIC, one direction, GB/s, after transport, host and PCIe limits."""
+    nics_per_node: Num
+    net_extra_us: Num
+    """Added to NCCL's network hop latency: transport above RDMA, switches, cables."""
+    sharp: Num
+    """1 where the switches reduce in the network (SHARP), else 0."""
+    oversubscription: Num
+    nodes_per_leaf: Num
+
+    @property
+    def node_net_gbps(self) -> Num:
+        """All NICs of a node together, GB/s."""
+        return self.nic_gbps * self.nics_per_node
+
+
+def take(fab: Fabric, rows: slice | int) -> Fabric:
+    """Some rows of a Fabric whose fields are column arrays (one row per network); an int
+    row gives plain floats, the Fabric of one network."""
+    values: dict[str, Any] = {}
+    for name in Fabric.__slots__:
+        value = getattr(fab, name)
+        if isinstance(value, np.ndarray) and value.ndim == 2:
+            value = float(value[rows, 0]) if isinstance(rows, int) else value[rows]
+        values[name] = value
+    return Fabric(**values)
+
+
+def nodes_per_leaf(*, radix: Num, nics_per_node: Num, nodes: Num, rail: Num, oversubscription: Num) -> Num:
+    """Nodes whose traffic meets in one leaf switch (one rail switch when rail-optimized)."""
+    k = np.maximum(nics_per_node, 1)
+    ports_per_node = np.where(rail, 1, k)
+    single = nodes * ports_per_node <= radix
+    down = np.floor(radix * oversubscription / (1.0 + oversubscription))
+    return np.maximum(np.where(single, radix, down) // ports_per_node, 1)
+
+
+def make_fabric(
+    *,
+    gpus_per_node: Num,
+    nodes: Num,
+    intra_gbps: Num,
+    intra_pcie: Num,
+    nvls_eff: Num,
+    nic_line_gbps: Num,
+    nic_pcie_gbps: Num,
+    transport_eff: Num,
+    host_ceiling_gbps: Num,
+    transport_extra_us: Num,
+    nics_per_node: Num,
+    switch_latency_us: Num,
+    switch_radix: Num,
+    rail: Num,
+    oversubscription: Num,
+    sharp: Num,
+    extra_latency_us: Num = 0.0,
+) -> Fabric:
+    """Apply the slowest-hop rules to raw catalog numbers (all arguments broadcast)."""
+    ceiling = np.where(np.asarray(host_ceiling_gbps) > 0, host_ceiling_gbps, np.inf)
+    nic = np.minimum(np.minimum(nic_line_gbps * transport_eff, ceiling), nic_pcie_gbps)
+    leaf = nodes_per_leaf(
+        radix=switch_radix,
+        nics_per_node=nics_per_node,
+        nodes=nodes,
+        rail=rail,
+        oversubscription=oversubscription,
+    )
+    tiers = np.where(nodes <= leaf, 1, np.where(nodes <= leaf * switch_radix / 2, 2, 3))
+    return Fabric(
+        gpus_per_node=gpus_per_node,
+        nodes=nodes,
+        intra_gbps=intra_gbps,
+        intra_pcie=intra_pcie,
+        nvls_eff=nvls_eff,
+        nic_gbps=nic,
+        nics_per_node=nics_per_node,
+        net_extra_us=transport_extra_us + (2 * tiers - 1) * switch_latency_us + extra_latency_us,
+        sharp=sharp,
+        oversubscription=oversubscription,
+        nodes_per_leaf=leaf,
+    )
+
+
+def transport_extra_us(transport: Transport) -> float:
+    """Per-message latency of ``transport`` above the reference (RDMA with GPUDirect)."""
+    reference = hardware.lookup("transport", REFERENCE_TRANSPORT, Transport)
+    return transport.latency_us - reference.latency_us
+
+
+def intra_gbps_of(cluster: Cluster) -> float:
+    """Per-GPU bandwidth inside a node, one direction, GB/s."""
+    gpu = cluster.gpu
+    if cluster.intra in ("nvswitch", "nvlink-mesh") and cluster.gpulink is not None:
+        return gpu.nvlink_links * cluster.gpulink.nccl_gbps
+    if cluster.intra == "xgmi" and cluster.gpulink is not None:
+        return gpu.xgmi_links * cluster.gpulink.nccl_gbps
+    gpu_pcie = hardware.lookup("pcie", gpu.pcie, PCIe)
+    slot = min(cluster.pcie.effective_gbps, gpu_pcie.effective_gbps)
+    return slot if gpu.p2p else slot / 2
+
+
+def fabric_of(cluster: Cluster) -> Fabric:
+    """The Fabric of one described cluster (scalars)."""
+    net = cluster.spec.network
+    nic_pcie = hardware.lookup("pcie", cluster.nic.pcie, PCIe)
+    slot = min(cluster.pcie.effective_gbps, nic_pcie.effective_gbps)
+    nvls = (
+        cluster.gpulink.nvls_efficiency
+        if (cluster.intra == "nvswitch" and cluster.gpu.nvls and cluster.gpulink)
+        else 0.0
+    )
+    return make_fabric(
+        gpus_per_node=float(cluster.gpus_per_node),
+        nodes=float(cluster.nodes),
+        intra_gbps=intra_gbps_of(cluster),
+        intra_pcie=1.0 if cluster.intra == "pcie" else 0.0,
+        nvls_eff=nvls,
+        nic_line_gbps=cluster.nic.speed_gbps / 8.0,
+        nic_pcie_gbps=slot,
+        transport_eff=cluster.transport.efficiency,
+        host_ceiling_gbps=cluster.transport.host_ceiling_gbps,
+        transport_extra_us=transport_extra_us(cluster.transport),
+        nics_per_node=float(net.nics_per_node),
+        switch_latency_us=cluster.nic.switch_latency_ns / 1000.0,
+        switch_radix=float(cluster.nic.switch_radix),
+        rail=1.0 if net.topology == "rail-optimized" else 0.0,
+        oversubscription=net.oversubscription,
+        sharp=1.0 if net.sharp else 0.0,
+        extra_latency_us=net.extra_latency_us,
+    )

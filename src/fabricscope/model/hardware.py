@@ -1,0 +1,239 @@
+"""The hardware catalog: GPUs, GPU links, PCIe, NICs, transports and storage, as data.
+
+Numbers live in ``catalog/*.toml`` beside this module, each entry with a
+``source``; this module only gives them types.  ``lookup`` turns an unknown name
+into a usage error that suggests the closest entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, ClassVar, Literal, TypeVar
+
+from fabricscope.errors import UsageError, closest
+from fabricscope.model.userfile import FORBID_EXTRA, InvalidValue, build, read_toml
+
+__all__ = [
+    "GPU",
+    "KINDS",
+    "NIC",
+    "GPULink",
+    "PCIe",
+    "Storage",
+    "Transport",
+    "catalog_dir",
+    "entries",
+    "lookup",
+]
+
+Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
+
+
+def _positive(owner: object, *names: str) -> None:
+    for name in names:
+        value = getattr(owner, name)
+        if not value > 0:
+            raise InvalidValue(f"{name} must be positive, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GPU:
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    name: str
+    description: str
+    arch: Literal["volta", "ampere", "hopper", "blackwell", "ada", "cdna3"]
+    tflops_fp32: float
+    tflops_tf32: float
+    tflops_fp16: float
+    tflops_bf16: float
+    tflops_fp8: float
+    memory_gb: float
+    hbm_tbps: float
+    """Memory bandwidth, TB/s (1e12 bytes per second)."""
+    nvlink: str
+    """NVLink generation (an entry of nvlink.toml), or "" for none."""
+    nvlink_links: int
+    nvls: bool
+    """NVLink SHARP: the NVSwitch reduces in the switch."""
+    xgmi_links: int
+    pcie: str
+    fabric: Literal["nvswitch", "nvlink-mesh", "xgmi", "pcie"]
+    """How servers built around this GPU connect their GPUs."""
+    p2p: bool
+    """Peer-to-peer over PCIe (GeForce cards have it disabled)."""
+    mamf: float
+    """Maximum achievable matmul FLOPS as a fraction of the dense bf16 peak."""
+    price_usd: float
+    source: str
+
+    def __post_init__(self) -> None:
+        _positive(self, "tflops_fp32", "memory_gb", "hbm_tbps", "price_usd")
+        if not 0 < self.mamf <= 1:
+            raise InvalidValue(f"mamf must be in (0, 1], got {self.mamf}")
+
+    def peak_flops(self, precision: str) -> float:
+        """Dense peak FLOP/s of the tensor cores at ``precision``; a UsageError if there are none."""
+        if precision not in PRECISIONS:
+            raise UsageError(
+                f"unknown precision {precision!r}{closest(precision, PRECISIONS)}: use {', '.join(PRECISIONS)}"
+            )
+        tflops = float(getattr(self, f"tflops_{precision}"))
+        if tflops <= 0:
+            usable = [p for p in PRECISIONS if float(getattr(self, f"tflops_{p}")) > 0]
+            raise UsageError(f"{self.name} has no {precision} tensor cores: use one of {', '.join(usable)}")
+        return tflops * 1e12
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GPULink:
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    name: str
+    description: str
+    raw_gbps: float
+    """One link, one direction, GB/s."""
+    nccl_gbps: float
+    """What NCCL's topology model credits one link with, GB/s."""
+    nvls_efficiency: float
+    switch: str
+    source: str
+
+    def __post_init__(self) -> None:
+        _positive(self, "raw_gbps", "nccl_gbps")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PCIe:
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    name: str
+    description: str
+    gbps: float
+    """x16, one direction, GB/s."""
+    nccl_fraction: float
+    source: str
+
+    def __post_init__(self) -> None:
+        _positive(self, "gbps", "nccl_fraction")
+
+    @property
+    def effective_gbps(self) -> float:
+        """What a GPU or NIC behind an x16 slot of this generation moves, one direction."""
+        return self.gbps * self.nccl_fraction
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NIC:
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    name: str
+    description: str
+    speed_gbps: float
+    """Line rate, Gbit/s."""
+    link: Literal["ethernet", "infiniband"]
+    rdma: bool
+    pcie: str
+    switch_radix: int
+    switch_latency_ns: float
+    price_usd: float
+    switch_port_usd: float
+    link_usd: float
+    source: str
+
+    def __post_init__(self) -> None:
+        _positive(self, "speed_gbps", "switch_radix", "switch_latency_ns")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Transport:
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    name: str
+    description: str
+    efficiency: float
+    host_ceiling_gbps: float
+    """Per-NIC ceiling from host copies, GB/s; 0 means none."""
+    latency_us: float
+    cpu_ghz_per_gbps: float
+    gdr: bool
+    source: str
+
+    def __post_init__(self) -> None:
+        if not 0 < self.efficiency <= 1:
+            raise InvalidValue(f"efficiency must be in (0, 1], got {self.efficiency}")
+        _positive(self, "latency_us")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Storage:
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    name: str
+    description: str
+    seq_mbps: float
+    access_ms: float
+    parallel: int
+    link: str
+    """For remote storage, the NIC (nics.toml) of the server link; "" for a local disk."""
+    link_per_device: bool
+    transport: str
+    source: str
+
+    def __post_init__(self) -> None:
+        _positive(self, "seq_mbps", "access_ms", "parallel")
+
+
+E = TypeVar("E")
+
+KINDS: dict[str, tuple[str, type[Any]]] = {
+    "gpu": ("gpus.toml", GPU),
+    "gpulink": ("nvlink.toml", GPULink),
+    "pcie": ("pcie.toml", PCIe),
+    "nic": ("nics.toml", NIC),
+    "transport": ("transports.toml", Transport),
+    "storage": ("storage.toml", Storage),
+}
+"""Catalog kinds: file and entry type."""
+
+
+def catalog_dir() -> Any:
+    """The package directory that holds the catalog TOML files."""
+    return resources.files("fabricscope.model") / "catalog"
+
+
+@functools.cache
+def _load(kind: str) -> dict[str, Any]:
+    filename, cls = KINDS[kind]
+    path = catalog_dir() / filename
+    data = read_toml(str(path))
+    table: dict[str, Any] = {}
+    for name, entry in data.items():
+        if not isinstance(entry, dict):
+            raise UsageError(f"{filename}: {name} is not a table")
+        table[name] = build(cls, {"name": name, **entry}, source=f"{filename} [{name}]")
+    return table
+
+
+def entries(kind: str) -> dict[str, Any]:
+    """Every entry of one catalog kind, by name, in file order."""
+    if kind not in KINDS:
+        raise UsageError(f"unknown catalog kind {kind!r}{closest(kind, KINDS)}: use {', '.join(KINDS)}")
+    return _load(kind)
+
+
+def lookup(kind: str, name: str, cls: type[E]) -> E:
+    """The catalog entry ``name`` of ``kind``; an unknown name suggests the closest one."""
+    table = entries(kind)
+    name = name.strip().lower()
+    if name not in table:
+        noun = {"gpulink": "GPU link", "pcie": "PCIe generation"}.get(
+            kind, kind.upper() if kind in ("gpu", "nic") else kind
+        )
+        raise UsageError(f"unknown {noun} {name!r}{closest(name, table)}: allowed are {', '.join(table)}")
+    entry = table[name]
+    assert isinstance(entry, cls)
+    return entry
+
+
+def describe(entry: Any) -> list[tuple[str, str]]:
+    """(field, value) pairs of a catalog entry, for ``hw show``."""
+    return [(f.name, str(getattr(entry, f.name))) for f in dataclasses.fields(entry)]

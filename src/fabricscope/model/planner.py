@@ -1,0 +1,346 @@
+"""Which network to buy: every candidate network x every way to split the job, priced at once.
+
+A candidate network is a NIC (speed and link type), a count per node, a
+transport, SHARP on or off, a topology and an oversubscription.  For each one
+the planner finds the split of the job (tensor, pipeline, data parallelism,
+ZeRO, micro-batch, recomputation) that trains fastest and fits in memory, the
+GPU utilization that reaches, the latency of a small all-reduce across the job,
+and what the network costs (NICs, switch ports, cables of a one- to
+three-tier fat tree).  The recommendation is the cheapest network that meets
+the utilization target (and the latency budget, when there is one).
+
+All (network, split) pairs go through :func:`training.step` as one broadcast
+array computation, in chunks that stay in cache.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from fabricscope.errors import UsageError, closest
+from fabricscope.model import collectives as coll
+from fabricscope.model import hardware, training
+from fabricscope.model.estimate import device_for, shape_of
+from fabricscope.model.fabric import Fabric, make_fabric, take, transport_extra_us
+from fabricscope.model.hardware import GPU, NIC, PCIe, Transport
+from fabricscope.model.layouts import Layouts, layouts
+from fabricscope.model.parallel import Precision
+from fabricscope.model.userfile import FORBID_EXTRA, InvalidValue, build, read_toml
+from fabricscope.model.workload import ModelSpec
+
+__all__ = ["LATENCY_PROBE_BYTES", "Network", "Plan", "Scenario", "plan", "scenarios", "search_space"]
+
+LATENCY_PROBE_BYTES = 4096
+"""The "small all-reduce" of the latency budget: 4 KiB across every GPU of the job."""
+CHUNK_ELEMENTS = 1 << 16
+
+
+@dataclass(kw_only=True, slots=True)
+class Scenario:
+    """A kind of buyer: the choices on the table and what is good enough."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    name: str
+    description: str
+    gpu: str
+    target_util: float
+    links: list[Literal["ethernet", "infiniband"]]
+    transports: list[Literal["tcp-socket", "rdma", "rdma-gdr"]]
+    nic_speeds_gbps: list[float]
+    nics_per_node: list[int]
+    oversubscription: list[float]
+    topologies: list[Literal["fat-tree", "rail-optimized"]]
+    sharp: list[bool]
+    max_latency_us: float = 0.0
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.target_util <= 1:
+            raise InvalidValue(f"target_util must be in (0, 1], got {self.target_util}")
+        if self.max_latency_us < 0:
+            raise InvalidValue(f"max_latency_us must not be negative, got {self.max_latency_us}")
+        for key in (
+            "links",
+            "transports",
+            "nic_speeds_gbps",
+            "nics_per_node",
+            "oversubscription",
+            "topologies",
+            "sharp",
+        ):
+            if not getattr(self, key):
+                raise InvalidValue(f"{key} must list at least one choice")
+
+
+@functools.cache
+def scenarios() -> dict[str, Scenario]:
+    data = read_toml(str(hardware.catalog_dir() / "scenarios.toml"))
+    return {
+        name: build(Scenario, {"name": name, **entry}, source=f"scenarios.toml [{name}]")
+        for name, entry in data.items()
+    }
+
+
+def scenario(name: str) -> Scenario:
+    table = scenarios()
+    if name not in table:
+        raise UsageError(f"unknown scenario {name!r}{closest(name, table)}: use one of {', '.join(table)}")
+    return table[name]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Network:
+    """One candidate network."""
+
+    nic: NIC
+    count: int
+    transport: Transport
+    sharp: bool
+    topology: str
+    oversubscription: float
+
+    def label(self) -> str:
+        sharp = " +SHARP" if self.sharp else ""
+        over = f" {self.oversubscription:g}:1" if self.oversubscription > 1 else ""
+        return f"{self.count}x {self.nic.name} {self.transport.name}{sharp} {self.topology}{over}"
+
+
+def search_space(sc: Scenario, gpus_per_node: int) -> list[Network]:
+    """Every network the scenario allows (RDMA needs an RDMA NIC, SHARP InfiniBand and RDMA)."""
+    nics = [n for n in hardware.entries("nic").values() if n.link in sc.links and n.speed_gbps in sc.nic_speeds_gbps]
+    transports = [hardware.lookup("transport", t, Transport) for t in sc.transports]
+    found = []
+    for nic, count, transport, sharp, topology, over in itertools.product(
+        nics, sc.nics_per_node, transports, sc.sharp, sc.topologies, sc.oversubscription
+    ):
+        if count > gpus_per_node or (transport.name != "tcp-socket" and not nic.rdma):
+            continue
+        if transport.name == "tcp-socket" and nic.link != "ethernet":
+            continue
+        if sharp and (nic.link != "infiniband" or transport.name == "tcp-socket"):
+            continue
+        found.append(
+            Network(
+                nic=nic,
+                count=count,
+                transport=transport,
+                sharp=sharp,
+                topology=topology,
+                oversubscription=over,
+            )
+        )
+    return found
+
+
+def network_cost(networks: list[Network], nodes: int) -> np.ndarray:
+    """USD of NICs, switch ports and cables of a fat tree (rails count as separate trees)."""
+    costs = []
+    for net in networks:
+        ports = nodes * net.count
+        per_tree = nodes if net.topology == "rail-optimized" else ports
+        trees = net.count if net.topology == "rail-optimized" else 1
+        radix = net.nic.switch_radix
+        if nodes <= 1:
+            switch_ports, links = 0.0, 0.0
+        elif per_tree <= radix:
+            switch_ports, links = float(ports), float(ports)
+        else:
+            up = per_tree / net.oversubscription
+            tiers = 2 if per_tree <= radix * radix / 2 else 3
+            switch_ports = trees * (per_tree + 2 * up * (tiers - 1))
+            links = trees * (per_tree + up * (tiers - 1))
+        costs.append(ports * net.nic.price_usd + switch_ports * net.nic.switch_port_usd + links * net.nic.link_usd)
+    return np.array(costs)
+
+
+def fabric_arrays(networks: list[Network], gpu: GPU, gpus_per_node: int, nodes: int) -> Fabric:
+    """One Fabric whose fields are column arrays, one row per network."""
+    host = hardware.lookup("pcie", gpu.pcie, PCIe)
+    link = (
+        hardware.lookup("gpulink", gpu.nvlink or "xgmi", hardware.GPULink) if (gpu.nvlink or gpu.xgmi_links) else None
+    )
+    if link is not None:
+        intra = (gpu.nvlink_links or gpu.xgmi_links) * link.nccl_gbps
+    else:
+        intra = host.effective_gbps if gpu.p2p else host.effective_gbps / 2
+    nvls = link.nvls_efficiency if (link is not None and gpu.nvls) else 0.0
+
+    def col(values: list[float]) -> np.ndarray:
+        return np.array(values, dtype=float)[:, None]
+
+    slot = [min(host.effective_gbps, hardware.lookup("pcie", n.nic.pcie, PCIe).effective_gbps) for n in networks]
+    return make_fabric(
+        gpus_per_node=float(gpus_per_node),
+        nodes=float(nodes),
+        intra_gbps=intra,
+        intra_pcie=0.0 if link is not None else 1.0,
+        nvls_eff=nvls,
+        nic_line_gbps=col([n.nic.speed_gbps / 8.0 for n in networks]),
+        nic_pcie_gbps=col(slot),
+        transport_eff=col([n.transport.efficiency for n in networks]),
+        host_ceiling_gbps=col([n.transport.host_ceiling_gbps for n in networks]),
+        transport_extra_us=col([transport_extra_us(n.transport) for n in networks]),
+        nics_per_node=col([float(n.count) for n in networks]),
+        switch_latency_us=col([n.nic.switch_latency_ns / 1000.0 for n in networks]),
+        switch_radix=col([float(n.nic.switch_radix) for n in networks]),
+        rail=col([1.0 if n.topology == "rail-optimized" else 0.0 for n in networks]),
+        oversubscription=col([n.oversubscription for n in networks]),
+        sharp=col([1.0 if n.sharp else 0.0 for n in networks]),
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Sweep:
+    """Per network: the best split, its step, and how many (network, split) pairs were priced."""
+
+    best: np.ndarray
+    """Index into the layouts of the fastest split that fits, or -1."""
+    step_s: np.ndarray
+    utilization: np.ndarray
+    evaluated: int
+
+
+def sweep(model: ModelSpec, cand: Layouts, gpu: GPU, fab: Fabric, precision: str) -> Sweep:
+    """Price every (network, split) pair; keep the fastest split per network."""
+    shape = shape_of(model)
+    dev = device_for(gpu, precision)
+    n_net = int(np.shape(fab.nic_gbps)[0])
+    rows = max(1, CHUNK_ELEMENTS // max(len(cand), 1))
+    best = np.full(n_net, -1)
+    step_s = np.full(n_net, np.inf)
+    util = np.zeros(n_net)
+    for start in range(0, n_net, rows):
+        part = take(fab, slice(start, start + rows))
+        result = training.step(shape, cand.job, dev, part)
+        total = np.where(result.memory_bytes <= dev.memory_bytes, result.step, np.inf)
+        total = np.broadcast_to(total, (min(rows, n_net - start), len(cand)))
+        index = np.argmin(total, axis=1)
+        taken = np.arange(len(index))
+        chosen = total[taken, index]
+        compute = np.broadcast_to(result.compute, total.shape)[taken, index]
+        best[start : start + len(index)] = np.where(np.isfinite(chosen), index, -1)
+        step_s[start : start + len(index)] = chosen
+        util[start : start + len(index)] = np.where(np.isfinite(chosen), compute / chosen, 0.0)
+    return Sweep(best=best, step_s=step_s, utilization=util, evaluated=n_net * len(cand))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Option:
+    network: Network
+    cost_usd: float
+    utilization: float
+    step_s: float
+    latency_us: float
+    parallel: Any
+    meets: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Plan:
+    model: ModelSpec
+    gpu: GPU
+    gpus: int
+    scenario: Scenario
+    target_util: float
+    max_latency_us: float
+    options: list[Option]
+    frontier: list[Option]
+    recommended: Option | None
+    evaluated: int
+    gpu_cost_usd: float
+    notes: list[str] = field(default_factory=list)
+
+
+def plan(
+    model: ModelSpec,
+    *,
+    gpus: int,
+    gpu_name: str | None = None,
+    scenario_name: str = "research-medium",
+    target_util: float | None = None,
+    max_latency_us: float | None = None,
+    precision: Precision = "bf16",
+) -> Plan:
+    """Search the scenario's networks for ``model`` on ``gpus`` GPUs."""
+    sc = scenario(scenario_name)
+    gpu = hardware.lookup("gpu", gpu_name or sc.gpu, GPU)
+    if gpus < 1:
+        raise UsageError(f"--gpus must be at least 1, got {gpus}")
+    per_node = min(8, gpus)
+    if gpus % per_node:
+        raise UsageError(f"--gpus {gpus} must be a multiple of 8 (servers of 8 GPUs) or 8 or fewer")
+    target = sc.target_util if target_util is None else target_util
+    if not 0 < target <= 1:
+        raise UsageError(f"--target-util must be in (0, 1], got {target}")
+    budget = sc.max_latency_us if max_latency_us is None else max_latency_us
+    if budget < 0:
+        raise UsageError(f"--max-latency-us must not be negative, got {budget}")
+    gpu.peak_flops(precision)
+    nodes = gpus // per_node
+    cand = layouts(model, gpus=gpus, gpus_per_node=per_node, precision=precision)
+    if not len(cand):
+        raise UsageError(
+            f"no way to split {model.name} over {gpus} GPUs with a global batch of {cand.batch}: "
+            "the batch must be a multiple of the data-parallel size"
+        )
+    networks = search_space(sc, per_node)
+    if not networks:
+        raise UsageError(f"scenario {sc.name} allows no network for servers of {per_node} GPUs")
+    fab = fabric_arrays(networks, gpu, per_node, nodes)
+    result = sweep(model, cand, gpu, fab, precision)
+    latency = (
+        np.ravel(coll.fastest(coll.all_reduce(fab, float(LATENCY_PROBE_BYTES), float(per_node), float(nodes)))) * 1e6
+    )
+    latency = np.broadcast_to(latency, (len(networks),))
+    costs = network_cost(networks, nodes)
+    options = []
+    for i, net in enumerate(networks):
+        index = int(result.best[i])
+        ok = index >= 0 and result.utilization[i] >= target and (budget == 0 or latency[i] <= budget)
+        options.append(
+            Option(
+                network=net,
+                cost_usd=float(costs[i]),
+                utilization=float(result.utilization[i]),
+                step_s=float(result.step_s[i]),
+                latency_us=float(latency[i]),
+                parallel=cand.configs[index] if index >= 0 else None,
+                meets=bool(ok),
+            )
+        )
+    usable = [o for o in options if o.parallel is not None]
+    frontier: list[Option] = []
+    for option in sorted(usable, key=lambda o: (o.cost_usd, -o.utilization)):
+        if not frontier or option.utilization > frontier[-1].utilization + 1e-9:
+            frontier.append(option)
+    meeting = [o for o in usable if o.meets]
+    recommended = min(meeting, key=lambda o: (o.cost_usd, -o.utilization)) if meeting else None
+    notes = []
+    if not usable:
+        notes.append(f"{model.name} does not fit in {gpus} x {gpu.name} ({gpu.memory_gb:g} GB) in any split tried")
+    elif recommended is None:
+        best = max(usable, key=lambda o: o.utilization)
+        notes.append(
+            f"no network reaches {target:.0%} utilization"
+            + (f" within {budget:g} us" if budget else "")
+            + f"; the best is {best.utilization:.0%} ({best.network.label()})"
+        )
+    return Plan(
+        model=model,
+        gpu=gpu,
+        gpus=gpus,
+        scenario=sc,
+        target_util=target,
+        max_latency_us=budget,
+        options=options,
+        frontier=frontier,
+        recommended=recommended,
+        evaluated=result.evaluated,
+        gpu_cost_usd=gpus * gpu.price_usd,
+        notes=notes,
+    )

@@ -1,0 +1,234 @@
+"""Text that people read: the predict table's preamble, estimate's breakdown, plan's frontier,
+validate's rows, and the catalog listings of ``hw``.  Every function returns lines."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from fabricscope import __version__
+from fabricscope.bench import table
+from fabricscope.bench.collectives import Collective
+from fabricscope.model.cluster import Cluster
+from fabricscope.model.estimate import BOTTLENECKS, Estimate
+from fabricscope.model.fabric import fabric_of
+from fabricscope.model.planner import Option, Plan
+from fabricscope.model.training import BREAKDOWN
+from fabricscope.model.validation import Check, summary
+from fabricscope.results import CollectiveRecord
+
+__all__ = [
+    "cluster_lines",
+    "estimate_lines",
+    "plan_lines",
+    "predict_lines",
+    "validate_lines",
+]
+
+PART_NAMES = {
+    "compute": "compute",
+    "recompute": "recomputation",
+    "tp_comm": "tensor-parallel comm",
+    "pp_comm": "pipeline comm",
+    "bubble": "pipeline bubble",
+    "dp_comm": "data-parallel comm",
+    "optimizer": "optimizer",
+    "data_stall": "data stall",
+}
+
+
+def _usd(value: float) -> str:
+    return f"${value:,.0f}"
+
+
+def cluster_lines(cluster: Cluster) -> list[str]:
+    """Two '#' lines: what the cluster is and the bandwidths the model sees."""
+    fab = fabric_of(cluster)
+    net = cluster.spec.network
+    lines = [
+        f"# cluster {cluster.name}: {cluster.nodes} node(s) x {cluster.gpus_per_node} {cluster.gpu.name} "
+        f"= {cluster.gpus} GPUs",
+        f"#   inside a node: {cluster.intra}, {float(fab.intra_gbps):.1f} GB/s per GPU each way",
+    ]
+    if net.nics_per_node:
+        sharp = ", SHARP" if net.sharp else ""
+        over = f" {net.oversubscription:g}:1" if net.oversubscription > 1 else " non-blocking"
+        lines.append(
+            f"#   network: {net.nics_per_node}x {cluster.nic.name} over {cluster.transport.name}{sharp}: "
+            f"{float(fab.nic_gbps):.1f} GB/s per NIC, {float(fab.node_net_gbps):.1f} per node; "
+            f"{net.topology},{over}; +{float(fab.net_extra_us):.2f} us per message over RDMA"
+        )
+        transport = cluster.transport
+        if transport.cpu_ghz_per_gbps > 0:
+            lines.append(
+                f"#   {transport.name}: {transport.latency_us:g} us per message (RDMA: 1-2 us), about "
+                f"{8 * transport.cpu_ghz_per_gbps:g} GHz of CPU per GB/s moved"
+            )
+    return lines
+
+
+def predict_lines(
+    op: Collective,
+    records: Sequence[CollectiveRecord],
+    *,
+    cluster: Cluster,
+    min_bytes: int,
+    max_bytes: int,
+    step: str,
+) -> list[str]:
+    """The nccl-tests table of one op, predicted: '#' lines name the algorithm of each row group."""
+    lines = [f"# fabricscope version {__version__} predict (model, not a measurement)"]
+    lines.append(f"# Collective test starting: {op.program}")
+    lines.append(f"# nThread 1 nGpus 1 minBytes {min_bytes} maxBytes {max_bytes} step: {step} (predicted)")
+    lines.extend(cluster_lines(cluster))
+    lines.append(
+        f"# {cluster.gpus} ranks; time = NCCL's cost model with the algorithm and protocol it would pick; "
+        "GB/s = 1e9 bytes/s"
+    )
+    lines.extend(table.header_lines())
+    dicts = [r.to_dict() for r in records]
+    current = None
+    for row in table.pair_rows(dicts):
+        label = (row.out or row.inp or {}).get("algorithm")
+        if label != current:
+            lines.append(f"# algorithm {label}")
+            current = label
+        lines.append(table.format_row(row, check=False))
+    lines.extend(table.footer_lines(dicts, check=False))
+    lines.extend(table.summary_lines(dicts))
+    lines.append("#")
+    lines.append(f"# Collective test concluded: {op.program}")
+    lines.append("")
+    return lines
+
+
+def _seconds(value: float) -> str:
+    if value >= 1:
+        return f"{value:9.3f} s "
+    if value >= 1e-3:
+        return f"{value * 1e3:9.3f} ms"
+    return f"{value * 1e6:9.3f} us"
+
+
+def estimate_lines(est: Estimate, *, chosen: bool) -> list[str]:
+    par = est.parallel
+    c = est.cluster
+    split = (
+        f"tp {par.tp}, pp {par.pp}"
+        + (f" (interleave {par.interleave})" if par.interleave > 1 else "")
+        + f", dp {par.dp}, zero {par.zero}, micro-batch {par.micro_batch}, global batch {est.batch}, "
+        f"recompute {par.recompute}"
+        + (", sequence parallel" if par.sequence_parallel else "")
+        + ("" if par.dp_overlap else ", gradients reduced after the backward pass")
+        + (f", {par.ps_servers} parameter servers" if par.ps_servers else "")
+    )
+    lines = [
+        f"estimate: {est.model.name} on {c.name} ({c.nodes} x {c.gpus_per_node} {c.gpu.name} = {c.gpus} GPUs), "
+        f"{par.precision}",
+        f"split: {split}" + ("  [chosen by fabricscope: the fastest that fits]" if chosen else ""),
+        "",
+        f"step time              {_seconds(est.step_s)}",
+    ]
+    for name in BREAKDOWN:
+        value = est.value(name)
+        if value > 0:
+            lines.append(f"  {PART_NAMES[name]:<21}{_seconds(value)}  {100 * value / est.step_s:5.1f}%")
+    tokens = f", {est.tokens_per_s:,.0f} tokens/s" if est.tokens_per_s is not None else ""
+    lines += [
+        "",
+        f"GPU utilization        {100 * est.gpu_utilization:5.1f}%  (MFU {100 * est.mfu:.1f}%, "
+        f"{est.tflops_per_gpu:.1f} model TFLOP/s per GPU)",
+        f"throughput             {est.samples_per_s:,.1f} samples/s{tokens}",
+        f"memory per GPU         {est.value('memory_bytes') / 1e9:.1f} GB of {c.gpu.memory_gb:g} GB"
+        + (
+            ""
+            if est.fits
+            else "  ** does not fit: use --recompute, --zero, more --tp/--pp or a smaller --micro-batch **"
+        ),
+        f"data per step          {_seconds(est.value('data_time')).strip()} to read from {c.storage.name} "
+        f"({est.data.bps_per_node / 1e6:,.0f} MB/s per node, limited by {est.data.limit}; overlapped with the step)",
+        f"bottleneck             {BOTTLENECKS[est.bottleneck]}",
+    ]
+    if est.sensitivities:
+        lines.append("what if (step time)    " + "; ".join(f"{k}: {v:+.2f}%" for k, v in est.sensitivities.items()))
+    if c.transport.cpu_ghz_per_gbps > 0 and c.nodes > 1:
+        lines.append(
+            f"TCP cost               1 GB/s over sockets takes about {8 * c.transport.cpu_ghz_per_gbps:.0f} GHz "
+            f"of CPU; {c.transport.latency_us:g} us per message against 1-2 us for RDMA"
+        )
+    return lines
+
+
+def _option_row(o: Option, marker: str) -> str:
+    par = o.parallel
+    split = f"tp{par.tp} pp{par.pp} dp{par.dp} z{par.zero} mb{par.micro_batch} {par.recompute}" if par else "-"
+    return (
+        f"{marker}{_usd(o.cost_usd):>12}  {o.network.label():<44} {100 * o.utilization:5.1f}%  "
+        f"{o.step_s:9.3f}  {o.latency_us:8.1f}  {split}"
+    )
+
+
+def plan_lines(p: Plan, *, top: int, seconds: float) -> list[str]:
+    sc = p.scenario
+    budget = f", small all-reduce <= {p.max_latency_us:g} us" if p.max_latency_us else ""
+    lines = [
+        f"plan: {p.model.name} on {p.gpus} x {p.gpu.name} ({p.gpus // min(8, p.gpus)} servers), scenario {sc.name}: "
+        f"{sc.description}",
+        f"target: GPU utilization >= {100 * p.target_util:.0f}%{budget}",
+        f"searched {len(p.options)} networks x {p.evaluated // max(len(p.options), 1)} splits = {p.evaluated:,} "
+        f"configurations in {seconds:.2f} s",
+        "",
+        "cost/utilization frontier (cheapest first; each row buys more utilization):",
+        f"  {'network cost':>12}  {'network':<44} {'util':>6}  {'step (s)':>9}  {'lat (us)':>8}  split",
+    ]
+    shown = p.frontier[-top:] if len(p.frontier) > top else p.frontier
+    for option in shown:
+        lines.append(_option_row(option, "* " if option is p.recommended else "  "))
+    if p.recommended is not None and p.recommended not in shown:
+        lines.append(_option_row(p.recommended, "* "))
+    lines.append("")
+    if p.recommended is not None:
+        r = p.recommended
+        share = 100 * r.cost_usd / (r.cost_usd + p.gpu_cost_usd)
+        lines.append(
+            f"recommended: {r.network.label()} for {_usd(r.cost_usd)} ({share:.1f}% of a "
+            f"{_usd(r.cost_usd + p.gpu_cost_usd)} GPU+network bill): {100 * r.utilization:.1f}% utilization, "
+            f"{r.latency_us:.1f} us small all-reduce"
+        )
+    lines.extend(f"note: {note}" for note in p.notes)
+    lines.append("prices are street-price estimates (catalog/nics.toml): compare options, do not quote them")
+    return lines
+
+
+def validate_lines(checks: Sequence[Check]) -> list[str]:
+    lines: list[str] = []
+    by_file: dict[str, list[Check]] = {}
+    for check in checks:
+        by_file.setdefault(check.file, []).append(check)
+    for name, rows in by_file.items():
+        lines.append(f"{name}:")
+        lines.append(f"  {'id':<5} {'metric':<15} {'published':>10} {'predicted':>10} {'error':>8}  detail")
+        for c in rows:
+            lines.append(
+                f"  {c.id:<5} {c.metric:<15} {c.published:>10.4g} {c.predicted:>10.4g} "
+                f"{c.error_pct:>+7.1f}%  {c.detail}"
+            )
+        stats = summary(rows)
+        lines.append(
+            f"  {int(stats['rows'])} rows: median |error| {stats['median_abs_error_pct']:.1f}%, "
+            f"worst {stats['worst_abs_error_pct']:.1f}%"
+        )
+        lines.append("")
+    return lines
+
+
+def entry_lines(entry: Any) -> list[str]:
+    """Every field of a catalog entry, one per line."""
+    return [f"  {f.name:<18} {getattr(entry, f.name)}" for f in dataclasses.fields(entry) if f.name != "name"]
+
+
+def listing_lines(title: str, items: Iterable[tuple[str, str]]) -> list[str]:
+    lines = [f"{title}:"]
+    lines.extend(f"  {name:<22} {text}" for name, text in items)
+    return lines

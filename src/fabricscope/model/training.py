@@ -1,0 +1,360 @@
+"""One training step, priced part by part, vectorized over parallelism and hardware.
+
+``step`` takes numeric descriptions whose fields may be numpy arrays and
+returns every part of the step as arrays of the broadcast shape, so the same
+function prices the one configuration of ``estimate`` and the million of
+``plan``.  Per micro-batch and pipeline stage:
+
+* **GEMMs** (Megatron's four per layer, and the logits on the last stage) on a
+  roofline: ``max(flops / (peak x matmul efficiency), bytes / HBM)``.  Matmul
+  efficiency = the GPU's measured MAMF x ``GEMM_DERATE`` (transformer-sized
+  shapes at sustained clocks reach less than the best shape);
+* **attention**: QK^T and AV as batched GEMMs (a roofline again: with head
+  dimension 96-128 they are memory bound); with FlashAttention the scores never
+  reach memory and causal blocks above the diagonal are skipped;
+* **memory-bound kernels** (norms, softmax, dropout, activations, residuals)
+  move the activation bytes of Korthikanti et al. 2022 (34sbh + 5as^2b per
+  layer, generalized to grouped-query attention and gated MLPs)
+  ``TOUCH_FWD`` times forward and ``TOUCH_BWD`` times backward;
+* a fixed launch overhead per kernel;
+* backward = 2x forward GEMM FLOPs; full recomputation replays the forward,
+  selective replays the attention core;
+* **tensor parallelism**: 2 all-reduces of b*s*h activations forward and 2
+  backward per layer (2 more with full recomputation), priced by the collective
+  model on the node's NVLink or PCIe, not overlapped (as in Megatron-LM);
+* **pipeline**: bubble (p-1)/v of a micro-batch per step (Narayanan et al. 2021),
+  one point-to-point transfer per stage boundary each way per micro-batch;
+* **data parallelism**: all-reduce of the gradients (ZeRO 1-2: reduce-scatter +
+  all-gather; ZeRO 3: two weight all-gathers per micro-batch as well), on the
+  share of the node's NICs its group gets, hidden behind the last backward when
+  overlapped; or a parameter-server exchange (BytePS, OSDI'20);
+* **optimizer**: memory-bound Adam update of the local weights;
+* **data loading**: bytes per step from storage, overlapped with the step;
+  what does not fit in the step is a stall.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from fabricscope.model import collectives as coll
+from fabricscope.model.fabric import Fabric
+
+__all__ = [
+    "BREAKDOWN",
+    "GEMM_DERATE",
+    "Device",
+    "Job",
+    "Shape",
+    "Step",
+    "step",
+]
+
+Num = Any
+
+GEMM_DERATE = 0.80
+"""Matmul efficiency in training / best-shape MAMF.  The one constant fitted to
+training measurements (the Megatron A100 rows of shared/validation): A100
+0.869 x 0.80 = 0.70 of peak on transformer GEMMs."""
+TOUCH_FWD = 2.0
+"""Forward: every stored activation byte is written once and read once."""
+TOUCH_BWD = 4.0
+"""Backward: stored activations read, their gradients written and read, plus the saved inputs."""
+KERNEL_OVERHEAD_S = 3e-6
+"""Launch and tail of one kernel that does not overlap with the next."""
+KERNELS_PER_LAYER_FWD = 23
+"""Kernels of one transformer layer forward in Megatron-LM (GEMMs, norms, softmax, dropout, adds)."""
+OPTIMIZER_BYTES_PER_PARAM = 30.0
+"""Adam with fp32 master weights: read weight, gradient, m, v (16 B); write weight, m, v and the
+16-bit copy (14 B)."""
+STATE_BYTES_PER_PARAM = 16.0
+"""16-bit weight and gradient, fp32 master weight, m and v (ZeRO paper: 2 + 2 + 12)."""
+MEMORY_OVERHEAD_BYTES = 3e9
+"""CUDA context, NCCL buffers and allocator slack per GPU."""
+FLASH_BWD_FACTOR = 2.5
+"""FlashAttention's backward does 2.5x the forward FLOPs (it recomputes the scores)."""
+
+BREAKDOWN = ("compute", "recompute", "tp_comm", "pp_comm", "bubble", "dp_comm", "optimizer", "data_stall")
+"""Parts of a step, in the order they are printed; they add up to the step time."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Shape:
+    """The workload, in numbers (transformer fields are 0 for a vision model)."""
+
+    transformer: bool
+    layers: Num = 0
+    hidden: Num = 0
+    heads: Num = 0
+    kv_width: Num = 0
+    seq: Num = 1
+    vocab: Num = 0
+    ffn: Num = 0
+    gated: Num = 0
+    flash: Num = 1
+    params: Num = 0
+    matmul_params: Num = 0
+    """Weights every token multiplies with: the layers and the output projection to the vocabulary."""
+    vision_flops: Num = 0
+    """Forward FLOPs per sample (vision)."""
+    vision_traffic: Num = 0
+    """Memory traffic per sample of a training step at 16-bit activations (vision), bytes."""
+    sample_bytes: Num = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Job:
+    """Parallelism of the job, in numbers."""
+
+    tp: Num = 1
+    pp: Num = 1
+    dp: Num = 1
+    zero: Num = 0
+    micro_batch: Num = 1
+    global_batch: Num = 1
+    recompute: Num = 0
+    """0 none, 1 selective, 2 full."""
+    interleave: Num = 1
+    sequence_parallel: Num = 0
+    dp_overlap: Num = 1
+    ps_servers: Num = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Device:
+    """One GPU and what it reads data from, in numbers."""
+
+    peak_flops: Num
+    matmul_eff: Num
+    hbm_bps: Num
+    memory_bytes: Num
+    act_bytes: Num = 2.0
+    """Bytes per activation or weight element (2 for 16-bit training)."""
+    grad_bytes: Num = 2.0
+    """Bytes per gradient element on the wire."""
+    data_bps_per_node: Num = np.inf
+    """Bytes per second storage delivers to one node."""
+    cached_fraction: Num = 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Step:
+    """Every part of one step (seconds), and what follows from them."""
+
+    compute: Num
+    recompute: Num
+    tp_comm: Num
+    pp_comm: Num
+    bubble: Num
+    dp_comm: Num
+    optimizer: Num
+    data_stall: Num
+    step: Num
+    model_flops: Num
+    """FLOPs of the model per step (no recomputation), all GPUs."""
+    hardware_flops: Num
+    """FLOPs executed per step including recomputation, all GPUs."""
+    memory_bytes: Num
+    """Peak memory per GPU."""
+    data_time: Num
+    """Time to read one step's data (overlapped with the step)."""
+    dp_comm_total: Num
+    """Data-parallel communication before overlap."""
+
+    def parts(self) -> dict[str, Num]:
+        return {name: getattr(self, name) for name in BREAKDOWN}
+
+    def as_dict(self) -> dict[str, Num]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _gemm(m: Num, n: Num, k: Num, dev: Device, batch: Num = 1) -> Num:
+    flops = 2.0 * m * n * k * batch
+    moved = dev.act_bytes * (m * k + k * n + m * n) * batch
+    return np.maximum(flops / (dev.peak_flops * dev.matmul_eff), moved / dev.hbm_bps)
+
+
+def _activation_bytes(w: Shape, job: Job, dev: Device, tokens: Num) -> tuple[Num, Num]:
+    """(all stored activation bytes of one layer per GPU, the attention-score part of them)."""
+    t = job.tp
+    sbh = tokens * w.hidden
+    replicated = 10.0 * sbh / np.where(job.sequence_parallel, t, 1)
+    split = (4.0 * sbh + 4.0 * tokens * w.kv_width + np.where(w.gated, 6.0, 4.0) * tokens * w.ffn) / t
+    scores = (1 - w.flash) * 5.0 * w.heads * w.seq * tokens / t
+    scale = dev.act_bytes / 2.0
+    return (replicated + split + scores) * scale, scores * scale
+
+
+def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dict[str, Num]:
+    """Seconds per micro-batch on the slowest (last) pipeline stage, by part."""
+    b, t = job.micro_batch, job.tp
+    tokens = b * w.seq
+    h = w.hidden
+    linear = (
+        _gemm(tokens, (h + 2 * w.kv_width) / t, h, dev)
+        + _gemm(tokens, h, h / t, dev)
+        + _gemm(tokens, np.where(w.gated, 2, 1) * w.ffn / t, h, dev)
+        + _gemm(tokens, h, w.ffn / t, dev)
+    )
+    head_dim = h / w.heads
+    batch_heads = b * w.heads / t
+    dense_attention = _gemm(w.seq, w.seq, head_dim, dev, batch_heads) + _gemm(w.seq, head_dim, w.seq, dev, batch_heads)
+    flash_attention = 0.5 * 4.0 * w.seq * w.seq * head_dim * batch_heads / (dev.peak_flops * dev.matmul_eff)
+    attention = np.where(w.flash, flash_attention, dense_attention)
+    attention_bwd = np.where(w.flash, FLASH_BWD_FACTOR, 2.0) * attention
+    act, scores = _activation_bytes(w, job, dev, tokens)
+    elementwise = TOUCH_FWD * act / dev.hbm_bps
+    kernels = KERNELS_PER_LAYER_FWD * KERNEL_OVERHEAD_S
+    fwd = linear + attention + elementwise + kernels
+    bwd = 2.0 * linear + attention_bwd + (TOUCH_BWD / TOUCH_FWD) * elementwise + 2.0 * kernels
+    selective = attention + TOUCH_FWD * scores / dev.hbm_bps
+    recompute = np.where(job.recompute >= 2, fwd, np.where(job.recompute >= 1, selective, 0.0))
+
+    act_message = tokens * h * dev.act_bytes
+    all_reduce = np.where(t > 1, coll.fastest(coll.all_reduce(fab, act_message, t, 1.0)), 0.0)
+    tp_comm = (4.0 + np.where(job.recompute >= 2, 2.0, 0.0)) * all_reduce
+
+    layers = w.layers / job.pp
+    logits = 3.0 * _gemm(tokens, w.vocab / t, h, dev) + 3.0 * tokens * w.vocab / t * 4.0 / dev.hbm_bps
+    return {
+        "compute": layers * (fwd + bwd) + logits,
+        "recompute": layers * recompute,
+        "tp_comm": layers * tp_comm,
+        "bwd": layers * bwd,
+        "activations": act,
+        "scores": scores,
+    }
+
+
+def _vision_microbatch(w: Shape, job: Job, dev: Device) -> dict[str, Num]:
+    b = job.micro_batch
+    flops = 3.0 * w.vision_flops * b / (dev.peak_flops * dev.matmul_eff)
+    traffic = w.vision_traffic * b * (dev.act_bytes / 2.0) / dev.hbm_bps
+    return {
+        "compute": flops + traffic,
+        "recompute": 0.0 * flops,
+        "tp_comm": 0.0 * flops,
+        "bwd": 2.0 / 3.0 * (flops + traffic),
+        "activations": 0.0 * flops,
+        "scores": 0.0 * flops,
+    }
+
+
+def _dp_comm(w: Shape, job: Job, dev: Device, fab: Fabric) -> tuple[Num, Num]:
+    """Data-parallel seconds (once per step, once per micro-batch), before any overlap.
+
+    A node's GPUs belong to ``g / local`` data-parallel groups (``local`` members of each on
+    the node, ranks ordered tensor, data, pipeline as in Megatron-LM); the groups share the
+    node's NICs.
+    """
+    g = fab.gpus_per_node
+    local = np.minimum(job.dp, np.maximum(1, g // job.tp))
+    dp_nodes = np.ceil(job.dp / local)
+    share = fab.node_net_gbps * local / g
+    weights = w.params / (job.tp * job.pp)
+    grads = weights * dev.grad_bytes
+    all_reduce = coll.fastest(coll.all_reduce(fab, grads, local, dp_nodes, share))
+    reduce_scatter = coll.fastest(coll.ring_like(fab, grads, local, dp_nodes, node_net=share))
+    gather = coll.fastest(coll.ring_like(fab, weights * dev.act_bytes, local, dp_nodes, node_net=share))
+    # Parameter servers (BytePS, non-colocated): reduce inside the node over NVLink, then every
+    # worker node pushes and pulls its gradients: max(M/B, n*M/(k*B)) with k server NICs.
+    intra = 2.0 * (local - 1) / local * grads / (fab.intra_gbps * 1e9)
+    servers = np.maximum(job.ps_servers, 1)
+    ps = intra + np.maximum(grads / (share * 1e9), dp_nodes * grads / (servers * fab.nic_gbps * 1e9))
+    zero0 = np.where(job.ps_servers > 0, ps, all_reduce)
+    per_step = np.where(job.zero == 0, zero0, np.where(job.zero <= 2, reduce_scatter + gather, reduce_scatter))
+    per_microbatch = np.where(job.zero == 3, 2.0 * gather, 0.0)
+    several = job.dp > 1
+    return np.where(several, per_step, 0.0), np.where(several, per_microbatch, 0.0)
+
+
+def _pp_comm(w: Shape, job: Job, dev: Device, fab: Fabric) -> Num:
+    """Point-to-point seconds per micro-batch: each stage boundary, both directions, each virtual stage."""
+    message = job.micro_batch * w.seq * w.hidden * dev.act_bytes / job.tp
+    # Ranks are ordered tensor, data, pipeline: a pipeline longer than a node crosses nodes,
+    # and the slowest boundary paces it.
+    across_nodes = job.tp * job.dp * job.pp > fab.gpus_per_node
+    bw = np.where(across_nodes, np.minimum(fab.nic_gbps, fab.node_net_gbps / fab.gpus_per_node), fab.intra_gbps)
+    hop = np.where(across_nodes, coll.HOP_NET_US["ring"][2] + fab.net_extra_us, coll.HOP_NVLINK_US["ring"][2])
+    one = (coll.BASE_US["ring"][2] + hop) * 1e-6 + message / (np.maximum(bw, 1e-12) * 1e9)
+    return np.where(job.pp > 1, 2.0 * job.interleave * one, 0.0)
+
+
+def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
+    """Price one training step; every field of the result has the broadcast shape of the inputs."""
+    microbatches = job.global_batch / (job.dp * job.micro_batch)
+    mb = _transformer_microbatch(w, job, dev, fab) if w.transformer else _vision_microbatch(w, job, dev)
+    p2p = _pp_comm(w, job, dev, fab) if w.transformer else 0.0
+    per_mb = mb["compute"] + mb["recompute"] + mb["tp_comm"] + p2p
+    bubble = (job.pp - 1) / job.interleave * per_mb
+
+    # Gradients are reduced behind the last micro-batch's backward; ZeRO-3 gathers the next
+    # layers' weights while the current ones compute.
+    dp_step, dp_mb = _dp_comm(w, job, dev, fab)
+    dp_total = dp_step + microbatches * dp_mb
+    overlapped = np.maximum(dp_step - mb["bwd"], 0.0) + microbatches * np.maximum(dp_mb - per_mb, 0.0)
+    dp_exposed = np.where(job.dp_overlap, overlapped, dp_total)
+
+    sharded = np.where(job.zero >= 1, job.dp, 1)
+    weights = w.params / (job.tp * job.pp)
+    optimizer = weights / sharded * OPTIMIZER_BYTES_PER_PARAM / dev.hbm_bps
+
+    busy = microbatches * per_mb + bubble + dp_exposed + optimizer
+    nodes = np.maximum(job.tp * job.pp * job.dp / fab.gpus_per_node, 1)
+    data_bytes = job.global_batch * w.sample_bytes * (1.0 - dev.cached_fraction) / nodes
+    data_time = data_bytes / dev.data_bps_per_node
+    stall = np.maximum(data_time - busy, 0.0)
+
+    tokens = job.global_batch * w.seq
+    if w.transformer:
+        attention_forward = 4.0 * w.layers * w.hidden * w.seq * tokens
+        layers_forward = 2.0 * (w.matmul_params - w.vocab * w.hidden) * tokens + attention_forward
+        model_flops = 6.0 * w.matmul_params * tokens + 3.0 * attention_forward
+        replayed = np.where(job.recompute >= 2, layers_forward, np.where(job.recompute >= 1, attention_forward, 0.0))
+    else:
+        model_flops = 3.0 * w.vision_flops * job.global_batch
+        replayed = np.zeros(())
+
+    memory = _memory(w, job, dev, weights, mb["activations"], mb["scores"])
+    return Step(
+        compute=microbatches * mb["compute"],
+        recompute=microbatches * mb["recompute"],
+        tp_comm=microbatches * mb["tp_comm"],
+        pp_comm=microbatches * p2p,
+        bubble=bubble,
+        dp_comm=dp_exposed,
+        optimizer=optimizer,
+        data_stall=stall,
+        step=busy + stall,
+        model_flops=model_flops,
+        hardware_flops=model_flops + replayed,
+        memory_bytes=memory,
+        data_time=data_time,
+        dp_comm_total=dp_total,
+    )
+
+
+def _memory(w: Shape, job: Job, dev: Device, weights: Num, act_layer: Num, scores: Num) -> Num:
+    """Peak bytes per GPU: weights, gradients and optimizer state (ZeRO-sharded) and activations."""
+    dp = job.dp
+    state = np.select(
+        [job.zero == 0, job.zero == 1, job.zero == 2],
+        [STATE_BYTES_PER_PARAM, 4.0 + 12.0 / dp, 2.0 + 14.0 / dp],
+        STATE_BYTES_PER_PARAM / dp,
+    )
+    if not w.transformer:
+        return weights * state + MEMORY_OVERHEAD_BYTES
+    tokens = job.micro_batch * w.seq
+    layer_input = tokens * w.hidden * dev.act_bytes / np.where(job.sequence_parallel, job.tp, 1)
+    layers = w.layers / job.pp
+    kept = np.select(
+        [job.recompute >= 2, job.recompute >= 1],
+        [layers * layer_input + act_layer, layers * (act_layer - scores)],
+        layers * act_layer,
+    )
+    in_flight = np.minimum(job.pp, job.global_batch / (job.dp * job.micro_batch))
+    logits = tokens * w.vocab / job.tp * 4.0 * 2.0
+    return weights * state + kept * in_flight + logits + MEMORY_OVERHEAD_BYTES

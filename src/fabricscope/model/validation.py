@@ -1,0 +1,338 @@
+"""Checking the model against published measurements, row by row.
+
+Reads CSV files with the columns of shared/validation (``collectives.csv``:
+nccl-tests bus bandwidth or latency on named systems; ``training.csv``:
+Megatron-LM throughput or iteration time), builds each row's cluster and job
+from its hardware description alone, predicts the row's metric and reports the
+error.  Optional columns are used when present: ``micro_batch``,
+``interleave``, ``flash_attention`` and ``dp_overlap`` for training rows.
+
+Training rows without ``flash_attention`` and ``dp_overlap`` columns are taken
+as Megatron-LM runs of 2021-22, the source of the shipped rows: attention
+scores materialized in memory (no FlashAttention) and gradients all-reduced
+after the backward pass (Megatron-LM added ``--overlap-grad-reduce`` later).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fabricscope.bench.collectives import get as get_op
+from fabricscope.errors import ConfigError, UsageError
+from fabricscope.model import hardware
+from fabricscope.model.cluster import ClusterSpec, IntraFabric, NetworkSpec, TransportName, resolve
+from fabricscope.model.estimate import estimate
+from fabricscope.model.fabric import fabric_of
+from fabricscope.model.parallel import ParallelConfig
+from fabricscope.model.predict import predict_op
+from fabricscope.model.workload import ModelSpec
+
+__all__ = ["Check", "default_files", "match_gpu", "match_nic", "summary", "validate_file"]
+
+COLLECTIVE_COLUMNS = (
+    "id",
+    "gpu",
+    "gpus_per_node",
+    "nodes",
+    "nics_per_node",
+    "collective",
+    "size_bytes",
+    "metric",
+    "value",
+)
+TRAINING_COLUMNS = (
+    "id",
+    "gpu",
+    "gpus_per_node",
+    "nics_per_node",
+    "layers",
+    "hidden",
+    "heads",
+    "seq_len",
+    "vocab",
+    "tp",
+    "pp",
+    "dp",
+    "gpus",
+    "global_batch",
+    "recompute",
+    "metric",
+    "value",
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Check:
+    """One row: what was published, what the model says, and the error."""
+
+    id: str
+    file: str
+    description: str
+    metric: str
+    published: float
+    predicted: float
+    detail: str = ""
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted - self.published) / self.published
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "file": self.file,
+            "description": self.description,
+            "metric": self.metric,
+            "published": self.published,
+            "predicted": self.predicted,
+            "error_pct": self.error_pct,
+            "detail": self.detail,
+        }
+
+
+def default_files() -> list[Any]:
+    """The validation data shipped with fabricscope (a copy of shared/validation)."""
+    folder = resources.files("fabricscope.model") / "data" / "validation"
+    return sorted((p for p in folder.iterdir() if p.name.endswith(".csv")), key=lambda p: p.name)
+
+
+_GPU_FAMILIES = ("v100", "a100", "h100", "h200", "h20", "b200", "l40s", "mi300x", "4090")
+
+
+def match_gpu(text: str) -> str:
+    """Catalog name of a GPU as nvidia-smi or a paper writes it (``A100-SXM4-80GB``)."""
+    low = text.lower().replace(" ", "-")
+    if low in ("", "any"):
+        return "a100-sxm-80gb"
+    family = next((f for f in _GPU_FAMILIES if re.search(rf"(^|[^a-z0-9]){f}($|[^0-9])", low)), None)
+    if family is None:
+        raise UsageError(f"cannot match GPU {text!r} to the catalog ({', '.join(hardware.entries('gpu'))})")
+    names = [n for n in hardware.entries("gpu") if family in n]
+    memory = re.search(r"(\d+)\s*gb", low)
+    for name in names:
+        if memory and f"{memory.group(1)}gb" in name:
+            return name
+    return names[-1]
+
+
+_IB_GENERATIONS = {"edr": "ib-edr", "hdr": "ib-hdr", "ndr": "ib-ndr", "xdr": "ib-xdr"}
+
+
+def match_nic(text: str) -> str:
+    """Catalog name of a NIC written as ``200G HDR InfiniBand`` or ``100G Ethernet``."""
+    low = text.lower()
+    for word, name in _IB_GENERATIONS.items():
+        if word in low:
+            return name
+    speed = re.search(r"(\d+)\s*g", low)
+    if not speed:
+        raise UsageError(f"cannot match NIC {text!r}: write its speed (for example '100G Ethernet')")
+    link = "infiniband" if "infiniband" in low else "ethernet"
+    for name, nic in hardware.entries("nic").items():
+        if nic.link == link and nic.speed_gbps == float(speed.group(1)):
+            return str(name)
+    raise UsageError(f"no catalog NIC of {speed.group(1)} Gb/s {link}")
+
+
+def _transport(text: str, nic: str) -> TransportName:
+    low = text.lower()
+    if "tcp" in low or "socket" in low:
+        return "tcp-socket"
+    if "rdma" in low and "gdr" not in low:
+        return "rdma"
+    return "rdma-gdr" if hardware.entries("nic")[nic].rdma else "tcp-socket"
+
+
+def _intra(text: str) -> IntraFabric | None:
+    low = text.lower()
+    if "nvswitch" in low:
+        return "nvswitch"
+    if "nvlink" in low:
+        return "nvlink-mesh"
+    if "pcie" in low:
+        return "pcie"
+    if "xgmi" in low or "infinity" in low:
+        return "xgmi"
+    return None
+
+
+def _algorithm(text: str) -> str:
+    low = text.lower().strip()
+    if not low or "default" in low:
+        return "auto"
+    if low.startswith("nvls"):
+        return "nvls"
+    if low.startswith("collnet"):
+        return "sharp"
+    word = low.split()[0]
+    return word if word in ("ring", "tree", "hier", "sharp") else "auto"
+
+
+def _cluster(row: Mapping[str, str], nodes: int, where: str) -> Any:
+    nic_text = row.get("nic", "") or ""
+    nics = int(row.get("nics_per_node") or 0)
+    nic = match_nic(nic_text) if nic_text else "ib-ndr"
+    spec = ClusterSpec(
+        nodes=nodes,
+        gpus_per_node=int(row["gpus_per_node"]),
+        gpu=match_gpu(row["gpu"]),
+        intra=_intra(row.get("intra_node", "") or ""),
+        network=NetworkSpec(nic=nic, nics_per_node=nics, transport=_transport(row.get("transport", "") or "", nic)),
+    )
+    return resolve(spec, name=row["id"], source=where)
+
+
+def check_collective(row: Mapping[str, str], where: str) -> Check:
+    nodes = int(row["nodes"])
+    cluster = _cluster(row, nodes, where)
+    op = get_op(row["collective"].split()[0])
+    size = int(row["size_bytes"])
+    prediction = predict_op(
+        op,
+        fabric_of(cluster),
+        sizes=[size],
+        dtypes=["float"],
+        redops=["sum"],
+        root=0,
+        gpus_per_node=cluster.gpus_per_node,
+        nodes=nodes,
+        algo=_algorithm(row.get("algorithm", "") or ""),
+    )
+    record = prediction.records[0]
+    metric = row["metric"]
+    if metric == "busbw_GBps":
+        predicted = record.busbw_gbps
+    elif metric == "latency_us":
+        predicted = record.time_us
+    elif metric == "per_nic_GBps":
+        nics_used = 1 if op.name in ("sendrecv", "gather", "scatter") else max(cluster.spec.network.nics_per_node, 1)
+        predicted = record.busbw_gbps / nics_used
+    else:
+        raise ConfigError(f"{where}: metric {metric!r} is not one of busbw_GBps, latency_us, per_nic_GBps")
+    return Check(
+        id=row["id"],
+        file=Path(where).name,
+        description=row.get("system", ""),
+        metric=metric,
+        published=float(row["value"]),
+        predicted=predicted,
+        detail=f"{op.name} {size} B on {nodes}x{cluster.gpus_per_node} {cluster.gpu.name}: {record.algorithm}",
+    )
+
+
+def _flag(row: Mapping[str, str], key: str, default: bool) -> bool:
+    text = (row.get(key) or "").strip().lower()
+    return default if not text else text in ("1", "true", "yes")
+
+
+def check_training(row: Mapping[str, str], where: str) -> Check:
+    gpus, per_node = int(row["gpus"]), int(row["gpus_per_node"])
+    cluster = _cluster(row, max(1, gpus // per_node), where)
+    layers, hidden, seq, vocab = (
+        int(row["layers"]),
+        int(row["hidden"]),
+        int(row["seq_len"]),
+        int(row["vocab"]),
+    )
+    batch = int(row["global_batch"])
+    model = ModelSpec(
+        name=row["id"],
+        layers=layers,
+        hidden=hidden,
+        heads=int(row["heads"]),
+        seq=seq,
+        vocab=vocab,
+        flash_attention=_flag(row, "flash_attention", False),
+        global_batch=batch,
+    )
+    recompute = row["recompute"].lower()
+    par = ParallelConfig(
+        tp=int(row["tp"]),
+        pp=int(row["pp"]),
+        dp=int(row["dp"]),
+        zero=int(row.get("zero_stage") or 0),
+        micro_batch=int(row.get("micro_batch") or 1),
+        interleave=int(row.get("interleave") or 1),
+        recompute="full" if "full" in recompute else ("selective" if "selective" in recompute else "none"),
+        sequence_parallel="sequence" in recompute,
+        dp_overlap=_flag(row, "dp_overlap", False),
+    )
+    result = estimate(model, cluster, par, what_ifs=False)
+    step = result.step_s
+    metric = row["metric"]
+    if metric == "iteration_s":
+        predicted = step
+    elif metric == "tflops_per_gpu":
+        # Counted as the papers count: Narayanan et al. eq. 3, with recomputation when it ran.
+        if par.recompute == "full":
+            flops = 96 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+        else:
+            flops = 72 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (12 * layers * hidden))
+        predicted = flops / gpus / step / 1e12
+    else:
+        raise ConfigError(f"{where}: metric {metric!r} is not one of tflops_per_gpu, iteration_s")
+    return Check(
+        id=row["id"],
+        file=Path(where).name,
+        description=row.get("source", ""),
+        metric=metric,
+        published=float(row["value"]),
+        predicted=predicted,
+        detail=f"{gpus}x {cluster.gpu.name} tp{par.tp} pp{par.pp} dp{par.dp} {par.recompute}: {result.bottleneck}",
+    )
+
+
+def validate_file(path: Any) -> list[Check]:
+    """Predict every row of one validation CSV (a collectives or a training file)."""
+    where = str(path)
+    try:
+        text = (
+            path.read_text(encoding="utf-8") if hasattr(path, "read_text") else Path(path).read_text(encoding="utf-8")
+        )
+    except FileNotFoundError:
+        raise UsageError(f"{where}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{where}: cannot read ({exc})") from None
+    rows = list(csv.DictReader(text.splitlines()))
+    if not rows:
+        raise ConfigError(f"{where}: no rows (expected the columns of shared/validation/*.csv)")
+    columns = set(rows[0])
+    if set(TRAINING_COLUMNS) <= columns:
+        check, kind = check_training, "training"
+    elif set(COLLECTIVE_COLUMNS) <= columns:
+        check, kind = check_collective, "collectives"
+    else:
+        missing = sorted(set(COLLECTIVE_COLUMNS) - columns)
+        raise ConfigError(
+            f"{where}: not a validation file: missing columns {', '.join(missing)} "
+            f"(a collectives file needs {', '.join(COLLECTIVE_COLUMNS)}; a training file {', '.join(TRAINING_COLUMNS)})"
+        )
+    checks = []
+    for number, row in enumerate(rows, start=2):
+        try:
+            checks.append(check(row, where))
+        except (ValueError, KeyError) as exc:
+            raise ConfigError(
+                f"{where}: line {number} ({kind} row {row.get('id', '?')}): invalid value ({exc})"
+            ) from None
+        except UsageError as exc:
+            raise ConfigError(f"{where}: line {number} ({kind} row {row.get('id', '?')}): {exc}") from None
+    return checks
+
+
+def summary(checks: Iterable[Check]) -> dict[str, float]:
+    errors = [abs(c.error_pct) for c in checks]
+    if not errors:
+        return {}
+    return {
+        "rows": len(errors),
+        "median_abs_error_pct": statistics.median(errors),
+        "worst_abs_error_pct": max(errors),
+    }

@@ -1,0 +1,130 @@
+"""The collective cost model: the physics it must show, and one code path for scalars and arrays."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from fabricscope.model import collectives as coll
+from fabricscope.model.cluster import Cluster, load_cluster, resolve
+from fabricscope.model.fabric import fabric_of
+
+
+def net(cluster: Cluster, **changes: object) -> Cluster:
+    spec = dataclasses.replace(cluster.spec, network=dataclasses.replace(cluster.spec.network, **changes))
+    return resolve(spec, name="variant", source="variant")
+
+
+def best(cluster: Cluster, nbytes: float, algo: str | None = None) -> tuple[float, str]:
+    fab = fabric_of(cluster)
+    seconds, labels = coll.choose(
+        coll.all_reduce(fab, nbytes, float(cluster.gpus_per_node), float(cluster.nodes)), algo
+    )
+    return float(seconds), labels[0]
+
+
+def busbw(cluster: Cluster, nbytes: float, algo: str | None = None) -> float:
+    seconds, _ = best(cluster, nbytes, algo)
+    p = cluster.gpus
+    return 2 * (p - 1) / p * nbytes / seconds / 1e9
+
+
+def test_ring_is_its_slowest_hop() -> None:
+    one = load_cluster("dgx-a100-hdr").with_nodes(1)
+    two = one.with_nodes(2)
+    assert busbw(one, 8 << 30) == pytest.approx(12 * 20.0, rel=0.01)  # 12 NVLinks x NCCL's 20 GB/s
+    assert busbw(two, 8 << 30, "ring") == pytest.approx(8 * 25 * 0.96, rel=0.01)  # 8 NICs x 200G x RDMA
+    fewer = net(two, nics_per_node=2)
+    assert busbw(fewer, 8 << 30, "ring") == pytest.approx(2 * 25 * 0.96, rel=0.01)
+
+
+def test_pcie_slot_caps_a_fast_nic() -> None:
+    a100 = load_cluster("dgx-a100-hdr").with_nodes(2)
+    ndr_in_gen4 = net(a100, nic="ib-ndr", nics_per_node=1)
+    assert busbw(ndr_in_gen4, 8 << 30, "ring") == pytest.approx(31.5 * 0.76, rel=0.01)
+
+
+def test_tcp_reaches_far_less_of_line_rate_than_rdma() -> None:
+    v100 = load_cluster("v100-100gbe-tcp")
+    tcp = busbw(v100, 1 << 30, "ring")
+    rdma = busbw(net(v100, transport="rdma-gdr"), 1 << 30, "ring")
+    assert tcp < 0.5 * 12.5 < 0.9 * 12.5 < rdma
+
+
+def test_small_messages_pay_latency_and_tcp_pays_more() -> None:
+    rdma = load_cluster("dgx-h100-ndr").with_nodes(4)
+    tcp = net(rdma, nic="eth-400g", transport="tcp-socket")
+    small_rdma, _ = best(rdma, 8)
+    small_tcp, _ = best(tcp, 8)
+    assert 10e-6 < small_rdma < 60e-6
+    assert small_tcp > 3 * small_rdma
+    # A 1 GiB all-reduce is bandwidth-bound: latency is a rounding error.
+    big, label = best(rdma, 1 << 30)
+    assert label.endswith("Simple")
+    assert big > 100 * small_rdma
+
+
+def test_protocol_follows_size() -> None:
+    two = load_cluster("dgx-a100-hdr").with_nodes(2)
+    assert best(two, 8)[1].endswith("/LL")
+    assert best(two, 8 << 30)[1].endswith("/Simple")
+
+
+def test_tree_beats_the_wire_on_two_nodes_only() -> None:
+    two = load_cluster("dgx-a100-hdr").with_nodes(2)
+    eight = two.with_nodes(8)
+    wire = 8 * 25 * 0.96
+    assert busbw(two, 8 << 30, "tree") > wire
+    assert busbw(eight, 8 << 30, "tree") < wire
+
+
+def test_nvls_beats_ring_on_h100_and_is_absent_on_a100() -> None:
+    h100 = load_cluster("dgx-h100-ndr").with_nodes(1)
+    assert busbw(h100, 8 << 30) > busbw(h100, 8 << 30, "ring") * 1.2
+    assert best(h100, 8 << 30)[1] == "nvls/Simple"
+    a100 = load_cluster("dgx-a100-hdr").with_nodes(1)
+    seconds, _ = best(a100, 8 << 30, "nvls")
+    assert seconds == np.inf
+
+
+def test_sharp_halves_the_network_traffic() -> None:
+    # Two NICs per node: the network, not NVLink, bounds the ring; SHARP sends each byte once.
+    base = net(load_cluster("dgx-a100-hdr").with_nodes(16), nics_per_node=2)
+    sharp = net(base, sharp=True)
+    ring = busbw(base, 8 << 30, "ring")
+    assert busbw(sharp, 8 << 30, "sharp") == pytest.approx(2 * 0.85 * ring, rel=0.05)
+    assert best(base, 8 << 30, "sharp")[0] == np.inf
+
+
+def test_oversubscription_hurts_trees_and_alltoall_not_rings() -> None:
+    base = net(load_cluster("dgx-a100-hdr").with_nodes(64), topology="fat-tree")
+    over = net(base, oversubscription=4.0)
+    assert best(over, 1 << 30, "ring")[0] == pytest.approx(best(base, 1 << 30, "ring")[0], rel=0.01)
+    assert best(over, 1 << 30, "tree")[0] > 1.5 * best(base, 1 << 30, "tree")[0]
+    a2a = [
+        coll.fastest(coll.point_to_point(fabric_of(c), 1 << 30, 8.0, 64.0, pattern="alltoall")) for c in (base, over)
+    ]
+    assert float(a2a[1]) > 1.5 * float(a2a[0])
+
+
+def test_arrays_and_scalars_take_the_same_path() -> None:
+    cluster = load_cluster("dgx-h100-ndr").with_nodes(8)
+    fab = fabric_of(cluster)
+    sizes = np.array([8.0, 4096.0, 1 << 20, 1 << 30])
+    ppn = np.array([[1.0], [2.0], [8.0]])
+    together = coll.fastest(coll.all_reduce(fab, sizes, ppn, 8.0))
+    assert together.shape == (3, 4)
+    for i, g in enumerate(ppn[:, 0]):
+        for j, size in enumerate(sizes):
+            alone = coll.fastest(coll.all_reduce(fab, float(size), float(g), 8.0))
+            assert float(alone) == together[i, j]
+
+
+def test_fastest_is_the_minimum_of_the_candidates() -> None:
+    fab = fabric_of(load_cluster("dgx-h100-ndr").with_nodes(4))
+    found = list(coll.all_reduce(fab, 1e6, 8.0, 4.0, include_hier=True))
+    assert {c[0] for c in found} == {"ring", "tree", "hier", "nvls", "sharp"}
+    nccl = [float(c[2]) for c in found if c[0] != "hier"]
+    assert float(coll.fastest(iter(found))) == min(nccl)  # NCCL's tuner has no two-level algorithm

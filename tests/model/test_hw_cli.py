@@ -1,0 +1,35 @@
+"""``fabricscope hw``: list kinds and presets, show one entry with its source."""
+
+from __future__ import annotations
+
+from model_helpers import one_error_line
+
+
+def test_hw_lists_everything(cli) -> None:
+    done = cli("hw")
+    assert done.code == 0
+    for heading in ("gpu:", "nic:", "transport:", "pcie:", "storage:", "cluster:", "model:", "scenario:"):
+        assert heading in done.out
+    assert "lab-8gpu-1gbe-hdd" in done.out and "ib-xdr" in done.out
+
+
+def test_hw_lists_one_kind(cli) -> None:
+    done = cli("hw", "nics")
+    assert done.code == 0
+    assert "ib-ndr" in done.out and "h100-sxm" not in done.out
+
+
+def test_hw_show_gives_numbers_and_sources(cli) -> None:
+    done = cli("hw", "show", "ib-hdr")
+    assert done.code == 0
+    assert "speed_gbps" in done.out and "200" in done.out and "QM8700" in done.out
+    cluster = cli("hw", "show", "dgx-h100-ndr")
+    assert "network: 8x ib-ndr over rdma-gdr" in cluster.out and 'gpu = "h100-sxm"' in cluster.out
+    model = cli("hw", "show", "llama-70b")
+    assert "kv_heads" in model.out
+
+
+def test_hw_mistakes(cli) -> None:
+    assert "did you mean 'h100-sxm'" in one_error_line(cli("hw", "show", "h100-smx"))
+    assert "unknown kind 'gpuz'" in one_error_line(cli("hw", "gpuz"))
+    assert "usage: fabricscope hw show NAME" in one_error_line(cli("hw", "show"))

@@ -1,0 +1,101 @@
+"""``fabricscope predict``: the bench table and Result schema, predicted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from model_helpers import one_error_line
+
+from fabricscope.bench import collectives, table
+from fabricscope.results import COLLECTIVE_FIELDS
+from helpers import table_rows
+
+
+def test_table_matches_bench_columns_and_byte_counts(cli) -> None:
+    done = cli("predict", "all", "--cluster", "dgx-a100-hdr", "--nodes", "2", "-b", "1K", "-e", "1M", "-f", "4")
+    assert done.code == 0, done.err
+    for line in table.header_lines()[1:]:
+        assert line in done.out
+    rows = table_rows(done.out)
+    assert len(rows) == 9 * 6  # nine ops, six sizes
+    for op_name in collectives.COLLECTIVES:
+        assert f"# Collective test starting: {op_name}_perf" in done.out
+    allreduce = [r for r in rows if r[4] == "-1" and r[3] == "sum"][:6]
+    assert [int(r[0]) for r in allreduce] == [1024, 4096, 16384, 65536, 262144, 1048576]
+    assert [int(r[1]) for r in allreduce] == [256, 1024, 4096, 16384, 65536, 262144]
+    assert "# algorithm " in done.out
+    assert "# Avg bus bandwidth" in done.out and "# Peak bus bandwidth" in done.out
+
+
+def test_json_result_has_the_measured_fields(cli, tmp_path) -> None:
+    out = tmp_path / "pred.json"
+    done = cli(
+        "predict",
+        "all_reduce",
+        "all_gather",
+        "--cluster",
+        "v100-100gbe-tcp",
+        "-b",
+        "1K",
+        "-e",
+        "1G",
+        "-f",
+        "1024",
+        "--json",
+        str(out),
+    )
+    assert done.code == 0, done.err
+    data = json.loads(out.read_text())
+    assert data["format"] == "fabricscope-result" and data["kind"] == "predict"
+    assert data["config"]["cluster"] == "v100-100gbe-tcp"
+    records = data["records"]
+    assert len(records) == 2 * 3 * 2  # two ops, 1K 1M 1G, out-of-place and in-place
+    for record in records:
+        for key in COLLECTIVE_FIELDS:
+            assert key in record
+        assert record["wrong"] is None
+        assert record["algorithm"]
+        op = collectives.get(record["op"])
+        nranks = 32
+        assert record["busbw_gbps"] == pytest.approx(record["algbw_gbps"] * op.busbw_factor(nranks))
+    big = next(r for r in records if r["op"] == "all_reduce" and r["size_bytes"] == 1 << 30)
+    assert 4.0 < big["busbw_gbps"] < 6.0  # NCCL sockets on one 100 GbE port
+    assert data["summary"]["all_reduce"]["peak_busbw_gbps"] == pytest.approx(big["busbw_gbps"])
+
+
+def test_forced_algorithm(cli) -> None:
+    ring = cli("predict", "--cluster", "dgx-a100-hdr", "--nodes", "2", "-b", "8G", "-e", "8G", "--algo", "ring")
+    auto = cli("predict", "--cluster", "dgx-a100-hdr", "--nodes", "2", "-b", "8G", "-e", "8G")
+    ring_bw = float(table_rows(ring.out)[0][7])
+    auto_bw = float(table_rows(auto.out)[0][7])
+    assert 185 < ring_bw < 200
+    assert auto_bw >= ring_bw
+    assert "# algorithm ring/Simple" in ring.out
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["--cluster", "dgx-a100-hdr", "--algo", "tree", "--nodes", "1"], ["tree needs at least 2 nodes"]),
+        (["--cluster", "dgx-a100-hdr", "--algo", "nvls"], ["nvls needs GPUs with NVLink SHARP"]),
+        (["--cluster", "dgx-a100-hdr", "--nodes", "2", "--algo", "sharp"], ["sharp needs network.sharp = true"]),
+        (["--cluster", "dgx-a100-hdr", "--algo", "rign"], ["unknown --algo 'rign'", "did you mean 'ring'"]),
+        (["--cluster", "dgx-a100-hdr", "--nodes", "0"], ["--nodes must be at least 1, got 0"]),
+        (["--cluster", "dgx-a100-hdr", "--nodes", "-3"], ["--nodes must be at least 1, got -3"]),
+        (["--cluster", "dgx-a100-hdr", "-b", "1M", "-e", "1K"], ["larger than -e"]),
+        (["--cluster", "dgx-a100-hdr", "-b", "-8"], ["-b (minbytes)"]),
+        (["all_reduse", "--cluster", "dgx-a100-hdr"], ["did you mean 'all_reduce'"]),
+        (["broadcast", "--cluster", "lab-8gpu-1gbe-hdd", "-r", "8"], ["-r (root) 8 is not a rank"]),
+        (["--cluster", "dgx-a100-hdr", "-d", "floot"], ["unknown datatype 'floot'"]),
+    ],
+)
+def test_bad_predict_input(cli, args: list[str], fragments: list[str]) -> None:
+    line = one_error_line(cli("predict", *args))
+    for fragment in fragments:
+        assert fragment in line
+
+
+def test_missing_cluster_flag_is_a_usage_error(cli) -> None:
+    done = cli("predict")
+    assert done.code == 2 and "--cluster" in done.err

@@ -1,0 +1,136 @@
+"""The training-step model: FLOP counts, bubble, overlap, ZeRO, parameter servers, one code path."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from fabricscope.model import training
+from fabricscope.model.cluster import load_cluster, resolve
+from fabricscope.model.estimate import best_split, device_for, estimate, job_of, shape_of
+from fabricscope.model.fabric import fabric_of
+from fabricscope.model.layouts import layouts
+from fabricscope.model.parallel import ParallelConfig
+from fabricscope.model.workload import load_model
+
+
+def megatron_72(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
+    """Narayanan et al. 2021, eq. 3, without recomputation."""
+    return 72 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (12 * layers * hidden))
+
+
+def test_model_flops_are_megatrons_formula() -> None:
+    model = load_model("megatron-175b")
+    cluster = load_cluster("dgx-a100-hdr").with_nodes(8)
+    result = estimate(model, cluster, ParallelConfig(tp=8, pp=8, dp=1, global_batch=64), what_ifs=False)
+    flops = megatron_72(64, 2048, 96, 12288, 51200)
+    assert result.value("model_flops") == pytest.approx(flops, rel=0.002)
+    full = estimate(model, cluster, ParallelConfig(tp=8, pp=8, dp=1, global_batch=64, recompute="full"), what_ifs=False)
+    assert full.value("hardware_flops") / full.value("model_flops") == pytest.approx(4 / 3, rel=0.01)
+
+
+def test_bubble_is_p_minus_1_over_v_microbatches() -> None:
+    model = load_model("megatron-175b")
+    cluster = load_cluster("dgx-a100-hdr").with_nodes(8)
+    plain = estimate(model, cluster, ParallelConfig(tp=8, pp=8, dp=1, global_batch=64), what_ifs=False)
+    inter = estimate(model, cluster, ParallelConfig(tp=8, pp=8, dp=1, global_batch=64, interleave=3), what_ifs=False)
+    per_mb = (plain.value("compute") + plain.value("tp_comm") + plain.value("pp_comm")) / 64
+    assert plain.value("bubble") == pytest.approx(7 * per_mb, rel=1e-6)
+    assert inter.value("bubble") == pytest.approx(plain.value("bubble") / 3, rel=0.05)
+
+
+def test_recomputation_trades_time_for_memory() -> None:
+    model = load_model("megatron-22b")
+    cluster = load_cluster("dgx-a100-hdr").with_nodes(1)
+    none = estimate(model, cluster, ParallelConfig(tp=8, global_batch=4, sequence_parallel=True), what_ifs=False)
+    full = estimate(
+        model, cluster, ParallelConfig(tp=8, global_batch=4, recompute="full", sequence_parallel=True), what_ifs=False
+    )
+    sel = estimate(
+        model,
+        cluster,
+        ParallelConfig(tp=8, global_batch=4, recompute="selective", sequence_parallel=True),
+        what_ifs=False,
+    )
+    assert none.step_s < sel.step_s < full.step_s
+    assert full.value("memory_bytes") < sel.value("memory_bytes") < none.value("memory_bytes")
+    assert full.value("recompute") == pytest.approx(full.value("compute") / 3, rel=0.1)
+
+
+def test_overlap_hides_gradient_reduction() -> None:
+    model = load_model("llama-7b")
+    cluster = load_cluster("cloud-h100-tcp").with_nodes(8)
+    kwargs = dict(tp=1, pp=1, dp=64, global_batch=256, micro_batch=4)
+    after = estimate(model, cluster, ParallelConfig(**kwargs, dp_overlap=False), what_ifs=False)
+    during = estimate(model, cluster, ParallelConfig(**kwargs), what_ifs=False)
+    assert after.value("dp_comm") == pytest.approx(after.value("dp_comm_total"))
+    assert during.value("dp_comm") < after.value("dp_comm")
+    assert during.step_s < after.step_s
+
+
+def test_zero_shards_memory_and_zero3_moves_more() -> None:
+    model = load_model("llama-7b")
+    cluster = load_cluster("dgx-h100-ndr").with_nodes(4)
+    steps = {
+        z: estimate(model, cluster, ParallelConfig(dp=32, zero=z, global_batch=256), what_ifs=False) for z in (0, 1, 3)
+    }
+    memory = [steps[z].value("memory_bytes") for z in (0, 1, 3)]
+    assert memory[0] > memory[1] > memory[2]
+    assert steps[3].value("dp_comm_total") > 1.4 * steps[0].value("dp_comm_total")
+
+
+def test_parameter_server_matches_byteps_formula() -> None:
+    model = load_model("llama-7b")
+    base = load_cluster("v100-100gbe-tcp")
+    spec = dataclasses.replace(base.spec, network=dataclasses.replace(base.spec.network, transport="rdma-gdr"))
+    cluster = resolve(spec, name="ps", source="ps")
+    fab = fabric_of(cluster)
+    for servers in (1, 4, 16):
+        par = ParallelConfig(dp=32, global_batch=256, ps_servers=servers, dp_overlap=False, precision="fp16")
+        result = estimate(model, cluster, par, what_ifs=False)
+        grads = model.param_count * 2
+        n = cluster.nodes
+        bandwidth = float(fab.nic_gbps) * 1e9
+        intra = 2 * 7 / 8 * grads / (float(fab.intra_gbps) * 1e9)
+        byteps = max(grads / bandwidth, n * grads / (servers * bandwidth))  # BytePS, non-colocated
+        assert result.value("dp_comm") == pytest.approx(intra + byteps, rel=1e-6)
+
+
+def test_more_bandwidth_is_never_slower() -> None:
+    model = load_model("gpt3-175b")
+    cluster = load_cluster("dgx-a100-hdr").with_nodes(32)
+    par = best_split(model, cluster)
+    fab = fabric_of(cluster)
+    shape, job = shape_of(model), job_of(par, model.batch(cluster.gpus))
+    dev = device_for(cluster.gpu, "bf16")
+    factors = np.array([[0.25], [0.5], [1.0], [2.0], [4.0]])
+    steps = training.step(shape, job, dev, dataclasses.replace(fab, nic_gbps=fab.nic_gbps * factors)).step
+    assert np.all(np.diff(np.ravel(steps)) <= 1e-12)
+
+
+def test_one_code_path_for_a_sweep_and_a_single_estimate() -> None:
+    model = load_model("llama-70b")
+    cluster = load_cluster("dgx-h100-ndr").with_nodes(16)
+    cand = layouts(model, gpus=cluster.gpus, gpus_per_node=8)
+    fab = fabric_of(cluster)
+    dev = device_for(cluster.gpu, "bf16")
+    swept = training.step(shape_of(model), cand.job, dev, fab)
+    rng = np.random.default_rng(1)
+    for index in rng.choice(len(cand), size=25, replace=False):
+        alone = training.step(shape_of(model), job_of(cand.configs[index], cand.batch), dev, fab)
+        for field in ("step", "compute", "dp_comm", "tp_comm", "bubble", "memory_bytes"):
+            assert float(np.ravel(getattr(swept, field))[index]) == pytest.approx(
+                float(getattr(alone, field)), rel=1e-12
+            )
+
+
+def test_breakdown_adds_up_to_the_step() -> None:
+    model = load_model("llama-70b")
+    cluster = load_cluster("cloud-h100-tcp").with_nodes(8)
+    result = estimate(model, cluster, best_split(model, cluster))
+    record = result.record()
+    assert sum(record["breakdown"].values()) == pytest.approx(record["step_time_s"], rel=1e-9)
+    assert 0 < record["gpu_utilization"] <= 1
+    assert record["tokens_per_s"] == pytest.approx(record["samples_per_s"] * model.seq)

@@ -1,0 +1,102 @@
+"""Cluster and model files a user writes: one clear line naming the file and the key, exit 2."""
+
+from __future__ import annotations
+
+import pytest
+from model_helpers import one_error_line
+
+from helpers import run_cli
+
+GOOD = 'gpu = "h100-sxm"\nnodes = 2\n[network]\nnic = "ib-ndr"\nnics_per_node = 8\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "fragments"),
+    [
+        ('gpu = "h100"\n', ["gpu: unknown GPU 'h100'", "did you mean 'h100-sxm'"]),
+        ('gpu = "h100-sxm"\nnodez = 3\n', ["unknown key 'nodez'", "did you mean 'nodes'", "gpus_per_node"]),
+        (
+            'gpu = "h100-sxm"\n[network]\ntransport = "rdma-gdrr"\n',
+            ["network.transport = 'rdma-gdrr' is not allowed", "did you mean 'rdma-gdr'", "'tcp-socket'"],
+        ),
+        ('gpu = "h100-sxm"\nnodes = 0\n', ["nodes must be at least 1, got 0"]),
+        ('gpu = "h100-sxm"\nnodes = -4\n', ["nodes must be at least 1, got -4"]),
+        ('gpu = "h100-sxm"\nnodes = "two"\n', ["nodes = 'two'", "valid integer"]),
+        ('gpu = "h100-sxm"\n[network]\nnics = 8\n', ["unknown key 'network.nics'", "nics_per_node"]),
+        ('gpu = "h100-sxm"\nnodes = 2\n[network]\nnic = "eth-1g"\n', ["needs an RDMA-capable NIC", "eth-1g"]),
+        (
+            'gpu = "h100-sxm"\nnodes = 2\n[network]\nnic = "eth-400g"\nsharp = true\n',
+            ["sharp = true needs an InfiniBand"],
+        ),
+        ('gpu = "h100-sxm"\n[storage]\ncached_fraction = 2\n', ["storage: cached_fraction must be between 0 and 1"]),
+        ('gpu = "rtx-4090"\nintra = "nvswitch"\n', ["needs NVLink", "use intra = 'pcie'"]),
+        ('gpu = "h100-sxm"\n[network]\noversubscription = 0.5\n', ["oversubscription must be 1"]),
+        ("nodes = 2\n", ["missing key 'gpu'"]),
+        ('gpu = "h100-sxm"\nnodes = [\n', ["malformed TOML"]),
+        ('gpu = "h100-sxm"\nnetwork = 3\n', ["network = 3"]),
+    ],
+)
+def test_bad_cluster_file(cli, write, text: str, fragments: list[str]) -> None:
+    path = write("cluster.toml", text)
+    line = one_error_line(cli("predict", "--cluster", str(path)))
+    assert str(path) in line
+    for fragment in fragments:
+        assert fragment in line
+
+
+def test_good_cluster_file_works(cli, write) -> None:
+    path = write("mine.toml", GOOD)
+    done = cli("predict", "--cluster", str(path), "-b", "1M", "-e", "1M")
+    assert done.code == 0, done.err
+    assert "cluster mine: 2 node(s) x 8 h100-sxm" in done.out
+
+
+@pytest.mark.parametrize(
+    ("text", "fragments"),
+    [
+        ("layers = 2\nhidden = 100\nheads = 3\nseq = 8\nvocab = 10\nglobal_batch = 8\n", ["hidden (100)", "heads (3)"]),
+        ("layers = 0\nhidden = 64\nheads = 4\nseq = 8\nvocab = 10\nglobal_batch = 8\n", ["needs layers > 0"]),
+        ('kind = "vision"\nparams = 1e6\nglobal_batch = 8\n', ["needs gflops_per_sample > 0"]),
+        ("layers = 2\nhidden = 64\nheads = 4\nseq = 8\nvocab = 10\n", ["global_batch"]),
+        (
+            "layers = 2\nhidden = 64\nheads = 4\nseq = 8\nvocab = 10\nglobal_batch = 8\nlayer = 3\n",
+            ["unknown key 'layer'"],
+        ),
+        ('kind = "cnn"\n', ["kind = 'cnn' is not allowed", "'transformer' or 'vision'"]),
+    ],
+)
+def test_bad_model_file(cli, write, text: str, fragments: list[str]) -> None:
+    path = write("model.toml", text)
+    line = one_error_line(cli("estimate", "--model", str(path), "--cluster", "dgx-a100-hdr"))
+    assert str(path) in line
+    for fragment in fragments:
+        assert fragment in line
+
+
+def test_model_file_with_the_issue_keys(cli, write) -> None:
+    path = write(
+        "tiny.toml",
+        "params = 1.3e9\nlayers = 24\nhidden = 2048\nheads = 16\nseq = 2048\nvocab = 50304\n"
+        "ffn = 8192\nglobal_batch = 256\n",
+    )
+    done = cli("estimate", "--model", str(path), "--cluster", "dgx-a100-hdr", "--tp", "1", "--pp", "1")
+    assert done.code == 0, done.err
+    assert "estimate: tiny on dgx-a100-hdr" in done.out
+
+
+def test_missing_files_and_unknown_presets(cli) -> None:
+    line = one_error_line(cli("predict", "--cluster", "/no/such/cluster.toml"))
+    assert "/no/such/cluster.toml: no such file" in line
+    line = one_error_line(cli("predict", "--cluster", "dgx-h100-nrd"))
+    assert "unknown cluster 'dgx-h100-nrd' (did you mean 'dgx-h100-ndr'?)" in line
+    line = one_error_line(cli("estimate", "--model", "lama-70b", "--cluster", "dgx-a100-hdr"))
+    assert "did you mean 'llama-70b'" in line
+
+
+def test_a_real_process_prints_one_line_and_exits_2(write) -> None:
+    path = write("broken.toml", 'gpu = "a100-sxm-80gb"\n[network]\ntopology = "torus"\n')
+    done = run_cli(["estimate", "--model", "llama-7b", "--cluster", str(path)])
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "network.topology = 'torus' is not allowed" in done.stderr
