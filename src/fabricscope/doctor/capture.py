@@ -1,0 +1,135 @@
+"""``--capture DIR``: copy what the probes read into a tree that ``--root DIR`` reads back.
+
+The copy keeps sysfs's shape: symlinks stay symlinks with the same relative
+targets (``class/net/ib0 -> ../../devices/pci0000:15/...``), so PCI paths and
+GPU-to-NIC distances come out the same.  Files are written with the text the
+probes saw; reads that failed (EINVAL, EACCES...) are listed in
+``fabricscope-capture/manifest.json`` so they fail the same way later, and
+``ethtool -S`` counters go to ``fabricscope-capture/ethtool-S/<if>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+from fabricscope import __version__
+from fabricscope.doctor.sysroot import CAPTURE_DIR, MANIFEST, SysRoot
+from fabricscope.errors import RunError, UsageError
+
+__all__ = ["CAPTURE_FORMAT", "CAPTURE_VERSION", "check_capture_target", "write_capture"]
+
+CAPTURE_FORMAT = "fabricscope-capture"
+CAPTURE_VERSION = 1
+"""Manifest history: 1 - errors, env, hostname, created, source_root, fabricscope."""
+_MAX_HOPS = 40
+
+
+def check_capture_target(dest: str) -> None:
+    """Refuse a target that exists and is not an empty directory (before probing anything)."""
+    path = Path(dest)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise UsageError(f"--capture {dest}: exists and is not an empty directory; give a new path")
+
+
+class _Copier:
+    def __init__(self, source: Path, dest: Path) -> None:
+        self.source = source
+        self.dest = dest
+        self.done: set[str] = set()
+
+    def materialize(self, rel: str) -> str | None:
+        """Recreate ``rel`` in the copy (links as links, directories as directories); its real path."""
+        parts = [p for p in rel.split("/") if p not in ("", ".")]
+        current = ""
+        hops = 0
+        while parts:
+            part = parts.pop(0)
+            if part == "..":
+                current = os.path.dirname(current)
+                continue
+            step = f"{current}/{part}" if current else part
+            src = self.source / step
+            if src.is_symlink():
+                hops += 1
+                if hops > _MAX_HOPS:
+                    return None
+                target = os.readlink(src)
+                if target.startswith("/"):
+                    # Re-root an absolute link so the copy never points out of itself.
+                    target = os.path.relpath(target.lstrip("/") or ".", current or ".")
+                self._link(step, target)
+                parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+                continue
+            if src.is_dir():
+                (self.dest / step).mkdir(parents=True, exist_ok=True)
+            current = step
+        return current
+
+    def _link(self, step: str, target: str) -> None:
+        path = self.dest / step
+        if step in self.done or path.is_symlink():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, path)
+        self.done.add(step)
+
+    def write(self, rel: str, text: str) -> None:
+        parent = os.path.dirname(rel)
+        real_parent = self.materialize(parent) if parent else ""
+        if real_parent is None:
+            return
+        target = self.dest / real_parent / os.path.basename(rel)
+        if target.is_dir() or target.is_symlink():
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text + "\n", encoding="utf-8")
+
+
+def write_capture(root: SysRoot, dest: str, env: Mapping[str, str], hostname: str) -> int:
+    """Copy every file ``root`` has read so far into ``dest``; returns the number of files written."""
+    path = Path(dest)
+    copier = _Copier(root.path, path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        written = 0
+        errors = root.read_errors()
+        for rel, text in sorted(root.read_paths().items()):
+            if text is not None:
+                copier.write(rel, text)
+                written += 1
+            elif errors.get(rel) not in (None, "ENOENT", "ENOTDIR") and os.path.dirname(rel):
+                copier.materialize(os.path.dirname(rel))  # so the failing file's directory exists
+        for rel, names in sorted(root.listings().items()):
+            real = copier.materialize(rel)
+            if real is None:
+                continue
+            for name in names:
+                entry = f"{rel}/{name}" if rel else name
+                if (root.path / entry).is_symlink() or (root.path / entry).is_dir():
+                    copier.materialize(entry)
+        for rel in root.touched():
+            copier.materialize(rel)
+        for rel, text in root.extras().items():
+            target = path / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+            written += 1
+        manifest = {
+            "format": CAPTURE_FORMAT,
+            "version": CAPTURE_VERSION,
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "hostname": hostname,
+            "source_root": str(root.path),
+            "fabricscope": __version__,
+            "env": {k: v for k, v in sorted(env.items()) if k.startswith("NCCL_") or k == "HOME"},
+            "errors": {k: v for k, v in sorted(root.read_errors().items()) if v not in ("ENOENT", "ENOTDIR")},
+        }
+        (path / CAPTURE_DIR).mkdir(exist_ok=True)
+        (path / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise RunError(f"--capture {dest}: cannot write the capture ({exc.strerror or exc})") from None
+    return written

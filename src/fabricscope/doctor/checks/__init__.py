@@ -1,0 +1,88 @@
+"""Every check the doctor runs, in report order.
+
+Adding a check is adding a :class:`~fabricscope.doctor.checks.base.Check`
+subclass to a module of its area and one entry to :data:`CHECKS`.
+"""
+
+from __future__ import annotations
+
+from fabricscope.doctor.checks.base import Check
+from fabricscope.doctor.checks.gpu import GpuCount, GpuDirectRdma, GpuNicDistance
+from fabricscope.doctor.checks.nccl import (
+    NcclAlgoProto,
+    NcclDebug,
+    NcclGdrLevel,
+    NcclGidIndex,
+    NcclIbHca,
+    NcclP2pShm,
+    NcclSettings,
+    NcclSocketIfname,
+    NcclTopoFile,
+    NcclTransport,
+)
+from fabricscope.doctor.checks.nic import NicCount, NicFlaps, NicLink, NicMtu, NicPresent, NicSpeed
+from fabricscope.doctor.checks.pcie import PcieLinkCheck, PcieSlot
+from fabricscope.doctor.checks.rdma import (
+    RdmaErrors,
+    RdmaFirmware,
+    RdmaGid,
+    RdmaLinkLayer,
+    RdmaPfc,
+    RdmaPortState,
+    RdmaPresent,
+    RdmaRate,
+    RdmaUverbs,
+)
+from fabricscope.doctor.checks.system import ProbeRead, TcpBuffers, TcpCongestion, TcpOptions
+from fabricscope.doctor.expect import Expectations
+from fabricscope.doctor.findings import Finding
+from fabricscope.doctor.inventory import Node
+
+__all__ = ["CHECKS", "Check", "run_checks"]
+
+CHECKS: tuple[Check, ...] = (
+    ProbeRead(),
+    NicPresent(),
+    NicLink(),
+    NicFlaps(),
+    NicSpeed(),
+    NicMtu(),
+    NicCount(),
+    RdmaPresent(),
+    RdmaUverbs(),
+    RdmaPortState(),
+    RdmaRate(),
+    RdmaLinkLayer(),
+    RdmaFirmware(),
+    RdmaErrors(),
+    RdmaGid(),
+    RdmaPfc(),
+    PcieLinkCheck(),
+    PcieSlot(),
+    GpuCount(),
+    GpuNicDistance(),
+    GpuDirectRdma(),
+    NcclSettings(),
+    NcclTransport(),
+    NcclIbHca(),
+    NcclSocketIfname(),
+    NcclGdrLevel(),
+    NcclP2pShm(),
+    NcclDebug(),
+    NcclAlgoProto(),
+    NcclGidIndex(),
+    NcclTopoFile(),
+    TcpBuffers(),
+    TcpCongestion(),
+    TcpOptions(),
+)
+
+
+def run_checks(node: Node, expect: Expectations | None = None) -> list[Finding]:
+    """Every finding of every check that applies to ``node``, in report order."""
+    expect = expect or Expectations()
+    findings: list[Finding] = []
+    for check in CHECKS:
+        if check.applies(node, expect):
+            findings.extend(check.run(node, expect))
+    return findings

@@ -1,0 +1,129 @@
+"""Checks of GPUs, their distance to the NICs, and GPUDirect RDMA."""
+
+from __future__ import annotations
+
+from fabricscope.doctor.checks.base import Check, compute_ports
+from fabricscope.doctor.expect import Expectations
+from fabricscope.doctor.findings import Finding, Severity
+from fabricscope.doctor.inventory import DISTANCES, Node
+from fabricscope.doctor.pci import distance
+
+__all__ = ["GpuCount", "GpuDirectRdma", "GpuNicDistance"]
+
+GDR_DEFAULT = "PXB"
+"""NCCL uses GPUDirect RDMA by default up to this distance (NCCL_NET_GDR_LEVEL's default)."""
+
+
+class GpuCount(Check):
+    id = "gpu.count"
+    title = "The expected number of NVIDIA GPUs is on the bus and visible to the driver"
+    reads = "sys/bus/pci/devices/*/{vendor,class}; NVML when installed"
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        count = len(node.gpus)
+        models = sorted({f"10de:{g.device_id:04x}" for g in node.gpus if g.device_id is not None})
+        seen = f"{count} GPUs" + (f" ({', '.join(models)})" if models else "") + f", NVML {node.nvml}"
+        findings = []
+        if expect.gpu_count is not None and count != expect.gpu_count:
+            findings.append(
+                self.finding(
+                    Severity.FAIL,
+                    node.hostname,
+                    seen,
+                    f"{expect.gpu_count} GPUs",
+                    "a GPU fell off the bus or was never enumerated: check dmesg for Xid/AER errors, "
+                    "reseat, and check the BIOS; nvidia-smi -q shows what the driver sees",
+                )
+            )
+        elif count:
+            findings.append(self.finding(Severity.OK, node.hostname, seen, str(expect.gpu_count or "")))
+        else:
+            findings.append(self.finding(Severity.INFO, node.hostname, "no NVIDIA GPUs"))
+        if node.nvml == "used":
+            for gpu in node.gpus:
+                if gpu.nvml_index is None:
+                    findings.append(
+                        self.finding(
+                            Severity.FAIL,
+                            f"GPU {gpu.pci}",
+                            "on the PCI bus but not visible to the NVIDIA driver",
+                            "visible to NVML",
+                            "check dmesg for NVRM errors for this bus id; reset or reseat the GPU",
+                        )
+                    )
+        return findings
+
+
+class GpuNicDistance(Check):
+    id = "topology.gpu_nic"
+    title = f"Every GPU has a compute NIC at {GDR_DEFAULT} or closer (or the expected distance)"
+    reads = "sys/bus/pci/devices/<addr> paths (the PCIe tree), numa_node"
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return bool(node.gpus) and any(self._nics(node, expect))
+
+    def _nics(self, node: Node, expect: Expectations) -> list[tuple[str, str]]:
+        names = {p.device for p in compute_ports(node, expect)}
+        return [(d.name, d.pci) for d in node.rdma if d.name in names and d.pci is not None and d.pci in node.pci]
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        limit = expect.gpu_nic_distance or GDR_DEFAULT
+        findings = []
+        nics = self._nics(node, expect)
+        for gpu in node.gpus:
+            device = node.pci.get(gpu.pci)
+            if device is None:
+                continue
+            rank, nic = min((DISTANCES.index(distance(device, node.pci[pci])), name) for name, pci in nics)
+            seen = f"nearest NIC {nic} at {DISTANCES[rank]}"
+            if device.numa_node is None:
+                seen += " (NUMA unknown)"
+            if rank <= DISTANCES.index(limit):
+                findings.append(self.finding(Severity.OK, f"GPU {gpu.pci}", seen, f"{limit} or closer"))
+                continue
+            findings.append(
+                self.finding(
+                    Severity.FAIL if expect.gpu_nic_distance else Severity.WARN,
+                    f"GPU {gpu.pci}",
+                    seen,
+                    f"{limit} or closer",
+                    "traffic from this GPU crosses the CPU"
+                    + (" and the socket interconnect" if DISTANCES[rank] == "SYS" else "")
+                    + " and NCCL will not use GPUDirect RDMA for it by default: put a NIC under the same "
+                    "PCIe switch, or bind this GPU's ranks to the NIC on its own socket (NCCL_IB_HCA)",
+                )
+            )
+        return findings
+
+
+class GpuDirectRdma(Check):
+    id = "gpudirect.rdma"
+    title = "GPUDirect RDMA is possible: nvidia-peermem loaded, or DMA-BUF (open kernel module, Linux 5.12+)"
+    reads = (
+        "sys/kernel/mm/memory_peers/nv_mem{,_nc}/version, sys/module/nvidia_peermem/version, "
+        "proc/driver/nvidia/version, proc/sys/kernel/osrelease"
+    )
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return bool(node.gpus) and bool(node.ports)
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        gdr = node.gpudirect
+        kernel = f"Linux {gdr.kernel[0]}.{gdr.kernel[1]}" if gdr.kernel else "kernel unknown"
+        if gdr.peermem is not None:
+            return [self.finding(Severity.OK, node.hostname, f"peer-memory module ({gdr.peermem})")]
+        if gdr.dmabuf_possible:
+            seen = f"DMA-BUF: open kernel module {gdr.driver_version}, {kernel}"
+            return [self.finding(Severity.OK, node.hostname, seen)]
+        flavour = {True: "open", False: "proprietary", None: "unknown"}[gdr.open_kernel_module]
+        return [
+            self.finding(
+                Severity.FAIL,
+                node.hostname,
+                f"no peer-memory module; driver {gdr.driver_version or 'unknown'} ({flavour}), {kernel}",
+                "nvidia-peermem loaded, or DMA-BUF",
+                "load nvidia-peermem (modprobe nvidia-peermem; persist it in /etc/modules-load.d), or use "
+                "the open GPU kernel module on Linux 5.12+ for DMA-BUF; without either NCCL stages every "
+                "inter-node transfer through host memory",
+            )
+        ]

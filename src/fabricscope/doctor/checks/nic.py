@@ -1,0 +1,256 @@
+"""Checks of the compute NICs as network interfaces: link, flaps, speed, MTU, count."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from fabricscope.doctor.checks.base import Check, compute_nics, compute_ports, format_rate, majority
+from fabricscope.doctor.expect import Expectations
+from fabricscope.doctor.findings import Finding, Severity
+from fabricscope.doctor.inventory import NetInterface, Node
+
+__all__ = ["NicCount", "NicFlaps", "NicLink", "NicMtu", "NicPresent", "NicSpeed"]
+
+FLAP_LIMIT = 5
+"""carrier_down_count at or above this warns (Azure's health checks use 5 in 24 h)."""
+_LINK_TYPES = {1: "Ethernet", 32: "IPoIB"}
+
+
+def _subject(nic: NetInterface) -> str:
+    return f"{nic.name} ({nic.rdma})" if nic.rdma else nic.name
+
+
+class NicPresent(Check):
+    id = "nic.present"
+    title = "Which NICs carry training traffic (the compute NICs)"
+    reads = "sys/class/net/*/{type,operstate,device}"
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        nics = compute_nics(node, expect)
+        if not nics:
+            return [
+                self.finding(
+                    Severity.WARN if not node.ports else Severity.INFO,
+                    node.hostname,
+                    "no compute NIC found" if not node.ports else "no netdev behind the RDMA ports",
+                    "a physical NIC that is up",
+                    "bring a NIC up (ip link set <if> up) or check the driver; "
+                    "virtual interfaces (lo, bridges, veth) are not counted",
+                )
+            ]
+        kind = "RDMA netdevs" if node.ports else "physical NICs, no RDMA: NCCL will use TCP sockets"
+        return [self.finding(Severity.OK, node.hostname, f"{', '.join(n.name for n in nics)} ({kind})")]
+
+
+class NicLink(Check):
+    id = "nic.link"
+    title = "Every compute NIC is up with carrier"
+    reads = "sys/class/net/<if>/{operstate,carrier}"
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return bool(compute_nics(node, expect))
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        findings = []
+        for nic in compute_nics(node, expect):
+            seen = f"operstate {nic.operstate or 'unreadable'}, carrier {_value(nic.carrier)}"
+            if nic.operstate == "up" and nic.carrier != 0:
+                findings.append(self.finding(Severity.OK, _subject(nic), seen, "up"))
+            elif nic.operstate in (None, "unknown") and nic.carrier == 1:
+                findings.append(self.finding(Severity.INFO, _subject(nic), seen, "up"))
+            else:
+                findings.append(
+                    self.finding(
+                        Severity.FAIL,
+                        _subject(nic),
+                        seen,
+                        "up, carrier 1",
+                        f"bring it up (ip link set {nic.name} up); with no carrier check the cable, "
+                        "transceiver and switch port",
+                    )
+                )
+        return findings
+
+
+def _value(value: int | None) -> str:
+    return "unknown" if value is None else str(value)
+
+
+class NicFlaps(Check):
+    id = "nic.flaps"
+    title = f"Links have not gone down {FLAP_LIMIT} or more times since boot"
+    reads = "sys/class/net/<if>/carrier_down_count"
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return any(n.carrier_down_count is not None for n in compute_nics(node, expect))
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        findings = []
+        for nic in compute_nics(node, expect):
+            downs = nic.carrier_down_count
+            if downs is None:
+                continue
+            if downs >= FLAP_LIMIT:
+                findings.append(
+                    self.finding(
+                        Severity.WARN,
+                        _subject(nic),
+                        f"carrier lost {downs} times since boot",
+                        f"fewer than {FLAP_LIMIT}",
+                        "a flapping link: reseat or replace the cable or transceiver, and look at the "
+                        "switch port's error counters",
+                    )
+                )
+            else:
+                findings.append(
+                    self.finding(
+                        Severity.OK, _subject(nic), f"carrier lost {downs} time{'s' * (downs != 1)} since boot"
+                    )
+                )
+        return findings
+
+
+class NicSpeed(Check):
+    id = "nic.speed"
+    title = "NICs without RDMA run at their expected speed and at the speed of their twins, full duplex"
+    reads = "sys/class/net/<if>/{speed,duplex}, device/{vendor,device}"
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return any(n.rdma is None for n in compute_nics(node, expect))
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        nics = [n for n in compute_nics(node, expect) if n.rdma is None]
+        twins: dict[tuple[object, ...], list[int]] = defaultdict(list)
+        for nic in nics:
+            if nic.speed_mbps is not None:
+                twins[_model(node, nic)].append(nic.speed_mbps)
+        findings = []
+        for nic in nics:
+            findings.append(self._one(node, nic, expect, twins[_model(node, nic)]))
+            if nic.duplex == "half":
+                findings.append(
+                    self.finding(
+                        Severity.FAIL,
+                        nic.name,
+                        "half duplex",
+                        "full duplex",
+                        "a half-duplex link means failed autonegotiation: check the cable and switch port",
+                    )
+                )
+        return findings
+
+    def _one(self, node: Node, nic: NetInterface, expect: Expectations, twins: list[int]) -> Finding:
+        if nic.speed_mbps is None:
+            return self.finding(
+                Severity.INFO,
+                nic.name,
+                f"speed unknown (driver {nic.driver or 'unknown'} reports -1 or EINVAL)",
+                format_rate(expect.nic_rate_gbps) if expect.nic_rate_gbps else "",
+            )
+        gbps = nic.speed_mbps / 1000
+        if expect.nic_rate_gbps is not None and gbps < expect.nic_rate_gbps:
+            return self.finding(
+                Severity.FAIL,
+                nic.name,
+                format_rate(gbps),
+                format_rate(expect.nic_rate_gbps),
+                "the link negotiated below the expected speed: check the cable, transceiver and the "
+                "switch port's configured speed",
+            )
+        best = max(twins, default=nic.speed_mbps)
+        if nic.speed_mbps < best:
+            return self.finding(
+                Severity.WARN,
+                nic.name,
+                format_rate(gbps),
+                f"{format_rate(best / 1000)} like the other NICs of this model",
+                "the link negotiated below its twins: check the cable, transceiver and switch port",
+            )
+        return self.finding(Severity.OK, nic.name, format_rate(gbps), format_rate(expect.nic_rate_gbps))
+
+
+def _model(node: Node, nic: NetInterface) -> tuple[object, ...]:
+    device = node.pci.get(nic.pci or "")
+    return (nic.driver, device.vendor if device else None, device.device if device else None)
+
+
+class NicMtu(Check):
+    id = "nic.mtu"
+    title = "Compute NICs of one link type share one MTU (or the expected one)"
+    reads = "sys/class/net/<if>/{mtu,type}"
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return bool(compute_nics(node, expect))
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        groups: dict[int | None, list[NetInterface]] = defaultdict(list)
+        for nic in compute_nics(node, expect):
+            groups[nic.arphrd].append(nic)
+        findings = []
+        for arphrd, nics in groups.items():
+            kind = _LINK_TYPES.get(arphrd or -1, f"type {arphrd}")
+            common = majority(n.mtu for n in nics if n.mtu is not None)
+            for nic in nics:
+                findings.append(self._one(nic, kind, expect.nic_mtu, common, len(nics)))
+        return findings
+
+    def _one(self, nic: NetInterface, kind: str, wanted: int | None, common: object, peers: int) -> Finding:
+        if nic.mtu is None:
+            return self.finding(Severity.WARN, _subject(nic), "MTU unreadable", str(wanted or ""))
+        if wanted is not None:
+            if nic.mtu == wanted:
+                return self.finding(Severity.OK, _subject(nic), f"MTU {nic.mtu}", str(wanted))
+            return self.finding(
+                Severity.FAIL,
+                _subject(nic),
+                f"MTU {nic.mtu}",
+                f"MTU {wanted}",
+                f"set it (ip link set {nic.name} mtu {wanted}) and persist it in the network configuration",
+            )
+        if common is None and peers > 1:
+            return self.finding(
+                Severity.WARN,
+                _subject(nic),
+                f"MTU {nic.mtu}",
+                f"one MTU across the {kind} compute NICs (no majority)",
+                "pick one MTU for the fabric and set it on every compute NIC (--expect nic.mtu checks it)",
+            )
+        if common is not None and nic.mtu != common:
+            return self.finding(
+                Severity.WARN,
+                _subject(nic),
+                f"MTU {nic.mtu}",
+                f"MTU {common} like the other {kind} compute NICs",
+                f"mismatched MTUs fragment or drop traffic: ip link set {nic.name} mtu {common}",
+            )
+        return self.finding(Severity.OK, _subject(nic), f"MTU {nic.mtu}")
+
+
+class NicCount(Check):
+    id = "nic.count"
+    title = "The node has the expected number of compute NICs (RDMA ports, else NICs)"
+    reads = "sys/class/infiniband/*/ports/*, sys/class/net/*"
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return expect.nic_count is not None
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        if node.ports:
+            what = "RDMA ports" + (f" ({expect.link_layer})" if expect.link_layer else "")
+            found = [p.label for p in compute_ports(node, expect)]
+        else:
+            what = "NICs that are up"
+            found = [n.name for n in compute_nics(node, expect)]
+        seen = f"{len(found)} {what}" + (f": {', '.join(found)}" if found else "")
+        if len(found) == expect.nic_count:
+            return [self.finding(Severity.OK, node.hostname, seen, str(expect.nic_count))]
+        return [
+            self.finding(
+                Severity.FAIL,
+                node.hostname,
+                seen,
+                f"{expect.nic_count} {what}",
+                "a NIC is missing or was not detected: check 'lspci | grep -i mellanox', dmesg for driver "
+                "errors, and the firmware; then reboot or reseat",
+            )
+        ]

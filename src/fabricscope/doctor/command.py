@@ -1,0 +1,159 @@
+"""``fabricscope doctor``: is this node, and this fleet, ready for distributed training?
+
+Only the standard library is imported here; the probes, checks and rich are
+imported by :func:`run`, and torch only in fleet mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fabricscope.doctor.expect import Expectations
+
+__all__ = ["add_parser", "run"]
+
+_EPILOG = """\
+exit status: 0 all ok, 1 warnings, 2 failures (or a usage error).
+
+examples:
+  fabricscope doctor                                   # this node
+  fabricscope doctor --expect fleet.toml --json node.json
+  fabricscope doctor --capture /tmp/node-a             # copy what was read, for a bug report
+  fabricscope doctor --root /tmp/node-a                # check a captured tree elsewhere
+  fabricscope doctor --nproc 2                         # fleet mode with local ranks
+  fabricscope doctor --nproc 3 --root 'trees/node{rank}'
+  torchrun --nnodes 4 --nproc-per-node 1 ... -m fabricscope doctor --expect fleet.toml
+  srun -N 16 --ntasks-per-node 1 fabricscope doctor    # rank 0 prints what differs across nodes
+"""
+
+DEFAULT_TIMEOUT_S = 60.0
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "doctor",
+        help="check NICs, RDMA ports, PCIe links, GPU-NIC affinity, GPUDirect and NCCL settings",
+        description=(
+            "Find the misconfigurations that make a fast network slow, on this node or across a fleet. "
+            "Reads sysfs and procfs under one root directory."
+        ),
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--root", default="/", metavar="DIR", help="read sysfs/procfs under DIR (default /)")
+    parser.add_argument("--expect", default=None, metavar="FILE", help="TOML of what each node should have")
+    parser.add_argument("--json", default=None, metavar="FILE", help="write the findings as a Result")
+    parser.add_argument("--capture", default=None, metavar="DIR", help="copy the files read into DIR")
+    parser.add_argument("--nproc", default=None, metavar="N", help="fleet mode: spawn N local ranks")
+    parser.add_argument(
+        "--timeout",
+        default=None,
+        metavar="S",
+        help=f"fleet mode: seconds to wait for every rank ({DEFAULT_TIMEOUT_S:g})",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="one row per finding, ok ones included")
+    parser.add_argument("--list", action="store_true", help="list the checks and what each reads, then exit")
+    parser.set_defaults(func=run)
+
+
+def _usage(message: str) -> Exception:
+    from fabricscope.errors import UsageError
+
+    return UsageError(message)
+
+
+def _nproc(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise _usage(f"--nproc must be a whole number, got {value!r}") from None
+    if number < 1:
+        raise _usage(f"--nproc must be at least 1, got {number}")
+    return number
+
+
+def run(args: argparse.Namespace) -> int:
+    from fabricscope.bench import launch
+    from fabricscope.doctor.expect import load_expectations
+    from fabricscope.units import parse_duration
+
+    if args.list:
+        return _list_checks()
+    nproc = _nproc(args.nproc)
+    timeout_s = parse_duration(args.timeout, what="--timeout") if args.timeout else DEFAULT_TIMEOUT_S
+    expect = load_expectations(args.expect) if args.expect else None
+    world = launch.detect()
+    if world is not None and world.world_size > 1:
+        from fabricscope.doctor.fleet_run import run_rank
+
+        if nproc is not None and world.rank == 0:
+            sys.stderr.write(f"warning: --nproc is ignored: {world.launcher} started {world.world_size} ranks\n")
+        return run_rank(args, world, expect, timeout_s)
+    if nproc is not None and nproc > 1:
+        from fabricscope.doctor.fleet_run import spawn_fleet
+
+        return spawn_fleet(args, nproc, timeout_s)
+    return _run_single(args, expect)
+
+
+def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
+    from fabricscope.doctor.capture import check_capture_target, write_capture
+    from fabricscope.doctor.diagnosis import diagnose, doctor_result, expand_placeholders, open_root
+    from fabricscope.doctor.fleet import node_facts
+    from fabricscope.doctor.probe import node_env
+    from fabricscope.doctor.report import make_console, render_findings, verdict_line
+    from fabricscope.metadata import collect_env
+
+    root_path = expand_placeholders(args.root, rank=0, local_rank=0)
+    root = open_root(root_path)
+    capture = expand_placeholders(args.capture, rank=0, local_rank=0) if args.capture else None
+    if capture:
+        check_capture_target(capture)
+    env = node_env(root)
+    report = diagnose(root, env=env, expect=expect)
+    node = report.node
+    if capture:
+        written = write_capture(root, capture, env, node.hostname)
+        sys.stderr.write(f"captured {written} files into {capture} (read it back with --root {capture})\n")
+    console = make_console()
+    render_findings(
+        console,
+        report.findings,
+        title=f"fabricscope doctor: {node.hostname} (root {node.root})",
+        verbose=args.verbose,
+    )
+    console.print(verdict_line(report.findings, node.hostname))
+    if args.json:
+        result = doctor_result(
+            report.findings,
+            config={"root": root_path, "expect": expect.to_dict() if expect else None},
+            hostname=node.hostname,
+            env=collect_env(nccl_settings={k: v.value for k, v in node.nccl.items()}),
+            summary={"facts": node_facts(node, report.expect), "nvml": node.nvml},
+        )
+        result.save(args.json)
+    return report.exit_code
+
+
+def _list_checks() -> int:
+    from fabricscope.doctor.checks import CHECKS
+
+    for check in CHECKS:
+        sys.stdout.write(f"{check.id:<20} {check.title}\n{'':<20} reads: {check.reads}\n")
+    return 0
+
+
+def child_argv(args: argparse.Namespace, timeout_s: float) -> list[str]:
+    """The doctor flags a spawned rank gets: everything but --nproc."""
+    argv = ["--root", args.root, "--timeout", f"{timeout_s:g}"]
+    for flag, value in (("--expect", args.expect), ("--json", args.json), ("--capture", args.capture)):
+        if value is not None:
+            argv += [flag, value]
+    if args.verbose:
+        argv.append("--verbose")
+    return argv

@@ -1,0 +1,88 @@
+"""Findings: what one check saw on one subject, how bad it is, and what fixes it.
+
+Exit codes follow the Nagios convention that GCM and pyperf's ``system`` use:
+0 when everything is ok (or merely informative), 1 when something deserves a
+look (warn), 2 when something is wrong (fail).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["AREAS", "Finding", "Severity", "counts", "exit_code", "worst"]
+
+AREAS = ("probe", "nic", "rdma", "pcie", "gpu", "topology", "gpudirect", "nccl", "tcp", "fleet")
+"""Report order of the areas a finding can belong to."""
+
+
+class Severity(enum.IntEnum):
+    """How bad a finding is; ordered so that ``max()`` gives the worst."""
+
+    OK = 0
+    INFO = 1
+    WARN = 2
+    FAIL = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str) -> Severity:
+        return cls[text.upper()]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Finding:
+    """One check's verdict on one subject (a NIC, a port, a GPU, a setting)."""
+
+    id: str
+    """The check that made it, ``area.name`` (``rdma.port_state``)."""
+    severity: Severity
+    subject: str
+    """What it is about: ``mlx5_3/1``, ``eth0``, ``GPU 0000:19:00.0``, ``NCCL_IB_HCA``."""
+    observed: str
+    expected: str = ""
+    advice: str = ""
+    """The fix, for warn and fail; empty when there is nothing to do."""
+
+    @property
+    def area(self) -> str:
+        return self.id.split(".", 1)[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["severity"] = self.severity.label
+        data["area"] = self.area
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Finding:
+        return cls(
+            id=str(data["id"]),
+            severity=Severity.parse(str(data["severity"])),
+            subject=str(data.get("subject", "")),
+            observed=str(data.get("observed", "")),
+            expected=str(data.get("expected", "")),
+            advice=str(data.get("advice", "")),
+        )
+
+
+def worst(findings: Iterable[Finding]) -> Severity:
+    return max((f.severity for f in findings), default=Severity.OK)
+
+
+def exit_code(findings: Iterable[Finding]) -> int:
+    """0 all ok (info included), 1 warnings, 2 failures."""
+    severity = worst(findings)
+    return 2 if severity is Severity.FAIL else 1 if severity is Severity.WARN else 0
+
+
+def counts(findings: Iterable[Finding]) -> dict[str, int]:
+    result = {s.label: 0 for s in Severity}
+    for finding in findings:
+        result[finding.severity.label] += 1
+    return result

@@ -1,0 +1,232 @@
+"""What the probes saw on one node: plain typed records, no logic.
+
+A field is None when the node did not say (a missing file, ``-1``, EINVAL);
+the checks turn None into "unknown", never into a guess.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = [
+    "DISTANCES",
+    "Anomaly",
+    "Gid",
+    "Gpu",
+    "GpuDirect",
+    "NcclSetting",
+    "NetInterface",
+    "Node",
+    "PciDevice",
+    "PcieLink",
+    "RdmaDevice",
+    "RdmaPort",
+    "TcpTuning",
+]
+
+DISTANCES = ("PIX", "PXB", "PHB", "NODE", "SYS")
+"""GPU-to-NIC PCIe distances as ``nvidia-smi topo -m`` names them, nearest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    """A file the probes needed but could not read or understand."""
+
+    path: str
+    """Path relative to the root, e.g. ``sys/class/net/eth0/mtu``."""
+    problem: str
+    """What went wrong: ``EACCES``, ``missing``, ``unparsable 'abc' (expected a whole number)``..."""
+
+
+@dataclass(kw_only=True, slots=True)
+class PcieLink:
+    """Speed (GT/s per lane) and width (lanes) of one device's PCIe link."""
+
+    current_gts: float | None
+    max_gts: float | None
+    current_width: int | None
+    max_width: int | None
+    upstream_max_gts: float | None = None
+    """What the port above the device (root port or switch port) can do."""
+    upstream_max_width: int | None = None
+
+    @property
+    def capable_gts(self) -> float | None:
+        """The best speed the device can reach in this slot: min(device, upstream port)."""
+        return _min(self.max_gts, self.upstream_max_gts)
+
+    @property
+    def capable_width(self) -> int | None:
+        values = [v for v in (self.max_width, self.upstream_max_width) if v is not None]
+        return min(values) if values else None
+
+
+def _min(a: float | None, b: float | None) -> float | None:
+    values = [v for v in (a, b) if v is not None]
+    return min(values) if values else None
+
+
+@dataclass(kw_only=True, slots=True)
+class PciDevice:
+    """One PCI function: where it sits in the tree, what it is, how it is linked."""
+
+    address: str
+    """``0000:17:00.0``."""
+    root: str
+    """The host bridge it hangs from, ``pci0000:15``; devices under one root share a root complex."""
+    bridges: tuple[str, ...]
+    """Addresses of the bridges between the root and the device, top first."""
+    vendor: int | None = None
+    device: int | None = None
+    class_code: int | None = None
+    numa_node: int | None = None
+    """None when the kernel says -1 (unknown) or nothing."""
+    driver: str | None = None
+    link: PcieLink | None = None
+    """None when the device has no link files (virtio, integrated devices)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class NetInterface:
+    """One network interface under ``/sys/class/net``."""
+
+    name: str
+    virtual: bool
+    """No PCI device behind it (lo, bridges, veth, ifb)."""
+    arphrd: int | None
+    """Link type: 1 Ethernet, 32 InfiniBand (IPoIB), 772 loopback."""
+    mtu: int | None
+    speed_mbps: int | None
+    duplex: str | None
+    operstate: str | None
+    carrier: int | None
+    carrier_down_count: int | None
+    driver: str | None
+    pci: str | None
+    """PCI address of the device behind it, when there is one."""
+    rdma: str | None = None
+    """``mlx5_0/1`` when this netdev carries an RDMA port (RoCE, IPoIB)."""
+    ethtool: dict[str, int] | None = None
+    """``ethtool -S`` counters, read for RoCE netdevs (PFC, discards)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Gid:
+    index: int
+    gid: str
+    type: str | None
+    """``IB/RoCE v1`` or ``RoCE v2``."""
+    ndev: str | None
+
+
+@dataclass(kw_only=True, slots=True)
+class RdmaPort:
+    device: str
+    port: int
+    state: tuple[int, str] | None
+    phys_state: tuple[int, str] | None
+    rate_gbps: float | None
+    rate_text: str | None
+    link_layer: str | None
+    """``InfiniBand`` or ``Ethernet`` (RoCE)."""
+    netdev: str | None = None
+    gids: list[Gid] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
+    hw_counters: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.device}/{self.port}"
+
+
+@dataclass(kw_only=True, slots=True)
+class RdmaDevice:
+    name: str
+    pci: str | None
+    fw_ver: str | None
+    hca_type: str | None
+    uverbs: bool | None
+    """A user-space verbs device exists for it (ib_uverbs loaded); None when unknown."""
+    ports: list[RdmaPort] = field(default_factory=list)
+
+
+@dataclass(kw_only=True, slots=True)
+class Gpu:
+    """An NVIDIA GPU, from sysfs (PCI class 0x0302/0x0300, vendor 0x10de) and NVML when present."""
+
+    pci: str
+    device_id: int | None
+    busy: bool | None = None
+    """From NVML utilization; None without NVML (then an idle link is not a failure)."""
+    nvml_index: int | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class GpuDirect:
+    """GPUDirect RDMA: the peer-memory module, or what DMA-BUF needs."""
+
+    peermem: str | None
+    """The file that proves a peer-memory module is loaded, or None."""
+    driver_version: str | None
+    open_kernel_module: bool | None
+    kernel: tuple[int, int] | None
+
+    @property
+    def dmabuf_possible(self) -> bool:
+        """DMA-BUF needs the open GPU kernel module and Linux 5.12 or newer."""
+        return bool(self.open_kernel_module) and self.kernel is not None and self.kernel >= (5, 12)
+
+
+@dataclass(kw_only=True, slots=True)
+class TcpTuning:
+    rmem_max: int | None
+    wmem_max: int | None
+    tcp_rmem: tuple[int, ...] | None
+    tcp_wmem: tuple[int, ...] | None
+    congestion: str | None
+    available_congestion: tuple[str, ...] | None
+    window_scaling: int | None
+    sack: int | None
+
+
+@dataclass(kw_only=True, slots=True)
+class NcclSetting:
+    name: str
+    value: str
+    source: str
+    """``environment``, or the file and line it came from (``/etc/nccl.conf:3``)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Node:
+    """Everything the probes saw on one node."""
+
+    hostname: str
+    kernel: str | None
+    root: str
+    live: bool
+    nics: list[NetInterface]
+    rdma: list[RdmaDevice]
+    pci: dict[str, PciDevice]
+    """Every PCI device the probes looked at, by address."""
+    gpus: list[Gpu]
+    gpudirect: GpuDirect
+    tcp: TcpTuning
+    nccl: dict[str, NcclSetting]
+    nccl_conf_problems: list[str]
+    nvml: str
+    """``used``, ``absent`` (no nvidia-ml-py), ``failed: ...``, or ``not live`` for a captured tree."""
+    topo_file_readable: bool | None = None
+    """Whether the file NCCL_TOPO_FILE names can be read; None when it is not set."""
+    anomalies: list[Anomaly] = field(default_factory=list)
+    """Files that could not be read or parsed."""
+    files_read: int = 0
+    modules: dict[str, str] = field(default_factory=dict)
+    """Versions of the kernel modules behind NICs and GPUs (``/sys/module/<m>/version``)."""
+
+    @property
+    def ports(self) -> list[RdmaPort]:
+        return [p for d in self.rdma for p in d.ports]
+
+    def nic(self, name: str) -> NetInterface | None:
+        return next((n for n in self.nics if n.name == name), None)

@@ -1,0 +1,187 @@
+"""Pure parsers for the text Linux puts in sysfs and procfs.
+
+Each function takes the text of one file (as the kernel writes it) and returns
+a value, or None when the text does not say (``-1``, ``Unknown``, garbage).
+They never raise on bad input; the probes decide whether None is news.
+Captured inputs for each live beside their tests in ``tests/doctor/data``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+__all__ = [
+    "PCI_ADDRESS",
+    "gid_is_link_local",
+    "gid_is_zero",
+    "parse_ethtool_stats",
+    "parse_hex",
+    "parse_ib_rate",
+    "parse_ib_state",
+    "parse_int",
+    "parse_kernel_release",
+    "parse_net_speed",
+    "parse_nvidia_driver",
+    "parse_pcie_speed",
+    "parse_pcie_width",
+    "parse_sysctl_ints",
+    "pcie_generation",
+]
+
+PCI_ADDRESS = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+"""A PCI function address as sysfs names it: ``0000:17:00.0``."""
+
+_INT = re.compile(r"^[+-]?\d+$")
+_IB_STATE = re.compile(r"^\s*(\d+)\s*:\s*(\S.*?)\s*$")
+_IB_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec\s*(?:\((.*)\))?\s*$")
+_PCIE_SPEED = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GT/s(?:\s+PCIe)?\s*$")
+_NV_DRIVER = re.compile(r"Kernel Module(?: for \w+)?\s+([0-9][0-9.]*)")
+
+# Transfer rate per lane (GT/s) -> PCIe generation.
+_GENERATIONS = ((2.5, 1), (5.0, 2), (8.0, 3), (16.0, 4), (32.0, 5), (64.0, 6), (128.0, 7))
+
+
+def parse_int(text: str | None) -> int | None:
+    """A decimal integer (``mtu``, ``numa_node``, counters); None for anything else."""
+    if text is None or not _INT.match(text.strip()):
+        return None
+    return int(text.strip())
+
+
+def parse_hex(text: str | None) -> int | None:
+    """A ``0x``-prefixed number such as a PCI ``vendor`` (``0x10de``) or ``class`` (``0x030200``)."""
+    if text is None:
+        return None
+    value = text.strip().lower()
+    if not re.fullmatch(r"0x[0-9a-f]+", value):
+        return None
+    return int(value, 16)
+
+
+def parse_net_speed(text: str | None) -> int | None:
+    """``/sys/class/net/<if>/speed`` in Mb/s; ``-1`` (and 0, some drivers' unknown) mean unknown."""
+    value = parse_int(text)
+    if value is None or value <= 0 or value == 0xFFFFFFFF:
+        return None
+    return value
+
+
+def parse_ib_state(text: str | None) -> tuple[int, str] | None:
+    """An RDMA port ``state``/``phys_state``: ``4: ACTIVE`` -> ``(4, "ACTIVE")``."""
+    if text is None:
+        return None
+    match = _IB_STATE.match(text)
+    if not match:
+        return None
+    return int(match.group(1)), match.group(2)
+
+
+def parse_ib_rate(text: str | None) -> float | None:
+    """An RDMA port ``rate``: ``400 Gb/sec (4X NDR)`` -> 400.0 (Gb/s); ``2.5 Gb/sec (1X SDR)`` -> 2.5."""
+    if text is None:
+        return None
+    match = _IB_RATE.match(text)
+    if not match:
+        return None
+    return float(match.group(1))
+
+
+def parse_pcie_speed(text: str | None) -> float | None:
+    """``current_link_speed``/``max_link_speed`` in GT/s.
+
+    Accepts the modern ``16.0 GT/s PCIe`` and the old (kernel 5.6 and earlier)
+    ``8 GT/s``; ``Unknown`` and anything else give None.
+    """
+    if text is None:
+        return None
+    match = _PCIE_SPEED.match(text)
+    return float(match.group(1)) if match else None
+
+
+def parse_pcie_width(text: str | None) -> int | None:
+    """``current_link_width``/``max_link_width``: a bare lane count (``16``); 0 and garbage give None."""
+    value = parse_int(text)
+    if value is None or value <= 0 or value > 64:
+        return None
+    return value
+
+
+def pcie_generation(gts: float | None) -> int | None:
+    """PCIe generation of a per-lane rate: 2.5 -> 1, 8.0 -> 3, 32.0 -> 5."""
+    if gts is None:
+        return None
+    for rate, generation in _GENERATIONS:
+        if abs(gts - rate) < 0.01:
+            return generation
+    return None
+
+
+def parse_sysctl_ints(text: str | None) -> tuple[int, ...] | None:
+    """A sysctl of whitespace-separated integers (``tcp_rmem``: ``4096 131072 33554432``)."""
+    if text is None:
+        return None
+    fields = text.split()
+    if not fields or not all(_INT.match(f) for f in fields):
+        return None
+    return tuple(int(f) for f in fields)
+
+
+def parse_ethtool_stats(text: str | None) -> dict[str, int] | None:
+    """The output of ``ethtool -S <if>``: ``NIC statistics:`` then ``name: value`` lines.
+
+    Lines that are not ``name: integer`` are skipped; no counter at all gives None.
+    """
+    if text is None:
+        return None
+    stats: dict[str, int] = {}
+    for line in text.splitlines():
+        name, sep, value = line.strip().rpartition(":")
+        if not sep or not name:
+            continue
+        number = parse_int(value.strip())
+        if number is not None:
+            stats[name.strip()] = number
+    return stats or None
+
+
+def _gid_address(gid: str) -> ipaddress.IPv6Address | None:
+    groups = gid.strip().split(":")
+    if len(groups) != 8 or not all(re.fullmatch(r"[0-9a-fA-F]{1,4}", g) for g in groups):
+        return None
+    return ipaddress.IPv6Address(":".join(groups))
+
+
+def gid_is_zero(gid: str | None) -> bool:
+    """An unused GID table entry reads as all zeros (or cannot be parsed at all)."""
+    address = _gid_address(gid) if gid is not None else None
+    return address is None or int(address) == 0
+
+
+def gid_is_link_local(gid: str | None) -> bool:
+    """A ``fe80::/10`` GID: usable only inside one L2 segment, never routed (RoCE v2 needs more)."""
+    address = _gid_address(gid) if gid is not None else None
+    return address is not None and address.is_link_local
+
+
+def parse_kernel_release(text: str | None) -> tuple[int, int] | None:
+    """``/proc/sys/kernel/osrelease``: ``5.15.0-105-generic`` -> (5, 15)."""
+    if text is None:
+        return None
+    match = re.match(r"^\s*(\d+)\.(\d+)", text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def parse_nvidia_driver(text: str | None) -> tuple[str, bool] | None:
+    """``/proc/driver/nvidia/version``: the driver version and whether it is the open kernel module.
+
+    ``NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build ...``
+    -> ``("550.54.15", True)``; the proprietary module says ``NVIDIA UNIX x86_64 Kernel Module``.
+    """
+    if text is None:
+        return None
+    first = text.splitlines()[0] if text.strip() else ""
+    match = _NV_DRIVER.search(first)
+    if not match:
+        return None
+    return match.group(1), "Open Kernel Module" in first

@@ -1,0 +1,156 @@
+"""PCI devices: where they sit in the tree, their PCIe links, and GPU-to-NIC distance.
+
+sysfs names a device by its path from the host bridge,
+``/sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0``:
+the host bridge (``pci0000:15``), the bridges in between, the device last.
+:func:`distance` turns two such paths into the ``nvidia-smi topo -m`` names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TypeVar
+
+from fabricscope.doctor.inventory import PciDevice, PcieLink
+from fabricscope.doctor.parsers import (
+    PCI_ADDRESS,
+    parse_hex,
+    parse_int,
+    parse_pcie_speed,
+    parse_pcie_width,
+)
+from fabricscope.doctor.sysroot import SysRoot
+
+__all__ = ["distance", "parsed", "pci_address_in", "probe_pci", "split_pci_path"]
+
+_HOST_BRIDGE = re.compile(r"^pci[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}$")
+T = TypeVar("T")
+
+
+def parsed(
+    root: SysRoot,
+    rel: str,
+    parse: Callable[[str | None], T | None],
+    expected: str,
+    *,
+    required: bool = False,
+    unknown: tuple[str, ...] = (),
+) -> T | None:
+    """Read ``rel`` and parse it; text the parser rejects is noted as an anomaly.
+
+    ``unknown`` lists texts that legitimately mean "unknown" (``-1``, ``Unknown``).
+    """
+    text = root.text(rel, required=required)
+    if text is None or text in unknown:
+        return None
+    value = parse(text)
+    if value is None:
+        root.garbage(rel, text, expected)
+    return value
+
+
+def split_pci_path(real: str | None) -> tuple[str, tuple[str, ...]] | None:
+    """``sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/virtio2`` -> (``pci0000:15``, (addresses...)).
+
+    Everything after the last PCI address (``virtio2``, ``net/eth0``) is dropped.
+    None when the path does not run through a PCI host bridge.
+    """
+    if not real:
+        return None
+    parts = real.split("/")
+    for start, part in enumerate(parts):
+        if _HOST_BRIDGE.match(part):
+            chain: list[str] = []
+            for item in parts[start + 1 :]:
+                if not PCI_ADDRESS.match(item):
+                    break
+                chain.append(item.lower())
+            return (part, tuple(chain)) if chain else None
+    return None
+
+
+def pci_address_in(real: str | None) -> str | None:
+    """The PCI address of the device a sysfs path belongs to (the deepest one on the path)."""
+    split = split_pci_path(real)
+    return split[1][-1] if split else None
+
+
+def probe_pci(root: SysRoot, address: str, cache: dict[str, PciDevice]) -> PciDevice | None:
+    """Read one PCI function (and its upstream port's limits); None when sysfs has no such device."""
+    if address in cache:
+        return cache[address]
+    real = root.realpath(f"sys/bus/pci/devices/{address}")
+    split = split_pci_path(real)
+    if real is None or split is None or split[1][-1] != address:
+        return None
+    host_bridge, chain = split
+    base = real
+    device = PciDevice(
+        address=address,
+        root=host_bridge,
+        bridges=chain[:-1],
+        vendor=parsed(root, f"{base}/vendor", parse_hex, "a hex id like 0x15b3"),
+        device=parsed(root, f"{base}/device", parse_hex, "a hex id like 0x1021"),
+        class_code=parsed(root, f"{base}/class", parse_hex, "a hex class like 0x020700"),
+        numa_node=_numa(root, f"{base}/numa_node"),
+        driver=root.link_name(f"{base}/driver"),
+        link=_link(root, base, upstream=base.rsplit("/", 1)[0] if chain[:-1] else None),
+    )
+    cache[address] = device
+    return device
+
+
+def _numa(root: SysRoot, rel: str) -> int | None:
+    value = parsed(root, rel, parse_int, "a NUMA node number or -1")
+    return value if value is not None and value >= 0 else None
+
+
+def _link(root: SysRoot, base: str, upstream: str | None) -> PcieLink | None:
+    if root.text(f"{base}/max_link_speed") is None and root.text(f"{base}/current_link_speed") is None:
+        return None  # virtio and integrated devices have no link files
+    speed = "a speed like '16.0 GT/s PCIe' or '8 GT/s'"
+    width = "a lane count like 16"
+    link = PcieLink(
+        current_gts=parsed(root, f"{base}/current_link_speed", parse_pcie_speed, speed, unknown=("Unknown",)),
+        max_gts=parsed(root, f"{base}/max_link_speed", parse_pcie_speed, speed, unknown=("Unknown",)),
+        current_width=parsed(root, f"{base}/current_link_width", parse_pcie_width, width, unknown=("0",)),
+        max_width=parsed(root, f"{base}/max_link_width", parse_pcie_width, width, unknown=("0",)),
+    )
+    if upstream is not None:
+        link.upstream_max_gts = parsed(
+            root, f"{upstream}/max_link_speed", parse_pcie_speed, speed, unknown=("Unknown",)
+        )
+        link.upstream_max_width = parsed(root, f"{upstream}/max_link_width", parse_pcie_width, width, unknown=("0",))
+    return link
+
+
+def _switch_parents(device: PciDevice) -> list[str]:
+    """The PCI switches above a device, as NCCL's topology sees them.
+
+    NCCL walks sysfs two levels at a time, so a switch's downstream and upstream
+    ports count as one switch named by its upstream port (``NVIDIA/nccl``
+    ``src/graph/xml.cc``: "Rewind two '/' and follow the upper PCI switch").
+    """
+    chain = [*device.bridges, device.address]
+    return [chain[i] for i in range(len(chain) - 3, -1, -2)]
+
+
+def distance(a: PciDevice, b: PciDevice) -> str:
+    """``nvidia-smi topo -m`` distance between two PCI devices.
+
+    PIX: one PCIe switch between them; PXB: several switches, no host bridge;
+    PHB: through one host bridge (the CPU root complex); NODE: between host
+    bridges of one NUMA node; SYS: across the inter-socket link.  When a NUMA
+    node is unknown (-1) the two are taken as one node (single-socket systems
+    report -1), so the answer is NODE, not SYS.
+    """
+    parents_a, parents_b = _switch_parents(a), _switch_parents(b)
+    for hops_a, switch in enumerate(parents_a):
+        if switch in parents_b:
+            return "PIX" if hops_a + parents_b.index(switch) == 0 else "PXB"
+    if a.root == b.root:
+        return "PHB"
+    if a.numa_node is None or b.numa_node is None or a.numa_node == b.numa_node:
+        return "NODE"
+    return "SYS"

@@ -1,0 +1,163 @@
+"""RDMA devices and ports: ``/sys/class/infiniband/<dev>/ports/<n>/``.
+
+Formats (``drivers/infiniband/core/sysfs.c``): ``state`` ``4: ACTIVE``,
+``phys_state`` ``5: LinkUp``, ``rate`` ``400 Gb/sec (4X NDR)``, ``link_layer``
+``InfiniBand`` or ``Ethernet`` (RoCE).  RoCE ports carry a GID table:
+``gids/<i>`` and ``gid_attrs/types/<i>`` (``IB/RoCE v1`` or ``RoCE v2``).
+"""
+
+from __future__ import annotations
+
+from fabricscope.doctor.ethtool import read_stats
+from fabricscope.doctor.inventory import Gid, NetInterface, PciDevice, RdmaDevice, RdmaPort
+from fabricscope.doctor.parsers import gid_is_zero, parse_ib_rate, parse_ib_state, parse_int
+from fabricscope.doctor.pci import parsed, pci_address_in, probe_pci
+from fabricscope.doctor.sysroot import SysRoot
+
+__all__ = ["ERROR_COUNTERS", "HW_COUNTERS", "probe_rdma"]
+
+ERROR_COUNTERS = (
+    "symbol_error",
+    "link_error_recovery",
+    "link_downed",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "port_rcv_switch_relay_errors",
+    "port_xmit_discards",
+    "port_xmit_constraint_errors",
+    "port_rcv_constraint_errors",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+    "VL15_dropped",
+)
+"""``ports/<n>/counters/``: link and physical-layer errors (narrow counters: alert on any)."""
+
+HW_COUNTERS = (
+    "out_of_sequence",
+    "packet_seq_err",
+    "local_ack_timeout_err",
+    "rnr_nak_retry_err",
+    "out_of_buffer",
+    "np_cnp_sent",
+    "rp_cnp_handled",
+    "np_ecn_marked_roce_packets",
+)
+"""``ports/<n>/hw_counters/`` (mlx5): transport retries and RoCE congestion signals."""
+
+_STATE = "'N: NAME' like '4: ACTIVE'"
+
+
+def probe_rdma(root: SysRoot, pci: dict[str, PciDevice], nics: list[NetInterface]) -> list[RdmaDevice]:
+    """Every RDMA device, its ports, and which netdev carries each port."""
+    devices: list[RdmaDevice] = []
+    names = root.listdir("sys/class/infiniband")
+    uverbs = _uverbs_devices(root) if names else set()
+    for name in names:
+        base = f"sys/class/infiniband/{name}"
+        if not root.is_dir(base):
+            continue
+        address = pci_address_in(root.realpath(f"{base}/device"))
+        if address is not None:
+            probe_pci(root, address, pci)
+        netdevs = root.listdir(f"{base}/device/net")
+        device = RdmaDevice(
+            name=name,
+            pci=address,
+            fw_ver=root.text(f"{base}/fw_ver"),
+            hca_type=root.text(f"{base}/hca_type"),
+            uverbs=name in uverbs,
+        )
+        for port_name in root.listdir(f"{base}/ports", required=True):
+            number = parse_int(port_name)
+            if number is None:
+                root.garbage(f"{base}/ports/{port_name}", port_name, "a port number")
+                continue
+            port = _probe_port(root, name, number)
+            port.netdev = _netdev_for(root, port, netdevs)
+            nic = next((n for n in nics if n.name == port.netdev), None)
+            if nic is not None:
+                nic.rdma = port.label
+                if port.link_layer == "Ethernet":
+                    nic.ethtool = read_stats(root, nic.name)
+            device.ports.append(port)
+        devices.append(device)
+    return devices
+
+
+def _probe_port(root: SysRoot, device: str, number: int) -> RdmaPort:
+    base = f"sys/class/infiniband/{device}/ports/{number}"
+    rate_text = root.text(f"{base}/rate", required=True)
+    rate = parse_ib_rate(rate_text)
+    if rate_text is not None and rate is None:
+        root.garbage(f"{base}/rate", rate_text, "a rate like '400 Gb/sec (4X NDR)'")
+    link_layer = root.text(f"{base}/link_layer", required=True)
+    if link_layer is not None and link_layer not in ("InfiniBand", "Ethernet"):
+        root.garbage(f"{base}/link_layer", link_layer, "InfiniBand or Ethernet")
+        link_layer = None
+    port = RdmaPort(
+        device=device,
+        port=number,
+        state=parsed(root, f"{base}/state", parse_ib_state, _STATE, required=True),
+        phys_state=parsed(root, f"{base}/phys_state", parse_ib_state, _STATE, required=True),
+        rate_gbps=rate,
+        rate_text=rate_text,
+        link_layer=link_layer,
+    )
+    for counter in ERROR_COUNTERS:
+        value = parsed(root, f"{base}/counters/{counter}", parse_int, "a counter")
+        if value is not None:
+            port.counters[counter] = value
+    for counter in HW_COUNTERS:
+        value = parsed(root, f"{base}/hw_counters/{counter}", parse_int, "a counter")
+        if value is not None:
+            port.hw_counters[counter] = value
+    if link_layer == "Ethernet":
+        port.gids = _gids(root, base)
+    return port
+
+
+def _gids(root: SysRoot, base: str) -> list[Gid]:
+    gids: list[Gid] = []
+    for entry in root.listdir(f"{base}/gids"):
+        index = parse_int(entry)
+        text = root.text(f"{base}/gids/{entry}")
+        if index is None or gid_is_zero(text) or text is None:
+            continue
+        gids.append(
+            Gid(
+                index=index,
+                gid=text,
+                type=root.text(f"{base}/gid_attrs/types/{entry}"),
+                ndev=root.text(f"{base}/gid_attrs/ndevs/{entry}"),
+            )
+        )
+    return sorted(gids, key=lambda g: g.index)
+
+
+def _netdev_for(root: SysRoot, port: RdmaPort, netdevs: list[str]) -> str | None:
+    """The netdev of a port: the one GIDs name, else ``dev_port`` + 1, else the only one."""
+    for gid in port.gids:
+        if gid.ndev:
+            return gid.ndev
+    if len(netdevs) == 1:
+        return netdevs[0]
+    for name in netdevs:
+        dev_port = parse_int(root.text(f"sys/class/net/{name}/dev_port"))
+        if dev_port is not None and dev_port + 1 == port.port:
+            return name
+    return None
+
+
+def _uverbs_devices(root: SysRoot) -> set[str]:
+    """RDMA devices that user space can open (``/sys/class/infiniband_verbs/uverbs*/ibdev``).
+
+    An empty set when the class is missing (ib_uverbs not loaded): NCCL then
+    cannot use the HCAs at all.
+    """
+    found: set[str] = set()
+    for entry in root.listdir("sys/class/infiniband_verbs"):
+        if entry.startswith("uverbs"):
+            ibdev = root.text(f"sys/class/infiniband_verbs/{entry}/ibdev")
+            if ibdev:
+                found.add(ibdev)
+    return found

@@ -1,0 +1,138 @@
+"""The human report: a table of findings grouped by area, the advice, and a one-line verdict.
+
+Rows that are ``ok`` for many subjects of one check collapse into one row
+("8 ports") unless ``verbose``; warnings and failures are always shown one by
+one, and their advice follows the table.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from fabricscope.doctor.findings import AREAS, Finding, Severity, counts, exit_code, worst
+
+__all__ = ["STYLES", "make_console", "render_findings", "verdict_line"]
+
+MAX_SUBJECTS = 6
+"""Subjects named in one advice line; the table above lists them all."""
+STYLES = {
+    Severity.OK: "green",
+    Severity.INFO: "cyan",
+    Severity.WARN: "yellow",
+    Severity.FAIL: "bold red",
+}
+
+
+def make_console(width: int | None = None) -> Console:
+    """A console for stdout: 120 columns when not a terminal (unless COLUMNS says), so piped reports stay readable."""
+    console = Console(highlight=False, soft_wrap=False)
+    if width is not None:
+        console.width = width
+    elif not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = 120
+    return console
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    severity: Severity
+    id: str
+    subject: str
+    observed: str
+    expected: str
+
+
+def _collapse(findings: Sequence[Finding], verbose: bool) -> list[_Row]:
+    rows: list[_Row] = []
+    index = 0
+    while index < len(findings):
+        first = findings[index]
+        end = index + 1
+        if not verbose and first.severity is Severity.OK:
+            while end < len(findings) and findings[end].id == first.id and findings[end].severity is Severity.OK:
+                end += 1
+        group = findings[index:end]
+        if len(group) == 1:
+            rows.append(_Row(first.severity, first.id, first.subject, first.observed, first.expected))
+        else:
+            observed = {f.observed for f in group}
+            expected = {f.expected for f in group}
+            rows.append(
+                _Row(
+                    Severity.OK,
+                    first.id,
+                    f"{len(group)}: {group[0].subject} … {group[-1].subject}",
+                    observed.pop() if len(observed) == 1 else f"ok on all {len(group)}",
+                    expected.pop() if len(expected) == 1 else "",
+                )
+            )
+        index = end
+    return rows
+
+
+def _by_area(findings: Sequence[Finding]) -> list[tuple[str, list[Finding]]]:
+    order = {area: i for i, area in enumerate(AREAS)}
+    areas = sorted({f.area for f in findings}, key=lambda a: (order.get(a, len(order)), a))
+    return [(area, [f for f in findings if f.area == area]) for area in areas]
+
+
+def render_findings(console: Console, findings: Sequence[Finding], *, title: str, verbose: bool = False) -> None:
+    """The table grouped by area, then the advice for every warning and failure."""
+    table = Table(title=title, title_justify="left", show_lines=False, expand=False)
+    table.add_column("area", style="bold", no_wrap=True)
+    table.add_column("", no_wrap=True)
+    table.add_column("check", no_wrap=True)
+    table.add_column("subject", overflow="fold")
+    table.add_column("observed", overflow="fold")
+    table.add_column("expected", overflow="fold")
+    for area, items in _by_area(findings):
+        rows = _collapse(items, verbose)
+        for i, row in enumerate(rows):
+            table.add_row(
+                area if i == 0 else "",
+                Text(row.severity.label, style=STYLES[row.severity]),
+                row.id.split(".", 1)[1] if "." in row.id else row.id,
+                row.subject,
+                row.observed,
+                row.expected,
+                end_section=i == len(rows) - 1,
+            )
+    console.print(table)
+    _render_advice(console, findings)
+
+
+def _render_advice(console: Console, findings: Sequence[Finding]) -> None:
+    grouped: dict[tuple[Severity, str, str], list[str]] = {}
+    for finding in sorted(findings, key=lambda f: -f.severity):
+        if finding.severity >= Severity.WARN and finding.advice:
+            grouped.setdefault((finding.severity, finding.id, finding.advice), []).append(finding.subject)
+    if not grouped:
+        return
+    console.print(Text("advice:", style="bold"))
+    for (severity, check, advice), subjects in grouped.items():
+        shown = ", ".join(subjects[:MAX_SUBJECTS])
+        if len(subjects) > MAX_SUBJECTS:
+            shown += f" and {len(subjects) - MAX_SUBJECTS} more"
+        line = Text("  ")
+        line.append(f"{severity.label:<4}", style=STYLES[severity])
+        line.append(f" {check} [{shown}]: ", style="bold")
+        line.append(advice)
+        console.print(line)
+
+
+def verdict_line(findings: Sequence[Finding], where: str) -> Text:
+    """``verdict: FAIL (exit 2) on gpu-a01: 3 fail, 2 warn, 40 ok, 5 info``."""
+    severity = worst(findings)
+    tally = counts(findings)
+    summary = ", ".join(f"{tally[s.label]} {s.label}" for s in reversed(Severity) if tally[s.label])
+    word = {Severity.FAIL: "FAIL", Severity.WARN: "WARN"}.get(severity, "OK")
+    line = Text("verdict: ", style="bold")
+    line.append(f"{word} (exit {exit_code(findings)})", style=STYLES[severity] if word != "OK" else "bold green")
+    line.append(f" on {where}: {summary or 'no findings'}")
+    return line

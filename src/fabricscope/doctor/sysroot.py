@@ -1,0 +1,232 @@
+"""One root directory for every file the doctor reads.
+
+All of ``/sys``, ``/proc`` and ``/etc`` are reached through a :class:`SysRoot`,
+so tests and ``--root DIR`` point the probes at a captured tree, and
+``--capture DIR`` can copy exactly what was read.
+
+Reads never raise.  A file that does not exist reads as ``None`` quietly (many
+sysfs files exist only on some devices); ``EINVAL`` also reads as ``None``
+quietly, because that is how sysfs says "unknown" (``speed`` of a virtual
+NIC).  Anything else (permission denied, I/O error, a directory where a file
+should be, bytes that are not text) reads as ``None`` and is kept in
+:attr:`SysRoot.anomalies`, and so is content a parser could not understand
+(:meth:`SysRoot.garbage`); the ``probe.read`` check reports them.
+
+A read error cannot be stored in a plain file, so a captured tree keeps the
+errors it met in ``fabricscope-capture/manifest.json`` (``"errors": {path:
+errno name}``); reading such a path from the capture gives the same error.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fabricscope.doctor.inventory import Anomaly
+
+__all__ = [
+    "CAPTURE_DIR",
+    "MANIFEST",
+    "SysRoot",
+]
+
+CAPTURE_DIR = "fabricscope-capture"
+"""Folder, inside a captured tree, for what is not a plain file of the node."""
+MANIFEST = f"{CAPTURE_DIR}/manifest.json"
+"""Read errors met during the capture, the NCCL variables, when and where."""
+
+_QUIET = {errno.ENOENT, errno.EINVAL, errno.ENOTDIR, errno.ENODEV, errno.ENXIO, errno.EOPNOTSUPP}
+"""Errors that mean "not there" or "unknown" in sysfs, not "something is wrong"."""
+_MAX_READ = 1 << 20
+_NOT_TEXT = "ENOTTEXT"
+"""Pseudo errno name for a file whose bytes are not UTF-8 text."""
+_PROBLEMS = {_NOT_TEXT: "not text (undecodable bytes)"}
+
+
+@dataclass(slots=True)
+class _Record:
+    texts: dict[str, str | None] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    listed: dict[str, list[str]] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class SysRoot:
+    """Reads files under ``root`` by paths relative to it (``sys/class/net``)."""
+
+    __slots__ = ("_base", "_live", "_manifest_errors", "_real_base", "_record", "anomalies", "manifest", "path")
+
+    def __init__(self, root: str | os.PathLike[str] = "/") -> None:
+        self.path = Path(root)
+        self._base = str(self.path)
+        self._real_base = os.path.realpath(self._base)
+        self._live = self._real_base == "/"
+        self.anomalies: list[Anomaly] = []
+        self._record = _Record()
+        self.manifest: dict[str, object] = {}
+        self._manifest_errors: dict[str, str] = {}
+        manifest = self.path / MANIFEST
+        if not self.is_live and manifest.is_file():
+            try:
+                data = json.loads(manifest.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                self.anomalies.append(Anomaly(MANIFEST, f"unreadable capture manifest ({exc})"))
+                data = {}
+            if isinstance(data, dict):
+                self.manifest = data
+                errors = data.get("errors")
+                if isinstance(errors, dict):
+                    self._manifest_errors = {str(k): str(v) for k, v in errors.items()}
+
+    @property
+    def is_live(self) -> bool:
+        """True when the root is this machine's own ``/`` (so NVML and ioctls apply)."""
+        return self._live
+
+    def file(self, rel: str) -> str:
+        """The path of ``rel`` under the root."""
+        return os.path.join(self._base, rel.lstrip("/"))
+
+    # -- reading ---------------------------------------------------------------
+
+    def text(self, rel: str, *, required: bool = False) -> str | None:
+        """The stripped text of a file, or None when it is missing or unreadable.
+
+        ``required`` turns a missing file into an anomaly (a file that must be
+        there for the device to make sense, such as an RDMA port's ``state``).
+        """
+        rel = _norm(rel)
+        if rel in self._record.texts:
+            return self._record.texts[rel]
+        value = self._read(rel, required)
+        self._record.texts[rel] = value
+        return value
+
+    def _read(self, rel: str, required: bool) -> str | None:
+        injected = self._manifest_errors.get(rel)
+        if injected is not None:
+            self._fail(rel, injected, required)
+            return None
+        try:
+            with open(self.file(rel), "rb") as handle:
+                raw = handle.read(_MAX_READ)
+        except OSError as exc:
+            name = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+            self._fail(rel, name, required)
+            return None
+        try:
+            return raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            self._fail(rel, _NOT_TEXT, required)
+            return None
+
+    def _fail(self, rel: str, name: str, required: bool) -> None:
+        self._record.errors[rel] = name
+        code = getattr(errno, name, None)
+        if code in _QUIET and not required:
+            return
+        problem = {errno.ENOENT: "missing"}.get(code or -1) or _PROBLEMS.get(name, name)
+        self.anomalies.append(Anomaly(rel, problem))
+
+    def listdir(self, rel: str, *, required: bool = False) -> list[str]:
+        """Sorted entry names of a directory; [] when it is missing or unreadable."""
+        rel = _norm(rel)
+        cached = self._record.listed.get(rel)
+        if cached is not None:
+            return list(cached)
+        try:
+            names = sorted(os.listdir(self.file(rel)))
+        except OSError as exc:
+            name = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+            if required or exc.errno not in _QUIET:
+                self.anomalies.append(Anomaly(rel, "missing directory" if exc.errno == errno.ENOENT else name))
+            names = []
+        if rel == "" or rel == ".":
+            names = [n for n in names if n != CAPTURE_DIR]
+        self._record.listed[rel] = names
+        return list(names)
+
+    def exists(self, rel: str) -> bool:
+        rel = _norm(rel)
+        if rel in self._manifest_errors:
+            return True
+        exists = os.path.lexists(self.file(rel))
+        if exists:
+            self._record.touched.add(rel)
+        return exists
+
+    def is_dir(self, rel: str) -> bool:
+        """True when ``rel`` resolves to a directory; a dangling or looping link is an anomaly."""
+        rel = _norm(rel)
+        self._record.touched.add(rel)
+        try:
+            if os.path.isdir(self.file(rel)):
+                return True
+        except OSError:
+            pass
+        if os.path.islink(self.file(rel)):
+            self.anomalies.append(Anomaly(rel, "link to nothing (dangling or looping)"))
+        return False
+
+    def realpath(self, rel: str) -> str | None:
+        """The path ``rel`` resolves to, relative to the root; None when it leaves the root."""
+        rel = _norm(rel)
+        base = self._real_base
+        try:
+            full = os.path.realpath(self.file(rel))
+        except (OSError, RuntimeError):
+            self.anomalies.append(Anomaly(rel, "unresolvable link"))
+            return None
+        if full != base and not full.startswith(base.rstrip("/") + "/"):
+            self.anomalies.append(Anomaly(rel, f"link leaves the root ({full})"))
+            return None
+        self._record.touched.add(rel)
+        return os.path.relpath(full, base) if full != base else ""
+
+    def link_name(self, rel: str) -> str | None:
+        """The last component of a symlink's target (``driver`` -> ``mlx5_core``)."""
+        rel = _norm(rel)
+        try:
+            target = os.readlink(self.file(rel))
+        except OSError:
+            return None
+        self._record.touched.add(rel)
+        return os.path.basename(target.rstrip("/")) or None
+
+    def garbage(self, rel: str, text: str, expected: str) -> None:
+        """Note that ``rel`` held text a parser could not understand."""
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        self.anomalies.append(Anomaly(_norm(rel), f"unparsable {shown!r} (expected {expected})"))
+
+    def remember(self, name: str, text: str) -> None:
+        """Keep a non-file fact (``ethtool -S`` output) so that a capture can store it."""
+        self._record.extra[name] = text
+
+    # -- what was read, for --capture ------------------------------------------
+
+    def read_paths(self) -> dict[str, str | None]:
+        """Every file read: its text, or None when the read failed."""
+        return dict(self._record.texts)
+
+    def read_errors(self) -> dict[str, str]:
+        """errno names of the reads that failed, by path."""
+        return dict(self._record.errors)
+
+    def listings(self) -> dict[str, list[str]]:
+        """Directories listed, with the names they held."""
+        return {k: list(v) for k, v in self._record.listed.items()}
+
+    def touched(self) -> list[str]:
+        """Paths whose links were followed or whose existence was tested."""
+        return sorted(self._record.touched)
+
+    def extras(self) -> dict[str, str]:
+        return dict(self._record.extra)
+
+
+def _norm(rel: str) -> str:
+    return os.path.normpath(rel.lstrip("/")) if rel.strip("/") else ""

@@ -1,0 +1,67 @@
+"""--capture writes a tree that --root reads back into the same findings."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from doctor_helpers import FIXTURES
+
+from fabricscope.doctor.capture import check_capture_target, write_capture
+from fabricscope.doctor.diagnosis import diagnose
+from fabricscope.doctor.findings import Finding
+from fabricscope.doctor.sysroot import MANIFEST, SysRoot
+from fabricscope.errors import UsageError
+
+ENV = {"NCCL_IB_HCA": "=mlx5_0", "NCCL_DEBUG": "INFO", "HOME": "/root", "PATH": "/usr/bin"}
+
+
+def comparable(findings: list[Finding]) -> list[tuple[str, str, str, str, str]]:
+    return [(f.id, f.severity.label, f.subject, f.observed, f.expected) for f in findings if f.id != "probe.read"]
+
+
+@pytest.mark.parametrize("name", ["healthy-ib-8gpu", "degraded-ib-8gpu", "roce-4gpu", "broken", "vm-virtio"])
+def test_round_trip_gives_the_same_findings(name: str, tmp_path: Path) -> None:
+    source = SysRoot(FIXTURES / name)
+    before = diagnose(source, env=ENV)
+    target = tmp_path / "capture"
+    write_capture(source, str(target), ENV, before.node.hostname)
+    after = diagnose(SysRoot(target))  # env from the capture's manifest
+    assert comparable(after.findings) == comparable(before.findings)
+    assert after.node.nccl["NCCL_DEBUG"].value == "INFO"
+    manifest = json.loads((target / MANIFEST).read_text())
+    assert manifest["env"] == {"HOME": "/root", "NCCL_DEBUG": "INFO", "NCCL_IB_HCA": "=mlx5_0"}  # no PATH
+
+
+def test_capture_keeps_sysfs_links_and_read_errors(tmp_path: Path) -> None:
+    source = SysRoot(FIXTURES / "healthy-ib-8gpu")
+    report = diagnose(source, env={})
+    target = tmp_path / "capture"
+    count = write_capture(source, str(target), {}, report.node.hostname)
+    assert count > 500
+    link = target / "sys/class/net/ib0"
+    assert link.is_symlink() and os.readlink(link) == os.readlink(FIXTURES / "healthy-ib-8gpu/sys/class/net/ib0")
+    assert (target / "fabricscope-capture/ethtool-S/ens10f0np0").is_file()
+    errors = json.loads((target / MANIFEST).read_text())["errors"]
+    assert errors["sys/class/net/lo/speed"] == "EINVAL"
+    assert not any(v == "ENOENT" for v in errors.values())  # absent files stay absent, not listed
+
+
+@pytest.mark.skipif(not Path("/sys/class/net").is_dir(), reason="needs a Linux /sys")
+def test_live_capture_round_trip(tmp_path: Path) -> None:
+    source = SysRoot("/")
+    env = {"NCCL_SOCKET_IFNAME": "lo"}
+    before = diagnose(source, env=env)
+    write_capture(source, str(tmp_path / "live"), env, before.node.hostname)
+    after = diagnose(SysRoot(tmp_path / "live"))
+    assert comparable(after.findings) == comparable(before.findings)
+
+
+def test_capture_target_must_be_new_or_empty(tmp_path: Path) -> None:
+    check_capture_target(str(tmp_path / "new"))
+    check_capture_target(str(tmp_path))  # empty
+    (tmp_path / "x").write_text("1")
+    with pytest.raises(UsageError, match="exists and is not an empty directory"):
+        check_capture_target(str(tmp_path))

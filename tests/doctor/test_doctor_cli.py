@@ -1,0 +1,149 @@
+"""The real command line: exit codes, one-line errors, --json, --capture, --list, import cost."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from doctor_helpers import FIXTURES, REPO, cli
+
+from fabricscope.results import load
+
+HEALTHY = str(FIXTURES / "healthy-ib-8gpu")
+DEGRADED = str(FIXTURES / "degraded-ib-8gpu")
+EXPECT = str(FIXTURES / "expect-h100-ib.toml")
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_exit_codes_follow_the_worst_finding() -> None:
+    healthy = cli("--root", HEALTHY, "--expect", EXPECT)
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert "verdict: OK (exit 0) on gpu-node-01" in healthy.stdout
+    assert cli("--root", str(FIXTURES / "vm-virtio")).returncode == 1  # tcp_wmem max 4M: a warning
+    degraded = cli("--root", DEGRADED)
+    assert degraded.returncode == 2
+    assert "verdict: FAIL (exit 2) on gpu-node-07: 4 fail" in degraded.stdout
+    assert "advice:" in degraded.stdout and "rdma.port_state [mlx5_5/1]" in degraded.stdout
+
+
+def test_report_groups_by_area_and_collapses_ok_rows() -> None:
+    out = cli("--root", HEALTHY).stdout
+    for area in ("probe", "nic", "rdma", "pcie", "gpu", "topology", "gpudirect", "nccl", "tcp"):
+        assert f"│ {area} " in out
+    assert "10: mlx5_0/1 … mlx5_9/1" in out
+    verbose = cli("--root", HEALTHY, "--verbose").stdout
+    assert "mlx5_7/1" in verbose and verbose.count("port_state") == 10
+
+
+@pytest.mark.skipif(not Path("/sys/class/net").is_dir(), reason="needs a Linux /sys")
+def test_process_environment_reaches_the_checks_on_the_live_root() -> None:
+    result = cli("--verbose", env={"NCCL_DEBUG": "INFO"})
+    assert "NCCL_DEBUG=INFO (environment)" in result.stdout
+    assert "nccl.debug [NCCL_DEBUG]" in result.stdout  # its advice
+
+
+def test_a_captured_tree_uses_the_environment_it_recorded() -> None:
+    result = cli("--root", str(FIXTURES / "vm-virtio"), "--verbose", env={"NCCL_DEBUG": "INFO"})
+    assert "NCCL_DEBUG" not in result.stdout
+    assert "no NCCL variables set" in result.stdout
+
+
+def test_json_is_a_doctor_result(tmp_path: Path) -> None:
+    out = tmp_path / "node.json"
+    result = cli("--root", DEGRADED, "--expect", EXPECT, "--json", str(out))
+    assert result.returncode == 2
+    loaded = load(out)
+    assert loaded.kind == "doctor"
+    assert loaded.summary["exit_code"] == 2 and loaded.summary["verdict"] == "fail"
+    assert loaded.config["expect"]["nic_count"] == 8
+    record = next(r for r in loaded.records if r["id"] == "rdma.port_state" and r["severity"] == "fail")
+    assert set(record) >= {"id", "severity", "subject", "observed", "expected", "advice", "area"}
+    assert record["subject"] == "mlx5_5/1" and record["advice"]
+    assert loaded.summary["facts"]["GPUDirect RDMA"] == "none"
+    assert json.loads(out.read_text())["format"] == "fabricscope-result"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["--root", "/no/such/dir"], ["--root /no/such/dir: no such directory"]),
+        (["--root", str(FIXTURES / "expect-h100-ib.toml")], ["no such directory"]),
+        (["--root", str(REPO / "src")], ["no sys/ or proc/ inside"]),
+        (["--root", HEALTHY, "--expect", "/no/such.toml"], ["--expect /no/such.toml: no such file"]),
+        (["--root", HEALTHY, "--nproc", "zero"], ["--nproc must be a whole number, got 'zero'"]),
+        (["--root", HEALTHY, "--timeout", "soon"], ["invalid --timeout 'soon'"]),
+        (["--root", HEALTHY, "--bogus"], ["unrecognized arguments: --bogus"]),
+    ],
+)
+def test_usage_errors_are_one_line(args: list[str], fragments: list[str]) -> None:
+    assert_one_line_error(cli(*args), *fragments)
+
+
+def test_malformed_and_unknown_expect_keys(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[nic]\ncount = 8\nrate = \n")
+    assert_one_line_error(cli("--root", HEALTHY, "--expect", str(bad)), f"{bad}: not valid TOML")
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text('[nic]\ncount = 8\nlinklayer = "InfiniBand"\n')
+    assert_one_line_error(
+        cli("--root", HEALTHY, "--expect", str(unknown)),
+        f"{unknown}: unknown key nic.linklayer (did you mean 'link_layer'?)",
+        "allowed in [nic]: count, rate, mtu, link_layer",
+    )
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text('[gpu]\nnic_distance = "near"\n')
+    assert_one_line_error(
+        cli("--root", HEALTHY, "--expect", str(wrong)), "gpu.nic_distance must be one of PIX, PXB, PHB, NODE, SYS"
+    )
+
+
+def test_capture_then_root(tmp_path: Path) -> None:
+    target = tmp_path / "cap"
+    first = cli("--root", DEGRADED, "--capture", str(target), "--json", str(tmp_path / "first.json"))
+    assert first.returncode == 2
+    assert "captured" in first.stderr and str(target) in first.stderr
+    second = cli("--root", str(target), "--json", str(tmp_path / "second.json"))
+    assert second.returncode == 2
+    assert first.stdout.splitlines()[-1] == second.stdout.splitlines()[-1]  # the verdict line
+
+    def records(name: str) -> list[dict[str, object]]:
+        return [r for r in load(tmp_path / name).records if r["id"] != "probe.read"]
+
+    assert records("first.json") == records("second.json")
+    assert_one_line_error(cli("--root", DEGRADED, "--capture", str(target)), "exists and is not an empty directory")
+
+
+def test_list_names_every_check() -> None:
+    result = cli("--list")
+    assert result.returncode == 0
+    for check_id in ("rdma.port_state", "pcie.link", "topology.gpu_nic", "nccl.ib_hca", "tcp.buffers"):
+        assert check_id in result.stdout
+
+
+def test_command_module_imports_only_the_standard_library() -> None:
+    code = (
+        "import sys, fabricscope.cli; fabricscope.cli.build_parser();"
+        "heavy = [m for m in ('rich', 'torch', 'numpy', 'pydantic', 'fabricscope.doctor.checks') if m in sys.modules];"
+        "print(heavy)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.skipif(not Path("/sys/class/net").is_dir(), reason="needs a Linux /sys")
+def test_real_machine_runs() -> None:
+    result = cli()
+    assert result.returncode in (0, 1, 2)
+    assert "verdict:" in result.stdout and "Traceback" not in result.stderr

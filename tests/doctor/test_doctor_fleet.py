@@ -1,0 +1,178 @@
+"""Fleet mode: what differs across nodes and which node is odd; then real ranks, spawned and launched."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from doctor_helpers import FIXTURES, REPO, cli, run_fixture
+
+from fabricscope.doctor.expect import Expectations
+from fabricscope.doctor.findings import Severity
+from fabricscope.doctor.fleet import NodeReport, compare, fleet_findings, group_reports, node_facts
+from fabricscope.results import load
+
+
+def report(rank: int, host: str, facts: dict[str, str]) -> NodeReport:
+    return NodeReport(rank=rank, hostname=host, root="/", facts=facts, findings=[])
+
+
+def test_compare_names_the_odd_node() -> None:
+    facts = {
+        "a": {"MTU": "4092", "firmware": "28.39"},
+        "b": {"MTU": "4092", "firmware": "28.39"},
+        "c": {"MTU": "2044", "firmware": "28.39"},
+    }
+    [diff] = compare(facts)
+    assert (diff.fact, diff.common, diff.common_nodes, diff.total, diff.odd) == ("MTU", "4092", 2, 3, {"c": "2044"})
+
+
+def test_no_majority_with_two_nodes_or_a_tie() -> None:
+    [diff] = compare({"a": {"MTU": "9000"}, "b": {"MTU": "1500"}})
+    assert diff.common is None and diff.odd == {"a": "9000", "b": "1500"}
+    [diff] = compare({"a": {"k": "1"}, "b": {"k": "1"}, "c": {"k": "2"}, "d": {"k": "2"}})
+    assert diff.common is None and len(diff.odd) == 4
+    assert compare({"a": {"k": "1"}, "b": {"k": "1"}}) == []
+
+
+def test_missing_fact_counts_as_a_difference() -> None:
+    [diff] = compare({"a": {"GPU-NIC distance": "8x PIX"}, "b": {"GPU-NIC distance": "8x PIX"}, "c": {}})
+    assert diff.odd == {"c": "-"}
+
+
+def test_ranks_of_one_host_merge_unless_they_saw_different_trees() -> None:
+    same = group_reports([report(1, "h", {"k": "1"}), report(0, "h", {"k": "1"}), report(2, "g", {"k": "1"})])
+    assert [(n.label, n.ranks) for n in same] == [("h", [0, 1]), ("g", [2])]
+    split = group_reports([report(0, "h", {"k": "1"}), report(1, "h", {"k": "2"})])
+    assert [n.label for n in split] == ["h[rank 0]", "h[rank 1]"]
+
+
+def test_facts_of_fixture_nodes_differ_where_the_faults_are() -> None:
+    healthy = node_facts(run_fixture("healthy-ib-8gpu").node, Expectations())
+    degraded = node_facts(run_fixture("degraded-ib-8gpu").node, Expectations())
+    differing = {k for k in healthy if healthy[k] != degraded.get(k)}
+    assert differing == {
+        "port states",
+        "port rates",
+        "compute NIC MTU",
+        "HCA firmware",
+        "NIC PCIe links",
+        "GPUDirect RDMA",
+        "NCCL settings",
+    }
+    assert healthy["GPU-NIC distance"] == "8x PIX"
+    assert healthy["GPUs"] == "8"
+
+
+def test_fleet_findings() -> None:
+    diffs = compare({"a": {"k": "1"}, "b": {"k": "1"}, "c": {"k": "2"}})
+    findings = fleet_findings(diffs, [3], 5.0)
+    assert [(f.id, f.severity, f.subject) for f in findings] == [
+        ("fleet.report", Severity.FAIL, "rank 3"),
+        ("fleet.consistency", Severity.WARN, "k"),
+    ]
+    assert findings[1].observed == "odd: c (2)"
+
+
+def test_report_json_round_trip() -> None:
+    diagnosis = run_fixture("roce-4gpu")
+    mine = NodeReport(rank=5, hostname="h", root="/r", facts={"k": "v"}, findings=diagnosis.findings)
+    back = NodeReport.from_json(mine.to_json())
+    assert back.findings == diagnosis.findings and back.rank == 5
+
+
+def three_nodes(tmp_path: Path) -> str:
+    """node0 and node1 healthy (two hostnames), node2 degraded: the odd one out."""
+    for index, source in enumerate(("healthy-ib-8gpu", "healthy-ib-8gpu", "degraded-ib-8gpu")):
+        shutil.copytree(FIXTURES / source, tmp_path / f"node{index}", symlinks=True)
+    (tmp_path / "node1/proc/sys/kernel/hostname").write_text("gpu-node-02\n")
+    return str(tmp_path / "node{rank}")
+
+
+@pytest.mark.multiprocess
+def test_spawned_ranks_name_the_odd_node(tmp_path: Path) -> None:
+    out = tmp_path / "fleet.json"
+    result = cli("--nproc", "3", "--root", three_nodes(tmp_path), "--json", str(out), "--timeout", "60")
+    assert result.returncode == 2, result.stderr
+    text = result.stdout
+    assert "fabricscope doctor: 3 nodes" in text
+    assert "values that differ across nodes" in text
+    assert "gpu-node-07: 9x ACTIVE, 1x DOWN" in text
+    assert "odd one(s) out: gpu-node-07" in text
+    loaded = load(out)
+    assert [n["node"] for n in loaded.summary["nodes"]] == ["gpu-node-01", "gpu-node-02", "gpu-node-07"]
+    odd = {d["fact"]: d["odd"] for d in loaded.summary["differences"]}
+    assert odd["GPUDirect RDMA"] == {"gpu-node-07": "none"}
+    assert all(set(d["odd"]) == {"gpu-node-07"} for d in loaded.summary["differences"])
+    fails = {(r["node"], r["id"]) for r in loaded.records if r["severity"] == "fail"}
+    assert ("gpu-node-07", "rdma.port_state") in fails
+    assert not any(node != "gpu-node-07" for node, _ in fails)
+
+
+@pytest.mark.multiprocess
+def test_two_local_ranks_on_this_machine_are_one_node() -> None:
+    result = cli("--nproc", "2", "--timeout", "60")
+    assert result.returncode in (0, 1, 2), result.stderr
+    assert "fabricscope doctor: 1 node" in result.stdout
+    assert "one node: nothing to compare across nodes" in result.stdout
+    assert "│ 0,1 " in result.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.multiprocess
+def test_rank_that_never_reports_is_a_failure() -> None:
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    result = cli("--root", str(FIXTURES / "healthy-ib-8gpu"), "--timeout", "2", env=env)
+    assert result.returncode == 2, result.stderr
+    assert "fail rank 1: no report within 2 s" in result.stdout
+
+
+@pytest.mark.multiprocess
+def test_fleet_mode_usage_errors_come_before_any_rank(tmp_path: Path) -> None:
+    result = cli("--nproc", "2", "--root", str(tmp_path / "node{rank}"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: --root {tmp_path}/node0: no such directory"
+    result = cli("--nproc", "2", "--capture", str(tmp_path / "cap"))
+    assert result.returncode == 2 and "put {rank} in the path" in result.stderr
+
+
+@pytest.mark.multiprocess
+def test_under_torchrun_ranks_use_the_agents_store(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "RANK", "WORLD_SIZE"))}
+    env["COLUMNS"] = "200"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "3",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "fabricscope",
+            "doctor",
+            "--root",
+            three_nodes(tmp_path),
+            "--timeout",
+            "60",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=180,
+        check=False,
+    )
+    assert "odd one(s) out: gpu-node-07" in result.stdout, result.stdout + result.stderr
+    assert result.stdout.count("fabricscope doctor: 3 nodes") == 1  # only rank 0 prints
