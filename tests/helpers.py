@@ -48,6 +48,32 @@ def run_cli(
     )
 
 
+def run_ranks(
+    cmd: Sequence[str],
+    env: Mapping[str, str],
+    per_rank: Sequence[Mapping[str, str]],
+    timeout: float = 180,
+    cwds: Sequence[Path] | None = None,
+) -> list[subprocess.CompletedProcess[str]]:
+    """Start one process per rank as a launcher would (``per_rank[r]`` adds rank r's variables); wait for all."""
+    procs = [
+        subprocess.Popen(
+            list(cmd),
+            env=cli_env({**env, **extra}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cwds[rank] if cwds else None,
+        )
+        for rank, extra in enumerate(per_rank)
+    ]
+    done = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=timeout)
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr))
+    return done
+
+
 def start_cli(args: Sequence[str], *, env: Mapping[str, str] | None = None, **kwargs: Any) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "fabricscope", *args],

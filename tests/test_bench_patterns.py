@@ -67,3 +67,29 @@ def test_tolerant_compare_allows_two_ulp_for_float_avg_only():
     assert count_wrong(torch, got, want, tolerant=False) == 1
     got[1] = 3.01
     assert count_wrong(torch, got, want, tolerant=True) == 1
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("redop", REDOPS)
+@pytest.mark.parametrize("n", [2, 3, 8])
+def test_no_rank_already_holds_the_answer(dtype, redop, n):
+    # A reduce that did nothing leaves the root's input in place: that must never pass the check,
+    # however small the buffer (8 B of float is 2 elements).
+    dt = DTYPES[dtype]
+    idx = torch.arange(2, dtype=torch.int64)
+    want = patterns.reduce_expected(torch, idx, n, redop, dt, 0)
+    for rank in range(n):
+        own = patterns.reduce_input(torch, idx, rank, n, redop, dt, 0)
+        if redop == "avg" and not dt.is_float and not torch.any(want):
+            continue  # more ranks than the type can average exactly: all zeros by design
+        assert count_wrong(torch, own, want, tolerant=False) > 0, (rank, own, want)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_prod_differs_from_max_and_sum(dtype):
+    dt = DTYPES[dtype]
+    idx = torch.arange(6, dtype=torch.int64)
+    inputs = [patterns.reduce_input(torch, idx, r, 4, "prod", dt, 0) for r in range(4)]
+    prod = patterns.reduce_expected(torch, idx, 4, "prod", dt, 0)
+    assert count_wrong(torch, _reduce_in_dtype(inputs, "max", 4), prod, tolerant=False) > 0
+    assert count_wrong(torch, _reduce_in_dtype(inputs, "sum", 4), prod, tolerant=False) > 0

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fabricscope.results import load
-from helpers import cli_env, run_cli, table_rows
+from helpers import cli_env, run_cli, run_ranks, table_rows
 
 pytestmark = pytest.mark.multiprocess
 
@@ -108,16 +108,26 @@ def test_every_datatype_and_reduction_checks_clean(tmp_path):
     assert {r["root"] for r in result.records if r["op"] == "reduce"} == {1}
 
 
+def _run_patched(tmp_path, patch, config):
+    """Run 2 ranks of the real worker with torch.distributed patched by ``patch`` (Python source)."""
+    script = tmp_path / "patched.py"
+    script.write_text(
+        "import os\nimport torch\nimport torch.distributed as dist\n"
+        + textwrap.dedent(patch)
+        + "\nfrom fabricscope.bench import worker\nworker.main()\n"
+    )
+    env = {
+        "FABRICSCOPE_BENCH_CONFIG": json.dumps(config),
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_port()),
+    }
+    return run_ranks([sys.executable, str(script)], env, [{"RANK": "0"}, {"RANK": "1"}])
+
+
 def test_wrong_elements_are_counted_and_fail_the_run(tmp_path):
     # Rank 1 corrupts one element of every float all_reduce result: the check must see it on rank 1.
-    script = tmp_path / "corrupt.py"
-    script.write_text(
-        textwrap.dedent("""
-        import os
-        import torch
-        import torch.distributed as dist
-        from fabricscope.bench import worker
-
+    patch = """
         real = dist.all_reduce
 
         def corrupting(tensor, *args, **kwargs):
@@ -127,34 +137,112 @@ def test_wrong_elements_are_counted_and_fail_the_run(tmp_path):
             return work
 
         dist.all_reduce = corrupting
-        worker.main()
-    """)
-    )
+    """
     out = tmp_path / "bad.json"
     config = {"ops": ["all_reduce"], "min_bytes": 1024, "max_bytes": 4096, "iters": 2, "json_path": str(out)}
-    env = {
-        "FABRICSCOPE_BENCH_CONFIG": json.dumps(config),
-        "WORLD_SIZE": "2",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_port()),
-    }
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(script)],
-            env=cli_env(dict(env, RANK=str(r))),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in range(2)
-    ]
-    outputs = [p.communicate(timeout=120) for p in procs]
-    assert [p.returncode for p in procs] == [1, 1]
-    stdout, stderr = outputs[0]
+    ranks = _run_patched(tmp_path, patch, config)
+    assert [r.returncode for r in ranks] == [1, 1]
+    stdout, stderr = ranks[0].stdout, ranks[0].stderr
     assert "# Out of bounds values : 3 FAILED" in stdout, stdout
     assert all(r[8] == "1" and r[12] == "1" for r in table_rows(stdout))
     assert "wrong element(s)" in stderr
     assert all(r["wrong"] == 1 for r in load(out).records)
+
+
+# Every float32 collective of the benchmark does nothing; the runner's own
+# bookkeeping (float64 times, int64 counts, barriers) still works.
+_NOOP = """
+    import functools
+
+    def noop(real):
+        @functools.wraps(real)
+        def call(*args, **kwargs):
+            tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+            if any(t.dtype == torch.float32 for t in tensors):
+                return None
+            return real(*args, **kwargs)
+        return call
+
+    for name in ("all_reduce", "reduce", "broadcast", "all_gather_single", "reduce_scatter_single",
+                 "all_to_all_single", "gather", "scatter"):
+        setattr(dist, name, noop(getattr(dist, name)))
+    dist.batch_isend_irecv = lambda ops: []
+"""
+
+
+@pytest.mark.parametrize(
+    ("ops", "redop", "patch"),
+    [
+        (
+            [
+                "all_reduce",
+                "reduce",
+                "reduce_scatter",
+                "broadcast",
+                "all_gather",
+                "alltoall",
+                "gather",
+                "scatter",
+                "sendrecv",
+            ],
+            "min",
+            _NOOP,
+        ),
+        (
+            [
+                "all_reduce",
+                "reduce",
+                "reduce_scatter",
+                "broadcast",
+                "all_gather",
+                "alltoall",
+                "gather",
+                "scatter",
+                "sendrecv",
+            ],
+            "max",
+            _NOOP,
+        ),
+        # prod swapped for max: the pattern has elements where they differ (4 against 2).
+        (
+            ["all_reduce", "reduce", "reduce_scatter"],
+            "prod",
+            """
+        real_all_reduce, real_reduce, real_rs = dist.all_reduce, dist.reduce, dist.reduce_scatter_single
+
+        def swap(kwargs):
+            if kwargs.get("op") == dist.ReduceOp.PRODUCT:
+                kwargs["op"] = dist.ReduceOp.MAX
+            return kwargs
+
+        dist.all_reduce = lambda t, **kw: real_all_reduce(t, **swap(kw))
+        dist.reduce = lambda t, dst, **kw: real_reduce(t, dst, **swap(kw))
+        dist.reduce_scatter_single = lambda o, i, **kw: real_rs(o, i, **swap(kw))
+    """,
+        ),
+    ],
+)
+def test_the_check_catches_a_collective_that_does_nothing_or_the_wrong_thing(tmp_path, ops, redop, patch):
+    out = tmp_path / "broken.json"
+    # From 8 B (2 floats) up, root 1: no size is too small to catch, and no root holds the answer.
+    config = {
+        "ops": ops,
+        "min_bytes": 8,
+        "max_bytes": 512,
+        "step_factor": 8,
+        "iters": 1,
+        "warmup_iters": 0,
+        "redops": [redop],
+        "root": 1,
+        "json_path": str(out),
+    }
+    ranks = _run_patched(tmp_path, patch, config)
+    assert [r.returncode for r in ranks] == [1, 1], ranks[0].stderr
+    records = load(out).records
+    assert {r["op"] for r in records} == set(ops)
+    # Every row whose output holds data is caught (all_gather & co have no elements at 8 B).
+    missed = [(r["op"], r["size_bytes"], r["placement"]) for r in records if r["count"] and not r["wrong"]]
+    assert missed == []
 
 
 def _port():
@@ -199,7 +287,7 @@ def test_mpirun_open_mpi(tmp_path):
 def test_srun_environment_replayed(tmp_path):
     # What srun sets for a 2-task step on one node (captured variable names and formats).
     out = tmp_path / "slurm.json"
-    base = {
+    env = {
         "SLURM_NTASKS": "2",
         "SLURM_STEP_ID": "0",
         "SLURM_JOB_ID": str(_port()),
@@ -207,20 +295,11 @@ def test_srun_environment_replayed(tmp_path):
         "SLURM_STEP_TASKS_PER_NODE": "2",
         "MASTER_ADDR": "127.0.0.1",
     }
-    procs = [
-        subprocess.Popen(
-            [str(BIN / "fabricscope"), "bench", "-b", "1K", "-e", "1K", "--json", str(out)],
-            env=cli_env(dict(base, SLURM_PROCID=str(r), SLURM_LOCALID=str(r))),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in range(2)
-    ]
-    outputs = [p.communicate(timeout=120) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outputs
-    _check_table(outputs[0][0], 1)
-    assert outputs[1][0] == ""  # only rank 0 prints
+    cmd = [str(BIN / "fabricscope"), "bench", "-b", "1K", "-e", "1K", "--json", str(out)]
+    ranks = run_ranks(cmd, env, [{"SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)} for r in range(2)])
+    assert [r.returncode for r in ranks] == [0, 0], [r.stderr for r in ranks]
+    _check_table(ranks[0].stdout, 1)
+    assert ranks[1].stdout == ""  # only rank 0 prints
     assert load(out).env["launcher"] == "slurm"
 
 

@@ -92,5 +92,18 @@ def test_summary_names_peak_and_half_peak_size():
         _rec(65536, "out", 12.0),
     ]
     lines = table.summary_lines(records)
-    assert lines[0] == "# Peak bus bandwidth   : 12.00 GB/s at 65536 B (out-of-place)"
+    assert lines[0] == "# Peak bus bandwidth   : 12 GB/s at 65536 B (out-of-place)"
     assert lines[1] == "# Half of peak from    : 4096 B"
+
+
+def test_small_peaks_keep_their_digits():
+    assert table.summary_lines([_rec(1024, "out", 0.0041)])[0].startswith("# Peak bus bandwidth   : 0.0041 GB/s")
+
+
+def test_op_summary_numbers():
+    records = [_rec(8, "out", 0.0, wrong=0), _rec(8, "in", 0.0, wrong=2), _rec(1024, "in", 5.0, wrong=0)]
+    summary = table.op_summary(records)
+    assert summary["peak_busbw_gbps"] == 5.0 and summary["peak_placement"] == "in"
+    assert summary["half_peak_size_bytes"] == 1024
+    assert summary["wrong"] == 2 and summary["rows"] == 2
+    assert summary["avg_busbw_gbps"] == pytest.approx(5 / 3)

@@ -21,6 +21,7 @@ from helpers import cli_env, run_cli
         (["bench", "-f", "1", "-i", "0", "-b", "1K", "-e", "1M"], ["-f 1 with -i 0", "positive increment"]),
         (["bench", "-n", "0"], ["-n (iters) must be 1 or more"]),
         (["bench", "-n", "ten"], ["-n (iters) must be a whole number, got 'ten'"]),
+        (["bench", "-n", "0x2"], ["-n (iters) must be a whole number, got '0x2'"]),
         (["bench", "-a", "7"], ["-a (average) must be one of 0"]),
         (["bench", "--backend", "mpi"], ["unknown backend 'mpi'", "gloo"]),
         (["bench", "--timeout", "0"], ["--timeout must be a positive"]),
@@ -28,6 +29,8 @@ from helpers import cli_env, run_cli
         (["bench", "sendrecv", "--nproc", "1"], ["sendrecv needs at least 2 ranks"]),
         (["bench", "--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
         (["bench", "--json", "/no/such/dir/r.json"], ["--json /no/such/dir/r.json", "does not exist"]),
+        (["bench", "--csv", "/tmp"], ["--csv /tmp is a folder"]),
+        (["bench", "-b", "1T", "-e", "1T"], ["-b 1099511627776 needs two buffers", "largest size that fits"]),
         (["bench", "--backend", "nccl", "--nproc", "1", "-b", "8", "-e", "8"], ["--backend nccl needs CUDA"]),
     ],
 )
@@ -103,3 +106,36 @@ def test_help_lists_bench_and_its_nccl_tests_flags():
         "--timeout",
     ):
         assert flag in done.stdout
+
+
+def test_bad_master_port_under_a_launcher():
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "abc"}
+    done = run_cli(["bench"], env=env)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "error: MASTER_PORT must be a port number, got 'abc'"
+
+
+def test_min_busbw_like_nccl_tests_fails_a_slow_run():
+    done = run_cli(["bench", "-b", "1K", "-e", "1K", "-n", "2"], env={"NCCL_TESTS_MIN_BW": "1000"})
+    assert done.returncode == 1
+    assert "# Avg bus bandwidth" in done.stdout and done.stdout.count("FAILED") == 1
+    assert "below 0.9 x NCCL_TESTS_MIN_BW (1000 GB/s)" in done.stderr
+
+
+def test_all_on_one_rank_skips_sendrecv_with_a_note():
+    done = run_cli(["bench", "all", "--nproc", "1", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0"])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("# sendrecv skipped: it needs at least 2 ranks and this world has 1") == 1
+    assert done.stdout.count("# Collective test concluded") == 8
+
+
+def test_output_folder_is_checked_by_rank_zero_only(tmp_path):
+    (tmp_path / "zero" / "res").mkdir(parents=True)
+    (tmp_path / "one").mkdir()
+    from helpers import run_ranks
+
+    env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_unused_port())}
+    cmd = [sys.executable, "-m", "fabricscope", "bench", "-b", "1K", "-e", "1K", "--json", "res/x.json"]
+    ranks = run_ranks(cmd, env, [{"RANK": "0"}, {"RANK": "1"}], cwds=[tmp_path / "zero", tmp_path / "one"])
+    assert [r.returncode for r in ranks] == [0, 0], [r.stderr for r in ranks]
+    assert (tmp_path / "zero" / "res" / "x.json").exists()

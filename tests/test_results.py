@@ -128,3 +128,12 @@ def test_atomic_write_keeps_old_content_when_the_write_fails(tmp_path):
 def test_bad_placement_is_an_internal_error():
     with pytest.raises(ValueError):
         _record(placement="sideways")
+
+
+def test_saved_files_follow_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "r.json", "{}")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o644

@@ -18,8 +18,8 @@ import contextlib
 import json
 import math
 import os
+import secrets
 import socket
-import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -230,7 +230,9 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     directory = target.parent if str(target.parent) else Path(".")
     tmp_name = None
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+        # Not mkstemp: its file is private (0600); a result should get the umask's mode.
+        tmp_name = str(directory / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        fd = os.open(tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

@@ -82,8 +82,9 @@ class Plan:
     """Runs the collective once (the timed call)."""
     load: Callable[[int], None]
     """Fills the input (and the output for copy-in ops) from the pattern with a seed."""
-    expected: Callable[[int], Any]
-    """The exact output this rank must hold after one ``step`` with that seed, or None."""
+    expected: Callable[[int, Any], Any] | None
+    """(seed, positions) -> the exact values the output must hold at those positions
+    after one ``step``; None when this rank's output is not checked (a reduce's other ranks)."""
     output: Any
     """The tensor compared with ``expected``."""
 
@@ -217,90 +218,97 @@ class Context:
     device: Any
 
 
-def _arange(torch: Any, n: int, ctx: Context) -> Any:
-    return torch.arange(n, dtype=torch.int64, device=ctx.device)
+CHUNK = 1 << 22
+"""Elements generated at a time: pattern temporaries stay small whatever the size."""
+
+
+def fill(torch: Any, target: Any, values: Callable[[Any], Any], device: Any) -> None:
+    """``target[i] = values(i)`` for every position, a chunk of int64 positions at a time."""
+    total = target.numel()
+    for start in range(0, total, CHUNK):
+        stop = min(total, start + CHUNK)
+        target[start:stop].copy_(values(torch.arange(start, stop, dtype=torch.int64, device=device)))
 
 
 def _finish_avg(out: Any, ctx: Context) -> None:
     out.div_(ctx.avg_divisor, rounding_mode="trunc")
 
 
-def _reduction_expected(torch: Any, idx: Any, ctx: Context, seed: int) -> Any:
-    return patterns.reduce_expected(torch, idx, ctx.nranks, ctx.redop, ctx.dtype, seed)
+def _copy_in_loader(torch: Any, send: Any, recv: Any, ctx: Context, in_place: bool, values: Any) -> Any:
+    """Loader for ops torch runs in place only: out-of-place, the output starts as a copy."""
+
+    def load(seed: int) -> None:
+        fill(torch, send, lambda idx: values(idx, seed), ctx.device)
+        if not in_place:
+            recv.copy_(send)
+
+    return load
+
+
+def _reduction(torch: Any, ctx: Context) -> tuple[Any, Any]:
+    """(inputs, expected) pattern functions of (positions, seed) for this rank's reduction."""
+
+    def inputs(idx: Any, seed: int) -> Any:
+        return patterns.reduce_input(torch, idx, ctx.rank, ctx.nranks, ctx.redop, ctx.dtype, seed)
+
+    def expected(idx: Any, seed: int) -> Any:
+        return patterns.reduce_expected(torch, idx, ctx.nranks, ctx.redop, ctx.dtype, seed)
+
+    return inputs, expected
+
+
+def _plain(torch: Any, ctx: Context, rank: Any, shift: int = 0) -> Any:
+    return lambda idx, seed: patterns.plain_value(torch, idx, rank, ctx.dtype, seed + shift)
 
 
 def _build_all_reduce(
     torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool
 ) -> Plan:
-    idx = _arange(torch, layout.count, ctx)
-    copy_in = not in_place
+    inputs, expected = _reduction(torch, ctx)
 
-    def load(seed: int) -> None:
-        send.copy_(patterns.reduce_input(torch, idx, ctx.rank, ctx.nranks, ctx.redop, ctx.dtype, seed))
-        if copy_in:
-            recv.copy_(send)
-
-    if ctx.avg_divisor:
-
-        def step() -> None:
-            dist.all_reduce(recv, op=ctx.reduce_op)
+    def step() -> None:
+        dist.all_reduce(recv, op=ctx.reduce_op)
+        if ctx.avg_divisor:
             _finish_avg(recv, ctx)
 
-    else:
-
-        def step() -> None:
-            dist.all_reduce(recv, op=ctx.reduce_op)
-
-    return Plan(step=step, load=load, expected=lambda seed: _reduction_expected(torch, idx, ctx, seed), output=recv)
+    return Plan(
+        step=step,
+        load=_copy_in_loader(torch, send, recv, ctx, in_place, inputs),
+        expected=lambda seed, idx: expected(idx, seed),
+        output=recv,
+    )
 
 
 def _build_reduce(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
-    idx = _arange(torch, layout.count, ctx)
-    copy_in = not in_place
+    inputs, expected = _reduction(torch, ctx)
     is_root = ctx.rank == ctx.root
 
-    def load(seed: int) -> None:
-        send.copy_(patterns.reduce_input(torch, idx, ctx.rank, ctx.nranks, ctx.redop, ctx.dtype, seed))
-        if copy_in:
-            recv.copy_(send)
-
-    if ctx.avg_divisor and is_root:
-
-        def step() -> None:
-            dist.reduce(recv, ctx.root, op=ctx.reduce_op)
+    def step() -> None:
+        dist.reduce(recv, ctx.root, op=ctx.reduce_op)
+        if ctx.avg_divisor and is_root:
             _finish_avg(recv, ctx)
 
-    else:
-
-        def step() -> None:
-            dist.reduce(recv, ctx.root, op=ctx.reduce_op)
-
-    def expected(seed: int) -> Any:
-        return _reduction_expected(torch, idx, ctx, seed) if is_root else None
-
-    return Plan(step=step, load=load, expected=expected, output=recv)
+    return Plan(
+        step=step,
+        load=_copy_in_loader(torch, send, recv, ctx, in_place, inputs),
+        expected=(lambda seed, idx: expected(idx, seed)) if is_root else None,
+        output=recv,
+    )
 
 
 def _build_broadcast(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
-    idx = _arange(torch, layout.count, ctx)
-    copy_in = not in_place
-
     # Non-root ranks start from values that differ from the root's in every
     # element (seed + 1), so a buffer the broadcast did not overwrite is caught.
-    own_seed_shift = 0 if ctx.rank == ctx.root else 1
-
-    def load(seed: int) -> None:
-        send.copy_(patterns.plain_value(torch, idx, ctx.root, ctx.dtype, seed + own_seed_shift))
-        if copy_in:
-            recv.copy_(send)
+    start = _plain(torch, ctx, ctx.root, 0 if ctx.rank == ctx.root else 1)
+    root_values = _plain(torch, ctx, ctx.root)
 
     def step() -> None:
         dist.broadcast(recv, ctx.root)
 
     return Plan(
         step=step,
-        load=load,
-        expected=lambda seed: patterns.plain_value(torch, idx, ctx.root, ctx.dtype, seed),
+        load=_copy_in_loader(torch, send, recv, ctx, in_place, start),
+        expected=lambda seed, idx: root_values(idx, seed),
         output=recv,
     )
 
@@ -313,128 +321,119 @@ def _collective_fn(dist: Any, *names: str) -> Any:
     raise AssertionError(f"torch.distributed has none of {names}")
 
 
+def _zeroing_loader(torch: Any, send: Any, recv: Any, ctx: Context, values: Any, *, zero: bool = True) -> Any:
+    """Loader for ops with a separate result: the output starts at zero, then the input is filled."""
+
+    def load(seed: int) -> None:
+        if zero:
+            recv.zero_()
+        fill(torch, send, lambda idx: values(idx, seed), ctx.device)
+
+    return load
+
+
+def _gathered(torch: Any, ctx: Context, base: int) -> Any:
+    """Expected values of a gathered output: block j holds rank j's input."""
+    width = max(base, 1)
+    return lambda seed, idx: patterns.plain_value(torch, idx % width, idx // width, ctx.dtype, seed)
+
+
 def _build_all_gather(
     torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool
 ) -> Plan:
-    base = layout.count
-    idx = _arange(torch, base, ctx)
     gather_into = _collective_fn(dist, "all_gather_single", "all_gather_into_tensor")
-    out_idx = _arange(torch, base * ctx.nranks, ctx)
-
-    def load(seed: int) -> None:
-        recv.zero_()
-        send.copy_(patterns.plain_value(torch, idx, ctx.rank, ctx.dtype, seed))
 
     def step() -> None:
         gather_into(recv, send)
 
-    def expected(seed: int) -> Any:
-        return patterns.plain_value(torch, out_idx % max(base, 1), out_idx // max(base, 1), ctx.dtype, seed)
-
-    return Plan(step=step, load=load, expected=expected, output=recv)
+    return Plan(
+        step=step,
+        load=_zeroing_loader(torch, send, recv, ctx, _plain(torch, ctx, ctx.rank)),
+        expected=_gathered(torch, ctx, layout.count),
+        output=recv,
+    )
 
 
 def _build_reduce_scatter(
     torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool
 ) -> Plan:
-    base = layout.count
-    idx = _arange(torch, base * ctx.nranks, ctx)
-    mine = ctx.rank * base + _arange(torch, base, ctx)
+    inputs, expected = _reduction(torch, ctx)
     scatter_into = _collective_fn(dist, "reduce_scatter_single", "reduce_scatter_tensor")
+    offset = ctx.rank * layout.count
 
-    def load(seed: int) -> None:
-        send.copy_(patterns.reduce_input(torch, idx, ctx.rank, ctx.nranks, ctx.redop, ctx.dtype, seed))
-
-    if ctx.avg_divisor:
-
-        def step() -> None:
-            scatter_into(recv, send, op=ctx.reduce_op)
+    def step() -> None:
+        scatter_into(recv, send, op=ctx.reduce_op)
+        if ctx.avg_divisor:
             _finish_avg(recv, ctx)
 
-    else:
-
-        def step() -> None:
-            scatter_into(recv, send, op=ctx.reduce_op)
-
-    return Plan(step=step, load=load, expected=lambda seed: _reduction_expected(torch, mine, ctx, seed), output=recv)
+    return Plan(
+        step=step,
+        load=_zeroing_loader(torch, send, recv, ctx, inputs, zero=not in_place),
+        expected=lambda seed, idx: expected(offset + idx, seed),
+        output=recv,
+    )
 
 
 def _build_alltoall(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
     base = max(layout.count, 1)
-    idx = _arange(torch, layout.send_count, ctx)
-
-    def load(seed: int) -> None:
-        recv.zero_()
-        send.copy_(patterns.plain_value(torch, idx, ctx.rank, ctx.dtype, seed))
 
     def step() -> None:
         dist.all_to_all_single(recv, send)
 
-    def expected(seed: int) -> Any:
+    def expected(seed: int, idx: Any) -> Any:
         # recv[j*base + i] on rank r came from rank j's send[r*base + i].
         return patterns.plain_value(torch, ctx.rank * base + idx % base, idx // base, ctx.dtype, seed)
 
-    return Plan(step=step, load=load, expected=expected, output=recv)
+    return Plan(
+        step=step,
+        load=_zeroing_loader(torch, send, recv, ctx, _plain(torch, ctx, ctx.rank)),
+        expected=expected,
+        output=recv,
+    )
 
 
 def _build_gather(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
     base = layout.count
-    idx = _arange(torch, base, ctx)
-    out_idx = _arange(torch, base * ctx.nranks, ctx)
     is_root = ctx.rank == ctx.root
     chunks = list(recv.split(base)) if is_root and base > 0 else [recv[:0]] * ctx.nranks
-
-    def load(seed: int) -> None:
-        recv.zero_()
-        send.copy_(patterns.plain_value(torch, idx, ctx.rank, ctx.dtype, seed))
 
     def step() -> None:
         dist.gather(send, chunks if is_root else None, dst=ctx.root)
 
-    def expected(seed: int) -> Any:
-        if not is_root:
-            return None
-        return patterns.plain_value(torch, out_idx % max(base, 1), out_idx // max(base, 1), ctx.dtype, seed)
-
-    return Plan(step=step, load=load, expected=expected, output=recv)
+    return Plan(
+        step=step,
+        load=_zeroing_loader(torch, send, recv, ctx, _plain(torch, ctx, ctx.rank)),
+        expected=_gathered(torch, ctx, base) if is_root else None,
+        output=recv,
+    )
 
 
 def _build_scatter(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
     base = layout.count
-    idx = _arange(torch, base * ctx.nranks, ctx)
-    mine = ctx.rank * base + _arange(torch, base, ctx)
     is_root = ctx.rank == ctx.root
     chunks = list(send.split(base)) if is_root and base > 0 else [send[:0]] * ctx.nranks
-
     # As for broadcast: non-root send buffers (the in-place output region) hold
     # values that differ from the root's in every element.
-    own_seed_shift = 0 if is_root else 1
-
-    def load(seed: int) -> None:
-        if not in_place:
-            recv.zero_()
-        send.copy_(patterns.plain_value(torch, idx, ctx.root, ctx.dtype, seed + own_seed_shift))
+    start = _plain(torch, ctx, ctx.root, 0 if is_root else 1)
+    root_values = _plain(torch, ctx, ctx.root)
+    offset = ctx.rank * base
 
     def step() -> None:
         dist.scatter(recv, chunks if is_root else None, src=ctx.root)
 
     return Plan(
         step=step,
-        load=load,
-        expected=lambda seed: patterns.plain_value(torch, mine, ctx.root, ctx.dtype, seed),
+        load=_zeroing_loader(torch, send, recv, ctx, start, zero=not in_place),
+        expected=lambda seed, idx: root_values(offset + idx, seed),
         output=recv,
     )
 
 
 def _build_sendrecv(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
-    idx = _arange(torch, layout.count, ctx)
     peer_next = (ctx.rank + 1) % ctx.nranks
     peer_prev = (ctx.rank - 1) % ctx.nranks
     ops = [dist.P2POp(dist.isend, send, peer_next), dist.P2POp(dist.irecv, recv, peer_prev)]
-
-    def load(seed: int) -> None:
-        recv.zero_()
-        send.copy_(patterns.plain_value(torch, idx, ctx.rank, ctx.dtype, seed))
+    previous = _plain(torch, ctx, peer_prev)
 
     def step() -> None:
         for work in dist.batch_isend_irecv(ops):
@@ -442,8 +441,8 @@ def _build_sendrecv(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any,
 
     return Plan(
         step=step,
-        load=load,
-        expected=lambda seed: patterns.plain_value(torch, idx, peer_prev, ctx.dtype, seed),
+        load=_zeroing_loader(torch, send, recv, ctx, _plain(torch, ctx, ctx.rank)),
+        expected=lambda seed, idx: previous(idx, seed),
         output=recv,
     )
 

@@ -8,6 +8,7 @@ standard library is imported here; torch is imported by the ranks.
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import json
 import os
@@ -73,9 +74,19 @@ def add_parser(subparsers: Any) -> None:
 
 def _int(value: str, flag: str) -> int:
     try:
-        return int(str(value), 0)
+        return int(str(value), 10)
     except ValueError:
         raise _usage(f"{flag} must be a whole number, got {value!r}") from None
+
+
+def _min_busbw() -> float | None:
+    text = os.environ.get("NCCL_TESTS_MIN_BW")
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise _usage(f"NCCL_TESTS_MIN_BW must be a bandwidth in GB/s, got {text!r}") from None
 
 
 def _usage(message: str) -> Exception:
@@ -92,6 +103,8 @@ def build_config(args: argparse.Namespace) -> Any:
     from fabricscope.units import parse_duration, parse_size
 
     ops = [c.name for c in collectives.parse_ops(args.ops)] if args.ops else ["all_reduce"]
+    named = [c.name for c in collectives.parse_ops([o for o in args.ops if o.strip().lower() != "all"])]
+    optional = [op for op in ops if op not in named] if args.ops else []
     if args.stepfactor is None:
         # As nccl-tests: -i alone means a fixed increment.
         factor = 1 if args.stepbytes is not None else 2
@@ -118,8 +131,23 @@ def build_config(args: argparse.Namespace) -> Any:
         csv_path=args.csv,
         master_addr=args.master_addr,
         master_port=_int(args.master_port, "--master-port") if args.master_port is not None else None,
+        optional_ops=optional,
+        min_busbw_gbps=_min_busbw(),
         argv=list(sys.argv),
     )
+
+
+def _check_output_paths(config: Any) -> None:
+    from fabricscope.errors import UsageError
+
+    for flag, path in (("--json", config.json_path), ("--csv", config.csv_path)):
+        if not path:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            raise UsageError(f"{flag} {path} is a folder: give a file name, e.g. {os.path.join(path, 'result.json')}")
+        if not os.path.isdir(folder):
+            raise UsageError(f"{flag} {path}: the folder {folder} does not exist")
 
 
 def _default_nproc() -> int:
@@ -133,24 +161,23 @@ def _default_nproc() -> int:
 
 def run(args: argparse.Namespace) -> int:
     from fabricscope.bench import launch
-    from fabricscope.errors import MissingDependencyError, UsageError
+    from fabricscope.errors import MissingDependencyError
 
     config = build_config(args)
-    for flag, path in (("--json", config.json_path), ("--csv", config.csv_path)):
-        folder = os.path.dirname(os.path.abspath(path)) if path else ""
-        if path and not os.path.isdir(folder):
-            raise UsageError(f"{flag} {path}: the folder {folder} does not exist")
     world = launch.detect(master_addr=config.master_addr, master_port=config.master_port)
+    if world is None or world.rank == 0:
+        _check_output_paths(config)  # only rank 0 writes them, on its own host
     if world is not None:
         from fabricscope.bench.worker import run_rank
 
         if args.nproc is not None and world.rank == 0:
             sys.stderr.write(f"warning: --nproc is ignored: {world.launcher} started {world.world_size} ranks\n")
+        config.nproc = world.world_size
         return run_rank(config, world)
 
     if importlib.util.find_spec("torch") is None:
         raise MissingDependencyError("fabricscope bench needs torch: pip install 'fabricscope[torch]'")
-    config.check_root(config.nproc)
+    copy.deepcopy(config).fit_to_world(config.nproc)  # refuse now; rank 0 notes what it skips
     from fabricscope.bench.worker import CONFIG_VARIABLE
 
     master_addr = config.master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"

@@ -52,6 +52,10 @@ class BenchConfig:
     csv_path: str | None = None
     master_addr: str | None = None
     master_port: int | None = None
+    min_busbw_gbps: float | None = None
+    """nccl-tests' ``NCCL_TESTS_MIN_BW``: an op whose average busbw is below 0.9 x this fails."""
+    optional_ops: list[str] = field(default_factory=list)
+    """Ops that came from ``all``: skipped, not refused, when the world is too small."""
     argv: list[str] = field(default_factory=list)
     """The command line, kept in the result."""
 
@@ -92,6 +96,8 @@ class BenchConfig:
             raise UsageError(f"unknown backend {self.backend!r}: allowed are {', '.join(BACKENDS)}")
         if not self.timeout_s > 0:
             raise UsageError(f"--timeout must be a positive number of seconds, got {self.timeout_s}")
+        if self.min_busbw_gbps is not None and not self.min_busbw_gbps >= 0:
+            raise UsageError(f"NCCL_TESTS_MIN_BW must be a bandwidth in GB/s, got {self.min_busbw_gbps}")
         if self.master_port is not None and not 0 < self.master_port < 65536:
             raise UsageError(f"--master-port must be between 1 and 65535, got {self.master_port}")
 
@@ -100,12 +106,10 @@ class BenchConfig:
         size = self.min_bytes
         while size <= self.max_bytes:
             yield size
-            if self.step_factor > 1:
-                size *= self.step_factor
-            elif self.step_bytes > 0:
-                size += self.step_bytes
-            else:
+            following = size * self.step_factor if self.step_factor > 1 else size + self.step_bytes
+            if following <= size:  # -b 0 -e 0, or -b = -e with -i 0: one row
                 return
+            size = following
 
     def warmup_sizes(self) -> Iterator[int]:
         """nccl-tests warms up over every size from -b to -e with a factor of 2."""
@@ -114,16 +118,27 @@ class BenchConfig:
             yield size
             size = size * 2 if size else 1
 
-    def check_root(self, world_size: int) -> None:
+    def fit_to_world(self, world_size: int) -> list[str]:
+        """Check the config against the world; drop ``all``'s ops that need more ranks.
+
+        Returns one note per op dropped.  An op named explicitly that needs
+        more ranks, or a root outside the world, is a usage error.
+        """
+        notes = []
+        for op in list(self.ops):
+            need = collectives.get(op).min_ranks
+            if world_size >= need:
+                continue
+            if op not in self.optional_ops:
+                raise UsageError(f"{op} needs at least {need} ranks; this world has {world_size}")
+            self.ops.remove(op)
+            notes.append(f"# {op} skipped: it needs at least {need} ranks and this world has {world_size}")
         rooted = [op for op in self.ops if collectives.get(op).rooted]
         if rooted and self.root >= world_size:
             raise UsageError(
                 f"-r (root) {self.root} is not a rank of this {world_size}-rank world (allowed 0 to {world_size - 1})"
             )
-        for op in self.ops:
-            need = collectives.get(op).min_ranks
-            if world_size < need:
-                raise UsageError(f"{op} needs at least {need} ranks; this world has {world_size}")
+        return notes
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

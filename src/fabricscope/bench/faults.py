@@ -17,7 +17,6 @@ the rank exits rather than linger.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import socket
 import threading
@@ -141,42 +140,45 @@ class Heartbeat:
     # --- after a failure --------------------------------------------------------
 
     def diagnose(self, *, settle_s: float | None = None) -> str:
-        """Name the rank(s) most likely at fault, in one sentence.
+        """Name the rank(s) most likely at fault, in one sentence ("" when none stands out).
 
-        Waits up to ``settle_s`` (default three beats) for a dead rank's
-        heartbeat to go stale, since a killed peer is often noticed before its
-        last beat is old.
+        Watches everybody's heartbeat for ``settle_s`` (default three beats):
+        a rank whose beat does not change in that time is dead or frozen.  Only
+        this host's clock is used, so clock skew between nodes cannot mislead.
+        A rank that still beats but finished fewer phases than this one is stuck.
         """
         settle = 3 * self._interval + 0.5 if settle_s is None else settle_s
-        stale_after = 2 * self._interval + 0.5
-        deadline = time.monotonic() + settle
-        while True:
-            beats = self._read_beats()
+        first = self._read_beats_bounded()
+        if first is None:
+            return self._store_lost()
+        others = {p.rank for p in self._peers if p.rank != self._rank}
+        changed: set[int] = set()
+        latest = first
+        started = time.monotonic()
+        while time.monotonic() - started < settle and not others <= changed:
+            time.sleep(self._interval / 2)
+            beats = self._read_beats_bounded()
             if beats is None:
                 return self._store_lost()
-            now = time.time()
-            # A progress of -1 means the rank left on purpose (it was interrupted).
-            stale = [
-                (peer, now - beats[peer.rank][0] if peer.rank in beats else math.inf)
-                for peer in self._peers
-                if peer.rank != self._rank
-                and (peer.rank not in beats or (now - beats[peer.rank][0] > stale_after and beats[peer.rank][1] >= 0))
-            ]
-            if stale:
-                return "; ".join(
-                    f"rank {p.rank} (pid {p.pid} on {p.host}) stopped responding "
-                    + (f"(no heartbeat for {age:.1f} s)" if math.isfinite(age) else "(it never sent a heartbeat)")
-                    for p, age in stale
-                )
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(self._interval / 2)
+            changed |= {rank for rank, beat in beats.items() if beat != first.get(rank)}
+            latest = beats
+        watched = time.monotonic() - started
+        # A progress of -1 means the rank left on purpose (it was interrupted).
+        stale = [
+            p for p in self._peers if p.rank in others and p.rank not in changed and _progress(latest.get(p.rank)) != -1
+        ]
+        if stale:
+            return "; ".join(
+                f"rank {p.rank} (pid {p.pid} on {p.host}) stopped responding "
+                + (f"(no heartbeat for {watched:.1f} s)" if p.rank in latest else "(it never sent a heartbeat)")
+                for p in stale
+            )
         mine = self._progress
-        behind = [p for p in self._peers if p.rank != self._rank and 0 <= beats[p.rank][1] < mine]
+        behind = [p for p in self._peers if p.rank in others and 0 <= _progress(latest.get(p.rank)) < mine]
         if behind:
             return "; ".join(
                 f"rank {p.rank} (pid {p.pid} on {p.host}) is alive but stuck behind the others "
-                f"(phase {beats[p.rank][1]} of {mine})"
+                f"(phase {_progress(latest.get(p.rank))} of {mine})"
                 for p in behind
             )
         return ""
@@ -189,8 +191,21 @@ class Heartbeat:
         where = f" (pid {peer.pid} on {peer.host})" if peer else ""
         return f"rank {host_rank}{where}, which hosts the rendezvous store, died or became unreachable"
 
-    def _read_beats(self) -> dict[int, tuple[float, int]] | None:
-        beats: dict[int, tuple[float, int]] = {}
+    def _read_beats_bounded(self, limit_s: float = 2.5) -> dict[int, str] | None:
+        """Everybody's last beat, or None when the store does not answer within ``limit_s``.
+
+        A frozen store host still accepts connections (the kernel does) but
+        never answers, and a store client does not always honour its timeout:
+        the read runs in a thread that is abandoned if it takes too long.
+        """
+        box: list[dict[int, str] | None] = []
+        reader = threading.Thread(target=lambda: box.append(self._read_beats()), daemon=True)
+        reader.start()
+        reader.join(limit_s)
+        return box[0] if box else None
+
+    def _read_beats(self) -> dict[int, str] | None:
+        beats: dict[int, str] = {}
         if self._store_address is not None:
             # A plain connect fails at once on a dead host's port, where a store
             # client would retry (and log) until its timeout.
@@ -202,13 +217,18 @@ class Heartbeat:
             client = self._store_factory(1.0)
             for peer in self._peers:
                 key = f"{_PREFIX}{peer.rank}"
-                if not client.check([key]):
-                    continue
-                stamp, progress = client.get(key).decode().split()
-                beats[peer.rank] = (float(stamp), int(progress))
+                if client.check([key]):
+                    beats[peer.rank] = client.get(key).decode()
         except Exception:
             return None
         return beats
+
+
+def _progress(beat: str | None) -> int:
+    """The progress counter of a beat ``"<time> <progress>"`` (-2 when there is none)."""
+    if not beat:
+        return -2
+    return int(beat.split()[1])
 
 
 def make_store_factory(master_addr: str, master_port: int) -> Callable[[float], Any]:

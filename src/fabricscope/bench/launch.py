@@ -110,7 +110,7 @@ def detect(
             env=env,
             master_addr=master_addr,
             master_port=master_port,
-            default_addr=None,
+            default_addr="127.0.0.1" if (local_size or size) >= size else None,
             default_port=DEFAULT_PORT,
             agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
         )
@@ -189,6 +189,9 @@ def _world(
             f"{launcher} started ranks on several nodes but nothing names rank 0's host: set MASTER_ADDR "
             "(for mpirun: -x MASTER_ADDR=<rank 0 host>) or pass --master-addr"
         )
+    port_text = env.get("MASTER_PORT", "").strip()
+    if port_text and not port_text.isdigit() and master_port is None:
+        raise UsageError(f"MASTER_PORT must be a port number, got {port_text!r}")
     port = master_port or _int(env, "MASTER_PORT") or default_port
     if not 0 < port < 65536:
         raise UsageError(f"MASTER_PORT must be between 1 and 65535, got {port}")
@@ -370,7 +373,10 @@ def _supervise(children: list[subprocess.Popen[bytes]], host: str, grace_s: floa
 
     Rank 0 keeps the results, so while it runs the others get ``grace_s``
     (the collective timeout plus a margin) to detect the failure and save;
-    once rank 0 has exited, stragglers get a few seconds only.
+    once rank 0 has exited, stragglers get a few seconds only.  A rank that
+    is stopped (SIGSTOP, a debugger) cannot notice anything and is killed at
+    once.  When rank 0 reported a usage error (exit 2), the others cannot
+    start without it and are stopped without further words.
     """
     failure_code = 0
     deadline: float | None = None
@@ -387,23 +393,35 @@ def _supervise(children: list[subprocess.Popen[bytes]], host: str, grace_s: floa
             deadline = time.monotonic() + grace_s
         if not running:
             break
-        if deadline is not None and children[0].returncode is not None:
-            deadline = min(deadline, time.monotonic() + _STRAGGLER_S)
-        if deadline is not None and time.monotonic() > deadline:
+        if deadline is not None:
             for child in running:
-                with contextlib.suppress(ProcessLookupError):
+                if _is_stopped(child.pid):
                     child.kill()
-            names = ", ".join(f"rank {children.index(c)} (pid {c.pid})" for c in running)
-            sys.stderr.write(
-                f"error: {names} did not stop after the failure and {'was' if len(running) == 1 else 'were'} killed\n"
-            )
-            _reap(children, 5.0)
-            break
+            if children[0].returncode == 2:
+                _reap(children, 0.0)
+                break
+            if children[0].returncode is not None:
+                deadline = min(deadline, time.monotonic() + _STRAGGLER_S)
+            if time.monotonic() > deadline:
+                names = ", ".join(f"rank {children.index(c)} (pid {c.pid})" for c in running)
+                verb = "was" if len(running) == 1 else "were"
+                sys.stderr.write(f"error: {names} did not stop after the failure and {verb} killed\n")
+                _reap(children, 0.0)
+                break
         time.sleep(0.05)
     if failure_code:
         return failure_code
     codes = [c.returncode for c in children]
     return max((c for c in codes if c is not None), default=0)
+
+
+def _is_stopped(pid: int) -> bool:
+    """Whether a process is stopped (state T), from /proc; False where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(") ", 1)[1][:1] in ("T", "t")
+    except (OSError, IndexError):
+        return False
 
 
 def _reap(children: list[subprocess.Popen[bytes]], wait_s: float) -> None:

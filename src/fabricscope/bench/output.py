@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
@@ -20,10 +21,14 @@ from fabricscope.bench import table
 from fabricscope.bench.collectives import Collective
 from fabricscope.bench.config import AVERAGE_MODES, BenchConfig
 from fabricscope.bench.faults import Peer
+from fabricscope.bench.table import op_summary
 from fabricscope.errors import RunError
 from fabricscope.results import COLLECTIVE_FIELDS, CollectiveRecord, Result, atomic_write_text
 
-__all__ = ["CSV_FIELDS", "Output"]
+__all__ = ["CSV_FIELDS", "Output", "op_summary"]
+
+_SAVE_EVERY_ROW_UP_TO = 2000
+_SAVE_INTERVAL_S = 5.0
 
 CSV_FIELDS = (*COLLECTIVE_FIELDS, "min_us", "p50_us", "p99_us", "max_us", "ranks", "backend")
 
@@ -41,6 +46,8 @@ class Output:
         env: dict[str, Any],
         stdout: TextIO | None = None,
         progress_total: int = 0,
+        notes: Sequence[str] = (),
+        first_notes: Sequence[str] = (),
     ) -> None:
         self.config = config
         self.peers = list(peers)
@@ -57,20 +64,35 @@ class Output:
             },
             status="partial",
         )
+        self._open_op: Collective | None = None
+        self._saved_at = 0.0
+        self.notes = list(notes)
+        """Printed in every op's header."""
+        self.first_notes = list(first_notes)
+        """Printed once, in the first op's header."""
         self.write_errors: list[str] = []
+        self.below_minimum: list[str] = []
+        """Ops whose average busbw fell below 0.9 x NCCL_TESTS_MIN_BW."""
         self._op_records: list[dict[str, Any]] = []
         self._progress: Any = None
         self._task: Any = None
+        self._shared_terminal = False
         if progress_total and sys.stderr.isatty():
+            self._shared_terminal = self.out.isatty()
             self._start_progress(progress_total)
         self._save()
 
     # --- table ------------------------------------------------------------------
 
     def _print(self, line: str) -> None:
-        self.out.write(line + "\n")
+        if self._progress is not None and self._shared_terminal:
+            # Table and bar share one terminal: print above the bar, never through it.
+            self._progress.console.print(line, markup=False, highlight=False, crop=False, soft_wrap=True)
+        else:
+            self.out.write(line + "\n")
 
     def start_op(self, op: Collective) -> None:
+        self._open_op = op
         cfg = self.config
         step = f"{cfg.step_factor}(factor)" if cfg.step_factor > 1 else f"{cfg.step_bytes}(bytes)"
         torch_version = self.result.env.get("torch", "?")
@@ -81,6 +103,9 @@ class Output:
             f"warmup iters: {cfg.warmup_iters} iters: {cfg.iters} agg iters: 1 validation: {cfg.check} "
             "graph: 0 unalign: 0"
         )
+        for note in [*self.first_notes, *self.notes]:
+            self._print(note)
+        self.first_notes = []
         self._print(
             f"# {len(self.peers)} ranks launched by {self.launcher}; time = mean of {cfg.iters} iterations, "
             f"combined across ranks by {AVERAGE_MODES[cfg.average]} (-a {cfg.average}); GB/s = 1e9 bytes/s"
@@ -103,14 +128,25 @@ class Output:
         for row in table.pair_rows(dicts):
             self._print(table.format_row(row, check=self.config.check > 0))
         self.out.flush()
-        self._save()
+        # Every row reaches the file at once; in very long runs (-N 0) rewriting
+        # the whole file each row would cost more than the rows, so then at most
+        # every few seconds (finish() always writes the rest).
+        if len(self.result.records) < _SAVE_EVERY_ROW_UP_TO or time.monotonic() - self._saved_at > _SAVE_INTERVAL_S:
+            self._save()
         if self._progress is not None:
             self._progress.advance(self._task)
 
-    def end_op(self, op: Collective) -> None:
+    def end_op(self, op: Collective, *, stopped: str = "") -> None:
+        """The footer and summary of an op; ``stopped`` says why a sweep ended early."""
+        self._open_op = None
         records = self._op_records
-        for line in table.footer_lines(records, check=self.config.check > 0):
+        if stopped:
+            self._print(f"# The sweep stopped here ({stopped}): the lines below cover the rows above")
+        for line in table.footer_lines(records, check=self.config.check > 0, min_busbw=self.config.min_busbw_gbps):
             self._print(line)
+        minimum = self.config.min_busbw_gbps
+        if minimum is not None and table.avg_busbw(records) < 0.9 * minimum:
+            self.below_minimum.append(op.name)
         for line in table.summary_lines(records):
             self._print(line)
         self._print("#")
@@ -122,6 +158,8 @@ class Output:
     # --- files --------------------------------------------------------------------
 
     def finish(self, status: str, error: str | None = None) -> None:
+        if self._open_op is not None:
+            self.end_op(self._open_op, stopped=status)
         self.result.status = status
         self.result.error = error
         self._save()
@@ -131,6 +169,7 @@ class Output:
             self._progress = None
 
     def _save(self) -> None:
+        self._saved_at = time.monotonic()
         if not self.config.json_path:
             return
         try:
@@ -170,24 +209,3 @@ class Output:
         )
         self._task = self._progress.add_task("rows", total=total)
         self._progress.start()
-
-
-def op_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Per-op summary kept in the Result: the footer's numbers and fabricscope's own."""
-    if not records:
-        return {}
-    peak = max(records, key=lambda r: float(r["busbw_gbps"]))
-    wrong = [r["wrong"] for r in records if r.get("wrong") is not None]
-    best: dict[int, float] = {}
-    for r in records:
-        best[int(r["size_bytes"])] = max(best.get(int(r["size_bytes"]), 0.0), float(r["busbw_gbps"]))
-    peak_bw = float(peak["busbw_gbps"])
-    half = min((s for s, bw in best.items() if peak_bw > 0 and bw >= peak_bw / 2), default=None)
-    return {
-        "avg_busbw_gbps": table.avg_busbw(records),
-        "peak_busbw_gbps": peak_bw,
-        "peak_size_bytes": int(peak["size_bytes"]),
-        "half_peak_size_bytes": half,
-        "wrong": sum(wrong) if wrong else (None if not wrong else 0),
-        "rows": len({(r["size_bytes"], r["dtype"], r["redop"]) for r in records}),
-    }

@@ -10,11 +10,16 @@ O(count * ranks)).
 
 Reductions (``idx`` is the global element index, ``a = (idx + seed) % M``):
 
-- sum: rank r holds ``(a + r) % M``; the sum over n ranks has a closed form.
-- min / max: same inputs; the result is ``a`` / ``a+n-1`` unless the residues wrap.
-- prod: 1 everywhere except a 2 on one rank for every third element.
-- avg: ``b + e`` with ``b = 1 + a`` and e = +1 on one rank and -1 on another,
-  so the sum is ``n*b`` and the average is ``b`` exactly.
+- sum / min / max: rank r holds ``(a + (r + idx) % n) % M``: over the ranks
+  the offsets run through 0..n-1, so the sum has a closed form and the result
+  of min / max is ``a`` / ``a+n-1`` unless the residues wrap.  The offset
+  rotates with the element, so no single rank (a reduce's root, say) already
+  holds the answer in every element.
+- prod: 1 everywhere, except every third element has a 2 on one rank (product
+  2) and the next element has a 2 on two ranks (product 4, where max is 2).
+- avg: ``b + e`` with ``b = 1 + a`` and e = +1 on half the ranks and -1 on
+  the other half (rotating with the element), so the sum is ``n*b`` and the
+  average is ``b`` exactly, while no rank holds ``b`` everywhere.
 
 Every function takes the ``torch`` module and works on the device of ``idx``.
 """
@@ -48,18 +53,23 @@ def reduce_input(torch: Any, idx: Any, rank: int, nranks: int, redop: str, dtype
     modulus = reduce_modulus(dtype, redop, nranks)
     a = (idx + seed) % modulus
     if redop in ("sum", "min", "max"):
-        values = (a + rank) % modulus
+        values = (a + (rank + idx) % nranks) % modulus
     elif redop == "prod":
         owner = (idx + seed) % nranks
-        values = torch.ones_like(idx)
-        values[(owner == rank) & (((idx + seed) % 3) == 0)] = 2
+        kind = (idx + seed) % 3
+        second = (owner + 1) % nranks
+        twos = ((kind == 0) & (owner == rank)) | ((kind == 1) & ((owner == rank) | (second == rank)))
+        values = torch.ones_like(idx) + twos.to(idx.dtype)
     elif redop == "avg":
         # With more ranks than the type can sum exactly (bf16 beyond ~125 ranks),
         # the base is 0: floats keep the +1/-1 pair, integers hold zeros.
         values = 1 + a if _avg_fits(dtype, nranks) else torch.zeros_like(a)
         if nranks > 1 and (_avg_fits(dtype, nranks) or dtype.is_float):
-            spot = (idx + seed) % nranks
-            values = values + (spot == rank).to(idx.dtype) - (((spot + 1) % nranks) == rank).to(idx.dtype)
+            # Half the ranks add 1 and half subtract 1 (the middle one of an odd
+            # count adds 0), rotating with the element: the sum stays n*b.
+            position = (rank + idx + seed) % nranks
+            half = nranks // 2
+            values = values + (position < half).to(idx.dtype) - (position >= nranks - half).to(idx.dtype)
     else:  # pragma: no cover - parse_redops guards this
         raise AssertionError(redop)
     return values.to(getattr(torch, dtype.torch_name))
@@ -85,7 +95,9 @@ def reduce_expected(torch: Any, idx: Any, nranks: int, redop: str, dtype: DType,
         else:
             values = torch.where(a + nranks - 1 >= modulus, torch.full_like(a, modulus - 1), a + nranks - 1)
     elif redop == "prod":
-        values = torch.where(((idx + seed) % 3) == 0, torch.full_like(a, 2), torch.ones_like(a))
+        kind = (idx + seed) % 3
+        double = 4 if nranks > 1 else 2
+        values = torch.where(kind == 0, 2, torch.where(kind == 1, double, 1)).to(idx.dtype)
     elif redop == "avg":
         values = 1 + a if _avg_fits(dtype, nranks) else torch.zeros_like(a)
     else:  # pragma: no cover

@@ -15,10 +15,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from fabricscope.bench.collectives import Collective, Context, Layout, Plan
+from fabricscope.bench.collectives import CHUNK, Collective, Context, Layout, Plan
 from fabricscope.bench.config import BenchConfig
 from fabricscope.bench.dtypes import DTYPES, DType
-from fabricscope.bench.faults import Heartbeat
+from fabricscope.bench.faults import Heartbeat, describe_exception
+from fabricscope.errors import RunError
 from fabricscope.results import CollectiveRecord
 
 __all__ = ["CollectiveFailed", "Interrupted", "StopFlag", "Sweep"]
@@ -131,9 +132,17 @@ class Sweep:
         torch = self.torch
         tdtype = getattr(torch, dtype.torch_name)
         send_n = max((lay.send_count for lay in layouts), default=0)
-        recv_n = max((max(lay.recv_count, lay.buffer_count) for lay in layouts), default=0)
-        send = torch.zeros(send_n, dtype=tdtype, device=self.device)
-        recv = torch.zeros(recv_n, dtype=tdtype, device=self.device)
+        # In place, the output and input share the receive buffer: it holds the larger of the two.
+        recv_n = max((lay.buffer_count for lay in layouts), default=0)
+        try:
+            send = torch.zeros(send_n, dtype=tdtype, device=self.device)
+            recv = torch.zeros(recv_n, dtype=tdtype, device=self.device)
+        except (RuntimeError, MemoryError) as exc:
+            size = (send_n + recv_n) * dtype.size
+            raise RunError(
+                f"rank {self.rank} cannot allocate {size} bytes of {dtype.name} buffers on {self.device}: "
+                f"{describe_exception(exc)}; lower -e"
+            ) from None
         return send, recv
 
     def _plan(self, op: Collective, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
@@ -271,14 +280,27 @@ class Sweep:
             plan.load(seed)
             plan.step()
             self._sync()
-            expected = plan.expected(seed)
-            local = 0 if expected is None else count_wrong(torch, plan.output, expected, tolerant)
+            local = plan_wrong(torch, plan, seed, tolerant, self.device)
             total = torch.tensor([local], dtype=torch.int64, device=self.device)
             dist.all_reduce(total, op=dist.ReduceOp.SUM)
             wrong = int(total.item())
             if wrong:
                 break
         return wrong
+
+
+def plan_wrong(torch: Any, plan: Plan, seed: int, tolerant: bool, device: Any) -> int:
+    """Elements of this rank's output that differ from the plan's expected values."""
+    if plan.expected is None:
+        return 0
+    output = plan.output
+    total = output.numel()
+    wrong = 0
+    for start in range(0, total, CHUNK):
+        stop = min(total, start + CHUNK)
+        idx = torch.arange(start, stop, dtype=torch.int64, device=device)
+        wrong += count_wrong(torch, output[start:stop], plan.expected(seed, idx), tolerant)
+    return wrong
 
 
 def count_wrong(torch: Any, output: Any, expected: Any, tolerant: bool) -> int:

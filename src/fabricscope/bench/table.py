@@ -147,28 +147,44 @@ def avg_busbw(records: Sequence[Mapping[str, Any]]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def summary_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
-    """fabricscope's own lines: peak busbw and where it occurs; where half of it is reached.
+def op_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The numbers behind the footer and summary lines of one op, as kept in a Result.
 
     Half of peak is the smallest size whose better placement reaches 50% of
     the peak busbw (the n-half of HPC benchmarking): below it latency
     dominates, above it bandwidth does.
     """
     if not records:
-        return []
+        return {}
     peak = max(records, key=lambda r: float(r["busbw_gbps"]))
     peak_bw = float(peak["busbw_gbps"])
-    placement = "out-of-place" if peak["placement"] == "out" else "in-place"
+    best: dict[int, float] = {}
+    for record in records:
+        size = int(record["size_bytes"])
+        best[size] = max(best.get(size, 0.0), float(record["busbw_gbps"]))
+    half = min((s for s, bw in best.items() if bw >= peak_bw / 2), default=None) if peak_bw > 0 else None
+    wrong = [int(r["wrong"]) for r in records if r.get("wrong") is not None]
+    return {
+        "avg_busbw_gbps": avg_busbw(records),
+        "peak_busbw_gbps": peak_bw,
+        "peak_size_bytes": int(peak["size_bytes"]),
+        "peak_placement": peak["placement"],
+        "half_peak_size_bytes": half,
+        "wrong": sum(wrong) if wrong else None,
+        "rows": len({(r["size_bytes"], r["dtype"], r["redop"]) for r in records}),
+    }
+
+
+def summary_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """fabricscope's own lines: peak busbw and where it occurs; where half of it is reached."""
+    summary = op_summary(records)
+    if not summary:
+        return []
+    placement = "out-of-place" if summary["peak_placement"] == "out" else "in-place"
     lines = [
-        "# %-20s : %s GB/s at %d B (%s)"
-        % ("Peak bus bandwidth", float_str(peak_bw, 6).strip(), int(peak["size_bytes"]), placement)
+        "# %-20s : %.4g GB/s at %d B (%s)"
+        % ("Peak bus bandwidth", summary["peak_busbw_gbps"], summary["peak_size_bytes"], placement)
     ]
-    if peak_bw > 0:
-        best: dict[int, float] = {}
-        for record in records:
-            size = int(record["size_bytes"])
-            best[size] = max(best.get(size, 0.0), float(record["busbw_gbps"]))
-        half = min((s for s, bw in best.items() if bw >= peak_bw / 2), default=None)
-        if half is not None:
-            lines.append("# %-20s : %d B" % ("Half of peak from", half))
+    if summary["half_peak_size_bytes"] is not None:
+        lines.append("# %-20s : %d B" % ("Half of peak from", summary["half_peak_size_bytes"]))
     return lines

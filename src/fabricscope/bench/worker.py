@@ -23,7 +23,7 @@ from fabricscope.bench import collectives, launch
 from fabricscope.bench.config import BenchConfig
 from fabricscope.bench.faults import Heartbeat, Peer, describe_exception, make_store_factory
 from fabricscope.bench.runner import CollectiveFailed, Interrupted, StopFlag, Sweep
-from fabricscope.errors import FabricscopeError, MissingDependencyError, UsageError
+from fabricscope.errors import FabricscopeError, MissingDependencyError, RunError, UsageError
 from fabricscope.metadata import collect_env
 
 __all__ = ["CONFIG_VARIABLE", "main", "run_rank"]
@@ -32,9 +32,9 @@ CONFIG_VARIABLE = "FABRICSCOPE_BENCH_CONFIG"
 
 
 def _import_torch() -> tuple[Any, Any]:
-    # c10d logs every failed store call with a C++ stack trace; a dead peer is
-    # reported once, by us, in one line.  A user's own setting wins.
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    # c10d logs failed store and socket calls with C++ stack traces; every
+    # failure is reported once, by us, in one line.  A user's own setting wins.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     try:
         import torch
         import torch.distributed as dist
@@ -82,6 +82,11 @@ def _say(rank: int, message: str) -> None:
     sys.stderr.flush()
 
 
+def _leave_before_measuring(signum: int, frame: Any) -> None:
+    """Ctrl-C or SIGTERM while starting up: nothing is measured yet, so just go."""
+    _finish_process(130)
+
+
 def _finish_process(code: int) -> None:
     """Leave without running backend destructors, which can block on a dead peer."""
     with contextlib.suppress(Exception):
@@ -97,32 +102,27 @@ def run_rank(config: BenchConfig, world: launch.World) -> int:
     Usage errors that every rank finds identically (the config against the
     world size) are printed by rank 0 only; the others by the rank that saw them.
     """
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _leave_before_measuring)
     try:
-        config.check_root(world.world_size)
+        notes = config.fit_to_world(world.world_size)
     except UsageError as exc:
         if world.rank == 0:
             _say(0, f"error: {exc}")
         return exc.exit_code
     try:
-        return _run(config, world)
+        return _run(config, world, notes)
     except FabricscopeError as exc:
         _say(world.rank, f"error: {exc}")
         return exc.exit_code
 
 
-def _run(config: BenchConfig, world: launch.World) -> int:
-    launch.check_master_reachable(world, min(config.timeout_s, 60.0))
+def _run(config: BenchConfig, world: launch.World, notes: list[str]) -> int:
+    # Local checks first: a rank that cannot run says so before the others wait for it.
     torch, dist = _import_torch()
     backend = _backend(config.backend, torch)
     device = _device(backend, world, torch)
-
-    stop = StopFlag()
-
-    def on_signal(signum: int, frame: Any) -> None:
-        stop.is_set = True
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    launch.check_master_reachable(world, min(config.timeout_s, 60.0))
 
     timeout = timedelta(seconds=config.timeout_s)
     hosts_store = world.rank == 0 and not world.agent_store
@@ -145,8 +145,6 @@ def _run(config: BenchConfig, world: launch.World) -> int:
             **({"device_id": device} if backend == "nccl" else {}),
         )
     except (RuntimeError, ValueError) as exc:
-        if stop.is_set:
-            return 130
         raise UsageError(
             f"could not form the {world.world_size}-rank world at {world.master_addr}:{world.master_port}: "
             f"{describe_exception(exc)}"
@@ -165,6 +163,12 @@ def _run(config: BenchConfig, world: launch.World) -> int:
         _say(world.rank, f"error: ranks could not exchange their details: {describe_exception(exc)}")
         _finish_process(1)
     peers = [Peer(rank=r, host=h, pid=p, device=d) for r, h, p, d in gathered]
+    try:
+        note = _fit_to_memory(config, world, torch, dist, device)
+    except UsageError:
+        if world.rank == 0:
+            raise
+        return 2  # every rank found the same; rank 0 says it
 
     output = None
     if world.rank == 0:
@@ -175,6 +179,8 @@ def _run(config: BenchConfig, world: launch.World) -> int:
             with contextlib.suppress(Exception):
                 env["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
         output = Output(
+            notes=[note] if note else [],
+            first_notes=notes,
             config=config,
             peers=peers,
             backend=backend,
@@ -197,6 +203,15 @@ def _run(config: BenchConfig, world: launch.World) -> int:
         on_stall=on_stall,
     )
     heartbeat.start()
+    # From here on a stop request finishes the current row, keeps every row, and
+    # exits cleanly on every rank; before, there is nothing to keep (see main()).
+    stop = StopFlag()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.is_set = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
     sweep = Sweep(
         torch=torch,
         dist=dist,
@@ -222,6 +237,11 @@ def _run(config: BenchConfig, world: launch.World) -> int:
                 output.end_op(op)
     except Interrupted:
         return _stop_interrupted(world, output, heartbeat)
+    except RunError as exc:
+        if output is not None:
+            output.finish("failed", str(exc))
+        _say(world.rank, f"error: {exc}")
+        _finish_process(exc.exit_code)
     except CollectiveFailed as failure:
         culprit = heartbeat.diagnose()
         if stop.is_set and not culprit:
@@ -241,6 +261,13 @@ def _run(config: BenchConfig, world: launch.World) -> int:
     code = 0
     if output is not None:
         output.finish("complete")
+        if output.below_minimum:
+            _say(
+                0,
+                f"error: average bus bandwidth of {', '.join(output.below_minimum)} is below 0.9 x "
+                f"NCCL_TESTS_MIN_BW ({config.min_busbw_gbps:g} GB/s)",
+            )
+            code = 1
         if output.write_errors:
             _say(0, f"error: {output.write_errors[0]}; the table above holds every row measured")
             code = 1
@@ -251,6 +278,38 @@ def _run(config: BenchConfig, world: launch.World) -> int:
     with contextlib.suppress(Exception):
         dist.destroy_process_group()
     return code
+
+
+_RESERVE_BYTES = 1 << 30
+"""Memory left to everything else on each rank (nccl-tests keeps 1 GiB too)."""
+
+
+def _fit_to_memory(config: BenchConfig, world: launch.World, torch: Any, dist: Any, device: Any) -> str:
+    """Lower -e to what every rank can hold, as nccl-tests does; return the note to print.
+
+    A rank holds a send and a receive buffer of up to -e bytes each (the
+    check's expected values are made in small chunks).  CPU ranks on one host
+    share its memory.  The smallest budget over all ranks decides, so every
+    rank runs the same sweep.
+    """
+    if device.type == "cuda":
+        free = int(torch.cuda.mem_get_info(device)[0])
+    else:
+        import psutil
+
+        free = int(psutil.virtual_memory().available) // max(world.local_world_size, 1)
+    budget = torch.tensor([free], dtype=torch.int64, device=device)
+    dist.all_reduce(budget, op=dist.ReduceOp.MIN)
+    limit = max(0, (int(budget.item()) - _RESERVE_BYTES) // 2)
+    if config.max_bytes <= limit:
+        return ""
+    if config.min_bytes > limit:
+        raise UsageError(
+            f"-b {config.min_bytes} needs two buffers of that size on every rank, but the tightest rank has "
+            f"{int(budget.item())} bytes free: the largest size that fits is {limit} bytes"
+        )
+    config.max_bytes = limit
+    return f"#  Reducing maxBytes to {limit} due to memory limitation"
 
 
 def _stop_interrupted(world: launch.World, output: Any, heartbeat: Heartbeat) -> int:
@@ -274,6 +333,8 @@ def _row_count(config: BenchConfig) -> int:
 
 def main() -> None:
     """Entry point of a spawned rank."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _leave_before_measuring)
     try:
         config = BenchConfig.from_dict(json.loads(os.environ[CONFIG_VARIABLE]))
         world = launch.detect()
