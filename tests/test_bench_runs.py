@@ -294,6 +294,7 @@ def test_srun_environment_replayed(tmp_path):
         "SLURM_STEP_NODELIST": "localhost",
         "SLURM_STEP_TASKS_PER_NODE": "2",
         "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_port()),  # the port derived from the job id may be taken on a busy test host
     }
     cmd = [str(BIN / "fabricscope"), "bench", "-b", "1K", "-e", "1K", "--json", str(out)]
     ranks = run_ranks(cmd, env, [{"SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)} for r in range(2)])

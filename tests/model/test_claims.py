@@ -15,6 +15,7 @@ from fabricscope.model import collectives as coll
 from fabricscope.model.cluster import Cluster, load_cluster, resolve
 from fabricscope.model.estimate import best_split, estimate
 from fabricscope.model.fabric import fabric_of
+from fabricscope.model.parallel import SplitRequest
 from fabricscope.model.workload import load_model
 
 PARAMS_70B = 70e9
@@ -63,7 +64,7 @@ def test_resnet50_lab_is_starved_by_its_data() -> None:
     # NVIDIA's 8 V100 FP32 reference is 2,855 img/s; the same server with V100s demands as much.
     v100 = variant(lab, storage={"devices": 12})
     v100 = resolve(dataclasses.replace(v100.spec, gpu="v100-sxm2-32gb"), name="v100-lab", source="v100-lab")
-    slow = estimate(model, v100, best_split(model, v100, precision="fp32"))
+    slow = estimate(model, v100, best_split(model, v100, SplitRequest(precision="fp32")))
     demand = slow.samples_per_s / slow.gpu_utilization
     assert demand == pytest.approx(2855, rel=0.1)
 

@@ -33,3 +33,27 @@ def test_hw_mistakes(cli) -> None:
     assert "did you mean 'h100-sxm'" in one_error_line(cli("hw", "show", "h100-smx"))
     assert "unknown kind 'gpuz'" in one_error_line(cli("hw", "gpuz"))
     assert "usage: fabricscope hw show NAME" in one_error_line(cli("hw", "show"))
+
+
+def test_hw_show_a_model_shows_what_is_used(cli) -> None:
+    done = cli("hw", "show", "llama-7b")
+    assert done.code == 0
+    assert "params             6.738e+09 (from the shape)" in done.out
+    assert "ffn                11008" in done.out and "kv_heads           32" in done.out
+    assert "gflops_per_sample" not in done.out and "traffic_mb_per_sample" not in done.out
+    vision = cli("hw", "show", "resnet50")
+    assert "gflops_per_sample  4.1" in vision.out and "layers" not in vision.out
+
+
+def test_hw_show_suggests_names_that_contain_the_word(cli) -> None:
+    line = one_error_line(cli("hw", "show", "a100"))
+    assert "did you mean one of 'a100-sxm-40gb', 'a100-sxm-80gb'" in line
+    assert cli("hw", "show", "H100-SXM").code == 0
+
+
+def test_nvlink_entries_name_no_missing_catalog_entry(cli) -> None:
+    from fabricscope.model import hardware
+
+    every = {name for kind in hardware.KINDS for name in hardware.entries(kind)}
+    for link in hardware.entries("gpulink").values():
+        assert link.switch not in every and not link.switch.startswith("nvswitch")

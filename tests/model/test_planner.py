@@ -10,7 +10,7 @@ from model_helpers import one_error_line
 
 from fabricscope.model import planner, training
 from fabricscope.model.estimate import device_for, job_of, shape_of
-from fabricscope.model.fabric import take
+from fabricscope.model.fabric import Fabric, fabric_of, take
 from fabricscope.model.hardware import GPU, lookup
 from fabricscope.model.layouts import layouts
 from fabricscope.model.workload import load_model
@@ -83,7 +83,7 @@ def test_sweep_equals_a_loop_over_configurations() -> None:
     result = planner.sweep(model, cand, gpu, fab, "bf16")
     dev = device_for(gpu, "bf16")
     rng = np.random.default_rng(7)
-    for row in rng.choice(len(nets), size=6, replace=False):
+    for row in rng.choice(len(nets), size=2, replace=False):
         one = take(fab, int(row))
         steps = []
         for config in cand.configs:
@@ -120,3 +120,68 @@ def test_bad_plan_input(cli, args: list[str], fragments: list[str]) -> None:
     line = one_error_line(cli("plan", "--model", "llama-7b", *args))
     for fragment in fragments:
         assert fragment in line
+
+
+def test_pipeline_depths_follow_the_layer_count() -> None:
+    # megatron-530b has 105 = 3 x 5 x 7 layers: Narayanan et al. ran it with pp 35 on 2,240 A100s.
+    model = load_model("megatron-530b")
+    cand = layouts(model, gpus=2240, gpus_per_node=8)
+    assert {c.pp for c in cand.configs} == {1, 5, 7, 35}
+    assert {c.tp for c in cand.configs} <= {1, 2, 4, 8}
+    result = planner.plan(model, gpus=2240, gpu_name="a100-sxm-80gb", scenario_name="private-large")
+    assert result.recommended is not None and result.recommended.parallel.pp > 1
+    # And a depth is never one that leaves GPUs over: pp divides the GPUs left by tp.
+    for config in layouts(load_model("llama-405b"), gpus=16384, gpus_per_node=8).configs:
+        assert 126 % config.pp == 0 and 16384 % (config.tp * config.pp) == 0
+
+
+def test_cluster_fabric_and_sweep_fabric_are_one_function() -> None:
+    # The planner's rows are the Fabrics of the clusters its networks make.
+    gpu = lookup("gpu", "a100-sxm-80gb", GPU)
+    nets = planner.search_space(planner.scenario("research-medium"), 8)
+    fab = planner.fabric_arrays(nets, gpu, 8, 16)
+    for row in (0, len(nets) // 2, len(nets) - 1):
+        alone = fabric_of(planner.cluster_of(nets[row], gpu, 8, 16))
+        one = take(fab, row)
+        for name in Fabric.__slots__:
+            assert float(getattr(one, name)) == pytest.approx(float(getattr(alone, name))), name
+
+
+def test_ties_prefer_less_latency_and_the_better_transport() -> None:
+    # research-small's 10G and 25G NICs run as fast over RDMA with or without GPUDirect and
+    # cost the same; sockets cost the same too.  RDMA's lower latency decides.
+    result = planner.plan(load_model("llama-7b"), gpus=64, scenario_name="research-small")
+    for option in result.frontier:
+        twins = [
+            o
+            for o in result.options
+            if o.cost_usd == option.cost_usd and o.parallel is not None and o.utilization == option.utilization
+        ]
+        assert option.latency_us == min(o.latency_us for o in twins)
+    assert result.recommended is not None and result.recommended.network.transport.name != "tcp-socket"
+    wide = planner.plan(load_model("llama-7b"), gpus=64, scenario_name="research-medium")
+    gdr = {o.network.label(): o for o in wide.options if o.network.transport.name == "rdma-gdr"}
+    for option in wide.options:
+        if option.network.transport.name == "rdma":
+            twin = gdr[option.network.label().replace(" rdma ", " rdma-gdr ")]
+            assert option.rank() > twin.rank()  # never preferred to GPUDirect at the same price
+
+
+def test_rows_print_cheapest_first(cli) -> None:
+    done = cli("plan", "--model", "llama-7b", "--gpus", "64", "--scenario", "realtime", "--max-latency-us", "50")
+    assert done.code == 0, done.err
+    lines = done.out.split("split\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    costs = [float(line.split()[0 if not line.startswith("*") else 1].strip("$").replace(",", "")) for line in lines]
+    assert costs == sorted(costs) and any(line.startswith("*") for line in lines)
+
+
+def test_plan_takes_a_global_batch(cli, tmp_path) -> None:
+    out = tmp_path / "p.json"
+    done = cli("plan", "--model", "llama-7b", "--gpus", "64", "--global-batch", "256", "--json", str(out))
+    assert done.code == 0, done.err
+    data = json.loads(out.read_text())
+    assert data["config"]["global_batch"] == 256
+    assert all(r["parallel"]["global_batch"] == 256 for r in data["records"])
+    assert "--global-batch must be at least 1" in one_error_line(
+        cli("plan", "--model", "llama-7b", "--gpus", "64", "--global-batch", "0")
+    )

@@ -57,7 +57,6 @@ def test_good_cluster_file_works(cli, write) -> None:
         ("layers = 2\nhidden = 100\nheads = 3\nseq = 8\nvocab = 10\nglobal_batch = 8\n", ["hidden (100)", "heads (3)"]),
         ("layers = 0\nhidden = 64\nheads = 4\nseq = 8\nvocab = 10\nglobal_batch = 8\n", ["needs layers > 0"]),
         ('kind = "vision"\nparams = 1e6\nglobal_batch = 8\n', ["needs gflops_per_sample > 0"]),
-        ("layers = 2\nhidden = 64\nheads = 4\nseq = 8\nvocab = 10\n", ["global_batch"]),
         (
             "layers = 2\nhidden = 64\nheads = 4\nseq = 8\nvocab = 10\nglobal_batch = 8\nlayer = 3\n",
             ["unknown key 'layer'"],
@@ -100,3 +99,47 @@ def test_a_real_process_prints_one_line_and_exits_2(write) -> None:
     assert done.stdout == ""
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "network.topology = 'torus' is not allowed" in done.stderr
+
+
+ISSUE_KEYS = "params = 1.3e9\nlayers = 24\nhidden = 2048\nheads = 16\nseq = 2048\nvocab = 50304\nffn = 8192\n"
+
+
+def test_a_model_file_with_only_the_issue_keys_takes_global_batch(cli, write) -> None:
+    path = write("issue.toml", ISSUE_KEYS)
+    done = cli("estimate", "--model", str(path), "--cluster", "dgx-a100-hdr", "--global-batch", "256")
+    assert done.code == 0, done.err
+    assert "global batch 256" in done.out
+    line = one_error_line(cli("estimate", "--model", str(path), "--cluster", "dgx-a100-hdr"))
+    assert "model 'issue' gives no batch size" in line and "--global-batch" in line
+    assert cli("plan", "--model", str(path), "--gpus", "64", "--global-batch", "256").code == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "fragments"),
+    [
+        (
+            'kind = "vision"\nparams = 25e6\ngflops_per_sample = 4.1\nsample_kb = 110\nbatch_per_gpu = 64\n',
+            ["needs traffic_mb_per_sample > 0", "memory traffic"],
+        ),
+        (
+            ISSUE_KEYS.replace("params = 1.3e9", "params = 13e9") + "global_batch = 64\n",
+            ["params = 1.3e+10 but layers, hidden, ffn and vocab give 1.311e+09", "leave params out"],
+        ),
+    ],
+)
+def test_model_files_that_would_give_nonsense(cli, write, text: str, fragments: list[str]) -> None:
+    path = write("m.toml", text)
+    line = one_error_line(cli("estimate", "--model", str(path), "--cluster", "dgx-h100-ndr", "--nodes", "1"))
+    assert str(path) in line
+    for fragment in fragments:
+        assert fragment in line
+
+
+def test_names_match_without_case_and_by_part(cli) -> None:
+    done = cli("predict", "--cluster", "DGX-H100-NDR", "-b", "1M", "-e", "1M")
+    assert done.code == 0, done.err
+    assert "did you mean one of 'cloud-h100-tcp', 'dgx-h100-ndr'" in one_error_line(cli("predict", "--cluster", "h100"))
+    assert "did you mean one of 'a100-sxm-40gb', 'a100-sxm-80gb'" in one_error_line(
+        cli("plan", "--model", "llama-7b", "--gpus", "8", "--gpu", "a100")
+    )
+    assert cli("estimate", "--model", "LLAMA-7B", "--cluster", "dgx-h100-ndr", "--tp", "8", "--pp", "1").code == 0

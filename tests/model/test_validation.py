@@ -85,3 +85,24 @@ def test_names_as_papers_write_them() -> None:
     assert match_nic("200G HDR InfiniBand") == "ib-hdr"
     assert match_nic("100G Ethernet") == "eth-100g"
     assert match_nic("400G NDR InfiniBand") == "ib-ndr"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "fragment"),
+    [
+        (",busbw_GBps,480.0,", ",busbw_GBps,0,", "value = '0' must be a positive number"),
+        (",busbw_GBps,480.0,", ",busbw_GBps,nan,", "value = 'nan' must be a positive number"),
+        (",busbw_GBps,480.0,", ",busbw_GBps,inf,", "value = 'inf' must be a positive number"),
+        (",busbw_GBps,480.0,", ",busbw_GBps,-5,", "value = '-5' must be a positive number"),
+        (",nvlstree,8,latency_us,", ",nvlstree,0,latency_us,", "size_bytes = '0' must be a positive number"),
+        ("A100-SXM4-80GB,8,1,NVSwitch", "A100-SXM4-80GB,8,0,NVSwitch", "nodes = '0' must be a positive number"),
+        ("c01,DGX A100,A100-SXM4-80GB", "c01,DGX A100,Z999", "cannot match GPU 'Z999'"),
+    ],
+)
+def test_bad_values_in_a_validation_file(cli, write, old: str, new: str, fragment: str) -> None:
+    shipped = next(p for p in default_files() if p.name == "collectives.csv").read_text(encoding="utf-8")
+    assert old in shipped
+    path = write("bad.csv", shipped.replace(old, new, 1))
+    line = one_error_line(cli("validate", str(path)))
+    assert fragment in line
+    assert line.count(str(path)) == 1  # the file is named once

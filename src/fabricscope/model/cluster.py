@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from fabricscope.errors import ConfigError, UsageError, closest
+from fabricscope.errors import ConfigError, UsageError
 from fabricscope.model import hardware
 from fabricscope.model.hardware import GPU, NIC, GPULink, PCIe, Storage, Transport
 from fabricscope.model.userfile import FORBID_EXTRA, InvalidValue, build, read_toml
@@ -234,13 +234,13 @@ def load_cluster(text: str) -> Cluster:
         data = read_toml(path)
         name = path.stem
     else:
-        if text not in presets():
+        name = text.strip().lower()
+        if name not in presets():
             raise UsageError(
-                f"unknown cluster {text!r}{closest(text, presets())}: use a preset "
+                f"unknown cluster {text!r}{hardware.suggest(text, presets())}: use a preset "
                 f"({', '.join(presets())}) or the path of a cluster TOML file"
             )
-        source = f"{text}.toml"
+        source = f"{name}.toml"
         data = read_toml(str(_presets_dir() / source))
-        name = text
     spec = build(ClusterSpec, data, source=source)
     return resolve(spec, name=name, source=source)

@@ -1,30 +1,49 @@
 """How long a collective takes: NCCL's alpha-beta cost model, per algorithm and protocol.
 
 Every function takes a :class:`~fabricscope.model.fabric.Fabric` and sizes that
-may be numpy arrays, and yields ``(algorithm, protocol, seconds)`` for each
-candidate that applies (inapplicable ones are ``inf``); :func:`fastest` keeps
-the minimum, as NCCL's tuner picks the algorithm and protocol with the lowest
-predicted time.  The same code prices one row of ``predict`` and a million
-configurations of ``plan``.
+may be numpy arrays, and yields ``(algorithm, protocol, seconds, penalty)`` for
+each candidate that applies (inapplicable ones are ``inf``).  ``seconds`` is
+the prediction; ``seconds + penalty`` is what NCCL's tuner ranks the candidate
+by, so :func:`fastest` and :func:`choose` pick what NCCL would run and report
+how long that takes.  The same code prices one row of ``predict`` and a
+million configurations of ``plan``.
 
 Constants are NCCL's (``src/graph/tuning.cc`` at master 5067397c, see
 shared/reference/modeling.md): base and per-hop latencies per algorithm and
-protocol, protocol bandwidth factors (LL carries 4 payload bytes per 8, LL128
-120 per 128), tree and CollNet derating.  Two choices are fabricscope's own:
+protocol (the network overhead of inter-node ring steps, the Tree network
+latency when a ring has one rank per node), protocol bandwidth factors (LL
+carries 4 payload bytes per 8, LL128 120 per 128), the LL bandwidth ceiling per
+architecture and node count, the per-channel ceilings of LL128 rings and of
+NVLS trees, tree and CollNet derating, and PAT.  NCCL runs one ring or tree
+channel per NIC across nodes, so a channel ceiling times the NICs a group uses
+caps its bandwidth.
 
-* NVLS latency is two NVLink hops at NCCL's Simple per-hop latency (one switch
-  round trip for the in-switch reduce, one for the multicast), not the 25 us
-  that NCCL's table charges to keep NVLS off small messages;
+NCCL's tuner also ranks candidates with terms that steer its choice: 25 us of
+NVLink latency for NVLS (which keeps NVLS off small messages), the 1.4x
+"plateau" on Simple ring all-reduce latency across nodes and the tree
+correction for medium sizes.  They are each candidate's ``penalty``: the
+choice is NCCL's, the predicted time is the plain alpha-beta model, which
+matches the measurements better (NVLS: two NVLink hops at NCCL's Simple hop
+latency, 6.8 us, against 6 us measured with NVLS forced on 2 H100, NVIDIA/nccl
+issue 1259; 3 HGX A100 nodes: -12% average busbw with the corrections in the
+time, -9% without, against nccl-tests issue 119).  Choices that are
+fabricscope's own:
+
 * the hierarchical algorithm is the classic two-level one (intra-node
   reduce-scatter, inter-node ring all-reduce of 1/g of the data over each GPU's
-  share of the NICs, intra-node all-gather) with phases run one after another.
+  share of the NICs, intra-node all-gather) with phases run one after another;
+* an oversubscribed leaf slows every algorithm whose traffic leaves the leaf:
+  ranks are taken as spread over leaves without regard to the ring or tree
+  order (what a scheduler that does not know the topology gives), so a share
+  ``1 - leaf nodes / nodes`` of the traffic crosses the uplinks.
 
 n ranks in a group, g of them per node (``ppn``) on N nodes.  Bandwidth of a
 ring is its slowest hop: min(intra-node, the node's NICs).  A double binary
 tree moves each byte across the network once on exactly two nodes and twice on
 more (so its busbw can exceed the wire on two nodes); inside the node its chain
-sends every byte up and every byte back down through each GPU (2n each way).  In-network reduction
-(SHARP, NVLS) sends and receives each byte once.
+sends every byte up and every byte back down through each GPU (2n each way).
+In-network reduction (SHARP, NVLS) sends and receives each byte once.  A
+collective of zero bytes returns at once, as NCCL does.
 """
 
 from __future__ import annotations
@@ -41,89 +60,168 @@ __all__ = [
     "NCCL_ALGORITHMS",
     "PROTOCOLS",
     "Candidate",
+    "all_reduce",
     "candidates",
     "choose",
     "fastest",
+    "net_hop",
+    "point_to_point",
+    "ring_like",
 ]
 
 ALGORITHMS = ("ring", "tree", "hier", "nvls", "sharp")
-NCCL_ALGORITHMS = ("ring", "tree", "nvls", "sharp", "p2p")
+"""What ``predict --algo`` can force for all_reduce (``nvls`` includes NVLS trees across nodes)."""
+NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvlstree", "sharp", "pat", "p2p")
 """What NCCL's tuner chooses among; ``hier`` (Horovod-style two-level) runs only when asked for."""
 PROTOCOLS = ("LL", "LL128", "Simple")
+LL, LL128, SIMPLE = 0, 1, 2
 
 Num = Any
-Candidate = tuple[str, str, Any]
-"""(algorithm, protocol, seconds)."""
+Candidate = tuple[str, str, Any, Any]
+"""(algorithm, protocol, seconds, tuner penalty in seconds)."""
 
 # --- NCCL tuning.cc constants, indexed by protocol (LL, LL128, Simple) ---------------
 BASE_US = {"ring": (6.6, 14.0, 8.4), "tree": (6.8, 14.0, 8.4)}
 HOP_NVLINK_US = {"ring": (0.6, 1.9, 3.4), "tree": (0.6, 1.25, 4.0)}
 HOP_PCI_US = {"ring": (1.0, 2.5, 5.7), "tree": (1.0, 1.9, 4.0)}
 HOP_NET_US = {"ring": (2.7, 4.0, 14.0), "tree": (5.0, 8.5, 14.0)}
+NET_OVERHEAD_US = 1.0
+"""Posting a network send on an Intel host (x3 for Simple), the floor of an inter-node ring step."""
 BW_FACTOR = {
     "ring": (0.5, 0.92, 1.0),
     "tree": (0.92 / 3.8, 0.92 * 120 / 128, 0.92),
 }
+PLATEAU = np.array([1.9, 1.4, 1.4, 1.4])
+"""The tuner ranks Simple ring all-reduce across nodes at its latency x this (Volta, Ampere,
+Hopper, Blackwell); a ranking term only, see the module docstring."""
 COLLNET_HOP_INTRA_US = 3.7
 COLLNET_PER_RANK_US = 0.4
 COLLNET_NET_US = 31.0
 COLLNET_FACTOR = 0.85
+NVLS_TUNER_US = 25.0
+"""The tuner's NVLink latency of NVLS and NVLS trees (the whole intra-node part); ranking only."""
+NVLS_NET_US = 18.0
 NVLS_TREE_NET_US = 20.9
 NVLS_HOPS = 2
 """NVLS: one NVSwitch round trip to reduce, one to multicast, at NCCL's Simple NVLink hop latency."""
+NVLS_PHYSICAL_US = NVLS_HOPS * HOP_NVLINK_US["ring"][SIMPLE]
+PAT_BASE_US = 8.0
+PAT_NET_US = 14.0
+PAT_PER_RANK_US = 2.8
+PAT_FACTOR = 0.75
+
+# Per-architecture ceilings, rows Volta, Ampere, Hopper, Blackwell (GB/s of bus bandwidth).
+LL_MAX_ONE_NODE = np.array([39.0, 87.7, 141.0, 282.0])
+LL_MAX_TWO_NODES = 39.0
+LL_MAX_MORE_NODES = 20.4
+"""llMaxBws: one node by GPU; across nodes by host CPU (Intel: 39.0 on two nodes, 20.4 beyond)."""
+RING_LL128_PER_CHANNEL = np.array([20.0, 20.0, 36.7, 40.0])
+NVLS_TREE_PER_CHANNEL = np.array([[0.0, 0.0], [0.0, 0.0], [57.7, 45.5], [96.0, 80.0]])
+"""perChMaxNVLSTreeBws on two nodes and on more."""
+# fmt: off
+TREE_CORRECTION = np.array([
+    [1.0, 1.0, 1.0, 1.0, 0.9, 0.8, 0.7, 0.7, 0.7, 0.7, 0.6, 0.5, 0.4, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.0, 1.0, 1.0],
+    [1.0, 1.0, 1.0, 1.0, 1.0, 0.9, 0.8, 0.8, 0.8, 0.7, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.8, 0.9, 0.9, 0.9, 0.9, 1.0, 1.0],
+    [0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.8, 0.7, 0.6, 0.6, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8, 0.7, 0.7, 0.8, 0.9, 0.9],
+])
+# fmt: on
+"""treeCorrectionFactor: the tuner ranks tree all-reduce at its bandwidth x this, at
+log2(bytes/64) = 0..22 (1 beyond); a ranking term only, see the module docstring."""
 
 
-def _select(condition: Num, if_true: Num, if_false: Num) -> Num:
-    return np.where(condition, if_true, if_false)
-
-
-def _hops(fab: Fabric, algo: str, proto: int) -> tuple[Num, Num]:
-    """(intra-node hop, network hop) latency in us for one step."""
-    intra = np.where(fab.intra_pcie, HOP_PCI_US[algo][proto], HOP_NVLINK_US[algo][proto])
-    return intra, HOP_NET_US[algo][proto] + fab.net_extra_us
-
-
-def _protocols(fab: Fabric) -> Iterator[tuple[int, str, Num]]:
-    """(index, name, availability) of each protocol: NCCL runs LL128 only over NVLink."""
-    for index, name in enumerate(PROTOCOLS):
-        yield index, name, (1 - fab.intra_pcie) if name == "LL128" else 1.0
-
-
-def _seconds(lat_us: Num, nbytes: Num, gbps: Num) -> Num:
-    return lat_us * 1e-6 + nbytes / (np.maximum(gbps, 1e-12) * 1e9)
+def _arch(fab: Fabric) -> Num:
+    return np.asarray(fab.arch, dtype=int)
 
 
 def _gate(ok: Num, seconds: Num) -> Num:
     return np.where(ok, seconds, np.inf)
 
 
-def _ring_lat(fab: Fabric, proto: int, steps: Num, inter_steps: Num) -> Num:
-    hop_intra, hop_net = _hops(fab, "ring", proto)
-    return BASE_US["ring"][proto] + (steps - inter_steps) * hop_intra + inter_steps * hop_net
+def _seconds(lat_us: Num, nbytes: Num, gbps: Num) -> Num:
+    return lat_us * 1e-6 + nbytes / (np.maximum(gbps, 1e-12) * 1e9)
 
 
-def _ring_bw(fab: Fabric, ppn: Num, nodes: Num, node_net: Num) -> Num:
-    intra = np.where(ppn > 1, fab.intra_gbps, np.inf)
-    return np.minimum(intra, np.where(nodes > 1, node_net, np.inf))
+def _done(nbytes: Num, ranks: Num, seconds: Num) -> Num:
+    """Nothing to move, or nobody to move it to: NCCL returns at once."""
+    return np.where((nbytes > 0) & (ranks > 1), seconds, 0.0)
+
+
+def _intra_hop(fab: Fabric, algo: str, proto: int) -> Num:
+    return np.where(fab.intra_pcie, HOP_PCI_US[algo][proto], HOP_NVLINK_US[algo][proto])
+
+
+def net_hop(fab: Fabric, algo: str, proto: int) -> Num:
+    """A network step's latency: NCCL's constant plus what the fabric adds (never below zero,
+    whatever a what-if subtracts)."""
+    return np.maximum(HOP_NET_US[algo][proto] + fab.net_extra_us, 0.0)
+
+
+def _ll128_ok(fab: Fabric) -> Num:
+    """NCCL runs LL128 only where the GPUs of a node talk over NVLink."""
+    return fab.intra_pcie == 0
 
 
 def _cross_slowdown(fab: Fabric, nodes: Num) -> Num:
-    """Share of traffic that leaves a leaf, times oversubscription (>= 1): trees, all-to-all."""
+    """Share of traffic that leaves a leaf, times oversubscription (>= 1)."""
     leaving = np.where(nodes > fab.nodes_per_leaf, 1.0 - fab.nodes_per_leaf / np.maximum(nodes, 1), 0.0)
     return np.maximum(1.0, fab.oversubscription * leaving)
 
 
-def _all_reduce_in_node(fab: Fabric, nbytes: Num, ppn: Num) -> Iterator[Candidate]:
-    """All-reduce inside one node: ring and NVLS only, no network term (the fast path of TP)."""
-    for proto, name, available in _protocols(fab):
-        hop_intra, _ = _hops(fab, "ring", proto)
-        lat = BASE_US["ring"][proto] + 2 * (ppn - 1) * hop_intra
-        seconds = _seconds(lat, 2 * (ppn - 1) / ppn * nbytes, fab.intra_gbps * BW_FACTOR["ring"][proto])
-        yield "ring", name, np.where(ppn > 1, _gate(available > 0, seconds), 0.0)
-    simple = PROTOCOLS.index("Simple")
-    lat = NVLS_HOPS * HOP_NVLINK_US["ring"][simple]
-    seconds = _seconds(lat, nbytes * (ppn + 1) / ppn, fab.intra_gbps * fab.nvls_eff)
-    yield "nvls", "Simple", _gate((fab.nvls_eff > 0) & (ppn > 1), seconds)
+def _network(fab: Fabric, nodes: Num, node_net: Num | None) -> tuple[Num, Num]:
+    """(GB/s a group gets from the network per node after the uplinks, the NICs it uses)."""
+    net = fab.node_net_gbps if node_net is None else node_net
+    channels = np.maximum(net / np.maximum(fab.nic_gbps, 1e-12), 1.0)
+    return net / _cross_slowdown(fab, nodes), channels
+
+
+def _ll_max(fab: Fabric, nodes: Num) -> Num:
+    return np.where(nodes <= 1, LL_MAX_ONE_NODE[_arch(fab)], np.where(nodes <= 2, LL_MAX_TWO_NODES, LL_MAX_MORE_NODES))
+
+
+def _ring_latency_us(fab: Fabric, proto: int, ppn: Num, nodes: Num, steps: Num, inter_steps: Num) -> Num:
+    """NCCL's ring latency: base + intra-node steps + network steps."""
+    multi = nodes > 1
+    overhead = np.where(multi, NET_OVERHEAD_US * (3.0 if proto == SIMPLE else 1.0), 0.0)
+    hop_intra = np.maximum(_intra_hop(fab, "ring", proto), overhead)
+    # With one rank per node every step is a network step, priced at the Tree network latency.
+    hop_net = np.where(ppn <= 1, net_hop(fab, "tree", proto), net_hop(fab, "ring", proto))
+    return BASE_US["ring"][proto] + (steps - inter_steps) * hop_intra + inter_steps * hop_net
+
+
+def _ring(
+    fab: Fabric,
+    moved: Num,
+    ppn: Num,
+    nodes: Num,
+    node_net: Num | None,
+    *,
+    steps: Num,
+    inter_steps: Num,
+    plateau_bytes: Num | None = None,
+) -> Iterator[Candidate]:
+    """A ring moving ``moved`` bytes per rank in ``steps`` steps, ``inter_steps`` of them between nodes."""
+    multi = nodes > 1
+    net, channels = _network(fab, nodes, node_net)
+    bw = np.minimum(np.where(ppn > 1, fab.intra_gbps, np.inf), np.where(multi, net, np.inf))
+    caps = (
+        _ll_max(fab, nodes),
+        np.where(multi, channels * RING_LL128_PER_CHANNEL[_arch(fab)], np.inf),
+        np.inf,
+    )
+    for proto, name in enumerate(PROTOCOLS):
+        lat = _ring_latency_us(fab, proto, ppn, nodes, steps, inter_steps)
+        penalty: Num = 0.0
+        if plateau_bytes is not None and proto == SIMPLE:
+            plateau = multi & (plateau_bytes >= 64.0 * ppn * nodes * channels)
+            penalty = np.where(plateau, PLATEAU[_arch(fab)] - 1.0, 0.0) * lat * 1e-6
+        gbps = np.minimum(bw * BW_FACTOR["ring"][proto], caps[proto])
+        seconds = _seconds(lat, moved, gbps)
+        yield "ring", name, _gate(_ll128_ok(fab), seconds) if proto == LL128 else seconds, penalty
+
+
+def _tree_correction(nbytes: Num, proto: int) -> Num:
+    index = np.floor(np.log2(np.maximum(nbytes / 64.0, 1.0)))
+    return np.where(index < 23, TREE_CORRECTION[proto][np.minimum(index, 22).astype(int)], 1.0)
 
 
 def all_reduce(
@@ -134,72 +232,96 @@ def all_reduce(
     ``node_net`` is the network bandwidth (GB/s) this group gets per node; by
     default all of the node's NICs.
     """
-    if np.ndim(nodes) == 0 and nodes <= 1:
-        yield from _all_reduce_in_node(fab, nbytes, ppn)
-        return
-    net = fab.node_net_gbps if node_net is None else node_net
     p = ppn * nodes
     multi = nodes > 1
+    net, channels = _network(fab, nodes, node_net)
+    inter_steps = np.where(multi, 2 * (nodes - 1), 0)
+    for algo, label, seconds, penalty in _ring(
+        fab,
+        2 * (p - 1) / p * nbytes,
+        ppn,
+        nodes,
+        node_net,
+        steps=2 * (p - 1),
+        inter_steps=inter_steps,
+        plateau_bytes=nbytes,
+    ):
+        yield algo, label, _done(nbytes, p, seconds), penalty
+
     tree_bytes = nbytes * np.where(nodes == 2, 1.0, 2.0)
-    tree_net = net / _cross_slowdown(fab, nodes)
     log_nodes = np.log2(np.maximum(nodes, 1))
-    ring_bw = _ring_bw(fab, ppn, nodes, net)
-    for proto, name, available in _protocols(fab):
-        ok = (p > 1) & (available > 0)
-        lat = _ring_lat(fab, proto, 2 * (p - 1), np.where(multi, 2 * (nodes - 1), 0))
-        factor = BW_FACTOR["ring"][proto]
-        yield (
-            "ring",
-            name,
-            np.where(p > 1, _gate(ok, _seconds(lat, 2 * (p - 1) / p * nbytes, ring_bw * factor)), 0.0),
+    ll_max = _ll_max(fab, nodes)
+    intra_t = np.where(ppn > 1, 2.0 * nbytes / (fab.intra_gbps * 1e9), 0.0)
+    inter_t = tree_bytes / (np.maximum(net, 1e-12) * 1e9)
+    for proto, name in enumerate(PROTOCOLS):
+        lat = BASE_US["tree"][proto] + 2 * (
+            (ppn - 1) * _intra_hop(fab, "tree", proto) + log_nodes * net_hop(fab, "tree", proto)
         )
+        moving = np.maximum(intra_t, inter_t) / BW_FACTOR["tree"][proto]
+        if proto == LL:
+            moving = np.maximum(moving, 2.0 * nbytes / (ll_max * 1e9))
+        ok = multi & (_ll128_ok(fab) if proto == LL128 else True)
+        penalty = moving * (1.0 / _tree_correction(nbytes, proto) - 1.0)
+        yield "tree", name, _done(nbytes, p, _gate(ok, lat * 1e-6 + moving)), penalty
 
-        hop_intra, hop_net = _hops(fab, "tree", proto)
-        lat = BASE_US["tree"][proto] + 2 * ((ppn - 1) * hop_intra + log_nodes * hop_net)
-        per_gbps = BW_FACTOR["tree"][proto]
-        intra_t = np.where(ppn > 1, 2.0 * nbytes / (fab.intra_gbps * 1e9), 0.0)
-        inter_t = tree_bytes / (np.maximum(tree_net, 1e-12) * 1e9)
-        yield "tree", name, _gate(ok & multi, lat * 1e-6 + np.maximum(intra_t, inter_t) / per_gbps)
-
-        if include_hier:
-            intra_bw = fab.intra_gbps * factor
-            hier_t = 2 * (ppn - 1) / ppn * nbytes / (intra_bw * 1e9) + 2 * (nodes - 1) / nodes * nbytes / (
-                np.maximum(net * factor, 1e-12) * 1e9
+    if include_hier:
+        for proto, name in enumerate(PROTOCOLS):
+            factor = BW_FACTOR["ring"][proto]
+            hier_t = 2 * (ppn - 1) / ppn * nbytes / (fab.intra_gbps * factor * 1e9) + 2 * (nodes - 1) / nodes * (
+                nbytes / (np.maximum(net * factor, 1e-12) * 1e9)
             )
-            lat = _ring_lat(fab, proto, 2 * (p - 1), 2 * (nodes - 1))
-            yield "hier", name, _gate(ok & multi & (ppn > 1), lat * 1e-6 + hier_t)
+            lat = _ring_latency_us(fab, proto, ppn, nodes, 2 * (p - 1), inter_steps)
+            ok = multi & (ppn > 1) & (_ll128_ok(fab) if proto == LL128 else True)
+            yield "hier", name, _done(nbytes, p, _gate(ok, lat * 1e-6 + hier_t)), 0.0
 
-    simple = PROTOCOLS.index("Simple")
+    # NVLS: in-switch reduce and multicast inside the node; across nodes SHARP (nvls) or a tree.
     nvls_ok = (fab.nvls_eff > 0) & (ppn > 1)
     nvls_intra = nbytes * (ppn + 1) / ppn / (np.maximum(fab.intra_gbps * fab.nvls_eff, 1e-12) * 1e9)
-    nvls_inter = np.where(multi, tree_bytes / (np.maximum(tree_net, 1e-12) * 1e9), 0.0)
-    lat = NVLS_HOPS * HOP_NVLINK_US["ring"][simple] + np.where(
-        multi, 2 * log_nodes * (NVLS_TREE_NET_US + fab.net_extra_us), 0
+    penalty = (NVLS_TUNER_US - NVLS_PHYSICAL_US) * 1e-6
+    sharp_net = np.where(multi, np.maximum(NVLS_NET_US + fab.net_extra_us, 0.0), 0.0)
+    sharp_inter = np.where(multi, nbytes / (np.maximum(net, 1e-12) * 1e9), 0.0)
+    seconds = (NVLS_PHYSICAL_US + sharp_net) * 1e-6 + np.maximum(nvls_intra, sharp_inter)
+    yield (
+        "nvls",
+        "Simple",
+        _done(nbytes, p, _gate(nvls_ok & ((fab.sharp > 0) | np.logical_not(multi)), seconds)),
+        penalty,
     )
-    yield "nvls", "Simple", _gate(nvls_ok, lat * 1e-6 + np.maximum(nvls_intra, nvls_inter))
+    heads = np.minimum(channels, ppn)
+    cap: Num = heads * NVLS_TREE_PER_CHANNEL[_arch(fab), np.where(nodes <= 2, 0, 1)]
+    capped = 2 * (p - 1) / p * nbytes / (np.maximum(cap, 1e-12) * 1e9)
+    lat = NVLS_PHYSICAL_US + 2 * log_nodes * np.maximum(NVLS_TREE_NET_US + fab.net_extra_us, 0.0)
+    seconds = lat * 1e-6 + np.maximum(np.maximum(nvls_intra, inter_t), capped)
+    yield "nvlstree", "Simple", _done(nbytes, p, _gate(nvls_ok & multi & (cap > 0), seconds)), penalty
 
-    sharp_ok = (fab.sharp > 0) & multi
     lat = 2 * (np.minimum(1, ppn - 1) * COLLNET_HOP_INTRA_US + (ppn - 1) * COLLNET_PER_RANK_US) + (
-        COLLNET_NET_US + fab.net_extra_us
+        np.maximum(COLLNET_NET_US + fab.net_extra_us, 0.0)
     )
     sharp_intra = 2 * (ppn - 1) / ppn * nbytes / (fab.intra_gbps * 1e9)
     sharp_inter = nbytes / (np.maximum(net * COLLNET_FACTOR, 1e-12) * 1e9)
-    yield "sharp", "Simple", _gate(sharp_ok, lat * 1e-6 + np.maximum(sharp_intra, sharp_inter))
+    seconds = lat * 1e-6 + np.maximum(sharp_intra, sharp_inter)
+    yield "sharp", "Simple", _done(nbytes, p, _gate((fab.sharp > 0) & multi, seconds)), 0.0
 
 
 def ring_like(
     fab: Fabric, total_bytes: Num, ppn: Num, nodes: Num, *, chain: bool = False, node_net: Num | None = None
 ) -> Iterator[Candidate]:
     """All-gather or reduce-scatter over a ring of n ranks (each rank moves (n-1)/n of the
-    total), or with ``chain`` broadcast or reduce (a pipelined chain moves all of it)."""
-    net = fab.node_net_gbps if node_net is None else node_net
+    total), or with ``chain`` broadcast or reduce (a pipelined chain moves all of it).
+
+    All-gather and reduce-scatter with one rank per node may also run NCCL's PAT
+    (log-depth, 0.75 of the ring's bandwidth, 2.8 us per rank).
+    """
     p = ppn * nodes
-    bw = _ring_bw(fab, ppn, nodes, net)
     moved = total_bytes if chain else total_bytes * (p - 1) / p
-    for proto, name, available in _protocols(fab):
-        lat = _ring_lat(fab, proto, p - 1, nodes - 1)
-        seconds = _seconds(lat, moved, bw * BW_FACTOR["ring"][proto])
-        yield "ring", name, np.where(p > 1, _gate(available > 0, seconds), 0.0)
+    for algo, label, seconds, penalty in _ring(fab, moved, ppn, nodes, node_net, steps=p - 1, inter_steps=nodes - 1):
+        yield algo, label, _done(total_bytes, p, seconds), penalty
+    if not chain:
+        net, _ = _network(fab, nodes, node_net)
+        hop = np.maximum(PAT_NET_US + fab.net_extra_us, 0.0)
+        lat = PAT_BASE_US + np.log2(np.maximum(nodes, 1)) * hop / 3.5 + p * PAT_PER_RANK_US
+        seconds = _seconds(lat, total_bytes, net * PAT_FACTOR)
+        yield "pat", "Simple", _done(total_bytes, p, _gate((ppn <= 1) & (nodes > 1), seconds)), 0.0
 
 
 def point_to_point(fab: Fabric, total_bytes: Num, ppn: Num, nodes: Num, *, pattern: str) -> Iterator[Candidate]:
@@ -211,20 +333,20 @@ def point_to_point(fab: Fabric, total_bytes: Num, ppn: Num, nodes: Num, *, patte
     """
     p = ppn * nodes
     multi = nodes > 1
-    for proto, name in ((0, "LL"), (2, "Simple")):
-        hop_intra, hop_net = _hops(fab, "ring", proto)
-        lat = BASE_US["ring"][proto] + _select(multi, hop_net, hop_intra)
+    for proto in (LL, SIMPLE):
+        hop: Num = np.where(multi, net_hop(fab, "ring", proto), _intra_hop(fab, "ring", proto))
+        lat = BASE_US["ring"][proto] + hop
         factor = BW_FACTOR["ring"][proto]
         if pattern == "alltoall":
             intra_bytes = total_bytes * (ppn - 1) / p
             inter_node_bytes = total_bytes * ppn * (p - ppn) / p
-            net = fab.node_net_gbps / _cross_slowdown(fab, nodes)
+            net, _ = _network(fab, nodes, None)
             seconds = np.maximum(
                 intra_bytes / (fab.intra_gbps * factor * 1e9),
                 inter_node_bytes / (np.maximum(net * factor, 1e-12) * 1e9),
             )
         elif pattern == "sendrecv":
-            bw = _select(multi, np.minimum(fab.intra_gbps, fab.nic_gbps), fab.intra_gbps)
+            bw: Num = np.where(multi, np.minimum(fab.intra_gbps, fab.nic_gbps), fab.intra_gbps)
             seconds = total_bytes / (bw * factor * 1e9)
         else:
             intra_bytes = total_bytes * (ppn - 1) / p
@@ -233,7 +355,7 @@ def point_to_point(fab: Fabric, total_bytes: Num, ppn: Num, nodes: Num, *, patte
                 intra_bytes / (fab.intra_gbps * factor * 1e9),
                 inter_bytes / (np.maximum(fab.nic_gbps * factor, 1e-12) * 1e9),
             )
-        yield "p2p", name, np.where(p > 1, lat * 1e-6 + seconds, 0.0)
+        yield "p2p", PROTOCOLS[proto], _done(total_bytes, p, lat * 1e-6 + seconds), 0.0
 
 
 def candidates(op: str, fab: Fabric, size: Num, ppn: Num, nodes: Num) -> Iterator[Candidate]:
@@ -249,26 +371,45 @@ def candidates(op: str, fab: Fabric, size: Num, ppn: Num, nodes: Num) -> Iterato
     raise ValueError(f"no cost model for op {op!r}")
 
 
+def _matches(algo: str, wanted: str | None) -> bool:
+    """NCCL's candidates, or the ones of a forced algorithm (``nvls`` covers NVLS trees)."""
+    if wanted is None:
+        return algo in NCCL_ALGORITHMS
+    return algo == wanted or (wanted == "nvls" and algo == "nvlstree")
+
+
 def fastest(found: Iterator[Candidate]) -> Num:
-    """The lowest time over NCCL's candidates, elementwise (what NCCL's tuner would run)."""
+    """Seconds of the candidate NCCL's tuner would run, elementwise."""
     best: Num = np.inf
-    for algo, _, seconds in found:
-        if algo in NCCL_ALGORITHMS:
-            best = np.minimum(best, seconds)
+    best_cost: Num = np.inf
+    for algo, _, seconds, penalty in found:
+        if algo not in NCCL_ALGORITHMS:
+            continue
+        if np.ndim(penalty) or penalty:
+            cost = seconds + penalty
+            better = cost < best_cost
+            best = np.where(better, seconds, best)
+            best_cost = np.where(better, cost, best_cost)
+        else:
+            better = seconds < best_cost
+            best = np.where(better, seconds, best)
+            best_cost = np.where(better, seconds, best_cost)
     return best
 
 
 def choose(found: Iterator[Candidate], algo: str | None = None) -> tuple[Num, list[str]]:
-    """(seconds, ["ring/LL128", ...]) of the fastest candidate, optionally of one algorithm only.
+    """(seconds, ["ring/LL128", ...]) of NCCL's choice, or of the fastest run of one algorithm.
 
-    Without ``algo`` the choice is NCCL's (no ``hier``).  Works elementwise on arrays; the
-    label list is flat, in C order.
+    Without ``algo`` the choice is NCCL's tuner's (no ``hier``).  Works elementwise on arrays;
+    the label list is flat, in C order.
     """
-    items = [c for c in found if (c[0] in NCCL_ALGORITHMS if algo is None else c[0] == algo)]
+    items = [c for c in found if _matches(c[0], algo)]
     if not items:
         return np.inf, []
-    times = np.stack(np.broadcast_arrays(*[np.asarray(c[2], dtype=float) for c in items]))
-    index = np.argmin(times, axis=0)
+    both = np.broadcast_arrays(*[np.asarray(c[2], dtype=float) for c in items], *[np.asarray(c[3]) for c in items])
+    times, costs = np.stack(both[: len(items)]), np.stack(both[len(items) :])
+    costs = costs + times
+    index = np.argmin(costs, axis=0)
     best = np.take_along_axis(times, index[None, ...], axis=0)[0]
     labels = [f"{items[i][0]}/{items[i][1]}" for i in np.ravel(index)]
     return best, labels

@@ -47,6 +47,11 @@ def _int(value: str | None, flag: str, *, minimum: int = 1) -> int:
     return number
 
 
+def _given(value: str | None, flag: str, *, minimum: int = 1) -> int | None:
+    """A whole-number flag the user may leave out (None: open to the search)."""
+    return None if value is None else _int(value, flag, minimum=minimum)
+
+
 def _float(value: str | None, flag: str, *, minimum: float = 0.0) -> float:
     try:
         number = float(str(value))
@@ -71,6 +76,19 @@ def _load_cluster(args: argparse.Namespace) -> Any:
 
 def _json_option(p: argparse.ArgumentParser, kind: str) -> None:
     p.add_argument("--json", default=None, metavar="FILE", help=f"write a Result (kind {kind})")
+
+
+def _check_output(path: str | None) -> None:
+    """Refuse, before any work, a --json file whose folder does not exist."""
+    import os
+
+    if not path:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise _usage(f"--json {path}: the folder {folder} does not exist")
+    if os.path.isdir(path):
+        raise _usage(f"--json {path}: is a folder, not a file")
 
 
 def _precision_option(p: argparse.ArgumentParser) -> None:
@@ -146,6 +164,7 @@ def run_predict(args: argparse.Namespace) -> int:
     algo = args.algo.strip().lower()
     if algo not in ALGO_CHOICES:
         raise _usage(f"unknown --algo {args.algo!r}{closest(algo, ALGO_CHOICES)}: use {', '.join(ALGO_CHOICES)}")
+    _check_output(args.json)
     cluster = _load_cluster(args)
     factor = (
         (1 if args.stepbytes is not None else 2)
@@ -234,7 +253,9 @@ examples:
   fabricscope estimate --model resnet50 --cluster lab-8gpu-1gbe-hdd
   fabricscope estimate --model llama-7b --cluster v100-100gbe-tcp --precision fp16 --ps-servers 4 --zero 0 --tp 1 --pp 1
 
-Without --tp/--pp/--dp fabricscope picks the fastest split that fits in memory.
+Every split flag you leave out (--tp --pp --dp --zero --micro-batch --recompute --interleave
+--sequence-parallel) is chosen by fabricscope: the fastest split that fits in memory among
+those that keep the flags you gave.
 """
 
 
@@ -250,13 +271,18 @@ def _add_estimate(subparsers: Any) -> None:
     _cluster_options(p)
     p.add_argument("--tp", default=None, help="tensor-parallel size (inside a node)")
     p.add_argument("--pp", default=None, help="pipeline stages")
-    p.add_argument("--dp", default=None, help="data-parallel size (default: GPUs / (tp*pp))")
-    p.add_argument("--zero", default="0", help="ZeRO stage 0-3 (3 = FSDP)")
-    p.add_argument("--micro-batch", default="1", help="micro-batch size (default 1)")
+    p.add_argument("--dp", default=None, help="data-parallel size")
+    p.add_argument("--zero", default=None, help="ZeRO stage 0-3 (3 = FSDP)")
+    p.add_argument("--micro-batch", default=None, help="micro-batch size")
     p.add_argument("--global-batch", default=None, help="sequences or samples per step (default: the model's)")
-    p.add_argument("--recompute", default="none", help="activation recomputation: none, selective, full")
-    p.add_argument("--interleave", default="1", help="virtual pipeline stages per GPU (default 1)")
-    p.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism")
+    p.add_argument("--recompute", default=None, help="activation recomputation: none, selective, full")
+    p.add_argument("--interleave", default=None, help="virtual pipeline stages per GPU")
+    p.add_argument(
+        "--sequence-parallel",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Megatron sequence parallelism (default: on with tensor parallelism)",
+    )
     _precision_option(p)
     p.add_argument("--no-overlap", action="store_true", help="reduce gradients after the backward pass, not during")
     p.add_argument("--ps-servers", default="0", help="use K parameter servers instead of all-reduce")
@@ -269,48 +295,31 @@ def run_estimate(args: argparse.Namespace) -> int:
 
     from fabricscope.model import report
     from fabricscope.model.estimate import best_split, estimate
-    from fabricscope.model.parallel import PRECISIONS, RECOMPUTE, ParallelConfig, as_choice
+    from fabricscope.model.parallel import PRECISIONS, RECOMPUTE, SplitRequest, as_choice
     from fabricscope.model.workload import load_model
 
+    _check_output(args.json)
     model = load_model(args.model)
     cluster = _load_cluster(args)
     precision = as_choice(args.precision, PRECISIONS, "--precision")
     cluster.gpu.peak_flops(precision)
-    batch = _int(args.global_batch, "--global-batch") if args.global_batch is not None else 0
-    overlap = not args.no_overlap
-    chosen = args.tp is None and args.pp is None and args.dp is None
-    if chosen:
-        par = best_split(model, cluster, precision=precision, overlap=overlap, batch=batch)
-        par = dataclasses.replace(par, global_batch=batch, ps_servers=_int(args.ps_servers, "--ps-servers", minimum=0))
-        if par.ps_servers and par.zero:
-            par = dataclasses.replace(par, zero=0)
-    else:
-        tp = _int(args.tp or "1", "--tp")
-        pp = _int(args.pp or "1", "--pp")
-        if args.dp is not None:
-            dp = _int(args.dp, "--dp")
-        elif cluster.gpus % (tp * pp):
-            raise _usage(
-                f"tp*pp = {tp * pp} does not divide the cluster's {cluster.gpus} GPUs: give --dp or change --nodes"
-            )
-        else:
-            dp = cluster.gpus // (tp * pp)
-        par = ParallelConfig(
-            tp=tp,
-            pp=pp,
-            dp=dp,
-            zero=_int(args.zero, "--zero", minimum=0),
-            micro_batch=_int(args.micro_batch, "--micro-batch"),
-            global_batch=batch,
-            recompute=as_choice(args.recompute, RECOMPUTE, "--recompute"),
-            interleave=_int(args.interleave, "--interleave"),
-            sequence_parallel=args.sequence_parallel,
-            precision=precision,
-            dp_overlap=overlap,
-            ps_servers=_int(args.ps_servers, "--ps-servers", minimum=0),
-        )
-    result = estimate(model, cluster, par)
-    _print(report.estimate_lines(result, chosen=chosen))
+    request = SplitRequest(
+        tp=_given(args.tp, "--tp"),
+        pp=_given(args.pp, "--pp"),
+        dp=_given(args.dp, "--dp"),
+        zero=_given(args.zero, "--zero", minimum=0),
+        micro_batch=_given(args.micro_batch, "--micro-batch"),
+        recompute=None if args.recompute is None else as_choice(args.recompute, RECOMPUTE, "--recompute"),
+        interleave=_given(args.interleave, "--interleave"),
+        sequence_parallel=args.sequence_parallel,
+        global_batch=_given(args.global_batch, "--global-batch") or 0,
+        precision=precision,
+        dp_overlap=not args.no_overlap,
+        ps_servers=_int(args.ps_servers, "--ps-servers", minimum=0),
+    )
+    par = best_split(model, cluster, request)
+    result = estimate(model, cluster, par, chosen=tuple(request.open))
+    _print(report.estimate_lines(result))
     record = result.record()
     _save(
         args.json,
@@ -319,8 +328,8 @@ def run_estimate(args: argparse.Namespace) -> int:
             "model": model.name,
             "cluster": cluster.name,
             "nodes": cluster.nodes,
-            "parallel": dataclasses.asdict(par),
-            "split_chosen_by_fabricscope": chosen,
+            "parallel": dataclasses.asdict(result.parallel),
+            "split_chosen_by_fabricscope": list(result.chosen),
             "cluster_spec": _spec_dict(cluster),
         },
         [record],
@@ -355,6 +364,7 @@ def _add_plan(subparsers: Any) -> None:
     p.add_argument("--scenario", default="research-medium", help="buyer scenario (default research-medium)")
     p.add_argument("--target-util", default=None, help="GPU utilization to reach, 0-1 (default: the scenario's)")
     p.add_argument("--max-latency-us", default=None, help="latency budget of a small all-reduce across the job")
+    p.add_argument("--global-batch", default=None, help="sequences or samples per step (default: the model's)")
     _precision_option(p)
     p.add_argument("--top", default="12", help="frontier rows to print (default 12)")
     _json_option(p, "plan")
@@ -369,6 +379,7 @@ def run_plan(args: argparse.Namespace) -> int:
     from fabricscope.model.planner import LATENCY_PROBE_BYTES, plan
     from fabricscope.model.workload import load_model
 
+    _check_output(args.json)
     model = load_model(args.model)
     target = _float(args.target_util, "--target-util") if args.target_util is not None else None
     if target is not None and not 0 < target <= 1:
@@ -383,6 +394,7 @@ def run_plan(args: argparse.Namespace) -> int:
         target_util=target,
         max_latency_us=budget,
         precision=as_choice(args.precision, PRECISIONS, "--precision"),
+        global_batch=_given(args.global_batch, "--global-batch") or 0,
     )
     seconds = time.perf_counter() - start
     _print(report.plan_lines(result, top=_int(args.top, "--top"), seconds=seconds))
@@ -420,6 +432,7 @@ def run_plan(args: argparse.Namespace) -> int:
             "max_latency_us": result.max_latency_us,
             "latency_probe_bytes": LATENCY_PROBE_BYTES,
             "precision": args.precision,
+            "global_batch": result.batch,
         },
         records,
         {
@@ -452,6 +465,7 @@ def run_validate(args: argparse.Namespace) -> int:
     from fabricscope.model import report
     from fabricscope.model.validation import default_files, summary, validate_file
 
+    _check_output(args.json)
     files = list(args.files) or default_files()
     checks = [check for path in files for check in validate_file(path)]
     _print(report.validate_lines(checks))

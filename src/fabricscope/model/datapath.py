@@ -47,8 +47,9 @@ def link_bps(nic: NIC, transport: Transport, count: int = 1) -> float:
     return count * one * 1e9
 
 
-def data_path(cluster: Cluster, read_bytes: float) -> DataPath:
-    """Storage throughput available to each node of ``cluster`` for reads of ``read_bytes``."""
+def data_path(cluster: Cluster, read_bytes: float, *, link_factor: float = 1.0) -> DataPath:
+    """Storage throughput available to each node of ``cluster`` for reads of ``read_bytes``;
+    ``link_factor`` scales the network links (a what-if)."""
     storage = cluster.storage
     devices = cluster.spec.storage.devices
     media = devices * random_read_bps(
@@ -62,8 +63,10 @@ def data_path(cluster: Cluster, read_bytes: float) -> DataPath:
         return DataPath(
             bps_per_node=media, limit="storage media", media_bps=media, server_link_bps=inf, node_link_bps=inf
         )
-    server = link_bps(cluster.storage_link, cluster.storage_transport, devices if storage.link_per_device else 1)
-    node = link_bps(cluster.nic, cluster.storage_transport, max(cluster.spec.network.nics_per_node, 1))
+    server = link_factor * link_bps(
+        cluster.storage_link, cluster.storage_transport, devices if storage.link_per_device else 1
+    )
+    node = link_factor * link_bps(cluster.nic, cluster.storage_transport, max(cluster.spec.network.nics_per_node, 1))
     shared = min(media, server) / cluster.nodes
     per_node = min(shared, node)
     if per_node == node and node < shared:

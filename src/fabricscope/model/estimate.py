@@ -2,8 +2,8 @@
 
 This is where typed configs (:class:`ModelSpec`, :class:`Cluster`,
 :class:`ParallelConfig`) become the numbers of :mod:`training`, and where the
-one-configuration answer is dressed for people: which part of the step is the
-largest (the bottleneck), and what a faster network would buy.
+one-configuration answer is dressed for people: which part of the step holds it
+back (the bottleneck), and what a faster network would buy.
 """
 
 from __future__ import annotations
@@ -15,17 +15,20 @@ from typing import Any
 
 import numpy as np
 
+from fabricscope.errors import UsageError
 from fabricscope.model import training
 from fabricscope.model.cluster import Cluster
 from fabricscope.model.datapath import TRANSFORMER_READ_BYTES, DataPath, data_path
 from fabricscope.model.fabric import Fabric, fabric_of
 from fabricscope.model.hardware import GPU
-from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, Precision, check_layout
+from fabricscope.model.layouts import layouts
+from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, SplitRequest, check_layout
 from fabricscope.model.training import BREAKDOWN, Device, Job, Shape, Step
 from fabricscope.model.workload import ModelSpec
 
 __all__ = [
     "BOTTLENECKS",
+    "BOTTLENECK_SHARE",
     "SENSITIVITIES",
     "Estimate",
     "best_split",
@@ -36,16 +39,24 @@ __all__ = [
 ]
 
 BOTTLENECKS = {
-    "compute": "compute: the GPUs are busy, the network is not what holds this job back",
+    "compute": "compute: the GPUs are busy; no overhead takes {share} of the step",
     "recompute": "activation recomputation (memory pressure)",
     "tp_comm": "tensor-parallel communication inside the node (NVLink/PCIe)",
     "pp_comm": "pipeline transfers between stages (network)",
     "bubble": "pipeline bubble (too few micro-batches per stage)",
-    "dp_comm": "data-parallel gradient exchange (network)",
+    "dp_comm": "data-parallel communication (network)",
     "optimizer": "optimizer step (memory bandwidth)",
-    "data_stall": "data loading (storage and its network link)",
+    "data_stall": "data loading ({limit})",
 }
-"""What each part of a step means when it is the largest."""
+"""What each part of a step means when it is what holds the step back."""
+BOTTLENECK_SHARE = 0.10
+"""An overhead (any part but compute) of this share of the step or more is the bottleneck;
+below it, compute is."""
+DATA_LIMITS = {
+    "storage media": "the storage devices: seeks and reads",
+    "storage server link": "the storage server's network link",
+    "node link": "the node's network link to storage",
+}
 
 SENSITIVITIES: dict[str, Callable[[Fabric], Fabric]] = {
     "2x network bandwidth": lambda f: dataclasses.replace(f, nic_gbps=f.nic_gbps * 2),
@@ -53,10 +64,13 @@ SENSITIVITIES: dict[str, Callable[[Fabric], Fabric]] = {
     "10 us less network latency": lambda f: dataclasses.replace(f, net_extra_us=f.net_extra_us - 10.0),
     "2x intra-node bandwidth": lambda f: dataclasses.replace(f, intra_gbps=f.intra_gbps * 2),
 }
-"""What-ifs: a changed Fabric each."""
+"""What-ifs: a changed Fabric each ("2x network bandwidth" also doubles the network links to
+storage, see :func:`estimate`)."""
 
 GRAD_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 2.0, "tf32": 4.0, "fp32": 4.0}
 ACT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 2.0, "tf32": 4.0, "fp32": 4.0}
+FLASH_ARCHS = ("ampere", "ada", "hopper", "blackwell", "cdna3")
+"""Architectures FlashAttention runs on (FlashAttention-2 needs Ampere or newer; ROCm builds it for MI300)."""
 
 
 def shape_of(model: ModelSpec) -> Shape:
@@ -112,6 +126,7 @@ def device_for(gpu: GPU, precision: str, data_bps: float = np.inf, cached: float
         grad_bytes=GRAD_BYTES[precision],
         data_bps_per_node=data_bps,
         cached_fraction=cached,
+        flash=1.0 if gpu.arch in FLASH_ARCHS else 0.0,
     )
 
 
@@ -126,11 +141,17 @@ class Estimate:
     model: ModelSpec
     cluster: Cluster
     parallel: ParallelConfig
-    batch: int
+    """The split, with ``global_batch`` the batch the step was priced at."""
     step: Step
     data: DataPath
     sensitivities: dict[str, float] = field(default_factory=dict)
     """What-if name -> step time change in percent (negative is faster)."""
+    chosen: tuple[str, ...] = ()
+    """The knobs of the split fabricscope chose (the user left them open)."""
+
+    @property
+    def batch(self) -> int:
+        return self.parallel.global_batch
 
     @property
     def gpus(self) -> int:
@@ -145,8 +166,22 @@ class Estimate:
 
     @property
     def bottleneck(self) -> str:
-        parts = {name: self.value(name) for name in BREAKDOWN}
-        return max(parts, key=lambda k: parts[k])
+        """The largest overhead (any part but compute) once it takes BOTTLENECK_SHARE of the
+        step; else compute."""
+        overheads = {name: self.value(name) for name in BREAKDOWN if name != "compute"}
+        worst = max(overheads, key=lambda k: overheads[k])
+        return worst if overheads[worst] >= BOTTLENECK_SHARE * self.step_s else "compute"
+
+    @property
+    def bottleneck_text(self) -> str:
+        name = self.bottleneck
+        text = BOTTLENECKS[name].format(share=f"{BOTTLENECK_SHARE:.0%}", limit=DATA_LIMITS[self.data.limit])
+        if name == "compute":
+            overheads = {n: self.value(n) for n in BREAKDOWN if n != "compute"}
+            worst = max(overheads, key=lambda k: overheads[k])
+            if overheads[worst] > 0:
+                text += f" (the largest, {worst}, takes {100 * overheads[worst] / self.step_s:.1f}%)"
+        return text
 
     @property
     def gpu_utilization(self) -> float:
@@ -181,6 +216,7 @@ class Estimate:
             "cluster": self.cluster.name,
             "gpus": self.gpus,
             "parallel": dataclasses.asdict(self.parallel),
+            "chosen_by_fabricscope": list(self.chosen),
             "global_batch": self.batch,
             "step_time_s": self.step_s,
             "gpu_utilization": self.gpu_utilization,
@@ -189,7 +225,7 @@ class Estimate:
             "tokens_per_s": self.tokens_per_s,
             "tflops_per_gpu": self.tflops_per_gpu,
             "bottleneck": self.bottleneck,
-            "bottleneck_text": BOTTLENECKS[self.bottleneck],
+            "bottleneck_text": self.bottleneck_text,
             "breakdown": {name: self.value(name) for name in BREAKDOWN},
             "memory_gb_per_gpu": self.value("memory_bytes") / 1e9,
             "fits_in_memory": self.fits,
@@ -201,60 +237,62 @@ class Estimate:
         }
 
 
-def estimate(model: ModelSpec, cluster: Cluster, par: ParallelConfig, *, what_ifs: bool = True) -> Estimate:
+def _batch(model: ModelSpec, gpus: int, given: int) -> int:
+    return given or model.batch(gpus)
+
+
+def _device(cluster: Cluster, model: ModelSpec, precision: str, link_factor: float = 1.0) -> tuple[Device, DataPath]:
+    path = data_path(cluster, read_bytes(model), link_factor=link_factor)
+    device = device_for(cluster.gpu, precision, path.bps_per_node, cluster.spec.storage.cached_fraction)
+    return device, path
+
+
+def estimate(
+    model: ModelSpec, cluster: Cluster, par: ParallelConfig, *, what_ifs: bool = True, chosen: tuple[str, ...] = ()
+) -> Estimate:
     """Price one step of ``model`` on ``cluster`` split as ``par``."""
-    batch = par.global_batch or model.batch(cluster.gpus)
+    batch = _batch(model, cluster.gpus, par.global_batch)
     check_layout(par, model, gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node, batch=batch)
-    path = data_path(cluster, read_bytes(model))
-    shape = shape_of(model)
-    job = job_of(par, batch)
-    device = device_for(cluster.gpu, par.precision, path.bps_per_node, cluster.spec.storage.cached_fraction)
+    par = dataclasses.replace(par, global_batch=batch)
+    shape, job = shape_of(model), job_of(par, batch)
+    device, path = _device(cluster, model, par.precision)
     fab = fabric_of(cluster)
     result = training.step(shape, job, device, fab)
     changes: dict[str, float] = {}
     if what_ifs:
         base = float(result.step)
-        for name, change in SENSITIVITIES.items():
-            changes[name] = 100.0 * (float(training.step(shape, job, device, change(fab)).step) / base - 1.0)
+
+        def change(dev: Device, changed: Fabric) -> float:
+            return 100.0 * (float(training.step(shape, job, dev, changed).step) / base - 1.0)
+
+        faster_links, _ = _device(cluster, model, par.precision, link_factor=2.0)
+        for name, what_if in SENSITIVITIES.items():
+            changes[name] = change(faster_links if name == "2x network bandwidth" else device, what_if(fab))
         faster_data = dataclasses.replace(device, data_bps_per_node=device.data_bps_per_node * 2)
-        changes["2x storage throughput"] = 100.0 * (
-            float(training.step(shape, job, faster_data, fab).step) / base - 1.0
-        )
+        changes["2x storage throughput"] = change(faster_data, fab)
     return Estimate(
-        model=model, cluster=cluster, parallel=par, batch=batch, step=result, data=path, sensitivities=changes
+        model=model, cluster=cluster, parallel=par, step=result, data=path, sensitivities=changes, chosen=chosen
     )
 
 
-def step_of(model: ModelSpec, cluster: Cluster, par: ParallelConfig, fab: Fabric) -> Step:
-    """The step on a modified Fabric (for what-ifs beyond the built-in ones)."""
-    batch = par.global_batch or model.batch(cluster.gpus)
-    path = data_path(cluster, read_bytes(model))
-    device = device_for(cluster.gpu, par.precision, path.bps_per_node, cluster.spec.storage.cached_fraction)
-    return training.step(shape_of(model), job_of(par, batch), device, fab)
-
-
-def best_split(
-    model: ModelSpec, cluster: Cluster, *, precision: Precision = "bf16", overlap: bool = True, batch: int = 0
-) -> ParallelConfig:
-    """The fastest split of ``model`` over ``cluster`` that fits in memory (what a tuned job runs)."""
-    from fabricscope.errors import UsageError
-    from fabricscope.model.layouts import layouts
-
-    cand = layouts(
-        model,
-        gpus=cluster.gpus,
-        gpus_per_node=cluster.gpus_per_node,
-        precision=precision,
-        overlap=overlap,
-        batch=batch,
-    )
+def best_split(model: ModelSpec, cluster: Cluster, request: SplitRequest | None = None) -> ParallelConfig:
+    """The fastest split of ``model`` over ``cluster`` that fits in memory and keeps what
+    ``request`` fixed (what a tuned job runs).  When only one split is left it is the answer,
+    fitting or not (the estimate says whether it fits)."""
+    req = request or SplitRequest()
+    gpus, per_node = cluster.gpus, cluster.gpus_per_node
+    batch = _batch(model, gpus, req.global_batch)
+    check_layout(req, model, gpus=gpus, gpus_per_node=per_node, batch=batch)
+    cand = layouts(model, gpus=gpus, gpus_per_node=per_node, batch=batch, request=req)
     if not len(cand):
+        fixed = ", ".join(f"--{k.replace('_', '-')} {getattr(req, k)}" for k in req.fixed) or "nothing fixed"
         raise UsageError(
-            f"no way to split {model.name} over {cluster.gpus} GPUs with a global batch of {cand.batch}: "
-            "give --global-batch as a multiple of the GPU count"
+            f"no way to split {model.name} over {gpus} GPUs with a global batch of {batch} ({fixed}): "
+            "give --global-batch as a multiple of the data-parallel size, or change the fixed flags"
         )
-    path = data_path(cluster, read_bytes(model))
-    device = device_for(cluster.gpu, precision, path.bps_per_node, cluster.spec.storage.cached_fraction)
+    if len(cand) == 1:
+        return cand.configs[0]
+    device, _ = _device(cluster, model, req.precision)
     result = training.step(shape_of(model), cand.job, device, fabric_of(cluster))
     fits = np.asarray(result.memory_bytes) <= device.memory_bytes
     total = np.where(fits, np.broadcast_to(result.step, fits.shape), np.inf)
@@ -262,7 +300,7 @@ def best_split(
     if not np.isfinite(total[index]):
         smallest = float(np.min(result.memory_bytes)) / 1e9
         raise UsageError(
-            f"{model.name} does not fit on {cluster.gpus} x {cluster.gpu.name} ({cluster.gpu.memory_gb:g} GB) "
+            f"{model.name} does not fit on {gpus} x {cluster.gpu.name} ({cluster.gpu.memory_gb:g} GB) "
             f"in any split tried (the smallest needs {smallest:.0f} GB per GPU): add nodes (--nodes)"
         )
     return cand.configs[index]

@@ -3,10 +3,14 @@
 A :class:`Fabric` holds effective per-hop figures (GB/s, microseconds), each a
 float or a numpy array; arrays broadcast, so one Fabric can stand for a million
 candidate networks in a ``plan`` sweep or for one described cluster.  Both come
-out of :func:`make_fabric`, which applies the rules once:
+out of one function, :func:`fabric_of` (one cluster) or :func:`fabric_columns`
+(many clusters, one row each), which read the catalog through
+:func:`fabric_inputs` and apply the rules of :func:`make_fabric` once:
 
 * a NIC delivers ``min(line rate x transport efficiency, host-copy ceiling,
-  PCIe slot)``: the slowest hop decides;
+  PCIe slot)``: the slowest hop decides.  Without GPUDirect RDMA every byte is
+  staged in host memory, so it crosses the PCIe uplink of the NIC and GPU twice
+  (NIC <-> host memory, host memory <-> GPU): half the slot is left per NIC;
 * a node's GPUs talk at ``links x NCCL's per-link constant`` over NVLink or
   Infinity Fabric, or at NCCL's share of the PCIe slot (half of it through host
   memory when peer-to-peer is off);
@@ -17,6 +21,7 @@ out of :func:`make_fabric`, which applies the rules once:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +31,18 @@ from fabricscope.model import hardware
 from fabricscope.model.cluster import Cluster
 from fabricscope.model.hardware import PCIe, Transport
 
-__all__ = ["Fabric", "fabric_of", "intra_gbps_of", "make_fabric", "nodes_per_leaf", "take", "transport_extra_us"]
+__all__ = [
+    "NCCL_ARCH",
+    "Fabric",
+    "fabric_columns",
+    "fabric_inputs",
+    "fabric_of",
+    "inside_node",
+    "make_fabric",
+    "nodes_per_leaf",
+    "take",
+    "transport_extra_us",
+]
 
 Num = Any
 """A float or a numpy array of floats (broadcastable)."""
@@ -34,11 +50,17 @@ Num = Any
 REFERENCE_TRANSPORT = "rdma-gdr"
 """NCCL's network latency constants were measured on InfiniBand with GPUDirect RDMA."""
 
+NCCL_ARCH = {"volta": 0, "ampere": 1, "ada": 1, "cdna3": 1, "hopper": 2, "blackwell": 3}
+"""Row of NCCL's per-architecture tuning tables (Volta, Ampere, Hopper, Blackwell) for each GPU
+architecture: Ada (sm89) counts as Ampere, as NCCL's ``minCompCap >= 80`` test does."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Fabric:
     gpus_per_node: Num
     nodes: Num
+    arch: Num
+    """Row of NCCL's per-architecture tables (:data:`NCCL_ARCH`)."""
     intra_gbps: Num
     """Per GPU, one direction, GB/s, as ring traffic inside a node sees it."""
     intra_pcie: Num
@@ -59,6 +81,25 @@ class Fabric:
     def node_net_gbps(self) -> Num:
         """All NICs of a node together, GB/s."""
         return self.nic_gbps * self.nics_per_node
+
+
+def inside_node(fab: Fabric) -> Fabric:
+    """What a collective inside one node sees: the same node without its network (so a
+    sweep over networks prices tensor parallelism once, not once per network)."""
+    return Fabric(
+        gpus_per_node=fab.gpus_per_node,
+        nodes=1.0,
+        arch=fab.arch,
+        intra_gbps=fab.intra_gbps,
+        intra_pcie=fab.intra_pcie,
+        nvls_eff=fab.nvls_eff,
+        nic_gbps=0.0,
+        nics_per_node=0.0,
+        net_extra_us=0.0,
+        sharp=0.0,
+        oversubscription=1.0,
+        nodes_per_leaf=1.0,
+    )
 
 
 def take(fab: Fabric, rows: slice | int) -> Fabric:
@@ -86,11 +127,13 @@ def make_fabric(
     *,
     gpus_per_node: Num,
     nodes: Num,
+    arch: Num,
     intra_gbps: Num,
     intra_pcie: Num,
     nvls_eff: Num,
     nic_line_gbps: Num,
     nic_pcie_gbps: Num,
+    gdr: Num,
     transport_eff: Num,
     host_ceiling_gbps: Num,
     transport_extra_us: Num,
@@ -104,7 +147,8 @@ def make_fabric(
 ) -> Fabric:
     """Apply the slowest-hop rules to raw catalog numbers (all arguments broadcast)."""
     ceiling = np.where(np.asarray(host_ceiling_gbps) > 0, host_ceiling_gbps, np.inf)
-    nic = np.minimum(np.minimum(nic_line_gbps * transport_eff, ceiling), nic_pcie_gbps)
+    staged = np.where(gdr, 1.0, 0.5) * nic_pcie_gbps
+    nic = np.minimum(np.minimum(nic_line_gbps * transport_eff, ceiling), staged)
     leaf = nodes_per_leaf(
         radix=switch_radix,
         nics_per_node=nics_per_node,
@@ -116,6 +160,7 @@ def make_fabric(
     return Fabric(
         gpus_per_node=gpus_per_node,
         nodes=nodes,
+        arch=arch,
         intra_gbps=intra_gbps,
         intra_pcie=intra_pcie,
         nvls_eff=nvls_eff,
@@ -134,7 +179,7 @@ def transport_extra_us(transport: Transport) -> float:
     return transport.latency_us - reference.latency_us
 
 
-def intra_gbps_of(cluster: Cluster) -> float:
+def _intra_gbps(cluster: Cluster) -> float:
     """Per-GPU bandwidth inside a node, one direction, GB/s."""
     gpu = cluster.gpu
     if cluster.intra in ("nvswitch", "nvlink-mesh") and cluster.gpulink is not None:
@@ -146,32 +191,50 @@ def intra_gbps_of(cluster: Cluster) -> float:
     return slot if gpu.p2p else slot / 2
 
 
-def fabric_of(cluster: Cluster) -> Fabric:
-    """The Fabric of one described cluster (scalars)."""
+def fabric_inputs(cluster: Cluster) -> dict[str, float]:
+    """The catalog numbers of one cluster that :func:`make_fabric` turns into a Fabric."""
     net = cluster.spec.network
     nic_pcie = hardware.lookup("pcie", cluster.nic.pcie, PCIe)
-    slot = min(cluster.pcie.effective_gbps, nic_pcie.effective_gbps)
     nvls = (
         cluster.gpulink.nvls_efficiency
         if (cluster.intra == "nvswitch" and cluster.gpu.nvls and cluster.gpulink)
         else 0.0
     )
-    return make_fabric(
-        gpus_per_node=float(cluster.gpus_per_node),
-        nodes=float(cluster.nodes),
-        intra_gbps=intra_gbps_of(cluster),
-        intra_pcie=1.0 if cluster.intra == "pcie" else 0.0,
-        nvls_eff=nvls,
-        nic_line_gbps=cluster.nic.speed_gbps / 8.0,
-        nic_pcie_gbps=slot,
-        transport_eff=cluster.transport.efficiency,
-        host_ceiling_gbps=cluster.transport.host_ceiling_gbps,
-        transport_extra_us=transport_extra_us(cluster.transport),
-        nics_per_node=float(net.nics_per_node),
-        switch_latency_us=cluster.nic.switch_latency_ns / 1000.0,
-        switch_radix=float(cluster.nic.switch_radix),
-        rail=1.0 if net.topology == "rail-optimized" else 0.0,
-        oversubscription=net.oversubscription,
-        sharp=1.0 if net.sharp else 0.0,
-        extra_latency_us=net.extra_latency_us,
-    )
+    return {
+        "gpus_per_node": float(cluster.gpus_per_node),
+        "nodes": float(cluster.nodes),
+        "arch": float(NCCL_ARCH[cluster.gpu.arch]),
+        "intra_gbps": _intra_gbps(cluster),
+        "intra_pcie": 1.0 if cluster.intra == "pcie" else 0.0,
+        "nvls_eff": nvls,
+        "nic_line_gbps": cluster.nic.speed_gbps / 8.0,
+        "nic_pcie_gbps": min(cluster.pcie.effective_gbps, nic_pcie.effective_gbps),
+        "gdr": 1.0 if cluster.transport.gdr else 0.0,
+        "transport_eff": cluster.transport.efficiency,
+        "host_ceiling_gbps": cluster.transport.host_ceiling_gbps,
+        "transport_extra_us": transport_extra_us(cluster.transport),
+        "nics_per_node": float(net.nics_per_node),
+        "switch_latency_us": cluster.nic.switch_latency_ns / 1000.0,
+        "switch_radix": float(cluster.nic.switch_radix),
+        "rail": 1.0 if net.topology == "rail-optimized" else 0.0,
+        "oversubscription": net.oversubscription,
+        "sharp": 1.0 if net.sharp else 0.0,
+        "extra_latency_us": net.extra_latency_us,
+    }
+
+
+def fabric_of(cluster: Cluster) -> Fabric:
+    """The Fabric of one described cluster (scalars)."""
+    return make_fabric(**fabric_inputs(cluster))
+
+
+def fabric_columns(clusters: Sequence[Cluster]) -> Fabric:
+    """One Fabric for many clusters: every field a column array, one row per cluster
+    (fields that are the same in every row stay scalars)."""
+    rows = [fabric_inputs(c) for c in clusters]
+    columns: dict[str, Any] = {}
+    for key in rows[0]:
+        values = [row[key] for row in rows]
+        same = all(v == values[0] for v in values)
+        columns[key] = values[0] if same else np.array(values, dtype=float)[:, None]
+    return make_fabric(**columns)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, ClassVar, Literal, TypeVar
@@ -27,6 +28,7 @@ __all__ = [
     "catalog_dir",
     "entries",
     "lookup",
+    "suggest",
 ]
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
@@ -99,6 +101,7 @@ class GPULink:
     """What NCCL's topology model credits one link with, GB/s."""
     nvls_efficiency: float
     switch: str
+    """Which NVSwitch generation carries this link, as text (not a catalog name)."""
     source: str
 
     def __post_init__(self) -> None:
@@ -220,6 +223,19 @@ def entries(kind: str) -> dict[str, Any]:
     return _load(kind)
 
 
+def suggest(name: str, names: Iterable[str]) -> str:
+    """``" (did you mean 'x'?)"`` for the names that contain ``name`` (``a100`` -> the A100s),
+    else for the closest one; ``""`` when nothing is near."""
+    key = name.strip().lower()
+    allowed = list(names)
+    containing = [n for n in allowed if key and key in n.lower()]
+    if len(containing) == 1:
+        return f" (did you mean '{containing[0]}'?)"
+    if containing:
+        return f" (did you mean one of {', '.join(repr(n) for n in containing[:5])}?)"
+    return closest(key, allowed)
+
+
 def lookup(kind: str, name: str, cls: type[E]) -> E:
     """The catalog entry ``name`` of ``kind``; an unknown name suggests the closest one."""
     table = entries(kind)
@@ -228,7 +244,7 @@ def lookup(kind: str, name: str, cls: type[E]) -> E:
         noun = {"gpulink": "GPU link", "pcie": "PCIe generation"}.get(
             kind, kind.upper() if kind in ("gpu", "nic") else kind
         )
-        raise UsageError(f"unknown {noun} {name!r}{closest(name, table)}: allowed are {', '.join(table)}")
+        raise UsageError(f"unknown {noun} {name!r}{suggest(name, table)}: allowed are {', '.join(table)}")
     entry = table[name]
     assert isinstance(entry, cls)
     return entry

@@ -94,11 +94,13 @@ def _show(name: str) -> list[str]:
     from fabricscope.model.planner import scenarios
     from fabricscope.model.workload import load_model, model_presets
 
+    key = name.strip().lower()
     for kind in hardware.KINDS:
         table = hardware.entries(kind)
-        if name.lower() in table:
-            return [f"{kind} {name.lower()}:", *report.entry_lines(table[name.lower()])]
-    if name in presets():
+        if key in table:
+            return [f"{kind} {key}:", *report.entry_lines(table[key])]
+    if key in presets():
+        name = key
         cluster = load_cluster(name)
         text = (hardware.catalog_dir() / "clusters" / f"{name}.toml").read_text(encoding="utf-8")
         return [
@@ -107,14 +109,14 @@ def _show(name: str) -> list[str]:
             "",
             text.rstrip(),
         ]
-    if name in model_presets():
-        return [f"model {name}:", *report.entry_lines(load_model(name))]
-    if name in scenarios():
-        return [f"scenario {name}:", *report.entry_lines(scenarios()[name])]
+    if key in model_presets():
+        return [f"model {key}:", *(f"  {field:<18} {value}" for field, value in load_model(key).shown())]
+    if key in scenarios():
+        return [f"scenario {key}:", *report.entry_lines(scenarios()[key])]
     every = [n for kind in hardware.KINDS for n in hardware.entries(kind)]
     every += [*presets(), *model_presets(), *scenarios()]
     raise UsageError(
-        f"nothing called {name!r} in the catalog{closest(name, every)}: see 'fabricscope hw' for every name"
+        f"nothing called {name!r} in the catalog{hardware.suggest(name, every)}: see 'fabricscope hw' for every name"
     )
 
 

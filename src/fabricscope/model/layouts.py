@@ -1,24 +1,28 @@
 """The ways a job can be split over GPUs, as one array per knob.
 
-``estimate`` uses them to pick a default when no ``--tp/--pp/--dp`` is given,
-``plan`` to find, for every candidate network, the split a tuned job would run.
+``estimate`` uses them to pick the knobs a user left open, ``plan`` to find,
+for every candidate network, the split a tuned job would run.  The knobs are
+searched as Megatron-LM users set them: tensor parallelism over the divisors
+of a node's GPUs (and of the attention heads), pipeline depth over the
+divisors of the layer count that divide the GPUs left, data parallelism the
+rest; ZeRO 0, 1 or 3; micro-batches of 1 to 8; each recomputation policy; 1 or
+2 virtual stages per GPU.  A knob the user fixed is only that value.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, Precision
+from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, Recompute, SplitRequest
 from fabricscope.model.training import Job
 from fabricscope.model.workload import ModelSpec
 
 __all__ = ["Layouts", "layouts"]
 
-TP = (1, 2, 4, 8)
-PP = (1, 2, 4, 8, 16, 32, 64)
 ZERO = (0, 1, 3)
 MICRO_BATCH = (1, 2, 4, 8)
 INTERLEAVE = (1, 2)
@@ -36,44 +40,76 @@ class Layouts:
         return len(self.configs)
 
 
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _options(given: int | None, searched: list[int] | tuple[int, ...]) -> list[int]:
+    return [given] if given is not None else list(searched)
+
+
 def layouts(
     model: ModelSpec,
     *,
     gpus: int,
     gpus_per_node: int,
-    precision: Precision = "bf16",
-    overlap: bool = True,
     batch: int = 0,
+    request: SplitRequest | None = None,
 ) -> Layouts:
-    """Every valid (tp, pp, dp, zero, micro-batch, recompute, interleave) for ``gpus`` GPUs."""
-    batch = batch or model.batch(gpus)
+    """Every valid split of ``model`` over ``gpus`` GPUs that keeps what ``request`` fixed."""
+    req = request or SplitRequest()
+    batch = batch or req.global_batch or model.batch(gpus)
     found: list[ParallelConfig] = []
+
+    def config(**knobs: Any) -> ParallelConfig:
+        return ParallelConfig(
+            **knobs,
+            precision=req.precision,
+            dp_overlap=req.dp_overlap,
+            ps_servers=req.ps_servers,
+            global_batch=batch,
+        )
+
+    zeros = _options(req.zero, (0,) if req.ps_servers else ZERO)
+    recomputes: list[Recompute] = [req.recompute] if req.recompute is not None else list(RECOMPUTE)
     if not model.is_transformer:
-        if batch % gpus == 0:
-            found.append(ParallelConfig(dp=gpus, micro_batch=batch // gpus, precision=precision, dp_overlap=overlap))
+        dp = gpus
+        for zero, mb in itertools.product(
+            zeros, _options(req.micro_batch, [batch // gpus] if batch % gpus == 0 else [])
+        ):
+            if (req.tp or 1) > 1 or (req.pp or 1) > 1 or req.dp not in (None, dp) or batch % (dp * mb):
+                continue
+            if zero and dp == 1 and req.zero is None:
+                continue
+            found.append(config(dp=dp, zero=zero, micro_batch=mb, recompute="none"))
     else:
-        for tp, pp, zero, mb, recompute, v in itertools.product(TP, PP, ZERO, MICRO_BATCH, RECOMPUTE, INTERLEAVE):
-            if tp > gpus_per_node or gpus_per_node % tp or model.heads % tp or gpus % (tp * pp):
-                continue
-            dp = gpus // (tp * pp)
-            if model.layers % (pp * v) or (v > 1 and pp == 1) or batch % (dp * mb):
-                continue
-            if zero and dp == 1:
-                continue
-            found.append(
-                ParallelConfig(
-                    tp=tp,
-                    pp=pp,
-                    dp=dp,
-                    zero=zero,
-                    micro_batch=mb,
-                    recompute=recompute,
-                    interleave=v,
-                    sequence_parallel=tp > 1,
-                    precision=precision,
-                    dp_overlap=overlap,
-                )
-            )
+        tps = _options(req.tp, [t for t in _divisors(gpus_per_node) if model.heads % t == 0 and gpus % t == 0])
+        for tp in tps:
+            pps = _options(req.pp, [p for p in _divisors(model.layers) if (gpus // tp) % p == 0])
+            for pp in pps:
+                dp = gpus // (tp * pp)
+                if tp * pp * dp != gpus or (req.dp is not None and req.dp != dp):
+                    continue
+                for zero, mb, recompute, v in itertools.product(
+                    zeros, _options(req.micro_batch, MICRO_BATCH), recomputes, _options(req.interleave, INTERLEAVE)
+                ):
+                    if model.layers % (pp * v) or (v > 1 and pp == 1) or batch % (dp * mb):
+                        continue
+                    if zero and dp == 1 and req.zero is None:
+                        continue
+                    sp = req.sequence_parallel if req.sequence_parallel is not None else tp > 1
+                    found.append(
+                        config(
+                            tp=tp,
+                            pp=pp,
+                            dp=dp,
+                            zero=zero,
+                            micro_batch=mb,
+                            recompute=recompute,
+                            interleave=v,
+                            sequence_parallel=sp,
+                        )
+                    )
 
     def column(name: str) -> np.ndarray:
         return np.array([float(getattr(c, name)) for c in found])

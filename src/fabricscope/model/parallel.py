@@ -1,9 +1,17 @@
-"""How a training job is split over GPUs, and the checks that it can be split that way."""
+"""How a training job is split over GPUs, and the checks that it can be split that way.
+
+A :class:`ParallelConfig` is one complete split.  A :class:`SplitRequest` is what a
+user fixed on the command line, every knob left ``None`` open to the search of
+:func:`fabricscope.model.estimate.best_split`.  Both are checked by the same
+functions: :func:`check_values` (each value in range, on its own) and
+:func:`check_layout` (the values that are given, against the model and the
+cluster), so a bad ``--zero`` is refused whether or not the rest is searched.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Literal, Protocol, TypeVar, cast
 
 from fabricscope.errors import UsageError, closest
 from fabricscope.model.userfile import InvalidValue
@@ -11,12 +19,25 @@ from fabricscope.model.workload import ModelSpec
 
 T = TypeVar("T", bound=str)
 
-__all__ = ["PRECISIONS", "RECOMPUTE", "ParallelConfig", "Precision", "Recompute", "as_choice", "check_layout"]
+__all__ = [
+    "KNOBS",
+    "PRECISIONS",
+    "RECOMPUTE",
+    "ParallelConfig",
+    "Precision",
+    "Recompute",
+    "SplitRequest",
+    "as_choice",
+    "check_layout",
+    "check_values",
+]
 
 Recompute = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp16", "fp8", "tf32", "fp32"]
 RECOMPUTE: tuple[Recompute, ...] = ("none", "selective", "full")
 PRECISIONS: tuple[Precision, ...] = ("bf16", "fp16", "fp8", "tf32", "fp32")
+KNOBS = ("tp", "pp", "dp", "zero", "micro_batch", "recompute", "interleave", "sequence_parallel")
+"""The parts of a split the search chooses when the user leaves them open."""
 
 
 def as_choice(text: str, allowed: tuple[T, ...], flag: str) -> T:
@@ -28,8 +49,67 @@ def as_choice(text: str, allowed: tuple[T, ...], flag: str) -> T:
     raise UsageError(f"unknown {flag} {text!r}{closest(key, allowed)}: use {', '.join(allowed)}")
 
 
+class _Split(Protocol):
+    """A split, complete or partial (``None`` = open)."""
+
+    @property
+    def tp(self) -> int | None: ...
+    @property
+    def pp(self) -> int | None: ...
+    @property
+    def dp(self) -> int | None: ...
+    @property
+    def zero(self) -> int | None: ...
+    @property
+    def micro_batch(self) -> int | None: ...
+    @property
+    def interleave(self) -> int | None: ...
+    @property
+    def global_batch(self) -> int: ...
+    @property
+    def ps_servers(self) -> int: ...
+
+
+def _flag(key: str) -> str:
+    return f"--{key.replace('_', '-')}"
+
+
+def check_values(split: _Split) -> None:
+    """Raise InvalidValue for a value out of range, looking at each given value on its own."""
+    for key in ("tp", "pp", "dp", "micro_batch", "interleave"):
+        value = getattr(split, key)
+        if value is not None and value < 1:
+            raise InvalidValue(f"{_flag(key)} must be at least 1, got {value}")
+    if split.zero is not None and not 0 <= split.zero <= 3:
+        raise InvalidValue(f"--zero must be 0, 1, 2 or 3, got {split.zero}")
+    if split.global_batch < 0:
+        raise InvalidValue(f"--global-batch must be positive, got {split.global_batch}")
+    if split.ps_servers < 0:
+        raise InvalidValue(f"--ps-servers must not be negative, got {split.ps_servers}")
+    if split.interleave is not None and split.interleave > 1 and split.pp == 1:
+        raise InvalidValue("--interleave needs pipeline parallelism (--pp 2 or more)")
+    if split.ps_servers and split.zero:
+        raise InvalidValue("--ps-servers replaces the all-reduce of plain data parallelism: use it with --zero 0")
+
+
 @dataclass(kw_only=True, slots=True)
-class ParallelConfig:
+class _Settings:
+    """What a job is run with, whatever its split."""
+
+    global_batch: int = 0
+    """Sequences or samples per step; 0 takes the model's."""
+    precision: Precision = "bf16"
+    dp_overlap: bool = True
+    """Reduce gradients while the last micro-batch's backward runs (DDP buckets, FSDP prefetch)."""
+    ps_servers: int = 0
+    """Parameter servers (CPU machines with one NIC each) instead of all-reduce; 0 = all-reduce."""
+
+    def __post_init__(self) -> None:
+        check_values(cast(_Split, self))
+
+
+@dataclass(kw_only=True, slots=True)
+class ParallelConfig(_Settings):
     """Parallelism and training options of one job."""
 
     tp: int = 1
@@ -39,62 +119,79 @@ class ParallelConfig:
     dp: int = 1
     """Data-parallel replicas."""
     zero: int = 0
-    """ZeRO stage: 0 all-reduce; 1-2 reduce-scatter + all-gather; 3 (FSDP) also gathers the weights
-    for every micro-batch."""
+    """ZeRO stage: 0 all-reduce; 1 reduce-scatter + all-gather; 2 as 1 with gradients sharded
+    (reduce-scattered every micro-batch); 3 (FSDP) also gathers the weights for every micro-batch."""
     micro_batch: int = 1
-    global_batch: int = 0
-    """Sequences or samples per step; 0 takes the model's."""
     recompute: Recompute = "none"
     interleave: int = 1
     """Virtual pipeline stages per GPU (interleaved 1F1B)."""
     sequence_parallel: bool = False
-    precision: Precision = "bf16"
-    dp_overlap: bool = True
-    """Reduce gradients while the last micro-batch's backward runs (DDP buckets, FSDP prefetch)."""
-    ps_servers: int = 0
-    """Parameter servers (CPU machines with one NIC each) instead of all-reduce; 0 = all-reduce."""
-
-    def __post_init__(self) -> None:
-        for key in ("tp", "pp", "dp", "micro_batch", "interleave"):
-            if getattr(self, key) < 1:
-                raise InvalidValue(f"--{key.replace('_', '-')} must be at least 1, got {getattr(self, key)}")
-        if not 0 <= self.zero <= 3:
-            raise InvalidValue(f"--zero must be 0, 1, 2 or 3, got {self.zero}")
-        if self.global_batch < 0:
-            raise InvalidValue(f"--global-batch must be positive, got {self.global_batch}")
-        if self.ps_servers < 0:
-            raise InvalidValue(f"--ps-servers must not be negative, got {self.ps_servers}")
-        if self.interleave > 1 and self.pp == 1:
-            raise InvalidValue("--interleave needs pipeline parallelism (--pp 2 or more)")
-        if self.ps_servers and self.zero:
-            raise InvalidValue("--ps-servers replaces the all-reduce of plain data parallelism: use it with --zero 0")
 
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp
 
 
-def check_layout(par: ParallelConfig, model: ModelSpec, *, gpus: int, gpus_per_node: int, batch: int) -> None:
-    """Raise a UsageError saying why ``par`` cannot run ``model`` on this many GPUs."""
-    if par.gpus != gpus:
+@dataclass(kw_only=True, slots=True)
+class SplitRequest(_Settings):
+    """The knobs of a split a user fixed (see :class:`ParallelConfig`); ``None`` leaves one open
+    to the search."""
+
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    zero: int | None = None
+    micro_batch: int | None = None
+    recompute: Recompute | None = None
+    interleave: int | None = None
+    sequence_parallel: bool | None = None
+
+    @property
+    def fixed(self) -> list[str]:
+        """The knobs the user gave, in :data:`KNOBS` order."""
+        return [k for k in KNOBS if getattr(self, k) is not None]
+
+    @property
+    def open(self) -> list[str]:
+        """The knobs left to the search."""
+        return [k for k in KNOBS if getattr(self, k) is None]
+
+
+def check_layout(split: _Split, model: ModelSpec, *, gpus: int, gpus_per_node: int, batch: int) -> None:
+    """Raise a UsageError saying why the given parts of ``split`` cannot run ``model`` on this
+    many GPUs (parts left ``None`` are not checked)."""
+    tp, pp, dp, mb, v = split.tp, split.pp, split.dp, split.micro_batch, split.interleave
+    if tp is not None and pp is not None and dp is not None and tp * pp * dp != gpus:
         raise UsageError(
-            f"tp*pp*dp = {par.tp}*{par.pp}*{par.dp} = {par.gpus} does not match the cluster's {gpus} GPUs "
-            f"(give --dp {max(1, gpus // (par.tp * par.pp))} or change --nodes)"
+            f"tp*pp*dp = {tp}*{pp}*{dp} = {tp * pp * dp} does not match the cluster's {gpus} GPUs "
+            f"(give --dp {max(1, gpus // (tp * pp))} or change --nodes)"
         )
-    if par.tp > gpus_per_node:
-        raise UsageError(
-            f"--tp {par.tp} is larger than a node ({gpus_per_node} GPUs): tensor parallelism stays inside a node"
-        )
-    if gpus_per_node % par.tp:
-        raise UsageError(f"--tp {par.tp} must divide the {gpus_per_node} GPUs of a node")
-    if model.is_transformer:
-        if model.heads % par.tp:
-            raise UsageError(f"--tp {par.tp} must divide the model's {model.heads} attention heads")
-        if model.layers % (par.pp * par.interleave):
-            raise UsageError(f"pp*interleave = {par.pp * par.interleave} must divide the model's {model.layers} layers")
-    elif par.tp > 1 or par.pp > 1:
-        raise UsageError(f"{model.name} is a vision model: use data parallelism only (--tp 1 --pp 1)")
-    if batch % (par.dp * par.micro_batch):
-        raise UsageError(
-            f"the global batch ({batch}) must be a multiple of dp*micro_batch = {par.dp}*{par.micro_batch}"
-        )
+    if tp is not None:
+        if tp > gpus_per_node:
+            raise UsageError(
+                f"--tp {tp} is larger than a node ({gpus_per_node} GPUs): tensor parallelism stays inside a node"
+            )
+        if gpus_per_node % tp:
+            raise UsageError(f"--tp {tp} must divide the {gpus_per_node} GPUs of a node")
+    if not model.is_transformer:
+        if (tp or 1) > 1 or (pp or 1) > 1:
+            raise UsageError(f"{model.name} is a vision model: use data parallelism only (--tp 1 --pp 1)")
+    else:
+        if tp is not None and model.heads % tp:
+            raise UsageError(f"--tp {tp} must divide the model's {model.heads} attention heads")
+        if pp is not None and model.layers % (pp * (v or 1)):
+            raise UsageError(f"pp*interleave = {pp * (v or 1)} must divide the model's {model.layers} layers")
+    fixed = [(name, value) for name, value in (("tp", tp), ("pp", pp), ("dp", dp)) if value is not None]
+    product = 1
+    for _, value in fixed:
+        product *= value
+    if fixed and gpus % product:
+        names = "*".join(name for name, _ in fixed)
+        values = "*".join(str(value) for _, value in fixed)
+        shown = f"{names} = {values} = {product}" if len(fixed) > 1 else f"--{names} {product}"
+        hint = "give --dp or change --nodes" if dp is None else "change the split or --nodes"
+        raise UsageError(f"{shown} does not divide the cluster's {gpus} GPUs: {hint}")
+    if dp is None and tp is not None and pp is not None:
+        dp = gpus // (tp * pp)
+    if dp is not None and batch % (dp * (mb or 1)):
+        raise UsageError(f"the global batch ({batch}) must be a multiple of dp*micro_batch = {dp}*{mb or 1}")

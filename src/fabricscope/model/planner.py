@@ -18,23 +18,29 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 
-from fabricscope.errors import UsageError, closest
+from fabricscope.errors import UsageError
 from fabricscope.model import collectives as coll
 from fabricscope.model import hardware, training
+from fabricscope.model.cluster import Cluster, ClusterSpec, NetworkSpec, Topology, TransportName, resolve
 from fabricscope.model.estimate import device_for, shape_of
-from fabricscope.model.fabric import Fabric, make_fabric, take, transport_extra_us
-from fabricscope.model.hardware import GPU, NIC, PCIe, Transport
+from fabricscope.model.fabric import Fabric, fabric_columns, take
+from fabricscope.model.hardware import GPU, NIC, Transport
 from fabricscope.model.layouts import Layouts, layouts
-from fabricscope.model.parallel import Precision
+from fabricscope.model.parallel import Precision, SplitRequest
 from fabricscope.model.userfile import FORBID_EXTRA, InvalidValue, build, read_toml
 from fabricscope.model.workload import ModelSpec
 
 __all__ = ["LATENCY_PROBE_BYTES", "Network", "Plan", "Scenario", "plan", "scenarios", "search_space"]
 
+TRANSPORT_PREFERENCE = ("rdma-gdr", "rdma", "tcp-socket")
+"""Between options of equal cost, utilization and latency: GPUDirect RDMA first (no host copies,
+no CPU), then RDMA, then sockets."""
+FRONTIER_STEP = 0.001
+"""A frontier row must buy at least this much more utilization (0.1 point) than the one before."""
 LATENCY_PROBE_BYTES = 4096
 """The "small all-reduce" of the latency budget: 4 KiB across every GPU of the job."""
 CHUNK_ELEMENTS = 1 << 16
@@ -89,7 +95,7 @@ def scenarios() -> dict[str, Scenario]:
 def scenario(name: str) -> Scenario:
     table = scenarios()
     if name not in table:
-        raise UsageError(f"unknown scenario {name!r}{closest(name, table)}: use one of {', '.join(table)}")
+        raise UsageError(f"unknown scenario {name!r}{hardware.suggest(name, table)}: use one of {', '.join(table)}")
     return table[name]
 
 
@@ -158,39 +164,34 @@ def network_cost(networks: list[Network], nodes: int) -> np.ndarray:
     return np.array(costs)
 
 
-def fabric_arrays(networks: list[Network], gpu: GPU, gpus_per_node: int, nodes: int) -> Fabric:
-    """One Fabric whose fields are column arrays, one row per network."""
-    host = hardware.lookup("pcie", gpu.pcie, PCIe)
-    link = (
-        hardware.lookup("gpulink", gpu.nvlink or "xgmi", hardware.GPULink) if (gpu.nvlink or gpu.xgmi_links) else None
+def cluster_of(net: Network, gpu: GPU, gpus_per_node: int, nodes: int) -> Cluster:
+    """The cluster ``nodes`` servers of ``gpus_per_node`` x ``gpu`` make with network ``net``."""
+    spec = ClusterSpec(
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        gpu=gpu.name,
+        network=NetworkSpec(
+            nic=net.nic.name,
+            nics_per_node=net.count,
+            transport=cast(TransportName, net.transport.name),
+            sharp=net.sharp,
+            topology=cast(Topology, net.topology),
+            oversubscription=net.oversubscription,
+        ),
     )
-    if link is not None:
-        intra = (gpu.nvlink_links or gpu.xgmi_links) * link.nccl_gbps
-    else:
-        intra = host.effective_gbps if gpu.p2p else host.effective_gbps / 2
-    nvls = link.nvls_efficiency if (link is not None and gpu.nvls) else 0.0
+    return resolve(spec, name=net.label(), source="plan")
 
-    def col(values: list[float]) -> np.ndarray:
-        return np.array(values, dtype=float)[:, None]
 
-    slot = [min(host.effective_gbps, hardware.lookup("pcie", n.nic.pcie, PCIe).effective_gbps) for n in networks]
-    return make_fabric(
-        gpus_per_node=float(gpus_per_node),
-        nodes=float(nodes),
-        intra_gbps=intra,
-        intra_pcie=0.0 if link is not None else 1.0,
-        nvls_eff=nvls,
-        nic_line_gbps=col([n.nic.speed_gbps / 8.0 for n in networks]),
-        nic_pcie_gbps=col(slot),
-        transport_eff=col([n.transport.efficiency for n in networks]),
-        host_ceiling_gbps=col([n.transport.host_ceiling_gbps for n in networks]),
-        transport_extra_us=col([transport_extra_us(n.transport) for n in networks]),
-        nics_per_node=col([float(n.count) for n in networks]),
-        switch_latency_us=col([n.nic.switch_latency_ns / 1000.0 for n in networks]),
-        switch_radix=col([float(n.nic.switch_radix) for n in networks]),
-        rail=col([1.0 if n.topology == "rail-optimized" else 0.0 for n in networks]),
-        oversubscription=col([n.oversubscription for n in networks]),
-        sharp=col([1.0 if n.sharp else 0.0 for n in networks]),
+def fabric_arrays(networks: list[Network], gpu: GPU, gpus_per_node: int, nodes: int) -> Fabric:
+    """One Fabric whose fields are column arrays, one row per network (:func:`fabric_columns`
+    of the clusters the networks make)."""
+    return fabric_columns([cluster_of(net, gpu, gpus_per_node, nodes) for net in networks])
+
+
+def _rows(fab: Fabric) -> int:
+    """Networks in a Fabric of column arrays."""
+    return max(
+        [int(np.shape(getattr(fab, name))[0]) for name in Fabric.__slots__ if np.ndim(getattr(fab, name)) == 2] or [1]
     )
 
 
@@ -209,7 +210,7 @@ def sweep(model: ModelSpec, cand: Layouts, gpu: GPU, fab: Fabric, precision: str
     """Price every (network, split) pair; keep the fastest split per network."""
     shape = shape_of(model)
     dev = device_for(gpu, precision)
-    n_net = int(np.shape(fab.nic_gbps)[0])
+    n_net = _rows(fab)
     rows = max(1, CHUNK_ELEMENTS // max(len(cand), 1))
     best = np.full(n_net, -1)
     step_s = np.full(n_net, np.inf)
@@ -239,6 +240,11 @@ class Option:
     parallel: Any
     meets: bool
 
+    def rank(self) -> tuple[float, float, float, int]:
+        """Cheapest first; at equal cost more utilization, then less latency, then the better transport."""
+        transport = TRANSPORT_PREFERENCE.index(self.network.transport.name)
+        return (self.cost_usd, -self.utilization, self.latency_us, transport)
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Plan:
@@ -253,6 +259,8 @@ class Plan:
     recommended: Option | None
     evaluated: int
     gpu_cost_usd: float
+    batch: int
+    """Global batch the splits were priced at."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -265,6 +273,7 @@ def plan(
     target_util: float | None = None,
     max_latency_us: float | None = None,
     precision: Precision = "bf16",
+    global_batch: int = 0,
 ) -> Plan:
     """Search the scenario's networks for ``model`` on ``gpus`` GPUs."""
     sc = scenario(scenario_name)
@@ -282,7 +291,11 @@ def plan(
         raise UsageError(f"--max-latency-us must not be negative, got {budget}")
     gpu.peak_flops(precision)
     nodes = gpus // per_node
-    cand = layouts(model, gpus=gpus, gpus_per_node=per_node, precision=precision)
+    if global_batch < 0:
+        raise UsageError(f"--global-batch must be at least 1, got {global_batch}")
+    cand = layouts(
+        model, gpus=gpus, gpus_per_node=per_node, batch=global_batch, request=SplitRequest(precision=precision)
+    )
     if not len(cand):
         raise UsageError(
             f"no way to split {model.name} over {gpus} GPUs with a global batch of {cand.batch}: "
@@ -315,11 +328,11 @@ def plan(
         )
     usable = [o for o in options if o.parallel is not None]
     frontier: list[Option] = []
-    for option in sorted(usable, key=lambda o: (o.cost_usd, -o.utilization)):
-        if not frontier or option.utilization > frontier[-1].utilization + 1e-9:
+    for option in sorted(usable, key=Option.rank):
+        if not frontier or option.utilization >= frontier[-1].utilization + FRONTIER_STEP:
             frontier.append(option)
     meeting = [o for o in usable if o.meets]
-    recommended = min(meeting, key=lambda o: (o.cost_usd, -o.utilization)) if meeting else None
+    recommended = min(meeting, key=Option.rank) if meeting else None
     notes = []
     if not usable:
         notes.append(f"{model.name} does not fit in {gpus} x {gpu.name} ({gpu.memory_gb:g} GB) in any split tried")
@@ -342,5 +355,6 @@ def plan(
         recommended=recommended,
         evaluated=result.evaluated,
         gpu_cost_usd=gpus * gpu.price_usd,
+        batch=cand.batch,
         notes=notes,
     )

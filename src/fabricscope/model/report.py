@@ -11,8 +11,9 @@ from fabricscope import __version__
 from fabricscope.bench import table
 from fabricscope.bench.collectives import Collective
 from fabricscope.model.cluster import Cluster
-from fabricscope.model.estimate import BOTTLENECKS, Estimate
+from fabricscope.model.estimate import Estimate
 from fabricscope.model.fabric import fabric_of
+from fabricscope.model.parallel import KNOBS
 from fabricscope.model.planner import Option, Plan
 from fabricscope.model.training import BREAKDOWN
 from fabricscope.model.validation import Check, summary
@@ -111,7 +112,15 @@ def _seconds(value: float) -> str:
     return f"{value * 1e6:9.3f} us"
 
 
-def estimate_lines(est: Estimate, *, chosen: bool) -> list[str]:
+def _chosen(est: Estimate) -> str:
+    if not est.chosen:
+        return ""
+    if len(est.chosen) == len(KNOBS):
+        return "  [chosen by fabricscope: the fastest that fits]"
+    return f"  [{', '.join(k.replace('_', ' ') for k in est.chosen)} chosen by fabricscope: the fastest that fits]"
+
+
+def estimate_lines(est: Estimate) -> list[str]:
     par = est.parallel
     c = est.cluster
     split = (
@@ -126,7 +135,7 @@ def estimate_lines(est: Estimate, *, chosen: bool) -> list[str]:
     lines = [
         f"estimate: {est.model.name} on {c.name} ({c.nodes} x {c.gpus_per_node} {c.gpu.name} = {c.gpus} GPUs), "
         f"{par.precision}",
-        f"split: {split}" + ("  [chosen by fabricscope: the fastest that fits]" if chosen else ""),
+        f"split: {split}" + _chosen(est),
         "",
         f"step time              {_seconds(est.step_s)}",
     ]
@@ -148,7 +157,7 @@ def estimate_lines(est: Estimate, *, chosen: bool) -> list[str]:
         ),
         f"data per step          {_seconds(est.value('data_time')).strip()} to read from {c.storage.name} "
         f"({est.data.bps_per_node / 1e6:,.0f} MB/s per node, limited by {est.data.limit}; overlapped with the step)",
-        f"bottleneck             {BOTTLENECKS[est.bottleneck]}",
+        f"bottleneck             {est.bottleneck_text}",
     ]
     if est.sensitivities:
         lines.append("what if (step time)    " + "; ".join(f"{k}: {v:+.2f}%" for k, v in est.sensitivities.items()))
@@ -179,14 +188,14 @@ def plan_lines(p: Plan, *, top: int, seconds: float) -> list[str]:
         f"searched {len(p.options)} networks x {p.evaluated // max(len(p.options), 1)} splits = {p.evaluated:,} "
         f"configurations in {seconds:.2f} s",
         "",
-        "cost/utilization frontier (cheapest first; each row buys more utilization):",
+        "cost/utilization frontier (cheapest first; each row buys more utilization; * = recommended):",
         f"  {'network cost':>12}  {'network':<44} {'util':>6}  {'step (s)':>9}  {'lat (us)':>8}  split",
     ]
-    shown = p.frontier[-top:] if len(p.frontier) > top else p.frontier
+    shown = p.frontier[-top:] if len(p.frontier) > top else list(p.frontier)
+    if p.recommended is not None and not any(o is p.recommended for o in shown):
+        shown = sorted([*shown, p.recommended], key=Option.rank)
     for option in shown:
         lines.append(_option_row(option, "* " if option is p.recommended else "  "))
-    if p.recommended is not None and p.recommended not in shown:
-        lines.append(_option_row(p.recommended, "* "))
     lines.append("")
     if p.recommended is not None:
         r = p.recommended

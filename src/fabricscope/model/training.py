@@ -24,10 +24,24 @@ function prices the one configuration of ``estimate`` and the million of
   model on the node's NVLink or PCIe, not overlapped (as in Megatron-LM);
 * **pipeline**: bubble (p-1)/v of a micro-batch per step (Narayanan et al. 2021),
   one point-to-point transfer per stage boundary each way per micro-batch;
-* **data parallelism**: all-reduce of the gradients (ZeRO 1-2: reduce-scatter +
-  all-gather; ZeRO 3: two weight all-gathers per micro-batch as well), on the
-  share of the node's NICs its group gets, hidden behind the last backward when
-  overlapped; or a parameter-server exchange (BytePS, OSDI'20);
+* **data parallelism**, one collective per unit (a transformer layer of the
+  stage, as FSDP wraps them and gradient buckets fill; for vision models
+  PyTorch DDP's 25 MB buckets), each paying its own latency, on the share of
+  the node's NICs its group gets: ZeRO 0 all-reduces the gradients (or a
+  parameter-server exchange, BytePS OSDI'20), ZeRO 1 reduce-scatters them once
+  per step, ZeRO 2 every micro-batch (gradients stay sharded), and ZeRO 1-2
+  all-gather the updated weights; ZeRO 3 (FSDP) all-gathers every unit's
+  weights in the forward and again in the backward of every micro-batch and
+  reduce-scatters its gradients there;
+* **overlap**: communication hides behind compute it runs beside, once.  The
+  gradient reduction overlaps the backward (and recomputation) of the last
+  micro-batch, the weight all-gather the first forward, ZeRO 3's gathers each
+  forward and its gathers and reduce-scatters (one after another on the same
+  NICs) each backward.  Unit i's collective can start only when unit i's
+  compute has produced it (or must end before unit i's compute needs it), so
+  ``n`` units of ``c`` seconds beside ``w`` seconds of compute expose
+  ``n max(c - w/n, 0) + min(c, w/n)``: never less than ``n c - w``, so a step
+  is never shorter than the network time it contains;
 * **optimizer**: memory-bound Adam update of the local weights;
 * **data loading**: bytes per step from storage, overlapped with the step;
   what does not fit in the step is a stall.
@@ -41,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from fabricscope.model import collectives as coll
-from fabricscope.model.fabric import Fabric
+from fabricscope.model.fabric import Fabric, inside_node
 
 __all__ = [
     "BREAKDOWN",
@@ -76,6 +90,8 @@ MEMORY_OVERHEAD_BYTES = 3e9
 """CUDA context, NCCL buffers and allocator slack per GPU."""
 FLASH_BWD_FACTOR = 2.5
 """FlashAttention's backward does 2.5x the forward FLOPs (it recomputes the scores)."""
+BUCKET_BYTES = 25e6
+"""Gradient bucket of PyTorch DDP (``bucket_cap_mb = 25``): the unit of a vision model's reduction."""
 
 BREAKDOWN = ("compute", "recompute", "tp_comm", "pp_comm", "bubble", "dp_comm", "optimizer", "data_stall")
 """Parts of a step, in the order they are printed; they add up to the step time."""
@@ -138,6 +154,8 @@ class Device:
     data_bps_per_node: Num = np.inf
     """Bytes per second storage delivers to one node."""
     cached_fraction: Num = 0.0
+    flash: Num = 1.0
+    """1 where the GPU runs FlashAttention (Ampere and newer), else 0."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -177,13 +195,13 @@ def _gemm(m: Num, n: Num, k: Num, dev: Device, batch: Num = 1) -> Num:
     return np.maximum(flops / (dev.peak_flops * dev.matmul_eff), moved / dev.hbm_bps)
 
 
-def _activation_bytes(w: Shape, job: Job, dev: Device, tokens: Num) -> tuple[Num, Num]:
+def _activation_bytes(w: Shape, job: Job, dev: Device, tokens: Num, flash: Num) -> tuple[Num, Num]:
     """(all stored activation bytes of one layer per GPU, the attention-score part of them)."""
     t = job.tp
     sbh = tokens * w.hidden
     replicated = 10.0 * sbh / np.where(job.sequence_parallel, t, 1)
     split = (4.0 * sbh + 4.0 * tokens * w.kv_width + np.where(w.gated, 6.0, 4.0) * tokens * w.ffn) / t
-    scores = (1 - w.flash) * 5.0 * w.heads * w.seq * tokens / t
+    scores = (1 - flash) * 5.0 * w.heads * w.seq * tokens / t
     scale = dev.act_bytes / 2.0
     return (replicated + split + scores) * scale, scores * scale
 
@@ -203,9 +221,10 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
     batch_heads = b * w.heads / t
     dense_attention = _gemm(w.seq, w.seq, head_dim, dev, batch_heads) + _gemm(w.seq, head_dim, w.seq, dev, batch_heads)
     flash_attention = 0.5 * 4.0 * w.seq * w.seq * head_dim * batch_heads / (dev.peak_flops * dev.matmul_eff)
-    attention = np.where(w.flash, flash_attention, dense_attention)
-    attention_bwd = np.where(w.flash, FLASH_BWD_FACTOR, 2.0) * attention
-    act, scores = _activation_bytes(w, job, dev, tokens)
+    flash = w.flash * dev.flash
+    attention = np.where(flash, flash_attention, dense_attention)
+    attention_bwd = np.where(flash, FLASH_BWD_FACTOR, 2.0) * attention
+    act, scores = _activation_bytes(w, job, dev, tokens, flash)
     elementwise = TOUCH_FWD * act / dev.hbm_bps
     kernels = KERNELS_PER_LAYER_FWD * KERNEL_OVERHEAD_S
     fwd = linear + attention + elementwise + kernels
@@ -214,7 +233,7 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
     recompute = np.where(job.recompute >= 2, fwd, np.where(job.recompute >= 1, selective, 0.0))
 
     act_message = tokens * h * dev.act_bytes
-    all_reduce = np.where(t > 1, coll.fastest(coll.all_reduce(fab, act_message, t, 1.0)), 0.0)
+    all_reduce = coll.fastest(coll.all_reduce(inside_node(fab), act_message, t, 1.0))
     tp_comm = (4.0 + np.where(job.recompute >= 2, 2.0, 0.0)) * all_reduce
 
     layers = w.layers / job.pp
@@ -223,7 +242,8 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
         "compute": layers * (fwd + bwd) + logits,
         "recompute": layers * recompute,
         "tp_comm": layers * tp_comm,
-        "bwd": layers * bwd,
+        "fwd": layers * fwd + logits / 3.0,
+        "bwd": layers * bwd + 2.0 * logits / 3.0,
         "activations": act,
         "scores": scores,
     }
@@ -237,16 +257,26 @@ def _vision_microbatch(w: Shape, job: Job, dev: Device) -> dict[str, Num]:
         "compute": flops + traffic,
         "recompute": 0.0 * flops,
         "tp_comm": 0.0 * flops,
+        "fwd": 1.0 / 3.0 * (flops + traffic),
         "bwd": 2.0 / 3.0 * (flops + traffic),
         "activations": 0.0 * flops,
         "scores": 0.0 * flops,
     }
 
 
-def _dp_comm(w: Shape, job: Job, dev: Device, fab: Fabric) -> tuple[Num, Num]:
-    """Data-parallel seconds (once per step, once per micro-batch), before any overlap.
+def _units(w: Shape, job: Job, dev: Device) -> Num:
+    """Data-parallel collectives per pass over one stage's weights: one per transformer layer
+    (an FSDP unit, a gradient bucket); a vision model's gradients in DDP's 25 MB buckets."""
+    if w.transformer:
+        return w.layers / job.pp
+    return np.maximum(1.0, np.ceil(w.params * dev.grad_bytes / BUCKET_BYTES))
 
-    A node's GPUs belong to ``g / local`` data-parallel groups (``local`` members of each on
+
+def _dp_comm(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tuple[Num, Num, Num]:
+    """Seconds of one unit's (gradient reduction, gradient reduce-scatter, weight all-gather).
+
+    The reduction is an all-reduce, or with ``ps_servers`` a parameter-server exchange.  A
+    node's GPUs belong to ``g / local`` data-parallel groups (``local`` members of each on
     the node, ranks ordered tensor, data, pipeline as in Megatron-LM); the groups share the
     node's NICs.
     """
@@ -254,21 +284,46 @@ def _dp_comm(w: Shape, job: Job, dev: Device, fab: Fabric) -> tuple[Num, Num]:
     local = np.minimum(job.dp, np.maximum(1, g // job.tp))
     dp_nodes = np.ceil(job.dp / local)
     share = fab.node_net_gbps * local / g
-    weights = w.params / (job.tp * job.pp)
+    weights = w.params / (job.tp * job.pp) / units
     grads = weights * dev.grad_bytes
     all_reduce = coll.fastest(coll.all_reduce(fab, grads, local, dp_nodes, share))
-    reduce_scatter = coll.fastest(coll.ring_like(fab, grads, local, dp_nodes, node_net=share))
+    scatter = coll.fastest(coll.ring_like(fab, grads, local, dp_nodes, node_net=share))
     gather = coll.fastest(coll.ring_like(fab, weights * dev.act_bytes, local, dp_nodes, node_net=share))
     # Parameter servers (BytePS, non-colocated): reduce inside the node over NVLink, then every
     # worker node pushes and pulls its gradients: max(M/B, n*M/(k*B)) with k server NICs.
     intra = 2.0 * (local - 1) / local * grads / (fab.intra_gbps * 1e9)
     servers = np.maximum(job.ps_servers, 1)
-    ps = intra + np.maximum(grads / (share * 1e9), dp_nodes * grads / (servers * fab.nic_gbps * 1e9))
-    zero0 = np.where(job.ps_servers > 0, ps, all_reduce)
-    per_step = np.where(job.zero == 0, zero0, np.where(job.zero <= 2, reduce_scatter + gather, reduce_scatter))
-    per_microbatch = np.where(job.zero == 3, 2.0 * gather, 0.0)
-    several = job.dp > 1
-    return np.where(several, per_step, 0.0), np.where(several, per_microbatch, 0.0)
+    pushed = np.maximum(grads / (np.maximum(share, 1e-12) * 1e9), dp_nodes * grads / (servers * fab.nic_gbps * 1e9))
+    ps = np.where(job.dp > 1, intra + pushed, 0.0)
+    return np.where(job.ps_servers > 0, ps, all_reduce), scatter, gather
+
+
+def _per_group(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tuple[Num, Num, Num]:
+    """:func:`_dp_comm`, evaluated once per distinct (tp, pp, dp, ps_servers) of a sweep.
+
+    The collectives depend on nothing else of the job, and a sweep repeats each group for
+    every ZeRO stage, micro-batch, recomputation and interleaving: when the job's arrays are
+    one row of splits, price the distinct groups and spread the results back.
+    """
+    keys = [job.tp, job.pp, job.dp, job.ps_servers]
+    arrays = [np.asarray(k) for k in keys]
+    lengths = {a.shape[0] for a in arrays if a.ndim == 1}
+    if any(a.ndim > 1 for a in arrays) or len(lengths) != 1 or np.ndim(units) > 1:
+        return _dp_comm(w, job, dev, fab, units)
+    (n,) = lengths
+    table = np.stack([np.broadcast_to(a, (n,)) for a in arrays] + [np.broadcast_to(units, (n,))])
+    groups, inverse = np.unique(table, axis=1, return_inverse=True)
+    tp, pp, dp, ps, unit = groups
+    small = Job(tp=tp, pp=pp, dp=dp, ps_servers=ps)
+    return tuple(np.take(part, np.ravel(inverse), axis=-1) for part in _dp_comm(w, small, dev, fab, unit))  # type: ignore[return-value]
+
+
+def _beside(units: Num, comm: Num, compute: Num) -> Num:
+    """Exposed seconds of ``units`` collectives of ``comm`` each, run beside ``compute`` seconds
+    split in as many parts: each waits for its part (or its part waits for it), so the first
+    (or last) one is never hidden and no collective hides behind compute another one used."""
+    part = compute / units
+    return units * np.maximum(comm - part, 0.0) + np.minimum(comm, part)
 
 
 def _pp_comm(w: Shape, job: Job, dev: Device, fab: Fabric) -> Num:
@@ -278,7 +333,7 @@ def _pp_comm(w: Shape, job: Job, dev: Device, fab: Fabric) -> Num:
     # and the slowest boundary paces it.
     across_nodes = job.tp * job.dp * job.pp > fab.gpus_per_node
     bw = np.where(across_nodes, np.minimum(fab.nic_gbps, fab.node_net_gbps / fab.gpus_per_node), fab.intra_gbps)
-    hop = np.where(across_nodes, coll.HOP_NET_US["ring"][2] + fab.net_extra_us, coll.HOP_NVLINK_US["ring"][2])
+    hop = np.where(across_nodes, coll.net_hop(fab, "ring", coll.SIMPLE), coll.HOP_NVLINK_US["ring"][coll.SIMPLE])
     one = (coll.BASE_US["ring"][2] + hop) * 1e-6 + message / (np.maximum(bw, 1e-12) * 1e9)
     return np.where(job.pp > 1, 2.0 * job.interleave * one, 0.0)
 
@@ -291,12 +346,31 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
     per_mb = mb["compute"] + mb["recompute"] + mb["tp_comm"] + p2p
     bubble = (job.pp - 1) / job.interleave * per_mb
 
-    # Gradients are reduced behind the last micro-batch's backward; ZeRO-3 gathers the next
-    # layers' weights while the current ones compute.
-    dp_step, dp_mb = _dp_comm(w, job, dev, fab)
-    dp_total = dp_step + microbatches * dp_mb
-    overlapped = np.maximum(dp_step - mb["bwd"], 0.0) + microbatches * np.maximum(dp_mb - per_mb, 0.0)
-    dp_exposed = np.where(job.dp_overlap, overlapped, dp_total)
+    # Data parallelism: what each ZeRO stage sends once per step and every micro-batch, and
+    # the compute each part runs beside (see _beside): gradients beside the backward of the
+    # last micro-batch, weight gathers beside a forward, ZeRO 3's backward gathers and
+    # reduce-scatters one after another on the same NICs.
+    units = _units(w, job, dev)
+    reduce, scatter, gather = _per_group(w, job, dev, fab, units)
+    forward, backward = mb["fwd"], mb["bwd"] + mb["recompute"]
+
+    def exposed(comm: Num, compute: Num) -> Num:
+        return np.where(job.dp_overlap, _beside(units, comm, compute), units * comm)
+
+    z = job.zero
+    once = np.where(z == 0, exposed(reduce, backward), np.where(z == 1, exposed(scatter, backward), 0.0))
+    once = once + np.where((z == 1) | (z == 2), exposed(gather, forward), 0.0)
+    every = np.where(
+        z == 2,
+        exposed(scatter, backward),
+        np.where(z == 3, exposed(gather, forward) + exposed(gather + scatter, backward), 0.0),
+    )
+    dp_exposed = once + microbatches * every
+    dp_total = units * np.select(
+        [z == 0, z == 1, z == 2],
+        [reduce, scatter + gather, gather + microbatches * scatter],
+        microbatches * (2.0 * gather + scatter),
+    )
 
     sharded = np.where(job.zero >= 1, job.dp, 1)
     weights = w.params / (job.tp * job.pp)

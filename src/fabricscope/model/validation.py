@@ -16,6 +16,7 @@ after the backward pass (Megatron-LM added ``--overlap-grad-reduce`` later).
 from __future__ import annotations
 
 import csv
+import math
 import re
 import statistics
 from collections.abc import Iterable, Mapping
@@ -175,25 +176,38 @@ def _algorithm(text: str) -> str:
     return word if word in ("ring", "tree", "hier", "sharp") else "auto"
 
 
-def _cluster(row: Mapping[str, str], nodes: int, where: str) -> Any:
+def _number(row: Mapping[str, str], key: str, *, whole: bool = False, allow_zero: bool = False) -> Any:
+    """A numeric column: a finite number above zero (or zero, with ``allow_zero``)."""
+    text = (row.get(key) or "").strip()
+    try:
+        value: float = int(text) if whole else float(text)
+    except ValueError:
+        raise ValueError(f"{key} = {text!r} is not a {'whole ' if whole else ''}number") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{key} = {text!r} must be {'0 or more' if allow_zero else 'a positive number'}")
+    return value
+
+
+def _cluster(row: Mapping[str, str], nodes: int) -> Any:
     nic_text = row.get("nic", "") or ""
-    nics = int(row.get("nics_per_node") or 0)
+    nics = _number(row, "nics_per_node", whole=True, allow_zero=True) if (row.get("nics_per_node") or "").strip() else 0
     nic = match_nic(nic_text) if nic_text else "ib-ndr"
     spec = ClusterSpec(
         nodes=nodes,
-        gpus_per_node=int(row["gpus_per_node"]),
+        gpus_per_node=_number(row, "gpus_per_node", whole=True),
         gpu=match_gpu(row["gpu"]),
         intra=_intra(row.get("intra_node", "") or ""),
         network=NetworkSpec(nic=nic, nics_per_node=nics, transport=_transport(row.get("transport", "") or "", nic)),
     )
-    return resolve(spec, name=row["id"], source=where)
+    return resolve(spec, name=row["id"], source="its hardware")
 
 
 def check_collective(row: Mapping[str, str], where: str) -> Check:
-    nodes = int(row["nodes"])
-    cluster = _cluster(row, nodes, where)
-    op = get_op(row["collective"].split()[0])
-    size = int(row["size_bytes"])
+    nodes = _number(row, "nodes", whole=True)
+    cluster = _cluster(row, nodes)
+    op = get_op((row.get("collective") or "").split()[0] if (row.get("collective") or "").strip() else "")
+    size = _number(row, "size_bytes", whole=True)
+    published = _number(row, "value")
     prediction = predict_op(
         op,
         fabric_of(cluster),
@@ -215,13 +229,13 @@ def check_collective(row: Mapping[str, str], where: str) -> Check:
         nics_used = 1 if op.name in ("sendrecv", "gather", "scatter") else max(cluster.spec.network.nics_per_node, 1)
         predicted = record.busbw_gbps / nics_used
     else:
-        raise ConfigError(f"{where}: metric {metric!r} is not one of busbw_GBps, latency_us, per_nic_GBps")
+        raise ConfigError(f"metric {metric!r} is not one of busbw_GBps, latency_us, per_nic_GBps")
     return Check(
         id=row["id"],
         file=Path(where).name,
         description=row.get("system", ""),
         metric=metric,
-        published=float(row["value"]),
+        published=published,
         predicted=predicted,
         detail=f"{op.name} {size} B on {nodes}x{cluster.gpus_per_node} {cluster.gpu.name}: {record.algorithm}",
     )
@@ -233,20 +247,16 @@ def _flag(row: Mapping[str, str], key: str, default: bool) -> bool:
 
 
 def check_training(row: Mapping[str, str], where: str) -> Check:
-    gpus, per_node = int(row["gpus"]), int(row["gpus_per_node"])
-    cluster = _cluster(row, max(1, gpus // per_node), where)
-    layers, hidden, seq, vocab = (
-        int(row["layers"]),
-        int(row["hidden"]),
-        int(row["seq_len"]),
-        int(row["vocab"]),
-    )
-    batch = int(row["global_batch"])
+    gpus, per_node = _number(row, "gpus", whole=True), _number(row, "gpus_per_node", whole=True)
+    cluster = _cluster(row, max(1, gpus // per_node))
+    layers, hidden, seq, vocab = (_number(row, key, whole=True) for key in ("layers", "hidden", "seq_len", "vocab"))
+    batch = _number(row, "global_batch", whole=True)
+    published = _number(row, "value")
     model = ModelSpec(
         name=row["id"],
         layers=layers,
         hidden=hidden,
-        heads=int(row["heads"]),
+        heads=_number(row, "heads", whole=True),
         seq=seq,
         vocab=vocab,
         flash_attention=_flag(row, "flash_attention", False),
@@ -254,9 +264,9 @@ def check_training(row: Mapping[str, str], where: str) -> Check:
     )
     recompute = row["recompute"].lower()
     par = ParallelConfig(
-        tp=int(row["tp"]),
-        pp=int(row["pp"]),
-        dp=int(row["dp"]),
+        tp=_number(row, "tp", whole=True),
+        pp=_number(row, "pp", whole=True),
+        dp=_number(row, "dp", whole=True),
         zero=int(row.get("zero_stage") or 0),
         micro_batch=int(row.get("micro_batch") or 1),
         interleave=int(row.get("interleave") or 1),
@@ -277,13 +287,13 @@ def check_training(row: Mapping[str, str], where: str) -> Check:
             flops = 72 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (12 * layers * hidden))
         predicted = flops / gpus / step / 1e12
     else:
-        raise ConfigError(f"{where}: metric {metric!r} is not one of tflops_per_gpu, iteration_s")
+        raise ConfigError(f"metric {metric!r} is not one of tflops_per_gpu, iteration_s")
     return Check(
         id=row["id"],
         file=Path(where).name,
         description=row.get("source", ""),
         metric=metric,
-        published=float(row["value"]),
+        published=published,
         predicted=predicted,
         detail=f"{gpus}x {cluster.gpu.name} tp{par.tp} pp{par.pp} dp{par.dp} {par.recompute}: {result.bottleneck}",
     )
@@ -318,12 +328,12 @@ def validate_file(path: Any) -> list[Check]:
     for number, row in enumerate(rows, start=2):
         try:
             checks.append(check(row, where))
-        except (ValueError, KeyError) as exc:
+        except UsageError as exc:
+            raise ConfigError(f"{where}: line {number} ({kind} row {row.get('id', '?')}): {exc}") from None
+        except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(
                 f"{where}: line {number} ({kind} row {row.get('id', '?')}): invalid value ({exc})"
             ) from None
-        except UsageError as exc:
-            raise ConfigError(f"{where}: line {number} ({kind} row {row.get('id', '?')}): {exc}") from None
     return checks
 
 

@@ -1,9 +1,13 @@
 """Workloads: the model being trained, as a preset name or a TOML file.
 
 Transformers are described by their shape (layers, hidden, heads, seq, vocab,
-ffn...); their parameter count follows from it unless ``params`` is given.
-Vision models (``kind = "vision"``) are described by parameters, forward FLOPs
-and memory traffic per sample, and the bytes each sample costs to read.
+ffn...); their parameter count follows from it.  A ``params`` given as well
+must agree with the shape within ``PARAMS_TOLERANCE`` (the communication is
+priced from the parameters, the compute from the shape: a count that
+contradicts the shape would price two different models).  Vision models
+(``kind = "vision"``) are described by parameters, forward FLOPs and memory
+traffic per sample, and the bytes each sample costs to read.  The batch
+(``global_batch`` or ``batch_per_gpu``) may be left to ``--global-batch``.
 Presets live in ``catalog/models.toml``; a user file has the same keys::
 
     kind = "transformer"
@@ -24,11 +28,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from fabricscope.errors import UsageError, closest
+from fabricscope.errors import UsageError
 from fabricscope.model import hardware
 from fabricscope.model.userfile import FORBID_EXTRA, InvalidValue, build, read_toml
 
-__all__ = ["ModelSpec", "load_model", "model_presets"]
+__all__ = ["PARAMS_TOLERANCE", "ModelSpec", "load_model", "model_presets"]
+
+SHAPE_KEYS = ("layers", "hidden", "heads", "kv_heads", "seq", "vocab", "ffn")
+"""What describes a transformer."""
+VISION_KEYS = ("gflops_per_sample", "traffic_mb_per_sample", "sample_kb", "batch_per_gpu")
+"""What describes a vision model."""
+
+PARAMS_TOLERANCE = 0.15
+"""How far a transformer's ``params`` may be from the count its shape gives (biases, position
+embeddings and rounding stay well inside it)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -40,7 +53,7 @@ class ModelSpec:
     kind: Literal["transformer", "vision"] = "transformer"
     description: str = ""
     params: float = 0.0
-    """Parameters; derived from the shape of a transformer when 0."""
+    """Parameters; derived from the shape of a transformer when 0 (and checked against it when not)."""
     layers: int = 0
     hidden: int = 0
     heads: int = 0
@@ -54,7 +67,7 @@ class ModelSpec:
     tied_embeddings: bool = True
     flash_attention: bool = True
     global_batch: int = 0
-    """Sequences (or samples) per optimizer step; 0 means batch_per_gpu x GPUs."""
+    """Sequences (or samples) per optimizer step; 0 means batch_per_gpu x GPUs, or --global-batch."""
     gflops_per_sample: float = 0.0
     """Vision: forward GFLOPs of one sample."""
     traffic_mb_per_sample: float = 0.0
@@ -65,21 +78,7 @@ class ModelSpec:
     source: str = ""
 
     def __post_init__(self) -> None:
-        for key in (
-            "params",
-            "layers",
-            "hidden",
-            "heads",
-            "kv_heads",
-            "seq",
-            "vocab",
-            "ffn",
-            "global_batch",
-            "gflops_per_sample",
-            "traffic_mb_per_sample",
-            "sample_kb",
-            "batch_per_gpu",
-        ):
+        for key in ("params", *SHAPE_KEYS, "global_batch", *VISION_KEYS):
             if getattr(self, key) < 0:
                 raise InvalidValue(f"{key} must not be negative, got {getattr(self, key)}")
         if self.kind == "transformer":
@@ -90,12 +89,21 @@ class ModelSpec:
                 raise InvalidValue(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
             if self.kv_heads and self.heads % self.kv_heads:
                 raise InvalidValue(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+            shaped = self.shape_params
+            if self.params and abs(self.params / shaped - 1) > PARAMS_TOLERANCE:
+                raise InvalidValue(
+                    f"params = {self.params:.4g} but layers, hidden, ffn and vocab give {shaped:.4g} parameters "
+                    f"(more than {PARAMS_TOLERANCE:.0%} apart): fix the shape, or leave params out to derive it"
+                )
         else:
-            for key in ("params", "gflops_per_sample", "sample_kb"):
+            for key, what in (
+                ("params", "parameters"),
+                ("gflops_per_sample", "forward GFLOPs of one sample"),
+                ("traffic_mb_per_sample", "memory traffic of one training step per sample, MB at 16-bit activations"),
+                ("sample_kb", "KB read from storage per sample"),
+            ):
                 if getattr(self, key) <= 0:
-                    raise InvalidValue(f"a vision model needs {key} > 0 (got {getattr(self, key)})")
-        if self.global_batch == 0 and self.batch_per_gpu == 0:
-            raise InvalidValue("give global_batch (sequences or samples per step) or batch_per_gpu")
+                    raise InvalidValue(f"a vision model needs {key} > 0 ({what}; got {getattr(self, key)})")
 
     @property
     def is_transformer(self) -> bool:
@@ -119,11 +127,14 @@ class ModelSpec:
         return attention + mlp + 2 * h
 
     @property
-    def param_count(self) -> float:
-        if self.params:
-            return self.params
+    def shape_params(self) -> float:
+        """Parameters of a transformer as its shape gives them: layers and embeddings."""
         embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
         return float(self.layers * self.layer_params + embeddings)
+
+    @property
+    def param_count(self) -> float:
+        return self.params or self.shape_params
 
     @property
     def sample_bytes(self) -> float:
@@ -131,8 +142,31 @@ class ModelSpec:
         return self.sample_kb * 1e3 if self.sample_kb else 4.0 * self.seq
 
     def batch(self, gpus: int) -> int:
-        """Global batch for a job of ``gpus`` GPUs."""
-        return self.global_batch or self.batch_per_gpu * gpus
+        """Global batch for a job of ``gpus`` GPUs; a UsageError when the model file gives none."""
+        batch = self.global_batch or self.batch_per_gpu * gpus
+        if not batch:
+            raise UsageError(
+                f"model {self.name!r} gives no batch size: pass --global-batch, or set global_batch "
+                "(or batch_per_gpu) in its file"
+            )
+        return batch
+
+    def shown(self) -> list[tuple[str, str]]:
+        """(field, value) pairs that describe this model, for ``hw show``: the kind's own fields,
+        and the derived ones (parameter count, MLP width, KV heads) as they are used."""
+        transformer = (*SHAPE_KEYS, "gated_mlp", "tied_embeddings", "flash_attention", "global_batch")
+        keys = ("kind", "description", *(transformer if self.is_transformer else (*VISION_KEYS, "global_batch")))
+        derived = {"kv_heads": self.kv_heads or self.heads, "ffn": self.ffn_width}
+        rows = [("params", f"{self.param_count:.4g}" + ("" if self.params else " (from the shape)"))]
+        for key in keys:
+            value = derived.get(key, getattr(self, key))
+            if key in ("description", "global_batch", "batch_per_gpu") and not value:
+                continue
+            rows.append((key, str(value)))
+        if not self.is_transformer or self.sample_kb:
+            rows.append(("sample_bytes", f"{self.sample_bytes:.4g}"))
+        rows.append(("source", self.source))
+        return rows
 
 
 @functools.cache
@@ -155,9 +189,10 @@ def load_model(text: str) -> ModelSpec:
     if text.endswith(".toml") or path.is_file():
         data = read_toml(path)
         return build(ModelSpec, {"name": path.stem, **data}, source=str(path))
-    if text not in _presets():
+    name = text.strip().lower()
+    if name not in _presets():
         raise UsageError(
-            f"unknown model {text!r}{closest(text, _presets())}: use a preset ({', '.join(_presets())}) "
-            "or the path of a model TOML file"
+            f"unknown model {text!r}{hardware.suggest(text, _presets())}: use a preset "
+            f"({', '.join(_presets())}) or the path of a model TOML file"
         )
-    return build(ModelSpec, {"name": text, **_presets()[text]}, source=f"models.toml [{text}]")
+    return build(ModelSpec, {"name": name, **_presets()[name]}, source=f"models.toml [{name}]")
