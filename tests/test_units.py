@@ -41,13 +41,24 @@ def test_parse_size_names_the_bad_value_and_the_allowed_suffixes():
 
 @pytest.mark.parametrize(
     ("text", "bits"),
-    [("200G", 200e9), ("100Gbps", 100e9), ("25g", 25e9), ("1.5T", 1.5e12), ("800G", 800e9), (10e9, 10e9)],
+    [
+        ("200G", 200e9),
+        ("100Gbps", 100e9),
+        ("25g", 25e9),
+        ("1.5T", 1.5e12),
+        ("800G", 800e9),
+        ("400Gb/s", 400e9),
+        ("10Gbit", 10e9),
+        ("50GB/s", 400e9),
+        ("25GBps", 200e9),
+        (10e9, 10e9),
+    ],
 )
 def test_parse_rate_is_decimal_bits(text, bits):
     assert parse_rate(text) == pytest.approx(bits)
 
 
-@pytest.mark.parametrize("text", ["fast", "0", "-5G"])
+@pytest.mark.parametrize("text", ["fast", "0", "-5G", "400", "0G", "100Gbs/"])
 def test_parse_rate_rejects(text):
     with pytest.raises(UsageError):
         parse_rate(text)

@@ -32,7 +32,7 @@ GB = 1e9
 _BINARY = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _DECIMAL = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)
-_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:B(?:IT)?(?:/S|PS)?)?\s*$", re.IGNORECASE)
+_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGTkmgt])(bit/s|bits/s|bit|bps|b/s|b|Bps|B/s|B)?\s*$")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$", re.IGNORECASE)
 
 
@@ -60,9 +60,12 @@ def parse_size(text: str | int, *, what: str = "size") -> int:
 
 
 def parse_rate(text: str | float, *, what: str = "rate") -> float:
-    """Parse a link rate such as ``"200G"`` or ``"100Gbps"`` into bits per second.
+    """Parse a link rate such as ``"200G"``, ``"100Gbps"`` or ``"50GB/s"`` into bits per second.
 
-    Rates use decimal prefixes, as NIC speeds do (200G = 200e9 bit/s).
+    Rates use decimal prefixes, as NIC speeds do (200G = 200e9 bit/s).  A
+    text needs its prefix (a bare ``"400"`` would be 400 bit/s, never what was
+    meant); ``b``, ``bit``, ``bps`` and ``b/s`` are bits, a capital ``B``
+    (``GB/s``, ``GBps``) is bytes.  A number is taken as bits per second.
     """
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         value = float(text)
@@ -70,11 +73,11 @@ def parse_rate(text: str | float, *, what: str = "rate") -> float:
         match = _RATE_RE.match(str(text))
         if not match:
             raise UsageError(
-                f"invalid {what} {str(text)!r}: use bits per second with an optional "
-                "decimal suffix K, M, G or T (for example 10G, 200G, 400Gbps)"
+                f"invalid {what} {str(text)!r}: give a rate with its decimal prefix, in bits "
+                "(10G, 200Gbps, 400Gb/s) or bytes (50GB/s)"
             )
-        number, suffix = match.groups()
-        value = float(number) * _DECIMAL[suffix.upper()]
+        number, prefix, unit = match.groups()
+        value = float(number) * _DECIMAL[prefix.upper()] * (8 if unit and unit.startswith("B") else 1)
     if value <= 0 or not math.isfinite(value):
         raise UsageError(f"{what} must be a positive number, got {text!r}")
     return value
