@@ -164,3 +164,19 @@ def test_ctrl_c_while_starting_up_is_quiet(tmp_path):
     _, _, stderr = _wait_exit(proc, 30)
     assert proc.returncode == 130
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+
+
+def test_closed_stdout_stops_every_rank_at_one_row(tmp_path):
+    # `fabricscope bench | head`: rank 0 cannot print any more; all ranks stop together, quietly.
+    out = tmp_path / "p.json"
+    proc = start_cli(["bench", "-b", "1K", "-e", "1M", "--json", str(out)])
+    proc.stdout.readline()
+    proc.stdout.close()
+    proc.wait(timeout=60)
+    stderr = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.returncode == 130
+    assert stderr.strip().splitlines() == [
+        line for line in stderr.strip().splitlines() if line.startswith("interrupted (its output was closed)")
+    ]
+    assert load(out).status == "interrupted"

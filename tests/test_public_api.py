@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
-from helpers import cli_env
 
 import fabricscope
+from helpers import cli_env
 
 MODULES = sorted(
     name

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -56,7 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()
+        return code
     except FabricscopeError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return exc.exit_code
@@ -64,8 +67,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("interrupted\n")
         return 130
     except BrokenPipeError:
-        # The reader of our stdout went away (| head): not an error of ours.
-        sys.stderr.close()
+        # The reader of our stdout went away (| head): not an error of ours.  Point
+        # stdout at /dev/null so that Python's flush at exit does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
         return 0
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from doctor_helpers import FIXTURES
 
-from fabricscope.doctor.expect import DEFAULT_TCP_BUFFER, Expectations, load_expectations, parse_expectations
+from fabricscope.doctor.expect import Expectations, load_expectations, parse_expectations
 from fabricscope.errors import ConfigError
 
 
@@ -23,7 +23,7 @@ def test_fixture_file_parses() -> None:
 
 
 def test_defaults_and_case_insensitive_choices() -> None:
-    assert Expectations().tcp_buffer_bytes == DEFAULT_TCP_BUFFER
+    assert Expectations().tcp_buffer_bytes is None  # the bandwidth-delay product of the node's fastest NIC
     expect = parse_expectations({"nic": {"link_layer": "ethernet"}, "gpu": {"nic_distance": "pxb"}}, "f.toml")
     assert (expect.link_layer, expect.gpu_nic_distance) == ("Ethernet", "PXB")
     assert parse_expectations({"nic": {"rate": "200Gbps"}}, "f.toml").nic_rate_gbps == 200.0
@@ -36,8 +36,15 @@ def test_defaults_and_case_insensitive_choices() -> None:
         ({"nic": {"speed": "400G"}}, "f.toml: unknown key nic.speed"),
         ({"nic": {"count": "eight"}}, "f.toml: nic.count must be a whole number from 0 to 1024, got 'eight'"),
         ({"nic": {"count": True}}, "f.toml: nic.count must be a whole number"),
-        ({"nic": {"rate": 400}}, 'f.toml: nic.rate must be a rate with its unit in quotes, like "400G"'),
+        ({"nic": {"rate": 400}}, "f.toml: nic.rate must be a rate with its decimal prefix in quotes"),
         ({"nic": {"rate": "fast"}}, "invalid f.toml: nic.rate 'fast'"),
+        ({"nic": {"rate": "400"}}, "invalid f.toml: nic.rate '400': give a rate with its decimal prefix"),
+        ({"nic": {"rate": "400"}}, "(a bare number would be bits per second)"),
+        ({"nic": {"rate": "400M"}}, "f.toml: nic.rate must be from 1 to 3200 Gb/s per NIC, got 0.4 Gb/s"),
+        ({"nic": {"rate": "400T"}}, "f.toml: nic.rate must be from 1 to 3200 Gb/s per NIC"),
+        ({"nic": {"devices": "mlx5_0"}}, 'f.toml: nic.devices must be a list of names like ["mlx5_0"'),
+        ({"nic": {"devices": ["mlx5_0", "mlx5_1 "]}}, "f.toml: nic.devices holds 'mlx5_1 '"),
+        ({"nic": {"devices": ["=mlx5_0"]}}, "f.toml: nic.devices holds '=mlx5_0'"),
         ({"nic": {"mtu": 10}}, "f.toml: nic.mtu must be from 68 to 65536, got 10"),
         ({"nic": {"link_layer": "RoCE"}}, "f.toml: nic.link_layer must be one of InfiniBand, Ethernet, got 'RoCE'"),
         ({"pcie": {"width": 3}}, "f.toml: pcie.width must be one of 1, 2, 4, 8, 12, 16, 32, got 3"),
@@ -57,14 +64,33 @@ def test_mistakes_name_file_key_and_allowed_values(data: dict[str, object], mess
 
 
 def test_unknown_key_lists_the_allowed_ones() -> None:
-    with pytest.raises(ConfigError, match=r"allowed in \[nic\]: count, rate, mtu, link_layer"):
+    with pytest.raises(ConfigError, match=r"allowed in \[nic\]: count, rate, mtu, link_layer, devices"):
         parse_expectations({"nic": {"speed": "400G"}}, "f.toml")
 
 
 def test_bad_toml_and_missing_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[nic\ncount = 8\n")
-    with pytest.raises(ConfigError, match=rf"{bad}: not valid TOML \(.*line 1"):
+    with pytest.raises(ConfigError, match=rf"--expect {bad}: malformed TOML: .*line 1"):
         load_expectations(str(bad))
-    with pytest.raises(ConfigError, match="no such file"):
+    with pytest.raises(ConfigError, match=f"--expect {tmp_path}/absent.toml: no such file"):
         load_expectations(str(tmp_path / "absent.toml"))
+
+
+@pytest.mark.parametrize(
+    ("text", "gbps"),
+    [("400G", 400.0), ("400Gbps", 400.0), ("400Gb/s", 400.0), ("50GB/s", 400.0), ("25GBps", 200.0), ("1.6T", 1600.0)],
+)
+def test_rate_is_bits_unless_a_capital_b_says_bytes(text: str, gbps: float) -> None:
+    assert parse_expectations({"nic": {"rate": text}}, "f.toml").nic_rate_gbps == gbps
+
+
+def test_python_construction_is_validated_in_the_same_place() -> None:
+    with pytest.raises(ConfigError, match=r"Expectations: nic\.link_layer must be one of InfiniBand, Ethernet"):
+        Expectations(link_layer="RoCE")
+    with pytest.raises(ConfigError, match=r"Expectations: nic\.rate must be from 1 to 3200 Gb/s"):
+        Expectations(nic_rate_gbps=4e-7)
+    with pytest.raises(ConfigError, match=r"Expectations: gpu\.nic_distance must be one of PIX"):
+        Expectations(gpu_nic_distance="near")
+    names = ("mlx5_0", "mlx5_1:1", "eth2")
+    assert Expectations(compute_devices=names).compute_devices == names

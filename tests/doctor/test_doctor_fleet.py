@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import socket
@@ -71,12 +72,14 @@ def test_facts_of_fixture_nodes_differ_where_the_faults_are() -> None:
 
 def test_fleet_findings() -> None:
     diffs = compare({"a": {"k": "1"}, "b": {"k": "1"}, "c": {"k": "2"}})
-    findings = fleet_findings(diffs, [3], 5.0)
+    findings = fleet_findings(diffs, {3: None, 4: "gpu-node-09"}, 5.0)
     assert [(f.id, f.severity, f.subject) for f in findings] == [
         ("fleet.report", Severity.FAIL, "rank 3"),
+        ("fleet.report", Severity.FAIL, "rank 4 on gpu-node-09"),
         ("fleet.consistency", Severity.WARN, "k"),
     ]
-    assert findings[1].observed == "odd: c (2)"
+    assert "died or hung while probing" in findings[1].observed
+    assert findings[2].observed == "odd: c (2)"
 
 
 def test_report_json_round_trip() -> None:
@@ -147,7 +150,7 @@ def test_fleet_mode_usage_errors_come_before_any_rank(tmp_path: Path) -> None:
 
 
 @pytest.mark.multiprocess
-def test_under_torchrun_ranks_use_the_agents_store(tmp_path: Path) -> None:
+def test_under_torchrun_ranks_use_the_agents_store_and_a_rank_without_a_tree_reports(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "RANK", "WORLD_SIZE"))}
     env["COLUMNS"] = "200"
     result = subprocess.run(
@@ -156,7 +159,7 @@ def test_under_torchrun_ranks_use_the_agents_store(tmp_path: Path) -> None:
             "-m",
             "torch.distributed.run",
             "--nproc-per-node",
-            "3",
+            "4",
             "--master-port",
             str(free_port()),
             "-m",
@@ -174,5 +177,86 @@ def test_under_torchrun_ranks_use_the_agents_store(tmp_path: Path) -> None:
         timeout=180,
         check=False,
     )
+    # Rank 3's tree (node3) does not exist: it reports that to rank 0 instead of exiting, which under
+    # torchrun would have stopped every other rank and lost the fleet report.
     assert "odd one(s) out: gpu-node-07" in result.stdout, result.stdout + result.stderr
-    assert result.stdout.count("fabricscope doctor: 3 nodes") == 1  # only rank 0 prints
+    assert result.stdout.count("fabricscope doctor: 4 nodes") == 1  # only rank 0 prints
+    out = " ".join(result.stdout.split())
+    assert "could not probe its node: --root" in out and "node3: no such directory" in out
+    # torchrun exits 1 when any rank does; only rank 0 did, with the fleet's verdict.
+    assert "<NO_OTHER_FAILURES>" in result.stderr and "exitcode  : 2" in result.stderr
+
+
+def test_ranks_of_one_machine_merge_although_their_findings_differ_in_passing() -> None:
+    from fabricscope.doctor.findings import Finding
+
+    def seen(rank: int, observed: str) -> NodeReport:
+        found = [Finding(id="rdma.errors", severity=Severity.WARN, subject="mlx5_1/1", observed=observed)]
+        return NodeReport(rank=rank, hostname="h", root=f"/r{rank}", facts={"k": "1"}, findings=found)
+
+    [node] = group_reports([seen(0, "symbol_error=12"), seen(1, "symbol_error=13")])
+    assert (node.label, node.ranks, node.findings[0].observed) == ("h", [0, 1], "symbol_error=12")
+
+
+def test_two_machines_with_one_hostname_are_two_nodes() -> None:
+    twins = group_reports(
+        [
+            NodeReport(rank=0, hostname="localhost", boot_id="aaaaaaaa-1", root="/", facts={}, findings=[]),
+            NodeReport(rank=1, hostname="localhost", boot_id="bbbbbbbb-2", root="/", facts={}, findings=[]),
+        ]
+    )
+    assert [n.label for n in twins] == ["localhost (boot aaaaaaaa)", "localhost (boot bbbbbbbb)"]
+
+
+class DictStore:
+    """An in-memory stand-in for torch.distributed.TCPStore."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def set(self, key: str, value: str) -> None:
+        self.data[key] = value.encode()
+
+    def check(self, keys: list[str]) -> bool:
+        return all(k in self.data for k in keys)
+
+    def get(self, key: str) -> bytes:
+        return self.data[key]
+
+
+def fleet_args(root: str, **more: object) -> argparse.Namespace:
+    values: dict[str, object] = {"root": root, "capture": None, "json": None, "live_env": False}
+    values.update(more)
+    return argparse.Namespace(**values)
+
+
+def test_a_rank_that_cannot_probe_still_reports_and_a_silent_rank_is_named_with_its_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fabricscope.bench.launch import World
+    from fabricscope.doctor.fleet import Rendezvous
+    from fabricscope.doctor.fleet_run import run_rank
+
+    for index in (0, 2):
+        shutil.copytree(FIXTURES / "healthy-ib-8gpu", tmp_path / f"node{index}", symlinks=True)
+    monkeypatch.setenv("COLUMNS", "400")
+    store = DictStore()
+    args = fleet_args(str(tmp_path / "node{rank}"), json=str(tmp_path / "fleet.json"))
+
+    def world(rank: int) -> World:
+        return World(rank, 4, rank, 4, "127.0.0.1", 1, "env")
+
+    for rank in (3, 2, 1):  # rank 1's tree is missing; rank 3 announces itself and never reports
+        link = Rendezvous(world(rank), store)
+        if rank == 3:
+            link.announce("gpu-node-99")
+            continue
+        assert run_rank(args, world(rank), None, 5.0, link) == 0
+    code = run_rank(args, world(0), None, 0.5, Rendezvous(world(0), store))
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 2
+    assert f"could not probe its node: --root {tmp_path}/node1: no such directory" in out
+    assert "fail rank 3 on gpu-node-99: no report within 0.5 s (it started, then died or hung while probing)" in out
+    summary = load(tmp_path / "fleet.json").summary
+    assert summary["missing_ranks"] == [{"rank": 3, "host": "gpu-node-99"}]
+    assert [n["probed"] for n in summary["nodes"]] == [True, False]  # ranks 0 and 2 are one node

@@ -11,7 +11,6 @@ import pytest
 from doctor_helpers import FIXTURES, only, run_fixture, subjects
 
 from fabricscope.doctor.checks import run_checks
-from fabricscope.doctor.checks.nccl import parse_interface_list
 from fabricscope.doctor.diagnosis import diagnose, open_root
 from fabricscope.doctor.findings import Severity
 from fabricscope.doctor.probe import probe_node
@@ -23,6 +22,8 @@ def healthy(env: dict[str, str]) -> list:  # type: ignore[type-arg]
 
 
 def test_interface_list_syntax() -> None:
+    from fabricscope.doctor.nccl_settings import parse_interface_list
+
     parsed = parse_interface_list("^=mlx5_0:1,mlx5_1")
     assert (parsed.exclude, parsed.exact) == (True, True)
     assert parsed.entries == (("mlx5_0", 1), ("mlx5_1", None))
@@ -60,7 +61,9 @@ def test_socket_ifname() -> None:
     assert only(healthy({"NCCL_SOCKET_IFNAME": "eth0"}), "nccl.socket_ifname", Severity.FAIL)
     assert only(healthy({"NCCL_SOCKET_IFNAME": "=ib"}), "nccl.socket_ifname", Severity.FAIL)  # exact, no 'ib'
     assert only(healthy({"NCCL_SOCKET_IFNAME": "docker"}), "nccl.socket_ifname", Severity.FAIL)  # down only
-    assert only(healthy({"NCCL_SOCKET_IFNAME": "^eno,ib,ens,docker"}), "nccl.socket_ifname", Severity.FAIL)
+    # NCCL drops lo and docker* by itself only without a list: '^...' leaves lo in, which reaches no other node.
+    [excluded] = only(healthy({"NCCL_SOCKET_IFNAME": "^eno,ib,ens,docker"}), "nccl.socket_ifname", Severity.WARN)
+    assert "uses lo, which cannot carry traffic between nodes" in excluded.observed
 
 
 @pytest.mark.parametrize(
@@ -120,11 +123,14 @@ def test_gid_index_on_roce(index: str, severity: Severity, words: str) -> None:
     assert words in found[0].observed
 
 
-def test_gid_index_judged_on_roce_ports_only() -> None:
-    found = only(healthy({"NCCL_IB_GID_INDEX": "3"}), "nccl.gid_index", Severity.OK)
+def test_gid_index_judged_on_roce_compute_ports_only() -> None:
+    found = only(healthy({"NCCL_IB_GID_INDEX": "3", "NCCL_IB_HCA": "mlx5"}), "nccl.gid_index", Severity.OK)
     assert {f.subject for f in found} == {"mlx5_8/1 GID 3", "mlx5_9/1 GID 3"}  # not the 8 InfiniBand ports
+    # The node's own NCCL_IB_HCA (etc/nccl.conf) leaves the RoCE storage ports to storage.
+    [only_ib] = only(healthy({"NCCL_IB_GID_INDEX": "3"}), "nccl.gid_index", Severity.OK)
+    assert "no RoCE compute ports" in only_ib.observed
     vm = run_fixture("vm-virtio", env={"NCCL_IB_GID_INDEX": "3"}).findings
-    assert "no RoCE ports here" in only(vm, "nccl.gid_index", Severity.OK)[0].observed
+    assert "no RoCE compute ports" in only(vm, "nccl.gid_index", Severity.OK)[0].observed
 
 
 def test_environment_beats_conf_file_and_sources_are_named() -> None:
@@ -174,3 +180,124 @@ def test_topo_file_that_exists_is_ok(tmp_path: Path) -> None:
 def test_no_variables_is_ok() -> None:
     finding = only(run_fixture("vm-virtio").findings, "nccl.settings")[0]
     assert finding.severity is Severity.OK
+
+
+def test_ib_hca_port_that_does_not_exist_leaves_nccl_nothing() -> None:
+    findings = healthy({"NCCL_IB_HCA": "=mlx5_1:2"})
+    ib_hca = only(findings, "nccl.ib_hca")
+    assert "leaves no RDMA device for NCCL" in only(findings, "nccl.ib_hca", Severity.FAIL)[0].observed
+    assert any("has no port 2" in f.observed for f in ib_hca)
+
+
+def test_ib_hca_on_a_port_that_is_down_is_not_ok() -> None:
+    degraded = run_fixture("degraded-ib-8gpu", env={"NCCL_IB_HCA": "=mlx5_5"}).findings
+    [down] = only(degraded, "nccl.ib_hca")
+    assert down.severity is Severity.FAIL
+    assert "selects only ports that are not ACTIVE: mlx5_5/1 (DOWN)" in down.observed
+
+
+def test_ib_hca_reports_every_problem_of_an_entry() -> None:
+    node = probe_node(SysRoot(FIXTURES / "healthy-ib-8gpu"), {"NCCL_IB_HCA": "mlx5_1:2,mlx5_2"})
+    for index, device in enumerate(node.rdma):  # a 12-HCA node: mlx5_10, mlx5_11 exist
+        if index >= 8:
+            device.name = f"mlx5_{index + 2}"
+            for port in device.ports:
+                port.device = device.name
+    observed = [f.observed for f in only(run_checks(node), "nccl.ib_hca", Severity.WARN)]
+    assert any("'mlx5_1' is a prefix and also selects mlx5_10, mlx5_11" in o for o in observed)
+    assert any("'mlx5_1' has no port 2" in o for o in observed)
+
+
+def test_ib_hca_spaces_are_kept_as_nccl_keeps_them() -> None:
+    from fabricscope.doctor.nccl_settings import parse_interface_list
+
+    parsed = parse_interface_list("=mlx5_1, mlx5_2")
+    assert parsed.entries == (("mlx5_1", None), (" mlx5_2", None))
+    assert parse_interface_list("mlx5_0:x").entries == (("mlx5_0", 0),)  # atoi: no port 0 exists
+    [spaces] = only(healthy({"NCCL_IB_HCA": "=mlx5_1, mlx5_2"}), "nccl.ib_hca", Severity.WARN)
+    assert "entry ' mlx5_2' has spaces, which NCCL keeps: it matches no device" in spaces.observed
+    assert spaces.advice.endswith("=mlx5_1,mlx5_2")
+
+
+@pytest.mark.parametrize(
+    ("value", "severity", "words"),
+    [
+        ("lo", Severity.WARN, "uses lo, which cannot carry traffic between nodes"),
+        ("=lo", Severity.WARN, "uses lo, which cannot carry traffic between nodes"),
+        ("eno", Severity.OK, "uses eno1"),
+    ],
+)
+def test_socket_ifname_on_interfaces_that_reach_no_other_node(value: str, severity: Severity, words: str) -> None:
+    [found] = only(healthy({"NCCL_SOCKET_IFNAME": value}), "nccl.socket_ifname")
+    assert found.severity is severity and words in found.observed
+
+
+def test_socket_ifname_on_a_container_bridge() -> None:
+    node = probe_node(SysRoot(FIXTURES / "healthy-ib-8gpu"), {"NCCL_SOCKET_IFNAME": "docker,virbr"})
+    docker = node.nic("docker0")
+    assert docker is not None
+    docker.operstate = "up"
+    [found] = only(run_checks(node), "nccl.socket_ifname", Severity.WARN)
+    assert "uses docker0, which cannot carry traffic between nodes" in found.observed
+
+
+@pytest.mark.parametrize(
+    ("value", "read_as", "warns"),
+    [("3", 3, False), ("0x3", 3, False), ("3x", 3, True), ("03", 3, False), ("abc", 0, True), ("", None, False)],
+)
+def test_gid_index_is_read_with_strtoll(value: str, read_as: int | None, warns: bool) -> None:
+    report = diagnose(open_root(str(FIXTURES / "roce-4gpu")), env={"NCCL_IB_GID_INDEX": value})
+    found = only(report.findings, "nccl.gid_index")
+    assert not only(found, "nccl.gid_index", Severity.FAIL)
+    assert bool(only(found, "nccl.gid_index", Severity.WARN)) is warns
+    if read_as == 3:
+        assert {f.subject for f in found if f.severity is Severity.OK} == {"mlx5_0/1 GID 3", "mlx5_1/1 GID 3"}
+
+
+@pytest.mark.parametrize(
+    ("value", "number", "rest"),
+    [("3", 3, ""), ("0x3", 3, ""), ("3x", 3, "x"), ("010", 8, ""), (" -1", -1, ""), ("abc", 0, "abc"), ("", None, "")],
+)
+def test_strtoll(value: str, number: int | None, rest: str) -> None:
+    from fabricscope.doctor.nccl_settings import nccl_int
+
+    assert nccl_int(value) == (number, rest)
+    assert nccl_int("9" * 30) == (None, "9" * 30)  # out of range: NCCL keeps its default
+
+
+def test_gdr_level_zero_and_names_as_nccl_reads_them() -> None:
+    [zero] = only(healthy({"NCCL_NET_GDR_LEVEL": "0"}), "nccl.gdr_level")
+    assert zero.severity is Severity.WARN and "GPUDirect RDMA never used (NCCL reads 0 as LOC)" in zero.observed
+    [two] = only(healthy({"NCCL_NET_GDR_LEVEL": "2"}), "nccl.gdr_level")
+    assert "a numeric level (NCCL reads 2 as PXB)" in two.observed
+    [lower] = only(healthy({"NCCL_NET_GDR_LEVEL": "pxb"}), "nccl.gdr_level")
+    assert "names are case-sensitive" in lower.observed
+
+
+def test_p2p_disable_only_at_one_as_nccl_tests_it() -> None:
+    assert only(healthy({"NCCL_P2P_DISABLE": "1"}), "nccl.p2p_shm", Severity.WARN)
+    assert only(healthy({"NCCL_P2P_DISABLE": "2"}), "nccl.p2p_shm", Severity.OK)  # NCCL compares with == 1
+
+
+def test_user_conf_file_is_found_through_the_passwd_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import pwd
+
+    home = pwd.getpwuid(os.getuid()).pw_dir
+    root = copy_tree(FIXTURES / "vm-virtio", tmp_path / "node")
+    (root / home.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    (root / home.lstrip("/") / ".nccl.conf").write_text("NCCL_ALGO=Tree\n")
+    (root / "fabricscope-capture/manifest.json").unlink()  # no recorded environment: this process's
+    monkeypatch.setenv("HOME", "/somewhere/else")
+    node = probe_node(SysRoot(root))
+    assert node.nccl["NCCL_ALGO"].source == f"{home.rstrip('/')}/.nccl.conf:1"
+
+
+def test_conf_line_with_a_dos_line_end(tmp_path: Path) -> None:
+    root = copy_tree(FIXTURES / "vm-virtio", tmp_path / "node")
+    (root / "etc").mkdir(exist_ok=True)
+    (root / "etc/nccl.conf").write_bytes(b"NCCL_DEBUG=INFO\r\n")
+    report = diagnose(SysRoot(root), env={})
+    assert report.node.nccl["NCCL_DEBUG"].value == "INFO\r"  # what NCCL sets, and then does not recognise
+    assert "carriage return" in only(report.findings, "nccl.settings", Severity.WARN)[0].observed
+    assert only(report.findings, "nccl.debug", Severity.OK)

@@ -77,6 +77,7 @@ def test_ib_rate_from_captured_file() -> None:
         ("16 GT/s", 16.0, 4),
         ("5 GT/s", 5.0, 2),
         ("Unknown", None, None),
+        ("Unknown speed", None, None),  # kernels before 5.7
         ("", None, None),
         ("banana", None, None),
     ],
@@ -172,3 +173,33 @@ def test_nccl_conf_as_nccl_reads_it() -> None:
     assert any("/etc/nccl.conf:7" in p and "' 22'" in p for p in problems)
     assert any("/etc/nccl.conf:8" in p and "no '='" in p for p in problems)
     assert not any(":5" in p for p in problems)  # an indented comment is not a problem
+
+
+def test_link_modes_of_ethtool_output() -> None:
+    """``ethtool <if>`` of a 200 GbE NIC linked at 100G (a hand-written sample in ethtool's layout)."""
+    from fabricscope.doctor.parsers import parse_link_modes
+
+    assert parse_link_modes(read(DATA / "ethtool-mlx5-200g-at-100g.txt")) == 200000  # not the advertised 100G
+    assert parse_link_modes("Settings for eth0:\n\tSupported link modes:   Not reported\n\tSpeed: Unknown!") is None
+    assert parse_link_modes("10000baseT/Half 40000baseCR4/Full") is None  # outside the section
+    assert parse_link_modes(None) is None
+
+
+def test_round_trip_of_the_link_modes_a_capture_writes() -> None:
+    from fabricscope.doctor.ethtool import LINK_MODES, format_link_modes
+    from fabricscope.doctor.parsers import parse_link_modes
+
+    bits = [b for b, name in LINK_MODES.items() if name in ("25000baseCR/Full", "400000baseCR4/Full", "10baseT/Half")]
+    assert parse_link_modes(format_link_modes("eth9", bits)) == 400000
+    assert parse_link_modes(format_link_modes("eth9", [])) is None
+
+
+@pytest.mark.parametrize("text", ["9" * 5000, "-" + "1" * 4400, "1" * 21, "0x" + "f" * 5000])
+def test_numbers_too_long_for_any_counter_are_garbage_not_a_crash(text: str) -> None:
+    assert parse_int(text) is None
+    assert parse_hex(text) is None
+    assert parse_sysctl_ints(f"{text} 1 2") is None
+    assert parse_ethtool_stats(f"rx_prio3_pause: {text}") is None
+    assert parse_kernel_release(f"{text}.1") is None
+    assert parse_ib_state(f"{text}: ACTIVE") is None
+    assert parse_ib_rate(f"{text} Gb/sec (4X NDR)") is None

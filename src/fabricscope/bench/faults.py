@@ -79,6 +79,8 @@ class Heartbeat:
         self._store: Any = None
         self._lock = threading.Lock()
         self._left = False
+        self.left_on_purpose: list[int] = []
+        """After :meth:`diagnose`: the ranks that said they were leaving because they were asked to."""
 
     # --- main-thread API -----------------------------------------------------
 
@@ -164,6 +166,7 @@ class Heartbeat:
             latest = beats
         watched = time.monotonic() - started
         # A progress of -1 means the rank left on purpose (it was interrupted).
+        self.left_on_purpose = sorted(r for r in others if _progress(latest.get(r)) == -1)
         stale = [
             p for p in self._peers if p.rank in others and p.rank not in changed and _progress(latest.get(p.rank)) != -1
         ]

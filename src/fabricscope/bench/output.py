@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from fabricscope import __version__
@@ -48,6 +49,7 @@ class Output:
         progress_total: int = 0,
         notes: Sequence[str] = (),
         first_notes: Sequence[str] = (),
+        on_stdout_closed: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
         self.peers = list(peers)
@@ -65,6 +67,9 @@ class Output:
             status="partial",
         )
         self._open_op: Collective | None = None
+        self._on_stdout_closed = on_stdout_closed
+        self.stdout_closed = False
+        """The reader of the table went away (``| head``): the run stops like an interrupt."""
         self._saved_at = 0.0
         self.notes = list(notes)
         """Printed in every op's header."""
@@ -85,11 +90,31 @@ class Output:
     # --- table ------------------------------------------------------------------
 
     def _print(self, line: str) -> None:
-        if self._progress is not None and self._shared_terminal:
-            # Table and bar share one terminal: print above the bar, never through it.
-            self._progress.console.print(line, markup=False, highlight=False, crop=False, soft_wrap=True)
-        else:
-            self.out.write(line + "\n")
+        if self.stdout_closed:
+            return
+        try:
+            if self._progress is not None and self._shared_terminal:
+                # Table and bar share one terminal: print above the bar, never through it.
+                self._progress.console.print(line, markup=False, highlight=False, crop=False, soft_wrap=True)
+            else:
+                self.out.write(line + "\n")
+        except BrokenPipeError:
+            self._stdout_gone()
+
+    def _flush(self) -> None:
+        try:
+            self.out.flush()
+        except BrokenPipeError:
+            self._stdout_gone()
+
+    def _stdout_gone(self) -> None:
+        self.stdout_closed = True
+        # Later writes, and Python's own flush at exit, go nowhere instead of failing.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.out.fileno())
+        os.close(devnull)
+        if self._on_stdout_closed is not None:
+            self._on_stdout_closed()
 
     def start_op(self, op: Collective) -> None:
         self._open_op = op
@@ -118,7 +143,7 @@ class Output:
             )
         for line in table.header_lines():
             self._print(line)
-        self.out.flush()
+        self._flush()
         self._op_records = []
 
     def row(self, records: Sequence[CollectiveRecord]) -> None:
@@ -127,7 +152,7 @@ class Output:
         self.result.records.extend(dicts)
         for row in table.pair_rows(dicts):
             self._print(table.format_row(row, check=self.config.check > 0))
-        self.out.flush()
+        self._flush()
         # Every row reaches the file at once; in very long runs (-N 0) rewriting
         # the whole file each row would cost more than the rows, so then at most
         # every few seconds (finish() always writes the rest).
@@ -152,7 +177,7 @@ class Output:
         self._print("#")
         self._print(f"# Collective test concluded: {op.program}")
         self._print("")
-        self.out.flush()
+        self._flush()
         self.result.summary[op.name] = op_summary(records)
 
     # --- files --------------------------------------------------------------------

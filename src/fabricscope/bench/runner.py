@@ -39,12 +39,15 @@ class CollectiveFailed(Exception):
 
 
 class StopFlag:
-    """Set from a signal handler; read between timed loops."""
+    """Set from a signal handler (or when stdout is closed); read between timed loops."""
 
     __slots__ = ("is_set",)
 
     def __init__(self) -> None:
         self.is_set = False
+
+    def set(self) -> None:
+        self.is_set = True
 
 
 class Sweep:
@@ -97,6 +100,7 @@ class Sweep:
                 cycle += 1
                 for size in sizes:
                     yield self._row(op, size, layouts[size], send, recv, ctx)
+                    self._agree_to_go_on()
 
     # --- pieces ---------------------------------------------------------------
 
@@ -164,14 +168,27 @@ class Sweep:
         self.heartbeat.enter(phase, self.config.timeout_s * max(calls, 1) + 10.0)
         try:
             result = fn(*args)
-        except Interrupted:
-            raise
         except RuntimeError as exc:  # the backend's way to report a dead peer or a timeout
             raise CollectiveFailed(phase, exc) from exc
         self.heartbeat.leave()
-        if self.stop.is_set:
-            raise Interrupted
         return result
+
+    def _agree_to_go_on(self) -> None:
+        """After every row, all ranks learn whether any of them was asked to stop.
+
+        Ctrl-C may reach one rank (or one node) only, and rank 0 stops when its
+        stdout is closed: one tiny all-reduce per row (outside the timed loop)
+        makes every rank stop at the same row boundary, cleanly.
+        """
+        torch, dist = self.torch, self.dist
+
+        def vote() -> int:
+            flag = torch.tensor([1 if self.stop.is_set else 0], dtype=torch.int64, device=self.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            return int(flag.item())
+
+        if self._guarded("agreeing to go on", 1, vote):
+            raise Interrupted
 
     def _sync(self) -> None:
         if self.cuda:

@@ -170,6 +170,7 @@ def _run(config: BenchConfig, world: launch.World, notes: list[str]) -> int:
             raise
         return 2  # every rank found the same; rank 0 says it
 
+    stop = StopFlag()
     output = None
     if world.rank == 0:
         from fabricscope.bench.output import Output
@@ -187,6 +188,7 @@ def _run(config: BenchConfig, world: launch.World, notes: list[str]) -> int:
             launcher=world.launcher,
             env=env,
             progress_total=_row_count(config) if config.run_cycles else 0,
+            on_stdout_closed=stop.set,
         )
 
     def on_stall(message: str) -> None:
@@ -203,12 +205,11 @@ def _run(config: BenchConfig, world: launch.World, notes: list[str]) -> int:
         on_stall=on_stall,
     )
     heartbeat.start()
+
     # From here on a stop request finishes the current row, keeps every row, and
     # exits cleanly on every rank; before, there is nothing to keep (see main()).
-    stop = StopFlag()
-
     def on_signal(signum: int, frame: Any) -> None:
-        stop.is_set = True
+        stop.set()
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
@@ -244,7 +245,8 @@ def _run(config: BenchConfig, world: launch.World, notes: list[str]) -> int:
         _finish_process(exc.exit_code)
     except CollectiveFailed as failure:
         culprit = heartbeat.diagnose()
-        if stop.is_set and not culprit:
+        if not culprit and (stop.is_set or heartbeat.left_on_purpose):
+            # We, or a peer before us, were asked to stop: a clean interruption.
             return _stop_interrupted(world, output, heartbeat)
         reason = culprit or describe_exception(failure.cause)
         message = f"{reason}, during {failure.phase}"
@@ -315,9 +317,10 @@ def _fit_to_memory(config: BenchConfig, world: launch.World, torch: Any, dist: A
 def _stop_interrupted(world: launch.World, output: Any, heartbeat: Heartbeat) -> int:
     heartbeat.mark_stopped()
     if output is not None:
-        output.finish("interrupted", "interrupted by a signal")
+        why = "its output was closed" if output.stdout_closed else "interrupted by a signal"
+        output.finish("interrupted", why)
         where = f" in {output.config.json_path}" if output.config.json_path else ""
-        _say(0, f"interrupted: the {len(output.result.records)} records measured so far are kept{where}")
+        _say(0, f"interrupted ({why}): the {len(output.result.records)} records measured so far are kept{where}")
     _finish_process(130)
     return 130  # pragma: no cover - _finish_process does not return
 

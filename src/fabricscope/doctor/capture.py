@@ -23,8 +23,9 @@ from fabricscope.errors import RunError, UsageError
 __all__ = ["CAPTURE_FORMAT", "CAPTURE_VERSION", "check_capture_target", "write_capture"]
 
 CAPTURE_FORMAT = "fabricscope-capture"
-CAPTURE_VERSION = 1
-"""Manifest history: 1 - errors, env, hostname, created, source_root, fabricscope."""
+CAPTURE_VERSION = 2
+"""Manifest history: 1 - errors, env, hostname, created, source_root, fabricscope; 2 - home (the user's
+passwd home directory, where NCCL looks for ~/.nccl.conf), and files are written as read (no newline added)."""
 _MAX_HOPS = 40
 
 
@@ -86,11 +87,16 @@ class _Copier:
         if target.is_dir() or target.is_symlink():
             return
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text + "\n", encoding="utf-8")
+        target.write_text(text, encoding="utf-8")
 
 
-def write_capture(root: SysRoot, dest: str, env: Mapping[str, str], hostname: str) -> int:
-    """Copy every file ``root`` has read so far into ``dest``; returns the number of files written."""
+def write_capture(root: SysRoot, dest: str, env: Mapping[str, str], hostname: str, home: str | None = None) -> int:
+    """Copy every file ``root`` has read so far into ``dest``; returns the number of files written.
+
+    ``env`` and ``home`` are the environment the NCCL settings were read from
+    and the user's home directory; the manifest keeps the ``NCCL_*`` variables,
+    ``HOME`` and ``home``.
+    """
     path = Path(dest)
     copier = _Copier(root.path, path)
     try:
@@ -126,6 +132,7 @@ def write_capture(root: SysRoot, dest: str, env: Mapping[str, str], hostname: st
             "source_root": str(root.path),
             "fabricscope": __version__,
             "env": {k: v for k, v in sorted(env.items()) if k.startswith("NCCL_") or k == "HOME"},
+            "home": home,
             "errors": {k: v for k, v in sorted(root.read_errors().items()) if v not in ("ENOENT", "ENOTDIR")},
         }
         (path / CAPTURE_DIR).mkdir(exist_ok=True)

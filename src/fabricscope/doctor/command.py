@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -16,7 +17,9 @@ if TYPE_CHECKING:
 __all__ = ["add_parser", "run"]
 
 _EPILOG = """\
-exit status: 0 all ok, 1 warnings, 2 failures (or a usage error).
+exit status: 0 all ok (info included), 1 warnings, 2 failures; 3 the doctor could not
+complete (a report it cannot write, a crash): no verdict. A usage error is also 2, with
+one 'error:' line and no report.
 
 examples:
   fabricscope doctor                                   # this node
@@ -47,6 +50,11 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--expect", default=None, metavar="FILE", help="TOML of what each node should have")
     parser.add_argument("--json", default=None, metavar="FILE", help="write the findings as a Result")
     parser.add_argument("--capture", default=None, metavar="DIR", help="copy the files read into DIR")
+    parser.add_argument(
+        "--live-env",
+        action="store_true",
+        help="with --root: check this shell's NCCL_* variables, not the ones the capture recorded",
+    )
     parser.add_argument("--nproc", default=None, metavar="N", help="fleet mode: spawn N local ranks")
     parser.add_argument(
         "--timeout",
@@ -78,6 +86,29 @@ def _nproc(value: str | None) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The command: a verdict (0, 1, 2), a usage error (2, raised), or 3 when the doctor could not complete."""
+    from fabricscope.doctor.findings import DoctorIncomplete
+    from fabricscope.errors import FabricscopeError, UsageError
+
+    try:
+        return _run(args)
+    except UsageError:
+        raise
+    except FabricscopeError as exc:
+        if isinstance(exc, DoctorIncomplete):
+            raise
+        raise DoctorIncomplete(str(exc)) from None
+    except BrokenPipeError:  # the reader went away (| head): the command line handles it
+        raise
+    except Exception as exc:  # a bug: show where, and say there is no verdict
+        traceback.print_exc(file=sys.stderr)
+        raise DoctorIncomplete(
+            f"fabricscope doctor could not complete ({type(exc).__name__}: {exc}); no verdict. "
+            "This is a bug: please report it with the traceback above"
+        ) from None
+
+
+def _run(args: argparse.Namespace) -> int:
     from fabricscope.bench import launch
     from fabricscope.doctor.expect import load_expectations
     from fabricscope.units import parse_duration
@@ -104,9 +135,11 @@ def run(args: argparse.Namespace) -> int:
 def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
     from fabricscope.doctor.capture import check_capture_target, write_capture
     from fabricscope.doctor.diagnosis import diagnose, doctor_result, expand_placeholders, open_root
+    from fabricscope.doctor.findings import DoctorIncomplete
     from fabricscope.doctor.fleet import node_facts
     from fabricscope.doctor.probe import node_env
     from fabricscope.doctor.report import make_console, render_findings, verdict_line
+    from fabricscope.errors import FabricscopeError
     from fabricscope.metadata import collect_env
 
     root_path = expand_placeholders(args.root, rank=0, local_rank=0)
@@ -114,29 +147,39 @@ def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
     capture = expand_placeholders(args.capture, rank=0, local_rank=0) if args.capture else None
     if capture:
         check_capture_target(capture)
-    env = node_env(root)
+    env = node_env(root, live=args.live_env)
     report = diagnose(root, env=env, expect=expect)
     node = report.node
     if capture:
-        written = write_capture(root, capture, env, node.hostname)
+        written = write_capture(root, capture, env.variables, node.hostname, env.home)
         sys.stderr.write(f"captured {written} files into {capture} (read it back with --root {capture})\n")
-    console = make_console()
-    render_findings(
-        console,
-        report.findings,
-        title=f"fabricscope doctor: {node.hostname} (root {node.root})",
-        verbose=args.verbose,
-    )
-    console.print(verdict_line(report.findings, node.hostname))
-    if args.json:
+    problem = None
+    if args.json:  # before the report, so that nothing in rendering can cost the JSON
         result = doctor_result(
             report.findings,
             config={"root": root_path, "expect": expect.to_dict() if expect else None},
             hostname=node.hostname,
             env=collect_env(nccl_settings={k: v.value for k, v in node.nccl.items()}),
-            summary={"facts": node_facts(node, report.expect), "nvml": node.nvml},
+            summary={
+                "facts": node_facts(node, report.expect),
+                "nvml": node.nvml,
+                "environment": node.env_source,
+            },
         )
-        result.save(args.json)
+        try:
+            result.save(args.json)
+        except FabricscopeError as exc:
+            problem = DoctorIncomplete(f"--json {args.json}: {exc}; no verdict")
+    console = make_console()
+    render_findings(
+        console,
+        report.findings,
+        title=f"fabricscope doctor: {node.hostname} (root {node.root}; NCCL variables from {node.env_source})",
+        verbose=args.verbose,
+    )
+    console.print(verdict_line(report.findings, node.hostname))
+    if problem is not None:
+        raise problem
     return report.exit_code
 
 
@@ -156,4 +199,6 @@ def child_argv(args: argparse.Namespace, timeout_s: float) -> list[str]:
             argv += [flag, value]
     if args.verbose:
         argv.append("--verbose")
+    if args.live_env:
+        argv.append("--live-env")
     return argv

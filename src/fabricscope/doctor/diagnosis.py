@@ -17,7 +17,7 @@ from fabricscope.doctor.checks import run_checks
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, counts, exit_code, worst
 from fabricscope.doctor.inventory import Node
-from fabricscope.doctor.probe import probe_node
+from fabricscope.doctor.probe import NodeEnv, probe_node
 from fabricscope.doctor.sysroot import SysRoot
 from fabricscope.errors import UsageError
 from fabricscope.results import Result
@@ -56,7 +56,9 @@ class Diagnosis:
         return exit_code(self.findings)
 
 
-def diagnose(root: SysRoot, *, env: Mapping[str, str] | None = None, expect: Expectations | None = None) -> Diagnosis:
+def diagnose(
+    root: SysRoot, *, env: Mapping[str, str] | NodeEnv | None = None, expect: Expectations | None = None
+) -> Diagnosis:
     """Probe ``root`` and run every check.  ``env`` is the NCCL environment (None: the capture's or ours)."""
     expect = expect or Expectations()
     node = probe_node(root, env)

@@ -1,8 +1,10 @@
 """Findings: what one check saw on one subject, how bad it is, and what fixes it.
 
-Exit codes follow the Nagios convention that GCM and pyperf's ``system`` use:
-0 when everything is ok (or merely informative), 1 when something deserves a
-look (warn), 2 when something is wrong (fail).
+Exit codes follow the Nagios convention that Meta's GCM uses: 0 when
+everything is ok (or merely informative), 1 when something deserves a look
+(warn), 2 when something is wrong (fail), and 3 (UNKNOWN) when the doctor
+itself could not complete (a report it cannot write, a crash): no verdict.
+A usage error is also 2, but prints one ``error:`` line and no report.
 """
 
 from __future__ import annotations
@@ -12,7 +14,12 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["AREAS", "Finding", "Severity", "counts", "exit_code", "worst"]
+from fabricscope.errors import RunError
+
+__all__ = ["AREAS", "EXIT_UNKNOWN", "DoctorIncomplete", "Finding", "Severity", "counts", "exit_code", "worst"]
+
+EXIT_UNKNOWN = 3
+"""Exit status when the doctor could not complete (Nagios UNKNOWN)."""
 
 AREAS = ("probe", "nic", "rdma", "pcie", "gpu", "topology", "gpudirect", "nccl", "tcp", "fleet")
 """Report order of the areas a finding can belong to."""
@@ -86,3 +93,9 @@ def counts(findings: Iterable[Finding]) -> dict[str, int]:
     for finding in findings:
         result[finding.severity.label] += 1
     return result
+
+
+class DoctorIncomplete(RunError):
+    """The doctor could not complete (a report it cannot write, a rendezvous it cannot reach, a crash): exit 3."""
+
+    exit_code = EXIT_UNKNOWN

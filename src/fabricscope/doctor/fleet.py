@@ -2,9 +2,16 @@
 
 Ranks exchange a small JSON report (findings and a few facts per node)
 through a ``torch.distributed.TCPStore`` at the launcher's rendezvous address;
-torch is imported only here, only in fleet mode.  Ranks on one host that saw
-the same thing count as one node, so ``torchrun --nproc-per-node 8`` on four
-hosts compares four nodes.
+torch is imported only here, only in fleet mode.  Each rank first announces
+its host, then probes, then sends its report, so rank 0 can name the host of
+a rank that died or hung while probing.  A rank that cannot probe (its tree is
+missing) sends a report that says so instead of exiting: under a launcher a
+rank that exits with an error takes the whole job, and the fleet report, down.
+
+Ranks of one machine (same hostname and boot id) that saw the same values
+count as one node, so ``torchrun --nproc-per-node 8`` on four hosts compares
+four nodes; findings that differ in passing (a counter read a moment later)
+do not split them.
 """
 
 from __future__ import annotations
@@ -13,24 +20,33 @@ import json
 import os
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from fabricscope.bench.launch import World
-from fabricscope.doctor.checks.base import compute_nics, compute_ports, finding, format_link, majority
+from fabricscope.doctor.checks.base import (
+    compute_nic_devices,
+    compute_nics,
+    compute_ports,
+    finding,
+    format_link,
+    majority,
+)
 from fabricscope.doctor.expect import Expectations
-from fabricscope.doctor.findings import Finding, Severity, exit_code
-from fabricscope.doctor.inventory import DISTANCES, Node
-from fabricscope.doctor.pci import distance
-from fabricscope.errors import MissingDependencyError, RunError
+from fabricscope.doctor.findings import DoctorIncomplete, Finding, Severity
+from fabricscope.doctor.inventory import Node
+from fabricscope.doctor.pci import nearest
+from fabricscope.errors import MissingDependencyError
 
 __all__ = [
     "Difference",
     "NodeReport",
+    "Rendezvous",
+    "Store",
     "compare",
-    "exchange",
+    "failed_report",
     "fleet_findings",
     "group_reports",
     "node_facts",
@@ -94,13 +110,13 @@ def _pci_of(node: Node, nics: Sequence[Any]) -> list[Any]:
 
 
 def _gpu_nic_distances(node: Node, expect: Expectations) -> str:
-    names = {p.device for p in compute_ports(node, expect)}
-    nics = [node.pci[d.pci] for d in node.rdma if d.name in names and d.pci in node.pci and d.pci]
+    nics = compute_nic_devices(node, expect)
     found = []
     for gpu in node.gpus:
         device = node.pci.get(gpu.pci)
-        if device is not None and nics:
-            found.append(min((distance(device, n) for n in nics), key=DISTANCES.index))
+        closest = nearest(device, nics) if device is not None else None
+        if closest is not None:
+            found.append(closest[0])
     return _tally(found)
 
 
@@ -113,6 +129,9 @@ class NodeReport:
     root: str
     facts: dict[str, str]
     findings: list[Finding]
+    boot_id: str | None = None
+    failed: bool = False
+    """The rank could not probe its node: ``findings`` says why, ``facts`` is empty."""
     ranks: list[int] = field(default_factory=list)
     label: str = ""
 
@@ -121,7 +140,9 @@ class NodeReport:
             {
                 "rank": self.rank,
                 "hostname": self.hostname,
+                "boot_id": self.boot_id,
                 "root": self.root,
+                "failed": self.failed,
                 "facts": self.facts,
                 "findings": [f.to_dict() for f in self.findings],
             }
@@ -133,30 +154,56 @@ class NodeReport:
         return cls(
             rank=int(data["rank"]),
             hostname=str(data["hostname"]),
+            boot_id=None if data.get("boot_id") is None else str(data["boot_id"]),
             root=str(data["root"]),
+            failed=bool(data.get("failed", False)),
             facts={str(k): str(v) for k, v in data["facts"].items()},
             findings=[Finding.from_dict(f) for f in data["findings"]],
         )
 
 
+def failed_report(rank: int, hostname: str, root: str, why: str) -> NodeReport:
+    """The report of a rank that could not probe its node: one failure saying why."""
+    problem = finding(
+        "fleet.report",
+        Severity.FAIL,
+        f"rank {rank}",
+        f"could not probe its node: {why}",
+        "a report from every rank",
+        "fix what the rank could not read (its --root tree, permissions) and rerun",
+    )
+    return NodeReport(rank=rank, hostname=hostname, root=root, facts={}, findings=[problem], failed=True)
+
+
 def group_reports(reports: Sequence[NodeReport]) -> list[NodeReport]:
-    """One entry per node: ranks of one host that saw the same thing merge; others keep their rank."""
-    by_host: dict[str, list[NodeReport]] = defaultdict(list)
+    """One entry per node: ranks of one machine with the same facts merge; others keep their rank in the label.
+
+    A machine is its hostname and boot id; the facts are the values compared
+    across the fleet, so findings that differ in passing (a counter read a
+    moment later, the root path in a probe finding) never split a node.  The
+    merged node keeps the lowest rank's findings.
+    """
+    by_host: dict[tuple[str, str | None], list[NodeReport]] = defaultdict(list)
     for report in sorted(reports, key=lambda r: r.rank):
-        by_host[report.hostname].append(report)
+        by_host[(report.hostname, report.boot_id)].append(report)
+    names = Counter(host for host, _ in by_host)
     nodes: list[NodeReport] = []
-    for host, group in by_host.items():
-        distinct: dict[str, NodeReport] = {}
+    for (host, boot_id), group in by_host.items():
+        here: list[NodeReport] = []
+        by_facts: dict[str, NodeReport] = {}
         for report in group:
-            key = json.dumps([report.facts, [f.to_dict() for f in report.findings]], sort_keys=True)
-            if key in distinct:
-                distinct[key].ranks.append(report.rank)
-            else:
-                report.ranks = [report.rank]
-                distinct[key] = report
-        for report in distinct.values():
-            report.label = host if len(distinct) == 1 else f"{host}[rank {report.ranks[0]}]"
-            nodes.append(report)
+            report.ranks = [report.rank]
+            key = json.dumps(report.facts, sort_keys=True)
+            if not report.failed and key in by_facts:
+                by_facts[key].ranks.append(report.rank)
+                continue
+            if not report.failed:
+                by_facts[key] = report
+            here.append(report)
+        name = host if names[host] == 1 or not boot_id else f"{host} (boot {boot_id[:8]})"
+        for report in here:
+            report.label = name if len(here) == 1 else f"{name}[rank {report.ranks[0]}]"
+        nodes.extend(here)
     return nodes
 
 
@@ -236,19 +283,23 @@ def _fact_order(key: str) -> tuple[int, str]:
     return (_FACT_ORDER.index(key) if key in _FACT_ORDER else len(_FACT_ORDER), key)
 
 
-def fleet_findings(differences: Sequence[Difference], missing: Sequence[int], timeout_s: float) -> list[Finding]:
-    """Fleet-level findings: a rank that never reported (fail), a value that differs (warn)."""
-    findings = [
-        finding(
-            "fleet.report",
-            Severity.FAIL,
-            f"rank {rank}",
-            f"no report within {timeout_s:g} s",
-            "a report from every rank",
-            "the rank died, hung or cannot reach the rendezvous address: check that node",
+def fleet_findings(
+    differences: Sequence[Difference], missing: Mapping[int, str | None], timeout_s: float
+) -> list[Finding]:
+    """Fleet-level findings: a rank that never reported (fail, with its host when it said), a value that differs."""
+    findings = []
+    for rank, host in sorted(missing.items()):
+        findings.append(
+            finding(
+                "fleet.report",
+                Severity.FAIL,
+                f"rank {rank}" + (f" on {host}" if host else ""),
+                f"no report within {timeout_s:g} s"
+                + (" (it started, then died or hung while probing)" if host else " (it never reached rank 0)"),
+                "a report from every rank",
+                "the rank died, hung or cannot reach the rendezvous address: check that node",
+            )
         )
-        for rank in missing
-    ]
     for diff in differences:
         odd = ", ".join(f"{node} ({value})" for node, value in diff.odd.items())
         if diff.common is None:
@@ -270,45 +321,70 @@ def fleet_findings(differences: Sequence[Difference], missing: Sequence[int], ti
     return findings
 
 
-def fleet_exit(nodes: Sequence[NodeReport], extra: Sequence[Finding]) -> int:
-    return exit_code([f for n in nodes for f in n.findings] + list(extra))
+class Store(Protocol):
+    """What fleet mode needs of ``torch.distributed.TCPStore`` (tests pass a dictionary-backed one)."""
+
+    def set(self, key: str, value: str) -> None: ...
+
+    def check(self, keys: list[str]) -> bool: ...
+
+    def get(self, key: str) -> bytes: ...
 
 
-def exchange(world: World, payload: str, timeout_s: float) -> tuple[list[str], list[int]] | None:
-    """Send this rank's report; on rank 0 return every report received and the ranks that sent none."""
-    try:
-        from torch.distributed import TCPStore  # type: ignore[attr-defined]
-    except ImportError:
-        raise MissingDependencyError(
-            "fleet mode of fabricscope doctor exchanges reports through torch.distributed: "
-            "pip install 'fabricscope[torch]'"
-        ) from None
-    hosts_store = world.rank == 0 and not world.agent_store
-    try:
-        store = TCPStore(
-            world.master_addr,
-            world.master_port,
-            world_size=world.world_size if hosts_store else None,
-            is_master=hosts_store,
-            timeout=timedelta(seconds=timeout_s),
-            wait_for_workers=False,
-        )
-    except (RuntimeError, OSError) as exc:
-        raise RunError(
-            f"rank {world.rank}: cannot reach the rendezvous store at {world.master_addr}:{world.master_port} ({exc})"
-        ) from None
-    prefix = f"fabricscope/doctor/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
-    store.set(f"{prefix}{world.rank}", payload)
-    if world.rank != 0:
-        return None
-    keys = [f"{prefix}{rank}" for rank in range(world.world_size)]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not all(store.check([k]) for k in keys):
-        time.sleep(0.05)
-    received, missing = [], []
-    for rank, key in enumerate(keys):
-        if store.check([key]):
-            received.append(store.get(key).decode("utf-8"))
-        else:
-            missing.append(rank)
-    return received, missing
+class Rendezvous:
+    """The exchange of one fleet run: each rank announces its host, then sends its report; rank 0 gathers."""
+
+    def __init__(self, world: World, store: Store) -> None:
+        self.world = world
+        self.store = store
+        self.prefix = f"fabricscope/doctor/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+
+    @classmethod
+    def connect(cls, world: World, timeout_s: float) -> Rendezvous:
+        """Reach the launcher's store (rank 0 hosts it unless torchrun's agent does)."""
+        try:
+            from torch.distributed import TCPStore  # type: ignore[attr-defined]
+        except ImportError:
+            raise MissingDependencyError(
+                "fleet mode of fabricscope doctor exchanges reports through torch.distributed: "
+                "pip install 'fabricscope[torch]'"
+            ) from None
+        hosts_store = world.rank == 0 and not world.agent_store
+        try:
+            store = TCPStore(
+                world.master_addr,
+                world.master_port,
+                world_size=world.world_size if hosts_store else None,
+                is_master=hosts_store,
+                timeout=timedelta(seconds=timeout_s),
+                wait_for_workers=False,
+            )
+        except (RuntimeError, OSError) as exc:
+            raise DoctorIncomplete(
+                f"rank {world.rank}: cannot reach the rendezvous store at {world.master_addr}:{world.master_port} "
+                f"({exc})"
+            ) from None
+        return cls(world, store)
+
+    def announce(self, hostname: str) -> None:
+        """Say which host this rank runs on, before probing (so a rank that hangs can be named)."""
+        self.store.set(f"{self.prefix}host/{self.world.rank}", hostname)
+
+    def send(self, payload: str) -> None:
+        self.store.set(f"{self.prefix}report/{self.world.rank}", payload)
+
+    def gather(self, timeout_s: float) -> tuple[list[str], dict[int, str | None]]:
+        """Rank 0: every report received within ``timeout_s``, and the ranks that sent none (with their host)."""
+        keys = [f"{self.prefix}report/{rank}" for rank in range(self.world.world_size)]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not all(self.store.check([k]) for k in keys):
+            time.sleep(0.05)
+        received: list[str] = []
+        missing: dict[int, str | None] = {}
+        for rank, key in enumerate(keys):
+            if self.store.check([key]):
+                received.append(self.store.get(key).decode("utf-8"))
+                continue
+            host_key = f"{self.prefix}host/{rank}"
+            missing[rank] = self.store.get(host_key).decode("utf-8") if self.store.check([host_key]) else None
+        return received, missing

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import socket
+import sys
+import traceback
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -14,22 +17,24 @@ from fabricscope.bench.launch import World
 from fabricscope.doctor.capture import check_capture_target, write_capture
 from fabricscope.doctor.diagnosis import diagnose, doctor_result, expand_placeholders, open_root
 from fabricscope.doctor.expect import Expectations
-from fabricscope.doctor.findings import Finding, Severity, counts, exit_code, worst
+from fabricscope.doctor.findings import DoctorIncomplete, Finding, Severity, counts, exit_code, worst
 from fabricscope.doctor.fleet import (
     Difference,
     NodeReport,
+    Rendezvous,
     compare,
-    exchange,
+    failed_report,
     fleet_findings,
     group_reports,
     node_facts,
 )
 from fabricscope.doctor.probe import node_env
-from fabricscope.doctor.report import STYLES, make_console, verdict_line
-from fabricscope.errors import UsageError
+from fabricscope.doctor.report import STYLES, make_console, plain, verdict_line
+from fabricscope.errors import FabricscopeError, UsageError
 from fabricscope.metadata import collect_env
+from fabricscope.results import Result
 
-__all__ = ["render_fleet", "run_rank", "spawn_fleet"]
+__all__ = ["probe_rank", "render_fleet", "run_rank", "spawn_fleet"]
 
 MAX_LINES_PER_NODE = 8
 
@@ -55,68 +60,114 @@ def _check_capture_template(template: str) -> None:
         )
 
 
-def run_rank(args: argparse.Namespace, world: World, expect: Expectations | None, timeout_s: float) -> int:
-    """Probe this rank's node, send the report to rank 0; rank 0 prints the fleet and returns its exit code.
-
-    Other ranks return 0: the fleet's verdict is rank 0's, so a launcher does
-    not report a rank "failed" for a finding on its node.
-    """
+def probe_rank(args: argparse.Namespace, world: World, expect: Expectations | None, hostname: str) -> NodeReport:
+    """This rank's report; a rank that cannot probe (a missing tree, a crash) reports that instead of raising."""
     root_path = expand_placeholders(args.root, rank=world.rank, local_rank=world.local_rank)
-    root = open_root(root_path)
-    capture = None
-    if args.capture:
-        _check_capture_template(args.capture)
-        capture = expand_placeholders(args.capture, rank=world.rank, local_rank=world.local_rank)
-        check_capture_target(capture)
-    env = node_env(root)
-    report = diagnose(root, env=env, expect=expect)
-    if capture:
-        write_capture(root, capture, env, report.node.hostname)
-    mine = NodeReport(
+    try:
+        root = open_root(root_path)
+        capture = None
+        if args.capture:
+            _check_capture_template(args.capture)
+            capture = expand_placeholders(args.capture, rank=world.rank, local_rank=world.local_rank)
+            check_capture_target(capture)
+        env = node_env(root, live=args.live_env)
+        report = diagnose(root, env=env, expect=expect)
+        if capture:
+            write_capture(root, capture, env.variables, report.node.hostname, env.home)
+    except FabricscopeError as exc:
+        return failed_report(world.rank, hostname, root_path, str(exc))
+    except Exception as exc:  # a bug must not take the fleet report down with it
+        traceback.print_exc(file=sys.stderr)
+        return failed_report(world.rank, hostname, root_path, f"internal error {type(exc).__name__}: {exc}")
+    return NodeReport(
         rank=world.rank,
         hostname=report.node.hostname,
+        boot_id=report.node.boot_id,
         root=root_path,
         facts=node_facts(report.node, report.expect),
         findings=report.findings,
     )
-    gathered = exchange(world, mine.to_json(), timeout_s)
-    if gathered is None:
+
+
+def run_rank(
+    args: argparse.Namespace,
+    world: World,
+    expect: Expectations | None,
+    timeout_s: float,
+    rendezvous: Rendezvous | None = None,
+) -> int:
+    """Probe this rank's node, send the report to rank 0; rank 0 prints the fleet and returns its exit code.
+
+    Other ranks return 0, also when they could not probe (rank 0 reports
+    that): the fleet's verdict is rank 0's, and under torchrun a rank that
+    exits with an error makes the agent stop every other rank.
+    """
+    hostname = socket.gethostname()
+    try:
+        link = rendezvous or Rendezvous.connect(world, timeout_s)
+    except DoctorIncomplete as exc:
+        if world.rank == 0:
+            raise
+        # Exiting with an error would make mpirun or torchrun stop rank 0 too; it names this rank as missing.
+        sys.stderr.write(f"error: {exc}\n")
         return 0
-    texts, missing = gathered
+    link.announce(hostname)
+    mine = probe_rank(args, world, expect, hostname)
+    link.send(mine.to_json())
+    if world.rank != 0:
+        return 0
+    texts, missing = link.gather(timeout_s)
     nodes = group_reports([NodeReport.from_json(t) for t in texts])
-    differences = compare({n.label: n.facts for n in nodes})
+    probed = [n for n in nodes if not n.failed]
+    differences = compare({n.label: n.facts for n in probed})
     fleet = fleet_findings(differences, missing, timeout_s)
-    console = make_console()
-    render_fleet(console, nodes, differences, fleet)
+    everything = [f for n in nodes for f in n.findings] + fleet
+    problem = None
     if args.json:
-        findings = [f for n in nodes for f in n.findings] + fleet
-        labels = [n.label for n in nodes for _ in n.findings] + ["fleet"] * len(fleet)
-        doctor_result(
-            findings,
-            config={
-                "root": args.root,
-                "expect": expect.to_dict() if expect else None,
-                "world_size": world.world_size,
-            },
-            hostname=report.node.hostname,
-            env=collect_env(launcher=world.launcher, world_size=world.world_size),
-            summary={
-                "nodes": [
-                    {
-                        "node": n.label,
-                        "ranks": n.ranks,
-                        "root": n.root,
-                        "verdict": worst(n.findings).label,
-                        "facts": n.facts,
-                    }
-                    for n in nodes
-                ],
-                "differences": [d.to_dict() for d in differences],
-                "missing_ranks": list(missing),
-            },
-            node_labels=labels,
-        ).save(args.json)
-    return exit_code([f for n in nodes for f in n.findings] + fleet)
+        try:
+            _fleet_result(args, world, expect, nodes, differences, fleet, missing, hostname).save(args.json)
+        except FabricscopeError as exc:
+            problem = DoctorIncomplete(f"--json {args.json}: {exc}")
+    render_fleet(make_console(), nodes, differences, fleet)
+    if problem is not None:
+        raise problem
+    return exit_code(everything)
+
+
+def _fleet_result(
+    args: argparse.Namespace,
+    world: World,
+    expect: Expectations | None,
+    nodes: Sequence[NodeReport],
+    differences: Sequence[Difference],
+    fleet: Sequence[Finding],
+    missing: dict[int, str | None],
+    hostname: str,
+) -> Result:
+    findings = [f for n in nodes for f in n.findings] + list(fleet)
+    labels = [n.label for n in nodes for _ in n.findings] + ["fleet"] * len(fleet)
+    return doctor_result(
+        findings,
+        config={"root": args.root, "expect": expect.to_dict() if expect else None, "world_size": world.world_size},
+        hostname=hostname,
+        env=collect_env(launcher=world.launcher, world_size=world.world_size),
+        summary={
+            "nodes": [
+                {
+                    "node": n.label,
+                    "ranks": n.ranks,
+                    "root": n.root,
+                    "probed": not n.failed,
+                    "verdict": worst(n.findings).label,
+                    "facts": n.facts,
+                }
+                for n in nodes
+            ],
+            "differences": [d.to_dict() for d in differences],
+            "missing_ranks": [{"rank": rank, "host": host} for rank, host in sorted(missing.items())],
+        },
+        node_labels=labels,
+    )
 
 
 def render_fleet(
@@ -132,19 +183,18 @@ def render_fleet(
     for node in nodes:
         severity = worst(node.findings)
         tally = counts(node.findings)
-        problems = [f for f in node.findings if f.severity >= Severity.WARN]
-        problems.sort(key=lambda f: -f.severity)
+        problems = sorted((f for f in node.findings if f.severity >= Severity.WARN), key=lambda f: -f.severity)
         lines = [f"{f.severity.label} {f.id} {f.subject}: {f.observed}" for f in problems[:MAX_LINES_PER_NODE]]
         if len(problems) > MAX_LINES_PER_NODE:
             lines.append(f"... {len(problems) - MAX_LINES_PER_NODE} more (--json has them all)")
         table.add_row(
-            node.label,
+            plain(node.label),
             _ranks(node.ranks),
             Text("ok", style=STYLES[Severity.OK])
             if severity <= Severity.INFO
             else Text(severity.label, style=STYLES[severity]),
             f"{tally['fail']} / {tally['warn']}",
-            "\n".join(lines) or "-",
+            _lines(lines) if lines else "-",
         )
     console.print(table)
     if differences:
@@ -154,19 +204,25 @@ def render_fleet(
         diff_table.add_column("odd node(s) out", overflow="fold")
         for diff in differences:
             common = f"{diff.common} ({diff.common_nodes} of {diff.total})" if diff.common else "no majority"
-            odd = "\n".join(f"{node}: {value}" for node, value in diff.odd.items())
-            diff_table.add_row(diff.fact, common, odd)
+            odd = _lines([f"{node}: {value}" for node, value in diff.odd.items()])
+            diff_table.add_row(plain(diff.fact), plain(common), odd)
         console.print(diff_table)
     else:
-        agree = f"all {len(nodes)} nodes agree on every compared value"
-        console.print(agree if len(nodes) > 1 else "one node: nothing to compare across nodes")
+        probed = sum(1 for n in nodes if not n.failed)
+        unprobed = f" ({len(nodes) - probed} could not be probed)" if probed < len(nodes) else ""
+        agree = f"all {probed} nodes agree on every compared value" if probed > 1 else "one node: nothing to compare"
+        console.print(f"{agree} across nodes{unprobed}" if probed <= 1 else f"{agree}{unprobed}")
     for item in fleet:
         if item.id == "fleet.report":
-            console.print(Text(f"fail {item.subject}: {item.observed}", style=STYLES[Severity.FAIL]))
+            console.print(plain(f"fail {item.subject}: {item.observed}", style=STYLES[Severity.FAIL]))
     everything = [f for n in nodes for f in n.findings] + list(fleet)
     odd_nodes = sorted({node for d in differences if d.common is not None for node in d.odd})
     where = _nodes(len(nodes)) + (f", odd one(s) out: {', '.join(odd_nodes)}" if odd_nodes else "")
     console.print(verdict_line(everything, where))
+
+
+def _lines(lines: Sequence[str]) -> Text:
+    return Text("\n").join(plain(line) for line in lines)
 
 
 def _nodes(count: int) -> str:

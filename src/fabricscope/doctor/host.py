@@ -5,11 +5,10 @@ from __future__ import annotations
 import socket
 
 from fabricscope.doctor.inventory import GpuDirect, TcpTuning
-from fabricscope.doctor.parsers import parse_int, parse_kernel_release, parse_nvidia_driver, parse_sysctl_ints
-from fabricscope.doctor.pci import parsed
+from fabricscope.doctor.parsers import parse_int, parse_kernel_release, parse_nvidia_driver, parse_sysctl_ints, parsed
 from fabricscope.doctor.sysroot import SysRoot
 
-__all__ = ["PEERMEM_FILES", "probe_gpudirect", "probe_hostname", "probe_modules", "probe_tcp"]
+__all__ = ["PEERMEM_FILES", "probe_boot_id", "probe_gpudirect", "probe_hostname", "probe_modules", "probe_tcp"]
 
 PEERMEM_FILES = (
     "sys/kernel/mm/memory_peers/nv_mem/version",
@@ -24,6 +23,12 @@ def probe_hostname(root: SysRoot) -> str:
     if name:
         return name
     return socket.gethostname() if root.is_live else f"<{root.path}>"
+
+
+def probe_boot_id(root: SysRoot) -> str | None:
+    """``proc/sys/kernel/random/boot_id``: one per boot of one machine (containers share their host's)."""
+    text = root.text("proc/sys/kernel/random/boot_id")
+    return text if text and len(text) <= 64 else None
 
 
 def probe_gpudirect(root: SysRoot) -> GpuDirect:

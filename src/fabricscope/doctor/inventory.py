@@ -84,6 +84,8 @@ class PciDevice:
     driver: str | None = None
     link: PcieLink | None = None
     """None when the device has no link files (virtio, integrated devices)."""
+    switches: tuple[str, ...] = ()
+    """The upstream ports of the PCIe switches above the device, nearest first (their links are the uplinks)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -108,6 +110,8 @@ class NetInterface:
     """``mlx5_0/1`` when this netdev carries an RDMA port (RoCE, IPoIB)."""
     ethtool: dict[str, int] | None = None
     """``ethtool -S`` counters, read for RoCE netdevs (PFC, discards)."""
+    supported_mbps: int | None = None
+    """The fastest link mode the NIC supports (``ethtool`` link modes), Mb/s; Ethernet NICs only."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -223,6 +227,12 @@ class Node:
     files_read: int = 0
     modules: dict[str, str] = field(default_factory=dict)
     """Versions of the kernel modules behind NICs and GPUs (``/sys/module/<m>/version``)."""
+    boot_id: str | None = None
+    """``/proc/sys/kernel/random/boot_id``: with the hostname, tells one machine from another."""
+    env_source: str = "environment"
+    """Which environment supplied the NCCL variables (this process's, or the one a capture recorded)."""
+    env_ignored: list[str] = field(default_factory=list)
+    """NCCL variables of this process that were not used (a capture's recorded environment was)."""
 
     @property
     def ports(self) -> list[RdmaPort]:

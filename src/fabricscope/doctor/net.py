@@ -2,18 +2,23 @@
 
 ``speed`` is in Mb/s and reads ``-1`` or fails with EINVAL when the driver does
 not know it (virtio, loopback); both mean unknown.  ``carrier`` fails with
-EINVAL on an interface that is administratively down.
+EINVAL on an interface that is administratively down.  The fastest speed an
+Ethernet NIC supports is not in sysfs: it comes from its ``ethtool`` link
+modes (:func:`~fabricscope.doctor.ethtool.read_supported_mbps`).
 """
 
 from __future__ import annotations
 
+from fabricscope.doctor.ethtool import read_supported_mbps
 from fabricscope.doctor.inventory import NetInterface, PciDevice
-from fabricscope.doctor.parsers import parse_int
-from fabricscope.doctor.pci import parsed, pci_address_in, probe_pci
+from fabricscope.doctor.parsers import NET_SPEED_UNKNOWN, parse_int, parse_net_speed, parsed
+from fabricscope.doctor.pci import pci_address_in, probe_pci
 from fabricscope.doctor.sysroot import SysRoot
 
-__all__ = ["probe_nics"]
+__all__ = ["ARPHRD_ETHER", "ARPHRD_INFINIBAND", "ARPHRD_LOOPBACK", "probe_nics"]
 
+ARPHRD_ETHER, ARPHRD_INFINIBAND, ARPHRD_LOOPBACK = 1, 32, 772
+"""Link types in ``/sys/class/net/<if>/type`` (``include/uapi/linux/if_arp.h``)."""
 _NUMBER = "a whole number"
 _OPERSTATES = ("unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up")
 _DUPLEX = ("half", "full", "unknown")
@@ -42,20 +47,21 @@ def probe_nics(root: SysRoot, pci: dict[str, PciDevice]) -> list[NetInterface]:
         address = None if virtual else pci_address_in(root.realpath(f"{base}/device"))
         if address is not None:
             probe_pci(root, address, pci)
-        speed = parsed(root, f"{base}/speed", parse_int, _NUMBER)
+        arphrd = parsed(root, f"{base}/type", parse_int, _NUMBER)
         nics.append(
             NetInterface(
                 name=name,
                 virtual=virtual,
-                arphrd=parsed(root, f"{base}/type", parse_int, _NUMBER),
+                arphrd=arphrd,
                 mtu=parsed(root, f"{base}/mtu", parse_int, _NUMBER, required=not virtual),
-                speed_mbps=speed if speed is not None and 0 < speed < 0xFFFFFFFF else None,
+                speed_mbps=parsed(root, f"{base}/speed", parse_net_speed, "Mb/s or -1", unknown=NET_SPEED_UNKNOWN),
                 duplex=_word(root, f"{base}/duplex", _DUPLEX),
                 operstate=_word(root, f"{base}/operstate", _OPERSTATES, required=not virtual),
                 carrier=parsed(root, f"{base}/carrier", parse_int, "0 or 1"),
                 carrier_down_count=parsed(root, f"{base}/carrier_down_count", parse_int, _NUMBER),
                 driver=None if virtual else root.link_name(f"{base}/device/driver"),
                 pci=address,
+                supported_mbps=read_supported_mbps(root, name) if not virtual and arphrd == ARPHRD_ETHER else None,
             )
         )
     return nics

@@ -1,17 +1,26 @@
-"""Pure parsers for the text Linux puts in sysfs and procfs.
+"""Pure parsers for the text Linux puts in sysfs and procfs, and one reader that applies them.
 
-Each function takes the text of one file (as the kernel writes it) and returns
-a value, or None when the text does not say (``-1``, ``Unknown``, garbage).
-They never raise on bad input; the probes decide whether None is news.
-Captured inputs for each live beside their tests in ``tests/doctor/data``.
+Each ``parse_*`` function takes the text of one file (as the kernel writes it)
+and returns a value, or None when the text does not say (``-1``, ``Unknown``,
+garbage).  They never raise on bad input, however long or strange; the probes
+decide whether None is news.  Captured inputs for each live beside their tests
+in ``tests/doctor/data``.  :func:`parsed` reads a file under a root, applies a
+parser and notes text the parser rejects (so a probe is one line per fact).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from fabricscope.doctor.sysroot import SysRoot
 
 __all__ = [
+    "NET_SPEED_UNKNOWN",
+    "PCIE_SPEED_UNKNOWN",
     "PCI_ADDRESS",
     "gid_is_link_local",
     "gid_is_zero",
@@ -21,25 +30,60 @@ __all__ = [
     "parse_ib_state",
     "parse_int",
     "parse_kernel_release",
+    "parse_link_modes",
     "parse_net_speed",
     "parse_nvidia_driver",
     "parse_pcie_speed",
     "parse_pcie_width",
     "parse_sysctl_ints",
+    "parsed",
     "pcie_generation",
 ]
+
+T = TypeVar("T")
 
 PCI_ADDRESS = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 """A PCI function address as sysfs names it: ``0000:17:00.0``."""
 
-_INT = re.compile(r"^[+-]?\d+$")
-_IB_STATE = re.compile(r"^\s*(\d+)\s*:\s*(\S.*?)\s*$")
-_IB_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec\s*(?:\((.*)\))?\s*$")
-_PCIE_SPEED = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GT/s(?:\s+PCIe)?\s*$")
+NET_SPEED_UNKNOWN = ("-1", "0", "4294967295")
+"""``/sys/class/net/<if>/speed`` texts that mean "unknown": -1 (and 0, or -1 printed unsigned by some drivers)."""
+PCIE_SPEED_UNKNOWN = ("Unknown", "Unknown speed")
+"""``*_link_speed`` texts that mean "unknown": ``Unknown`` (5.7+) and ``Unknown speed`` (older kernels)."""
+
+# Digit runs are bounded: a 64-bit counter has at most 20 digits, and Python refuses to
+# convert strings of more than 4300 digits (a crafted file must not crash the doctor).
+_INT = re.compile(r"^[+-]?\d{1,20}$")
+_HEX = re.compile(r"^0x[0-9a-f]{1,16}$")
+_IB_STATE = re.compile(r"^\s*(\d{1,3})\s*:\s*(\S.*?)\s*$")
+_IB_RATE = re.compile(r"^\s*(\d{1,6}(?:\.\d{1,3})?)\s*Gb/sec\s*(?:\((.*)\))?\s*$")
+_PCIE_SPEED = re.compile(r"^\s*(\d{1,4}(?:\.\d{1,3})?)\s*GT/s(?:\s+PCIe)?\s*$")
 _NV_DRIVER = re.compile(r"Kernel Module(?: for \w+)?\s+([0-9][0-9.]*)")
+_LINK_MODE = re.compile(r"^(\d{1,9})base\S*/(Full|Half)$")
 
 # Transfer rate per lane (GT/s) -> PCIe generation.
 _GENERATIONS = ((2.5, 1), (5.0, 2), (8.0, 3), (16.0, 4), (32.0, 5), (64.0, 6), (128.0, 7))
+
+
+def parsed(
+    root: SysRoot,
+    rel: str,
+    parse: Callable[[str | None], T | None],
+    expected: str,
+    *,
+    required: bool = False,
+    unknown: tuple[str, ...] = (),
+) -> T | None:
+    """Read ``rel`` under ``root`` and parse it; text the parser rejects is noted as an anomaly.
+
+    ``unknown`` lists texts that legitimately mean "unknown" (``-1``, ``Unknown``).
+    """
+    text = root.text(rel, required=required)
+    if text is None or text in unknown:
+        return None
+    value = parse(text)
+    if value is None:
+        root.garbage(rel, text, expected)
+    return value
 
 
 def parse_int(text: str | None) -> int | None:
@@ -54,15 +98,15 @@ def parse_hex(text: str | None) -> int | None:
     if text is None:
         return None
     value = text.strip().lower()
-    if not re.fullmatch(r"0x[0-9a-f]+", value):
+    if not _HEX.match(value):
         return None
     return int(value, 16)
 
 
 def parse_net_speed(text: str | None) -> int | None:
-    """``/sys/class/net/<if>/speed`` in Mb/s; ``-1`` (and 0, some drivers' unknown) mean unknown."""
+    """``/sys/class/net/<if>/speed`` in Mb/s; None for the unknowns (:data:`NET_SPEED_UNKNOWN`) and garbage."""
     value = parse_int(text)
-    if value is None or value <= 0 or value == 0xFFFFFFFF:
+    if value is None or value <= 0 or value >= 0xFFFFFFFF:
         return None
     return value
 
@@ -91,7 +135,7 @@ def parse_pcie_speed(text: str | None) -> float | None:
     """``current_link_speed``/``max_link_speed`` in GT/s.
 
     Accepts the modern ``16.0 GT/s PCIe`` and the old (kernel 5.6 and earlier)
-    ``8 GT/s``; ``Unknown`` and anything else give None.
+    ``8 GT/s``; the unknowns (:data:`PCIE_SPEED_UNKNOWN`) and anything else give None.
     """
     if text is None:
         return None
@@ -122,7 +166,7 @@ def parse_sysctl_ints(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
     fields = text.split()
-    if not fields or not all(_INT.match(f) for f in fields):
+    if not fields or len(fields) > 16 or not all(_INT.match(f) for f in fields):
         return None
     return tuple(int(f) for f in fields)
 
@@ -143,6 +187,29 @@ def parse_ethtool_stats(text: str | None) -> dict[str, int] | None:
         if number is not None:
             stats[name.strip()] = number
     return stats or None
+
+
+def parse_link_modes(text: str | None) -> int | None:
+    """The fastest full-duplex mode, in Mb/s, under ``Supported link modes:`` in ``ethtool <if>`` output.
+
+    ``200000baseCR4/Full`` -> 200000.  None when the section is missing or
+    lists no speed (``Not reported``, as virtio NICs say).
+    """
+    if text is None:
+        return None
+    speeds: list[int] = []
+    inside = False
+    for line in text.splitlines():
+        key, sep, rest = line.partition(":")
+        if sep and key.strip():
+            inside = key.strip() == "Supported link modes"
+            line = rest
+        if inside:
+            for token in line.split():
+                match = _LINK_MODE.match(token)
+                if match and match.group(2) == "Full":
+                    speeds.append(int(match.group(1)))
+    return max(speeds) if speeds else None
 
 
 def _gid_address(gid: str) -> ipaddress.IPv6Address | None:
@@ -168,7 +235,7 @@ def parse_kernel_release(text: str | None) -> tuple[int, int] | None:
     """``/proc/sys/kernel/osrelease``: ``5.15.0-105-generic`` -> (5, 15)."""
     if text is None:
         return None
-    match = re.match(r"^\s*(\d+)\.(\d+)", text)
+    match = re.match(r"^\s*(\d{1,4})\.(\d{1,4})", text)
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 

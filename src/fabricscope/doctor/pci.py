@@ -9,45 +9,25 @@ the host bridge (``pci0000:15``), the bridges in between, the device last.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Sequence
 
-from fabricscope.doctor.inventory import PciDevice, PcieLink
+from fabricscope.doctor.inventory import DISTANCES, PciDevice, PcieLink
 from fabricscope.doctor.parsers import (
     PCI_ADDRESS,
+    PCIE_SPEED_UNKNOWN,
     parse_hex,
     parse_int,
     parse_pcie_speed,
     parse_pcie_width,
+    parsed,
 )
 from fabricscope.doctor.sysroot import SysRoot
 
-__all__ = ["distance", "parsed", "pci_address_in", "probe_pci", "split_pci_path"]
+__all__ = ["distance", "nearest", "pci_address_in", "probe_pci", "split_pci_path"]
 
 _HOST_BRIDGE = re.compile(r"^pci[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}$")
-T = TypeVar("T")
-
-
-def parsed(
-    root: SysRoot,
-    rel: str,
-    parse: Callable[[str | None], T | None],
-    expected: str,
-    *,
-    required: bool = False,
-    unknown: tuple[str, ...] = (),
-) -> T | None:
-    """Read ``rel`` and parse it; text the parser rejects is noted as an anomaly.
-
-    ``unknown`` lists texts that legitimately mean "unknown" (``-1``, ``Unknown``).
-    """
-    text = root.text(rel, required=required)
-    if text is None or text in unknown:
-        return None
-    value = parse(text)
-    if value is None:
-        root.garbage(rel, text, expected)
-    return value
+_SPEED = "a speed like '16.0 GT/s PCIe' or '8 GT/s'"
+_WIDTH = "a lane count like 16"
 
 
 def split_pci_path(real: str | None) -> tuple[str, tuple[str, ...]] | None:
@@ -96,9 +76,23 @@ def probe_pci(root: SysRoot, address: str, cache: dict[str, PciDevice]) -> PciDe
         numa_node=_numa(root, f"{base}/numa_node"),
         driver=root.link_name(f"{base}/driver"),
         link=_link(root, base, upstream=base.rsplit("/", 1)[0] if chain[:-1] else None),
+        switches=_switch_ports(chain),
     )
     cache[address] = device
+    for port in device.switches:  # each switch's upstream port is a PCI function too: its link is the uplink
+        probe_pci(root, port, cache)
     return device
+
+
+def _switch_ports(chain: tuple[str, ...]) -> tuple[str, ...]:
+    """The upstream ports of the PCIe switches above a device, nearest first.
+
+    Below a host bridge the chain is a root port, then (switch upstream port,
+    switch downstream port) pairs, then the device, as NCCL reads sysfs; so the
+    upstream ports sit at odd positions.
+    """
+    bridges = chain[:-1]
+    return tuple(bridges[index] for index in range(len(bridges) - 2, 0, -2))
 
 
 def _numa(root: SysRoot, rel: str) -> int | None:
@@ -106,22 +100,26 @@ def _numa(root: SysRoot, rel: str) -> int | None:
     return value if value is not None and value >= 0 else None
 
 
+def _speed(root: SysRoot, rel: str) -> float | None:
+    return parsed(root, rel, parse_pcie_speed, _SPEED, unknown=PCIE_SPEED_UNKNOWN)
+
+
+def _width(root: SysRoot, rel: str) -> int | None:
+    return parsed(root, rel, parse_pcie_width, _WIDTH, unknown=("0",))
+
+
 def _link(root: SysRoot, base: str, upstream: str | None) -> PcieLink | None:
     if root.text(f"{base}/max_link_speed") is None and root.text(f"{base}/current_link_speed") is None:
         return None  # virtio and integrated devices have no link files
-    speed = "a speed like '16.0 GT/s PCIe' or '8 GT/s'"
-    width = "a lane count like 16"
     link = PcieLink(
-        current_gts=parsed(root, f"{base}/current_link_speed", parse_pcie_speed, speed, unknown=("Unknown",)),
-        max_gts=parsed(root, f"{base}/max_link_speed", parse_pcie_speed, speed, unknown=("Unknown",)),
-        current_width=parsed(root, f"{base}/current_link_width", parse_pcie_width, width, unknown=("0",)),
-        max_width=parsed(root, f"{base}/max_link_width", parse_pcie_width, width, unknown=("0",)),
+        current_gts=_speed(root, f"{base}/current_link_speed"),
+        max_gts=_speed(root, f"{base}/max_link_speed"),
+        current_width=_width(root, f"{base}/current_link_width"),
+        max_width=_width(root, f"{base}/max_link_width"),
     )
     if upstream is not None:
-        link.upstream_max_gts = parsed(
-            root, f"{upstream}/max_link_speed", parse_pcie_speed, speed, unknown=("Unknown",)
-        )
-        link.upstream_max_width = parsed(root, f"{upstream}/max_link_width", parse_pcie_width, width, unknown=("0",))
+        link.upstream_max_gts = _speed(root, f"{upstream}/max_link_speed")
+        link.upstream_max_width = _width(root, f"{upstream}/max_link_width")
     return link
 
 
@@ -154,3 +152,12 @@ def distance(a: PciDevice, b: PciDevice) -> str:
     if a.numa_node is None or b.numa_node is None or a.numa_node == b.numa_node:
         return "NODE"
     return "SYS"
+
+
+def nearest(device: PciDevice, candidates: Sequence[tuple[str, PciDevice]]) -> tuple[str, str] | None:
+    """The candidate closest to ``device``: (its distance, its name); ties go to the first name in order."""
+    ranked = [(DISTANCES.index(distance(device, other)), name) for name, other in candidates]
+    if not ranked:
+        return None
+    rank, name = min(ranked)
+    return DISTANCES[rank], name

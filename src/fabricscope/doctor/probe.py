@@ -3,37 +3,81 @@
 from __future__ import annotations
 
 import os
+import pwd
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from fabricscope.doctor.gpus import probe_gpus
-from fabricscope.doctor.host import probe_gpudirect, probe_hostname, probe_modules, probe_tcp
+from fabricscope.doctor.host import probe_boot_id, probe_gpudirect, probe_hostname, probe_modules, probe_tcp
 from fabricscope.doctor.inventory import Node, PciDevice
 from fabricscope.doctor.nccl_settings import probe_nccl
 from fabricscope.doctor.net import probe_nics
 from fabricscope.doctor.rdma import probe_rdma
 from fabricscope.doctor.sysroot import SysRoot
 
-__all__ = ["node_env", "probe_node"]
+__all__ = ["NodeEnv", "node_env", "probe_node"]
 
 
-def node_env(root: SysRoot) -> dict[str, str]:
-    """The environment that goes with a root: the one a capture recorded, else this process's."""
+@dataclass(kw_only=True, slots=True)
+class NodeEnv:
+    """The environment a node's NCCL settings are read from, and where it came from."""
+
+    variables: dict[str, str]
+    source: str
+    """``this process's environment``, ``the environment the capture recorded (...)``..."""
+    home: str | None = None
+    """The user's home directory as NCCL finds it (the passwd entry), for ``~/.nccl.conf``."""
+    ignored: list[str] = field(default_factory=list)
+    """NCCL variables of this process that are not used (a capture's recorded environment is)."""
+
+
+def _passwd_home() -> str | None:
+    """The home directory of this user's passwd entry, as NCCL's ``getpwuid(getuid())`` finds it."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir or None
+    except KeyError:
+        return None
+
+
+def node_env(root: SysRoot, *, live: bool = False, process: Mapping[str, str] | None = None) -> NodeEnv:
+    """The environment that goes with a root: the one a capture recorded, else this process's.
+
+    ``live`` uses this process's environment even for a capture that
+    recorded one; otherwise the NCCL variables of this process that the
+    recorded one does not share are listed in :attr:`NodeEnv.ignored`.
+    """
+    mine = dict(os.environ if process is None else process)
     recorded = root.manifest.get("env")
-    if isinstance(recorded, dict):
-        return {str(k): str(v) for k, v in recorded.items()}
-    return dict(os.environ)
+    if isinstance(recorded, dict) and not live:
+        variables = {str(k): str(v) for k, v in recorded.items()}
+        home = root.manifest.get("home")
+        when = root.manifest.get("created")
+        return NodeEnv(
+            variables=variables,
+            source="the environment the capture recorded" + (f" ({when})" if isinstance(when, str) else ""),
+            home=home if isinstance(home, str) else variables.get("HOME"),
+            ignored=sorted(k for k, v in mine.items() if k.startswith("NCCL_") and variables.get(k) != v),
+        )
+    live_note = " (--live-env)" if isinstance(recorded, dict) else ""
+    return NodeEnv(variables=mine, source=f"this process's environment{live_note}", home=_passwd_home())
 
 
-def probe_node(root: SysRoot, env: Mapping[str, str] | None = None) -> Node:
+def probe_node(root: SysRoot, env: Mapping[str, str] | NodeEnv | None = None) -> Node:
     """Everything the checks need, read under ``root``; never raises for what the files hold.
 
-    ``env`` supplies the NCCL variables; None means :func:`node_env`.
+    ``env`` supplies the NCCL variables: a :class:`NodeEnv`, a plain mapping
+    (its ``HOME`` then stands for the user's home directory), or None for
+    :func:`node_env`.
     """
+    if env is None:
+        env = node_env(root)
+    elif not isinstance(env, NodeEnv):
+        env = NodeEnv(variables=dict(env), source="the environment given to the probe", home=env.get("HOME"))
     pci: dict[str, PciDevice] = {}
     nics = probe_nics(root, pci)
     rdma = probe_rdma(root, pci, nics)
     gpus, nvml = probe_gpus(root, pci)
-    nccl, problems = probe_nccl(root, node_env(root) if env is None else env)
+    nccl, problems = probe_nccl(root, env.variables, env.home)
     topo = nccl.get("NCCL_TOPO_FILE")
     drivers = {n.driver for n in nics if n.driver} | {d.driver for d in pci.values() if d.driver}
     node = Node(
@@ -50,8 +94,11 @@ def probe_node(root: SysRoot, env: Mapping[str, str] | None = None) -> Node:
         nccl=nccl,
         nccl_conf_problems=problems,
         nvml=nvml,
-        topo_file_readable=None if topo is None else root.text(topo.value.strip()) is not None,
+        topo_file_readable=None if not topo or not topo.value else root.text(topo.value) is not None,
         modules=probe_modules(root, drivers | ({"nvidia"} if gpus else set())),
+        boot_id=probe_boot_id(root),
+        env_source=env.source,
+        env_ignored=list(env.ignored),
     )
     node.anomalies = list(root.anomalies)
     node.files_read = sum(1 for text in root.read_paths().values() if text is not None)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from fabricscope.doctor.ethtool import read_stats
 from fabricscope.doctor.inventory import Gid, NetInterface, PciDevice, RdmaDevice, RdmaPort
-from fabricscope.doctor.parsers import gid_is_zero, parse_ib_rate, parse_ib_state, parse_int
-from fabricscope.doctor.pci import parsed, pci_address_in, probe_pci
+from fabricscope.doctor.parsers import gid_is_zero, parse_hex, parse_ib_rate, parse_ib_state, parse_int, parsed
+from fabricscope.doctor.pci import pci_address_in, probe_pci
 from fabricscope.doctor.sysroot import SysRoot
 
 __all__ = ["ERROR_COUNTERS", "HW_COUNTERS", "probe_rdma"]
@@ -72,14 +72,17 @@ def probe_rdma(root: SysRoot, pci: dict[str, PciDevice], nics: list[NetInterface
             if number is None:
                 root.garbage(f"{base}/ports/{port_name}", port_name, "a port number")
                 continue
-            port = _probe_port(root, name, number)
-            port.netdev = _netdev_for(root, port, netdevs)
-            nic = next((n for n in nics if n.name == port.netdev), None)
+            device.ports.append(_probe_port(root, name, number))
+        mapped = _netdevs_of(root, device.ports, netdevs)
+        for port in device.ports:
+            port.netdev = netdev = mapped.get(port.port)
+            if netdev is None:
+                continue
+            nic = next((n for n in nics if n.name == netdev), None)
             if nic is not None:
                 nic.rdma = port.label
                 if port.link_layer == "Ethernet":
                     nic.ethtool = read_stats(root, nic.name)
-            device.ports.append(port)
         devices.append(device)
     return devices
 
@@ -134,18 +137,34 @@ def _gids(root: SysRoot, base: str) -> list[Gid]:
     return sorted(gids, key=lambda g: g.index)
 
 
-def _netdev_for(root: SysRoot, port: RdmaPort, netdevs: list[str]) -> str | None:
-    """The netdev of a port: the one GIDs name, else ``dev_port`` + 1, else the only one."""
-    for gid in port.gids:
-        if gid.ndev:
-            return gid.ndev
-    if len(netdevs) == 1:
-        return netdevs[0]
+def _netdevs_of(root: SysRoot, ports: list[RdmaPort], netdevs: list[str]) -> dict[int, str]:
+    """Which netdev carries each port (by port number); a port that cannot be told is left out, never guessed.
+
+    RoCE ports name theirs in the GID table (``gid_attrs/ndevs``).  Otherwise
+    each netdev under the device says its port: ``dev_port`` (the port index
+    from 0), or ``dev_id`` on kernels where IPoIB set only that.  A lone netdev
+    that says nothing belongs to a device's only port.
+    """
+    found = {p.port: ndev for p in ports if (ndev := next((g.ndev for g in p.gids if g.ndev), None))}
     for name in netdevs:
-        dev_port = parse_int(root.text(f"sys/class/net/{name}/dev_port"))
-        if dev_port is not None and dev_port + 1 == port.port:
-            return name
-    return None
+        index = _port_index(root, name)
+        if index is not None and name not in found.values() and any(p.port == index + 1 for p in ports):
+            found.setdefault(index + 1, name)
+    if len(ports) == 1 and len(netdevs) == 1 and not found and _port_index(root, netdevs[0]) is None:
+        found[ports[0].port] = netdevs[0]
+    return found
+
+
+def _port_index(root: SysRoot, netdev: str) -> int | None:
+    """A netdev's port index from 0: ``dev_port``, else ``dev_id`` (IPoIB before dev_port), else None."""
+    base = f"sys/class/net/{netdev}"
+    dev_port = parse_int(root.text(f"{base}/dev_port"))
+    dev_id = parse_hex(root.text(f"{base}/dev_id"))
+    if dev_port:
+        return dev_port
+    if dev_id:
+        return dev_id
+    return 0 if 0 in (dev_port, dev_id) else None
 
 
 def _uverbs_devices(root: SysRoot) -> set[str]:

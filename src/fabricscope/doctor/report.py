@@ -3,11 +3,18 @@
 Rows that are ``ok`` for many subjects of one check collapse into one row
 ("8 ports") unless ``verbose``; warnings and failures are always shown one by
 one, and their advice follows the table.
+
+Findings quote what files hold (firmware strings, NCCL values, interface
+names), so nothing in them is ever read as rich markup (``[/b]`` stays
+``[/b]``): every piece of data goes into the report as a :class:`~rich.text.Text`
+made by :func:`plain`, which also shows control characters escaped and cuts
+very long values.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,10 +24,12 @@ from rich.text import Text
 
 from fabricscope.doctor.findings import AREAS, Finding, Severity, counts, exit_code, worst
 
-__all__ = ["STYLES", "make_console", "render_findings", "verdict_line"]
+__all__ = ["STYLES", "make_console", "plain", "printable", "render_findings", "verdict_line"]
 
 MAX_SUBJECTS = 6
 """Subjects named in one advice line; the table above lists them all."""
+MAX_CELL = 400
+"""Characters of one value shown in the report; ``--json`` keeps them all."""
 STYLES = {
     Severity.OK: "green",
     Severity.INFO: "cyan",
@@ -29,9 +38,29 @@ STYLES = {
 }
 
 
+_UNPRINTABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+"""Control characters (tab aside), bidirectional overrides, and lone surrogates (undecodable names)."""
+
+
+def printable(text: str, limit: int = MAX_CELL) -> str:
+    """``text`` safe for a terminal: control characters as ``\\x1b``, cut after ``limit`` characters."""
+    shown = _UNPRINTABLE.sub(lambda m: ascii(m.group())[1:-1], text.replace("\t", " "))
+    if len(shown) > limit:
+        shown = f"{shown[:limit]}… ({len(shown) - limit} more characters; --json has them all)"
+    return shown
+
+
+def plain(text: str, style: str = "") -> Text:
+    """Data as a report cell: printable, never parsed as markup."""
+    return Text(printable(text), style=style)
+
+
 def make_console(width: int | None = None) -> Console:
-    """A console for stdout: 120 columns when not a terminal (unless COLUMNS says), so piped reports stay readable."""
-    console = Console(highlight=False, soft_wrap=False)
+    """A console for stdout: 120 columns when not a terminal (unless COLUMNS says), so piped reports stay readable.
+
+    Markup and emoji codes are off: the report prints data, never markup.
+    """
+    console = Console(highlight=False, soft_wrap=False, markup=False, emoji=False)
     if width is not None:
         console.width = width
     elif not console.is_terminal and "COLUMNS" not in os.environ:
@@ -84,7 +113,7 @@ def _by_area(findings: Sequence[Finding]) -> list[tuple[str, list[Finding]]]:
 
 def render_findings(console: Console, findings: Sequence[Finding], *, title: str, verbose: bool = False) -> None:
     """The table grouped by area, then the advice for every warning and failure."""
-    table = Table(title=title, title_justify="left", show_lines=False, expand=False)
+    table = Table(title=plain(title), title_justify="left", show_lines=False, expand=False)
     table.add_column("area", style="bold", no_wrap=True)
     table.add_column("", no_wrap=True)
     table.add_column("check", no_wrap=True)
@@ -98,9 +127,9 @@ def render_findings(console: Console, findings: Sequence[Finding], *, title: str
                 area if i == 0 else "",
                 Text(row.severity.label, style=STYLES[row.severity]),
                 row.id.split(".", 1)[1] if "." in row.id else row.id,
-                row.subject,
-                row.observed,
-                row.expected,
+                plain(row.subject),
+                plain(row.observed),
+                plain(row.expected),
                 end_section=i == len(rows) - 1,
             )
     console.print(table)
@@ -121,8 +150,8 @@ def _render_advice(console: Console, findings: Sequence[Finding]) -> None:
             shown += f" and {len(subjects) - MAX_SUBJECTS} more"
         line = Text("  ")
         line.append(f"{severity.label:<4}", style=STYLES[severity])
-        line.append(f" {check} [{shown}]: ", style="bold")
-        line.append(advice)
+        line.append(printable(f" {check} [{shown}]: "), style="bold")
+        line.append(printable(advice))
         console.print(line)
 
 
@@ -134,5 +163,5 @@ def verdict_line(findings: Sequence[Finding], where: str) -> Text:
     word = {Severity.FAIL: "FAIL", Severity.WARN: "WARN"}.get(severity, "OK")
     line = Text("verdict: ", style="bold")
     line.append(f"{word} (exit {exit_code(findings)})", style=STYLES[severity] if word != "OK" else "bold green")
-    line.append(f" on {where}: {summary or 'no findings'}")
+    line.append(printable(f" on {where}: {summary or 'no findings'}"))
     return line

@@ -4,13 +4,16 @@ All of ``/sys``, ``/proc`` and ``/etc`` are reached through a :class:`SysRoot`,
 so tests and ``--root DIR`` point the probes at a captured tree, and
 ``--capture DIR`` can copy exactly what was read.
 
-Reads never raise.  A file that does not exist reads as ``None`` quietly (many
-sysfs files exist only on some devices); ``EINVAL`` also reads as ``None``
-quietly, because that is how sysfs says "unknown" (``speed`` of a virtual
-NIC).  Anything else (permission denied, I/O error, a directory where a file
-should be, bytes that are not text) reads as ``None`` and is kept in
+Reads never raise and never block.  A file that does not exist reads as
+``None`` quietly (many sysfs files exist only on some devices); ``EINVAL`` also
+reads as ``None`` quietly, because that is how sysfs says "unknown" (``speed``
+of a virtual NIC).  Anything else (permission denied, I/O error, a directory,
+FIFO or device where a file should be, a file larger than :data:`MAX_READ`,
+bytes that are not text) reads as ``None`` and is kept in
 :attr:`SysRoot.anomalies`, and so is content a parser could not understand
-(:meth:`SysRoot.garbage`); the ``probe.read`` check reports them.
+(:meth:`SysRoot.garbage`); the ``probe.read`` check reports them.  Only
+regular files (or links to them) are read: a FIFO would block a reader
+forever.
 
 A read error cannot be stored in a plain file, so a captured tree keeps the
 errors it met in ``fabricscope-capture/manifest.json`` (``"errors": {path:
@@ -22,6 +25,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +34,10 @@ from fabricscope.doctor.inventory import Anomaly
 __all__ = [
     "CAPTURE_DIR",
     "MANIFEST",
+    "MAX_READ",
+    "NotAFileError",
     "SysRoot",
+    "read_regular_file",
 ]
 
 CAPTURE_DIR = "fabricscope-capture"
@@ -40,10 +47,58 @@ MANIFEST = f"{CAPTURE_DIR}/manifest.json"
 
 _QUIET = {errno.ENOENT, errno.EINVAL, errno.ENOTDIR, errno.ENODEV, errno.ENXIO, errno.EOPNOTSUPP}
 """Errors that mean "not there" or "unknown" in sysfs, not "something is wrong"."""
-_MAX_READ = 1 << 20
+MAX_READ = 1 << 20
+"""Largest file read (sysfs attributes are one page; ``ethtool -S`` captures a few hundred KiB)."""
 _NOT_TEXT = "ENOTTEXT"
 """Pseudo errno name for a file whose bytes are not UTF-8 text."""
-_PROBLEMS = {_NOT_TEXT: "not text (undecodable bytes)"}
+_PROBLEMS = {
+    _NOT_TEXT: "not text (undecodable bytes)",
+    "EFBIG": f"larger than {MAX_READ >> 20} MiB: not a sysfs file, not read",
+    "FIFO": "a FIFO, not a file: not read (reading it would block)",
+    "CHARDEV": "a character device, not a file: not read",
+    "BLOCKDEV": "a block device, not a file: not read",
+    "SOCKET": "a socket, not a file: not read",
+    "BADPATH": "not a valid path (it holds a NUL byte)",
+}
+"""Problems that have no errno of their own (pseudo errno names, as the capture manifest stores them)."""
+_KINDS = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "CHARDEV"), (stat.S_ISBLK, "BLOCKDEV"), (stat.S_ISSOCK, "SOCKET"))
+
+
+class NotAFileError(OSError):
+    """What :func:`read_regular_file` refuses: ``name`` is a key of the problems above or an errno name."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(errno.EINVAL, _PROBLEMS.get(name, name))
+        self.name = name
+
+
+def read_regular_file(path: str) -> bytes:
+    """The bytes of ``path`` if it is a regular file (or a link to one) of at most :data:`MAX_READ` bytes.
+
+    Opened without blocking, so a FIFO opens at once and is refused rather
+    than read; a directory raises :class:`IsADirectoryError`, another
+    non-file or a file too large :class:`NotAFileError`.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(mode):
+            raise NotAFileError(next((name for test, name in _KINDS if test(mode)), "not a regular file"))
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_READ:
+            chunk = os.read(fd, MAX_READ + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_READ:
+            raise NotAFileError("EFBIG")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 @dataclass(slots=True)
@@ -72,8 +127,8 @@ class SysRoot:
         manifest = self.path / MANIFEST
         if not self.is_live and manifest.is_file():
             try:
-                data = json.loads(manifest.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                data = json.loads(read_regular_file(str(manifest)).decode("utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
                 self.anomalies.append(Anomaly(MANIFEST, f"unreadable capture manifest ({exc})"))
                 data = {}
             if isinstance(data, dict):
@@ -99,6 +154,11 @@ class SysRoot:
         ``required`` turns a missing file into an anomaly (a file that must be
         there for the device to make sense, such as an RDMA port's ``state``).
         """
+        raw = self.raw(rel, required=required)
+        return None if raw is None else raw.strip()
+
+    def raw(self, rel: str, *, required: bool = False) -> str | None:
+        """The text of a file as it is, spaces and line ends included (what NCCL reads of a config file)."""
         rel = _norm(rel)
         if rel in self._record.texts:
             return self._record.texts[rel]
@@ -112,14 +172,18 @@ class SysRoot:
             self._fail(rel, injected, required)
             return None
         try:
-            with open(self.file(rel), "rb") as handle:
-                raw = handle.read(_MAX_READ)
+            data = read_regular_file(self.file(rel))
+        except NotAFileError as exc:
+            self._fail(rel, exc.name, required)
+            return None
         except OSError as exc:
-            name = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
-            self._fail(rel, name, required)
+            self._fail(rel, errno.errorcode.get(exc.errno or 0, type(exc).__name__), required)
+            return None
+        except ValueError:  # a NUL byte in a path that came from a variable (NCCL_CONF_FILE)
+            self._fail(rel, "BADPATH", required)
             return None
         try:
-            return raw.decode("utf-8").strip()
+            return data.decode("utf-8")
         except UnicodeDecodeError:
             self._fail(rel, _NOT_TEXT, required)
             return None
@@ -229,4 +293,5 @@ class SysRoot:
 
 
 def _norm(rel: str) -> str:
-    return os.path.normpath(rel.lstrip("/")) if rel.strip("/") else ""
+    """``/sys/./class//net/`` -> ``sys/class/net``; ``..`` never climbs above the root (as in a chroot)."""
+    return os.path.normpath("/" + rel).lstrip("/")

@@ -17,12 +17,11 @@ only when a file is read.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, TypeVar, get_args, get_origin, get_type_hints
 
 from fabricscope.errors import ConfigError, UsageError, closest
+from fabricscope.userfiles import read_toml
 
 __all__ = ["FORBID_EXTRA", "InvalidValue", "build", "read_toml"]
 
@@ -38,22 +37,6 @@ class InvalidValue(ConfigError, ValueError):
     A usage error for the CLI (exit 2); a ``ValueError`` for pydantic, which then
     reports the key it was validating.
     """
-
-
-def read_toml(path: str | Path) -> dict[str, Any]:
-    """Parse a TOML file; any problem is one ConfigError naming the file (and line)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, not a TOML file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read ({exc})") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: malformed TOML: {exc}") from None
 
 
 _ADAPTERS: dict[Any, Any] = {}

@@ -21,7 +21,7 @@ from fabricscope.doctor.checks.nccl import (
     NcclTransport,
 )
 from fabricscope.doctor.checks.nic import NicCount, NicFlaps, NicLink, NicMtu, NicPresent, NicSpeed
-from fabricscope.doctor.checks.pcie import PcieLinkCheck, PcieSlot
+from fabricscope.doctor.checks.pcie import PcieLinkCheck, PcieSlot, PcieUplink
 from fabricscope.doctor.checks.rdma import (
     RdmaErrors,
     RdmaFirmware,
@@ -59,6 +59,7 @@ CHECKS: tuple[Check, ...] = (
     RdmaPfc(),
     PcieLinkCheck(),
     PcieSlot(),
+    PcieUplink(),
     GpuCount(),
     GpuNicDistance(),
     GpuDirectRdma(),

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from fabricscope.doctor.checks.base import Check, compute_ports
+from fabricscope.doctor.checks.base import Check, compute_nic_devices
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import DISTANCES, Node
-from fabricscope.doctor.pci import distance
+from fabricscope.doctor.pci import nearest
 
 __all__ = ["GpuCount", "GpuDirectRdma", "GpuNicDistance"]
 
@@ -60,25 +60,20 @@ class GpuNicDistance(Check):
     reads = "sys/bus/pci/devices/<addr> paths (the PCIe tree), numa_node"
 
     def applies(self, node: Node, expect: Expectations) -> bool:
-        return bool(node.gpus) and any(self._nics(node, expect))
-
-    def _nics(self, node: Node, expect: Expectations) -> list[tuple[str, str]]:
-        names = {p.device for p in compute_ports(node, expect)}
-        return [(d.name, d.pci) for d in node.rdma if d.name in names and d.pci is not None and d.pci in node.pci]
+        return bool(node.gpus) and bool(compute_nic_devices(node, expect))
 
     def run(self, node: Node, expect: Expectations) -> list[Finding]:
         limit = expect.gpu_nic_distance or GDR_DEFAULT
+        nics = compute_nic_devices(node, expect)
         findings = []
-        nics = self._nics(node, expect)
         for gpu in node.gpus:
             device = node.pci.get(gpu.pci)
-            if device is None:
+            closest = nearest(device, nics) if device is not None else None
+            if device is None or closest is None:
                 continue
-            rank, nic = min((DISTANCES.index(distance(device, node.pci[pci])), name) for name, pci in nics)
-            seen = f"nearest NIC {nic} at {DISTANCES[rank]}"
-            if device.numa_node is None:
-                seen += " (NUMA unknown)"
-            if rank <= DISTANCES.index(limit):
+            how_far, nic = closest
+            seen = f"nearest NIC {nic} at {how_far}" + (" (NUMA unknown)" if device.numa_node is None else "")
+            if DISTANCES.index(how_far) <= DISTANCES.index(limit):
                 findings.append(self.finding(Severity.OK, f"GPU {gpu.pci}", seen, f"{limit} or closer"))
                 continue
             findings.append(
@@ -88,7 +83,7 @@ class GpuNicDistance(Check):
                     seen,
                     f"{limit} or closer",
                     "traffic from this GPU crosses the CPU"
-                    + (" and the socket interconnect" if DISTANCES[rank] == "SYS" else "")
+                    + (" and the socket interconnect" if how_far == "SYS" else "")
                     + " and NCCL will not use GPUDirect RDMA for it by default: put a NIC under the same "
                     "PCIe switch, or bind this GPU's ranks to the NIC on its own socket (NCCL_IB_HCA)",
                 )

@@ -3,22 +3,28 @@
 Variables come from the environment, ``$NCCL_CONF_FILE`` (or ``~/.nccl.conf``)
 and ``/etc/nccl.conf`` (see :mod:`fabricscope.doctor.nccl_settings`); every
 finding names where the value came from, so the fix lands in the right place.
-Matching rules follow NCCL ``src/misc/utils.cc`` (``parseStringList``,
-``matchIfList``): entries are prefixes unless the list starts with ``=``, and
-``^`` excludes.
+Values are read as NCCL reads them: interface lists with NCCL's matching (no
+space trimmed, ``=`` exact, ``^`` exclude, ``:port``), integers with
+``strtoll`` (``0x3`` and ``3x`` are 3), level names case-sensitively.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
 
-from fabricscope.doctor.checks.base import Check
+from fabricscope.doctor.checks.base import Check, compute_ports, is_active
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
-from fabricscope.doctor.inventory import NcclSetting, Node
-from fabricscope.doctor.parsers import gid_is_link_local, parse_int
+from fabricscope.doctor.inventory import NcclSetting, Node, RdmaPort
+from fabricscope.doctor.nccl_settings import nccl_int, parse_interface_list
+from fabricscope.doctor.net import ARPHRD_LOOPBACK
+from fabricscope.doctor.parsers import gid_is_link_local
 
 __all__ = [
+    "ALGORITHMS",
+    "GDR_LEVELS",
+    "LOCAL_ONLY_PREFIXES",
+    "PROTOCOLS",
     "NcclAlgoProto",
     "NcclDebug",
     "NcclGdrLevel",
@@ -29,68 +35,94 @@ __all__ = [
     "NcclSocketIfname",
     "NcclTopoFile",
     "NcclTransport",
-    "parse_interface_list",
 ]
 
 ALGORITHMS = ("ring", "tree", "collnetdirect", "collnetchain", "nvls", "nvlstree", "pat")
 PROTOCOLS = ("ll", "ll128", "simple")
 GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
-
-
-@dataclass(frozen=True, slots=True)
-class InterfaceList:
-    """A parsed ``NCCL_IB_HCA``/``NCCL_SOCKET_IFNAME`` value."""
-
-    exclude: bool
-    exact: bool
-    entries: tuple[tuple[str, int | None], ...]
-    """(name or prefix, port or None)."""
-
-
-def parse_interface_list(value: str) -> InterfaceList:
-    """``^=mlx5_0:1,mlx5_1`` -> exclude, exact, ((mlx5_0, 1), (mlx5_1, None))."""
-    text = value.strip()
-    exclude = text.startswith("^")
-    text = text[1:] if exclude else text
-    exact = text.startswith("=")
-    text = text[1:] if exact else text
-    entries = []
-    for item in text.split(","):
-        name, _, rest = item.strip().partition(":")
-        if name:
-            port = parse_int(rest.split(":", 1)[0]) if rest else None
-            entries.append((name, port))
-    return InterfaceList(exclude=exclude, exact=exact, entries=tuple(entries))
-
-
-def _matches(name: str, entry: str, exact: bool) -> bool:
-    return name == entry if exact else name.startswith(entry)
+OLD_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
+"""What NCCL reads a numeric level as (``levelsOldToNew`` in ``src/graph/paths.cc``); larger numbers are the last."""
+LOCAL_ONLY_PREFIXES = ("docker", "virbr")
+"""Bridges of containers and VMs behind NAT (and ``lo``): they carry no traffic between nodes."""
 
 
 def _where(setting: NcclSetting) -> str:
     return f"{setting.name}={setting.value} ({setting.source})"
 
 
+def _level(value: str) -> str | None:
+    """A GDR/P2P level as NCCL reads it: an exact (case-sensitive) name, or an old number; None when neither."""
+    if value in GDR_LEVELS or value in ("NVL", "NVB"):
+        return value
+    if value[:1].isdigit():
+        number, _ = nccl_int(value)
+        return OLD_LEVELS[min(number or 0, len(OLD_LEVELS) - 1)]
+    return None
+
+
 class _NcclCheck(Check):
+    """A check of some NCCL variables: applies when one is set; findings name the variable and where it was set.
+
+    :meth:`judge` yields what it finds about one setting; a setting it says
+    nothing about is ok.
+    """
+
     variables: tuple[str, ...] = ()
 
     def applies(self, node: Node, expect: Expectations) -> bool:
         return any(v in node.nccl for v in self.variables)
 
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        findings = []
+        for setting in (node.nccl[name] for name in self.variables if name in node.nccl):
+            findings.extend(list(self.judge(node, expect, setting)) or [self.about(Severity.OK, setting)])
+        return findings
+
+    def judge(self, node: Node, expect: Expectations, setting: NcclSetting) -> Iterator[Finding]:
+        raise NotImplementedError
+
+    def about(
+        self, severity: Severity, setting: NcclSetting, note: str = "", expected: str = "", advice: str = ""
+    ) -> Finding:
+        observed = _where(setting) + (f": {note}" if note else "")
+        return self.finding(severity, setting.name, observed, expected, advice)
+
+    def number(self, setting: NcclSetting) -> tuple[int | None, list[Finding]]:
+        """The value as NCCL's ``strtoll`` reads it, and a warning when that is not what it looks like."""
+        value, rest = nccl_int(setting.value)
+        if rest == "" or (value is None and setting.value == ""):
+            return value, []
+        if value is None:
+            note = "out of range: NCCL keeps its default"
+        elif rest == setting.value:
+            note = f"not a number: NCCL reads it as {value}"
+        else:
+            note = f"NCCL reads it as {value} and ignores {rest!r}"
+        advice = f"write a plain number in {setting.source}"
+        return value, [self.about(Severity.WARN, setting, note, "a number", advice)]
+
 
 class NcclSettings(Check):
     id = "nccl.settings"
-    title = "NCCL settings in effect, and lines of NCCL config files that NCCL misreads"
-    reads = "environment, $NCCL_CONF_FILE or ~/.nccl.conf, etc/nccl.conf"
+    title = "NCCL settings in effect and which environment they came from; config lines NCCL misreads"
+    reads = "environment (this process's, or the capture's), $NCCL_CONF_FILE or ~/.nccl.conf, etc/nccl.conf"
 
     def run(self, node: Node, expect: Expectations) -> list[Finding]:
         findings = []
         nccl = {k: v for k, v in node.nccl.items() if k.startswith("NCCL_")}
         if nccl:
-            seen = "; ".join(_where(s) for s in nccl.values())
-            findings.append(self.finding(Severity.INFO, node.hostname, seen))
+            findings.append(self.finding(Severity.INFO, node.hostname, "; ".join(_where(s) for s in nccl.values())))
         else:
             findings.append(self.finding(Severity.OK, node.hostname, "no NCCL variables set: NCCL auto-detects"))
+        if node.env_ignored:
+            findings.append(
+                self.finding(
+                    Severity.INFO,
+                    node.hostname,
+                    f"not used from this shell: {', '.join(node.env_ignored)} (the capture's recorded environment "
+                    "is checked; --live-env checks this shell's instead)",
+                )
+            )
         for problem in node.nccl_conf_problems:
             where, _, text = problem.partition(": ")
             findings.append(
@@ -99,8 +131,8 @@ class NcclSettings(Check):
                     where if text else node.hostname,
                     text or problem,
                     "NAME=value lines",
-                    "NCCL splits each line at the first '=' and keeps every space: write NAME=value with no "
-                    "spaces, and fix or remove the line",
+                    "NCCL splits each line at the first '=' and keeps every other character, spaces and "
+                    "carriage returns included: write NAME=value with nothing around it",
                 )
             )
         return findings
@@ -108,108 +140,153 @@ class NcclSettings(Check):
 
 class NcclIbHca(_NcclCheck):
     id = "nccl.ib_hca"
-    title = "NCCL_IB_HCA names devices that exist and, without '=', matches no extra ones"
-    reads = "NCCL_IB_HCA; sys/class/infiniband/*"
+    title = "NCCL_IB_HCA leaves NCCL ACTIVE ports, names devices and ports that exist, and matches no extra ones"
+    reads = "NCCL_IB_HCA; sys/class/infiniband/*/ports/*/state"
     variables = ("NCCL_IB_HCA",)
 
-    def run(self, node: Node, expect: Expectations) -> list[Finding]:
-        setting = node.nccl["NCCL_IB_HCA"]
+    def judge(self, node: Node, expect: Expectations, setting: NcclSetting) -> Iterator[Finding]:
+        yield from self._judge(node, setting)
+
+    def _judge(self, node: Node, setting: NcclSetting) -> list[Finding]:
+        if not node.rdma:
+            return [self.about(Severity.INFO, setting, "no RDMA devices on this node")]
         parsed = parse_interface_list(setting.value)
-        devices = {d.name: {p.port for p in d.ports} for d in node.rdma}
-        subject = "NCCL_IB_HCA"
-        if not devices:
-            return [self.finding(Severity.INFO, subject, f"{_where(setting)}; no RDMA devices on this node")]
-        findings = []
-        selected: set[str] = set()
+        devices = sorted(d.name for d in node.rdma)
+        exact = ("^" if parsed.exclude else "") + "=" + ",".join(n.strip() for n, _ in parsed.entries)
+        findings: list[Finding] = []
         for name, port in parsed.entries:
-            hits = sorted(d for d in devices if _matches(d, name, parsed.exact))
-            selected.update(hits)
-            extra = [d for d in hits if d != name]
-            if extra and not parsed.exact and name in devices:
-                verb = "excludes" if parsed.exclude else "also selects"
-                findings.append(
-                    self.finding(
-                        Severity.WARN,
-                        subject,
-                        f"{_where(setting)}: '{name}' is a prefix and {verb} {', '.join(extra)}",
-                        f"only {name}",
-                        f"start the list with '=' for exact names: {'^' if parsed.exclude else ''}="
-                        f"{','.join(n for n, _ in parsed.entries)}",
-                    )
-                )
-            elif not hits and not parsed.exclude:
-                findings.append(
-                    self.finding(
-                        Severity.WARN,
-                        subject,
-                        f"{_where(setting)}: '{name}' matches no device",
-                        f"one of {', '.join(sorted(devices))}",
-                        f"remove '{name}' or correct it; devices here: {', '.join(sorted(devices))}",
-                    )
-                )
-            elif port is not None and hits and all(port not in devices[d] for d in hits):
-                findings.append(
-                    self.finding(
-                        Severity.WARN,
-                        subject,
-                        f"{_where(setting)}: '{name}' has no port {port}",
-                        "an existing port",
-                        "correct the port number after ':' (ports count from 1)",
-                    )
-                )
-        used = set(devices) - selected if parsed.exclude else selected
-        if not used:
+            findings.extend(self._entry(node, setting, parsed.exact, parsed.exclude, name, port, devices, exact))
+        selected = [p for p in node.ports if parsed.matches(p.device, p.port)]
+        active = [p for p in selected if is_active(p)]
+        idle = ", ".join(
+            f"{p.label} ({p.state[1] if p.state else 'state unreadable'})" for p in selected if p not in active
+        )
+        if not selected:
             findings.append(
-                self.finding(
+                self.about(
                     Severity.FAIL,
-                    subject,
-                    f"{_where(setting)} leaves no RDMA device for NCCL",
-                    f"some of {', '.join(sorted(devices))}",
+                    setting,
+                    "leaves no RDMA device for NCCL",
+                    f"some of {', '.join(devices)}",
                     "NCCL will fall back to TCP sockets: correct or unset NCCL_IB_HCA",
                 )
             )
-        elif not findings:
-            severity = Severity.OK if parsed.exact else Severity.INFO
+        elif not active:
+            findings.append(
+                self.about(
+                    Severity.FAIL,
+                    setting,
+                    f"selects only ports that are not ACTIVE: {idle}",
+                    "an ACTIVE port",
+                    "NCCL uses ACTIVE ports only, so it falls back to TCP sockets (or fails with NCCL_NET=IB): "
+                    "bring the ports up or select ACTIVE ones",
+                )
+            )
+        elif idle:
+            findings.append(
+                self.about(
+                    Severity.WARN,
+                    setting,
+                    f"selects ports that are not ACTIVE: {idle}",
+                    "only ACTIVE ports",
+                    "NCCL skips them and runs on fewer NICs: bring them up or leave them out",
+                )
+            )
+        if not findings:
             note = "" if parsed.exact else " (prefix match; '=' makes it exact)"
-            findings.append(self.finding(severity, subject, f"{_where(setting)}: uses {', '.join(sorted(used))}{note}"))
+            used = f"uses {', '.join(p.label for p in active)}{note}"
+            findings.append(self.about(Severity.OK if parsed.exact else Severity.INFO, setting, used))
         return findings
+
+    def _entry(
+        self,
+        node: Node,
+        setting: NcclSetting,
+        exact: bool,
+        exclude: bool,
+        name: str,
+        port: int | None,
+        devices: list[str],
+        fixed: str,
+    ) -> Iterator[Finding]:
+        """Every problem of one entry of the list: spaces, a prefix matching more, nothing matched, no such port."""
+        hits = [d for d in devices if (d == name if exact else d.startswith(name))]
+        if name != name.strip():
+            yield self.about(
+                Severity.WARN,
+                setting,
+                f"entry {name!r} has spaces, which NCCL keeps" + ("" if hits else ": it matches no device"),
+                f"{name.strip()!r}",
+                f"remove the spaces: {fixed}",
+            )
+        elif not hits and not exclude:
+            yield self.about(
+                Severity.WARN,
+                setting,
+                f"'{name}' matches no device",
+                f"one of {', '.join(devices)}",
+                f"remove '{name}' or correct it; devices here: {', '.join(devices)}",
+            )
+        extra = [d for d in hits if d != name]
+        if extra and not exact and name in devices:
+            verb = "excludes" if exclude else "also selects"
+            yield self.about(
+                Severity.WARN,
+                setting,
+                f"'{name}' is a prefix and {verb} {', '.join(extra)}",
+                f"only {name}",
+                f"start the list with '=' for exact names: {fixed}",
+            )
+        ports = {p.port for p in node.ports if p.device in hits}
+        if port is not None and hits and port not in ports:
+            yield self.about(
+                Severity.WARN,
+                setting,
+                f"'{name}' has no port {port}",
+                f"port {' or '.join(str(p) for p in sorted(ports))}",
+                "correct the port number after ':' (ports count from 1)",
+            )
 
 
 class NcclSocketIfname(_NcclCheck):
     id = "nccl.socket_ifname"
-    title = "NCCL_SOCKET_IFNAME matches at least one interface that is up"
-    reads = "NCCL_SOCKET_IFNAME; sys/class/net/*/operstate"
+    title = "NCCL_SOCKET_IFNAME matches an interface that is up and can reach other nodes"
+    reads = "NCCL_SOCKET_IFNAME; sys/class/net/*/{operstate,type}"
     variables = ("NCCL_SOCKET_IFNAME",)
 
-    def run(self, node: Node, expect: Expectations) -> list[Finding]:
-        setting = node.nccl["NCCL_SOCKET_IFNAME"]
+    def judge(self, node: Node, expect: Expectations, setting: NcclSetting) -> Iterator[Finding]:
         parsed = parse_interface_list(setting.value)
         names = [n.name for n in node.nics]
-        hit = [n for n in names if any(_matches(n, e, parsed.exact) for e, _ in parsed.entries)]
-        used = [n for n in names if n not in hit and n != "lo"] if parsed.exclude else hit
-        up = [n for n in used if (nic := node.nic(n)) is not None and nic.operstate in ("up", "unknown")]
-        subject = "NCCL_SOCKET_IFNAME"
+        used = [n for n in node.nics if parsed.matches(n.name)]
+        up = [n for n in used if n.operstate in ("up", "unknown")]
+        local = [n.name for n in up if n.arphrd == ARPHRD_LOOPBACK or n.name.startswith(LOCAL_ONLY_PREFIXES)]
         if not used:
-            return [
-                self.finding(
-                    Severity.FAIL,
-                    subject,
-                    f"{_where(setting)} matches no interface",
-                    f"a prefix of one of {', '.join(names) or 'no interfaces'}",
-                    "NCCL's bootstrap will fail with 'no socket interface found': correct or unset it",
-                )
-            ]
-        if not up:
-            return [
-                self.finding(
-                    Severity.FAIL,
-                    subject,
-                    f"{_where(setting)} matches only interfaces that are down: {', '.join(used)}",
-                    "an interface that is up",
-                    "bring the interface up or point NCCL_SOCKET_IFNAME at one that is",
-                )
-            ]
-        return [self.finding(Severity.OK, subject, f"{_where(setting)}: uses {', '.join(up)}")]
+            yield self.about(
+                Severity.FAIL,
+                setting,
+                "matches no interface",
+                f"a prefix of one of {', '.join(names) or 'no interfaces'}",
+                "NCCL's bootstrap will fail with 'no socket interface found': correct or unset it",
+            )
+        elif not up:
+            yield self.about(
+                Severity.FAIL,
+                setting,
+                f"matches only interfaces that are down: {', '.join(n.name for n in used)}",
+                "an interface that is up",
+                "bring the interface up or point NCCL_SOCKET_IFNAME at one that is",
+            )
+        elif local:
+            yield self.about(
+                Severity.WARN,
+                setting,
+                f"uses {', '.join(local)}, which cannot carry traffic between nodes",
+                "the interface of the network between nodes",
+                "loopback and container or VM bridges (docker*, virbr*) reach only this node: a job across "
+                "nodes hangs or fails at start-up; name the NIC of the cluster network (NCCL_SOCKET_IFNAME==eth0)",
+            )
+        else:
+            yield self.about(Severity.OK, setting, f"uses {', '.join(n.name for n in up)}")
 
 
 class NcclTransport(_NcclCheck):
@@ -218,94 +295,61 @@ class NcclTransport(_NcclCheck):
     reads = "NCCL_IB_DISABLE, NCCL_NET; sys/class/infiniband/*/ports/*/state"
     variables = ("NCCL_IB_DISABLE", "NCCL_NET")
 
-    def run(self, node: Node, expect: Expectations) -> list[Finding]:
-        active = [p.label for p in node.ports if p.state is not None and p.state[0] == 4]
-        findings = []
-        disable = node.nccl.get("NCCL_IB_DISABLE")
-        net = node.nccl.get("NCCL_NET")
-        if disable is not None:
-            if parse_int(disable.value.strip()) not in (None, 0) and active:
-                findings.append(self._sockets(disable, active))
-            else:
-                findings.append(self.finding(Severity.OK, "NCCL_IB_DISABLE", _where(disable)))
-        if net is not None:
-            value = net.value.strip().lower()
-            if value == "socket" and active:
-                findings.append(self._sockets(net, active))
-            elif value == "ib" and not active:
-                findings.append(
-                    self.finding(
-                        Severity.FAIL,
-                        "NCCL_NET",
-                        f"{_where(net)} but no RDMA port is ACTIVE",
-                        "an ACTIVE RDMA port",
-                        "NCCL will fail to initialise: unset NCCL_NET or fix the ports",
-                    )
-                )
-            else:
-                findings.append(self.finding(Severity.OK, "NCCL_NET", _where(net)))
-        return findings
-
-    def _sockets(self, setting: NcclSetting, active: list[str]) -> Finding:
-        return self.finding(
-            Severity.FAIL,
-            setting.name,
-            f"{_where(setting)} with {len(active)} ACTIVE RDMA ports",
-            "NCCL using the RDMA ports",
-            f"NCCL will send everything over TCP sockets: remove {setting.name} from {setting.source}",
-        )
+    def judge(self, node: Node, expect: Expectations, setting: NcclSetting) -> Iterator[Finding]:
+        active = [p.label for p in node.ports if is_active(p)]
+        if setting.name == "NCCL_IB_DISABLE":
+            value, notes = self.number(setting)
+            yield from notes
+            sockets = bool(value)
+        else:
+            sockets = setting.value.lower() == "socket"
+            if setting.value.lower() == "ib" and not active:
+                advice = "NCCL will fail to initialise: unset NCCL_NET or fix the ports"
+                yield self.about(Severity.FAIL, setting, "but no RDMA port is ACTIVE", "an ACTIVE RDMA port", advice)
+        if sockets and active:
+            yield self.about(
+                Severity.FAIL,
+                setting,
+                f"with {len(active)} ACTIVE RDMA ports",
+                "NCCL using the RDMA ports",
+                f"NCCL will send everything over TCP sockets: remove {setting.name} from {setting.source}",
+            )
 
 
 class NcclGdrLevel(_NcclCheck):
     id = "nccl.gdr_level"
-    title = "NCCL_NET_GDR_LEVEL does not switch GPUDirect RDMA off (LOC)"
+    title = "NCCL_NET_GDR_LEVEL does not switch GPUDirect RDMA off (LOC), and is a level NCCL reads"
     reads = "NCCL_NET_GDR_LEVEL, NCCL_IB_GDR_LEVEL"
     variables = ("NCCL_NET_GDR_LEVEL", "NCCL_IB_GDR_LEVEL")
 
-    def run(self, node: Node, expect: Expectations) -> list[Finding]:
-        findings = []
-        for name in self.variables:
-            setting = node.nccl.get(name)
-            if setting is None:
-                continue
-            value = setting.value.strip().upper()
-            if value in ("LOC", "0"):
-                findings.append(
-                    self.finding(
-                        Severity.WARN,
-                        name,
-                        f"{_where(setting)}: GPUDirect RDMA never used",
-                        "unset (NCCL picks by distance), or PXB/PHB",
-                        f"remove {name} from {setting.source} unless GPUDirect RDMA is known broken here",
-                    )
-                )
-            elif value.isdigit():
-                findings.append(
-                    self.finding(
-                        Severity.WARN,
-                        name,
-                        f"{_where(setting)}: a numeric level",
-                        "one of " + ", ".join(GDR_LEVELS),
-                        "numeric levels change meaning between NCCL versions: use the name (PXB, PHB, SYS)",
-                    )
-                )
-            elif value not in GDR_LEVELS:
-                findings.append(
-                    self.finding(
-                        Severity.WARN,
-                        name,
-                        f"{_where(setting)}: not a level NCCL knows",
-                        "one of " + ", ".join(GDR_LEVELS),
-                        "use PIX, PXB, PHB or SYS (or unset it)",
-                    )
-                )
-            else:
-                findings.append(self.finding(Severity.OK, name, _where(setting)))
-            if name == "NCCL_IB_GDR_LEVEL":
-                findings.append(
-                    self.finding(Severity.INFO, name, "the old name of NCCL_NET_GDR_LEVEL (renamed in NCCL 2.4)")
-                )
-        return findings
+    def judge(self, node: Node, expect: Expectations, setting: NcclSetting) -> Iterator[Finding]:
+        level = _level(setting.value)
+        numeric = setting.value[:1].isdigit()
+        read_as = f" (NCCL reads {setting.value} as {level})" if numeric else ""
+        levels = "one of " + ", ".join(GDR_LEVELS)
+        if level == "LOC":
+            yield self.about(
+                Severity.WARN,
+                setting,
+                f"GPUDirect RDMA never used{read_as}",
+                "unset (NCCL picks by distance), or PXB/PHB",
+                f"remove {setting.name} from {setting.source} unless GPUDirect RDMA is known broken here",
+            )
+        elif level is None:
+            yield self.about(
+                Severity.WARN,
+                setting,
+                "not a level NCCL knows (names are case-sensitive): NCCL ignores it",
+                levels,
+                "use PIX, PXB, PHB or SYS in capitals (or unset it)",
+            )
+        elif numeric:
+            advice = f"numeric levels change meaning between NCCL versions: write {level}"
+            yield self.about(Severity.WARN, setting, f"a numeric level{read_as}", levels, advice)
+        elif setting.name == "NCCL_IB_GDR_LEVEL":
+            yield self.about(Severity.OK, setting)
+        if setting.name == "NCCL_IB_GDR_LEVEL":
+            yield self.about(Severity.INFO, setting, "the old name of NCCL_NET_GDR_LEVEL (renamed in 2.4)")
 
 
 class NcclP2pShm(_NcclCheck):
@@ -314,29 +358,23 @@ class NcclP2pShm(_NcclCheck):
     reads = "NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, NCCL_SHM_DISABLE"
     variables = ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_P2P_LEVEL")
 
-    def run(self, node: Node, expect: Expectations) -> list[Finding]:
-        findings = []
-        for name in self.variables:
-            setting = node.nccl.get(name)
-            if setting is None:
-                continue
-            value = setting.value.strip().upper()
-            disabled = value in ("LOC", "0") if name == "NCCL_P2P_LEVEL" else parse_int(value) not in (None, 0)
-            if disabled:
-                what = "GPU peer-to-peer (NVLink/PCIe)" if "P2P" in name else "shared-memory transport"
-                findings.append(
-                    self.finding(
-                        Severity.WARN,
-                        name,
-                        f"{_where(setting)}: {what} disabled",
-                        "unset",
-                        f"NCCL lists {name} under debugging: intra-node traffic goes through host memory. "
-                        f"Remove it from {setting.source}",
-                    )
-                )
-            else:
-                findings.append(self.finding(Severity.OK, name, _where(setting)))
-        return findings
+    def judge(self, node: Node, expect: Expectations, setting: NcclSetting) -> Iterator[Finding]:
+        if setting.name == "NCCL_P2P_LEVEL":
+            disabled = _level(setting.value) == "LOC"
+        else:
+            value, notes = self.number(setting)
+            yield from notes
+            disabled = value == 1  # NCCL tests "== 1": other values leave the transport on
+        if disabled:
+            what = "GPU peer-to-peer (NVLink/PCIe)" if "P2P" in setting.name else "shared-memory transport"
+            yield self.about(
+                Severity.WARN,
+                setting,
+                f"{what} disabled",
+                "unset",
+                f"NCCL lists {setting.name} under debugging: intra-node traffic goes through host memory. "
+                f"Remove it from {setting.source}",
+            )
 
 
 class NcclDebug(_NcclCheck):
@@ -345,20 +383,15 @@ class NcclDebug(_NcclCheck):
     reads = "NCCL_DEBUG"
     variables = ("NCCL_DEBUG",)
 
-    def run(self, node: Node, expect: Expectations) -> list[Finding]:
-        setting = node.nccl["NCCL_DEBUG"]
-        if setting.value.strip().upper() in ("INFO", "TRACE"):
-            return [
-                self.finding(
-                    Severity.WARN,
-                    "NCCL_DEBUG",
-                    _where(setting),
-                    "WARN (or unset)",
-                    f"verbose NCCL logging slows start-up and floods logs on every rank: set NCCL_DEBUG=WARN "
-                    f"in {setting.source} once debugging is done",
-                )
-            ]
-        return [self.finding(Severity.OK, "NCCL_DEBUG", _where(setting))]
+    def judge(self, node: Node, expect: Expectations, setting: NcclSetting) -> Iterator[Finding]:
+        if setting.value.upper() in ("INFO", "TRACE"):
+            yield self.about(
+                Severity.WARN,
+                setting,
+                expected="WARN (or unset)",
+                advice=f"verbose NCCL logging slows start-up and floods logs on every rank: set NCCL_DEBUG=WARN "
+                f"in {setting.source} once debugging is done",
+            )
 
 
 class NcclAlgoProto(_NcclCheck):
@@ -367,37 +400,28 @@ class NcclAlgoProto(_NcclCheck):
     reads = "NCCL_ALGO, NCCL_PROTO"
     variables = ("NCCL_ALGO", "NCCL_PROTO")
 
-    def run(self, node: Node, expect: Expectations) -> list[Finding]:
-        findings = []
-        for name, known in (("NCCL_ALGO", ALGORITHMS), ("NCCL_PROTO", PROTOCOLS)):
-            setting = node.nccl.get(name)
-            if setting is None:
-                continue
-            names = _list_names(setting.value)
-            unknown = [n for n in names if n.lower() not in known]
-            if unknown:
-                findings.append(
-                    self.finding(
-                        Severity.FAIL,
-                        name,
-                        f"{_where(setting)}: unknown {', '.join(unknown)}",
-                        "names from " + ", ".join(known),
-                        "since NCCL 2.24 an invalid list fails the collective: correct the names or unset it",
-                    )
-                )
-                continue
-            risk = " (LL128 forced where unsupported can corrupt data)" if "ll128" in [n.lower() for n in names] else ""
-            findings.append(
-                self.finding(
-                    Severity.WARN,
-                    name,
-                    f"{_where(setting)}: forced{risk}",
-                    "unset (NCCL's tuner picks per size)",
-                    f"NCCL's documentation discourages setting {name} outside experiments: remove it from "
-                    f"{setting.source} unless a measurement shows it helps",
-                )
+    def judge(self, node: Node, expect: Expectations, setting: NcclSetting) -> Iterator[Finding]:
+        known = ALGORITHMS if setting.name == "NCCL_ALGO" else PROTOCOLS
+        names = _list_names(setting.value)
+        unknown = [n for n in names if n.lower() not in known]
+        if unknown:
+            yield self.about(
+                Severity.FAIL,
+                setting,
+                f"unknown {', '.join(unknown)}",
+                "names from " + ", ".join(known),
+                "since NCCL 2.24 an invalid list fails the collective: correct the names or unset it",
             )
-        return findings
+            return
+        risk = " (LL128 forced where unsupported can corrupt data)" if "ll128" in [n.lower() for n in names] else ""
+        yield self.about(
+            Severity.WARN,
+            setting,
+            f"forced{risk}",
+            "unset (NCCL's tuner picks per size)",
+            f"NCCL's documentation discourages setting {setting.name} outside experiments: remove it from "
+            f"{setting.source} unless a measurement shows it helps",
+        )
 
 
 def _list_names(value: str) -> list[str]:
@@ -412,56 +436,43 @@ def _list_names(value: str) -> list[str]:
 
 class NcclGidIndex(_NcclCheck):
     id = "nccl.gid_index"
-    title = "NCCL_IB_GID_INDEX points at a routable RoCE v2 GID on every RoCE port"
+    title = "NCCL_IB_GID_INDEX points at a routable RoCE v2 GID on every RoCE compute port"
     reads = "NCCL_IB_GID_INDEX; sys/class/infiniband/<dev>/ports/<n>/{gids,gid_attrs/types}/<index>"
     variables = ("NCCL_IB_GID_INDEX",)
 
-    def run(self, node: Node, expect: Expectations) -> list[Finding]:
-        setting = node.nccl["NCCL_IB_GID_INDEX"]
-        index = parse_int(setting.value.strip())
-        roce = [p for p in node.ports if p.link_layer == "Ethernet"]  # GID indexes matter only for RoCE
-        if index is None:
-            return [
-                self.finding(
-                    Severity.FAIL,
-                    "NCCL_IB_GID_INDEX",
-                    f"{_where(setting)}: not a number",
-                    "a GID index, or -1 for automatic",
-                    "set a number or unset it (NCCL 2.21+ picks a RoCE v2 IPv4 GID itself)",
-                )
-            ]
-        if index < 0 or not roce:
-            why = "automatic selection" if index < 0 else "no RoCE ports here (ignored on InfiniBand)"
-            return [self.finding(Severity.OK, "NCCL_IB_GID_INDEX", f"{_where(setting)}: {why}")]
-        findings = []
+    def judge(self, node: Node, expect: Expectations, setting: NcclSetting) -> Iterator[Finding]:
+        index, notes = self.number(setting)
+        yield from notes
+        roce = [p for p in compute_ports(node, expect) if p.link_layer == "Ethernet"]  # GID indexes matter on RoCE
+        if index is None or index < 0 or not roce:
+            auto = index is None or index < 0
+            yield self.about(Severity.OK, setting, "automatic selection" if auto else "no RoCE compute ports")
+            return
         for port in roce:
-            gid = next((g for g in port.gids if g.index == index), None)
-            subject = f"{port.label} GID {index}"
-            if gid is None:
-                findings.append(
-                    self.finding(
-                        Severity.FAIL,
-                        subject,
-                        f"{_where(setting)}: entry {index} is empty",
-                        "a RoCE v2 GID",
-                        "NCCL cannot connect with an empty GID: pick an index from show_gids, or unset it",
-                    )
-                )
-            elif gid.type != "RoCE v2" or gid_is_link_local(gid.gid):
-                kind = "link-local" if gid_is_link_local(gid.gid) else ""
-                findings.append(
-                    self.finding(
-                        Severity.WARN,
-                        subject,
-                        f"{_where(setting)}: {gid.type or 'unknown type'} {kind} GID {gid.gid}".replace("  ", " "),
-                        "a RoCE v2 GID with a routable (IPv4) address",
-                        "RoCE v1 and link-local GIDs do not cross routers and miss ECN/DSCP marking: use the "
-                        "index of the RoCE v2 IPv4 GID (show_gids), or unset it",
-                    )
-                )
-            else:
-                findings.append(self.finding(Severity.OK, subject, f"RoCE v2 GID {gid.gid}"))
-        return findings
+            yield self._port(setting, port, index)
+
+    def _port(self, setting: NcclSetting, port: RdmaPort, index: int) -> Finding:
+        gid = next((g for g in port.gids if g.index == index), None)
+        subject = f"{port.label} GID {index}"
+        if gid is None:
+            return self.finding(
+                Severity.FAIL,
+                subject,
+                f"{_where(setting)}: entry {index} is empty",
+                "a RoCE v2 GID",
+                "NCCL cannot connect with an empty GID: pick an index from show_gids, or unset it",
+            )
+        if gid.type != "RoCE v2" or gid_is_link_local(gid.gid):
+            kind = " link-local" if gid_is_link_local(gid.gid) else ""
+            return self.finding(
+                Severity.WARN,
+                subject,
+                f"{_where(setting)}: {gid.type or 'unknown type'}{kind} GID {gid.gid}",
+                "a RoCE v2 GID with a routable (IPv4) address",
+                "RoCE v1 and link-local GIDs do not cross routers and miss ECN/DSCP marking: use the index of "
+                "the RoCE v2 IPv4 GID (show_gids), or unset it",
+            )
+        return self.finding(Severity.OK, subject, f"RoCE v2 GID {gid.gid}")
 
 
 class NcclTopoFile(_NcclCheck):
@@ -470,16 +481,7 @@ class NcclTopoFile(_NcclCheck):
     reads = "NCCL_TOPO_FILE and that file"
     variables = ("NCCL_TOPO_FILE",)
 
-    def run(self, node: Node, expect: Expectations) -> list[Finding]:
-        setting = node.nccl["NCCL_TOPO_FILE"]
-        if node.topo_file_readable:
-            return [self.finding(Severity.OK, "NCCL_TOPO_FILE", _where(setting))]
-        return [
-            self.finding(
-                Severity.FAIL,
-                "NCCL_TOPO_FILE",
-                f"{_where(setting)}: no such file",
-                "a readable topology XML",
-                "NCCL fails to build its topology from a missing file: correct the path or unset it",
-            )
-        ]
+    def judge(self, node: Node, expect: Expectations, setting: NcclSetting) -> Iterator[Finding]:
+        if not node.topo_file_readable:
+            advice = "NCCL fails to build its topology from a missing file: correct the path or unset it"
+            yield self.about(Severity.FAIL, setting, "no such file", "a readable topology XML", advice)

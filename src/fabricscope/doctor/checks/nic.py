@@ -4,16 +4,21 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from fabricscope.doctor.checks.base import Check, compute_nics, compute_ports, format_rate, majority
+from fabricscope.doctor.checks.base import Check, compute, compute_nics, format_rate, majority, rate_finding
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import NetInterface, Node
+from fabricscope.doctor.net import ARPHRD_ETHER, ARPHRD_INFINIBAND
 
-__all__ = ["NicCount", "NicFlaps", "NicLink", "NicMtu", "NicPresent", "NicSpeed"]
+__all__ = ["LINK_ADVICE", "NicCount", "NicFlaps", "NicLink", "NicMtu", "NicPresent", "NicSpeed"]
 
 FLAP_LIMIT = 5
 """carrier_down_count at or above this warns (Azure's health checks use 5 in 24 h)."""
-_LINK_TYPES = {1: "Ethernet", 32: "IPoIB"}
+LINK_ADVICE = (
+    "check the cable and transceiver, and the switch port's configured speed (ethtool <if>; mlxlink -d <dev> "
+    "shows what the port and the cable can do)"
+)
+_LINK_TYPES = {ARPHRD_ETHER: "Ethernet", ARPHRD_INFINIBAND: "IPoIB"}
 
 
 def _subject(nic: NetInterface) -> str:
@@ -22,24 +27,36 @@ def _subject(nic: NetInterface) -> str:
 
 class NicPresent(Check):
     id = "nic.present"
-    title = "Which NICs carry training traffic (the compute NICs)"
-    reads = "sys/class/net/*/{type,operstate,device}"
+    title = "Which NICs carry training traffic (the compute NICs), and what chose them"
+    reads = "sys/class/net/*/{type,operstate,device}; --expect nic.devices, NCCL_IB_HCA"
 
     def run(self, node: Node, expect: Expectations) -> list[Finding]:
-        nics = compute_nics(node, expect)
-        if not nics:
-            return [
+        chosen = compute(node, expect)
+        findings = [
+            self.finding(
+                Severity.FAIL,
+                name,
+                "not on this node",
+                "a compute port or NIC (--expect nic.devices)",
+                "the device is missing or was renamed: check lspci, dmesg and the driver, or fix the expectation",
+            )
+            for name in chosen.missing
+        ]
+        if not chosen.nics:
+            findings.append(
                 self.finding(
                     Severity.WARN if not node.ports else Severity.INFO,
                     node.hostname,
-                    "no compute NIC found" if not node.ports else "no netdev behind the RDMA ports",
+                    "no compute NIC found" if not node.ports else "no netdev behind the compute RDMA ports",
                     "a physical NIC that is up",
                     "bring a NIC up (ip link set <if> up) or check the driver; "
                     "virtual interfaces (lo, bridges, veth) are not counted",
                 )
-            ]
-        kind = "RDMA netdevs" if node.ports else "physical NICs, no RDMA: NCCL will use TCP sockets"
-        return [self.finding(Severity.OK, node.hostname, f"{', '.join(n.name for n in nics)} ({kind})")]
+            )
+            return findings
+        kind = "the netdevs of the RDMA ports" if node.ports else "no RDMA: NCCL will use TCP sockets"
+        seen = f"{', '.join(n.name for n in chosen.nics)} ({kind}; chosen by {chosen.chosen_by})"
+        return [*findings, self.finding(Severity.OK, node.hostname, seen)]
 
 
 class NicLink(Check):
@@ -112,8 +129,8 @@ class NicFlaps(Check):
 
 class NicSpeed(Check):
     id = "nic.speed"
-    title = "NICs without RDMA run at their expected speed and at the speed of their twins, full duplex"
-    reads = "sys/class/net/<if>/{speed,duplex}, device/{vendor,device}"
+    title = "NICs without RDMA run at the expected speed, else at their fastest mode and their twins', full duplex"
+    reads = "sys/class/net/<if>/{speed,duplex}, device/{vendor,device}; ethtool link modes"
 
     def applies(self, node: Node, expect: Expectations) -> bool:
         return any(n.rdma is None for n in compute_nics(node, expect))
@@ -126,7 +143,7 @@ class NicSpeed(Check):
                 twins[_model(node, nic)].append(nic.speed_mbps)
         findings = []
         for nic in nics:
-            findings.append(self._one(node, nic, expect, twins[_model(node, nic)]))
+            findings.append(self._one(nic, expect, twins[_model(node, nic)]))
             if nic.duplex == "half":
                 findings.append(
                     self.finding(
@@ -139,7 +156,7 @@ class NicSpeed(Check):
                 )
         return findings
 
-    def _one(self, node: Node, nic: NetInterface, expect: Expectations, twins: list[int]) -> Finding:
+    def _one(self, nic: NetInterface, expect: Expectations, twins: list[int]) -> Finding:
         if nic.speed_mbps is None:
             return self.finding(
                 Severity.INFO,
@@ -148,25 +165,16 @@ class NicSpeed(Check):
                 format_rate(expect.nic_rate_gbps) if expect.nic_rate_gbps else "",
             )
         gbps = nic.speed_mbps / 1000
-        if expect.nic_rate_gbps is not None and gbps < expect.nic_rate_gbps:
-            return self.finding(
-                Severity.FAIL,
-                nic.name,
-                format_rate(gbps),
-                format_rate(expect.nic_rate_gbps),
-                "the link negotiated below the expected speed: check the cable, transceiver and the "
-                "switch port's configured speed",
-            )
-        best = max(twins, default=nic.speed_mbps)
-        if nic.speed_mbps < best:
-            return self.finding(
-                Severity.WARN,
-                nic.name,
-                format_rate(gbps),
-                f"{format_rate(best / 1000)} like the other NICs of this model",
-                "the link negotiated below its twins: check the cable, transceiver and switch port",
-            )
-        return self.finding(Severity.OK, nic.name, format_rate(gbps), format_rate(expect.nic_rate_gbps))
+        return rate_finding(
+            self,
+            nic.name,
+            format_rate(gbps),
+            gbps,
+            wanted=expect.nic_rate_gbps,
+            twins=max(twins) / 1000 if twins else None,
+            supported=nic.supported_mbps / 1000 if nic.supported_mbps else None,
+            advice=LINK_ADVICE,
+        )
 
 
 def _model(node: Node, nic: NetInterface) -> tuple[object, ...]:
@@ -228,20 +236,21 @@ class NicMtu(Check):
 
 class NicCount(Check):
     id = "nic.count"
-    title = "The node has the expected number of compute NICs (RDMA ports, else NICs)"
+    title = "The node has the expected number of compute NICs (compute RDMA ports, else NICs)"
     reads = "sys/class/infiniband/*/ports/*, sys/class/net/*"
 
     def applies(self, node: Node, expect: Expectations) -> bool:
         return expect.nic_count is not None
 
     def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        chosen = compute(node, expect)
         if node.ports:
-            what = "RDMA ports" + (f" ({expect.link_layer})" if expect.link_layer else "")
-            found = [p.label for p in compute_ports(node, expect)]
+            what = "RDMA ports"
+            found = [p.label for p in chosen.ports]
         else:
-            what = "NICs that are up"
-            found = [n.name for n in compute_nics(node, expect)]
-        seen = f"{len(found)} {what}" + (f": {', '.join(found)}" if found else "")
+            what = "NICs"
+            found = [n.name for n in chosen.nics]
+        seen = f"{len(found)} {what} (chosen by {chosen.chosen_by})" + (f": {', '.join(found)}" if found else "")
         if len(found) == expect.nic_count:
             return [self.finding(Severity.OK, node.hostname, seen, str(expect.nic_count))]
         return [
@@ -251,6 +260,6 @@ class NicCount(Check):
                 seen,
                 f"{expect.nic_count} {what}",
                 "a NIC is missing or was not detected: check 'lspci | grep -i mellanox', dmesg for driver "
-                "errors, and the firmware; then reboot or reseat",
+                "errors, and the firmware; then reboot or reseat (or fix NCCL_IB_HCA if it leaves ports out)",
             )
         ]

@@ -1,14 +1,17 @@
-"""Checks of the PCIe links of GPUs and compute NICs.
+"""Checks of the PCIe links of GPUs and compute NICs, and of the switch uplinks above them.
 
 A device's best link is the lower of its own maximum and its upstream port's
-(NCCL takes the same minimum, ``src/graph/xml.cc``).  GPUs lower their link
-when idle ("may be reduced when the GPU is not in use", nvidia-smi), so a GPU
-below its best is a warning unless NVML says it is busy; a NIC below its best
-is a failure.
+(NCCL takes the same minimum, ``src/graph/xml.cc``).  Idle GPUs lower their
+link *speed* to save power ("may be reduced when the GPU is not in use",
+nvidia-smi), so a GPU below its best speed is a warning unless NVML says it is
+busy; a narrower link is physical (a lane that did not train), and so is any
+NIC below its best: failures.  Behind a PCIe switch, the switch's own uplink
+to the root port carries everything below it, so it is checked the same way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fabricscope.doctor.checks.base import Check, compute_nics, compute_ports, format_link
@@ -17,7 +20,11 @@ from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import Node, PciDevice, PcieLink
 from fabricscope.doctor.parsers import pcie_generation
 
-__all__ = ["PcieLinkCheck", "PcieSlot", "linked_devices"]
+__all__ = ["PcieLinkCheck", "PcieSlot", "PcieUplink", "linked_devices"]
+
+_FIX = "reseat the card, check the riser or retimer, and the BIOS slot settings (lspci -vv shows LnkSta)"
+_SLOW = f"the link trained below what device and slot support: {_FIX}"
+_NARROW = f"fewer lanes trained than device and slot support (idle GPUs lower their speed, never their width): {_FIX}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +56,28 @@ def _below(current: float | None, best: float | None) -> bool:
     return current is not None and best is not None and current < best
 
 
+def _judge(check: Check, label: str, link: PcieLink, *, speed_may_idle: bool, why_idle: str) -> Finding:
+    """A link's current speed and width against its best: fail when narrower, or slower unless it may be idle."""
+    best = format_link(link.capable_gts, link.capable_width)
+    seen = format_link(link.current_gts, link.current_width)
+    if None in (link.current_gts, link.current_width, link.capable_gts, link.capable_width):
+        return check.finding(Severity.INFO, label, seen, best)
+    narrow = _below(link.current_width, link.capable_width)
+    slow = _below(link.current_gts, link.capable_gts)
+    if not narrow and not slow:
+        return check.finding(Severity.OK, label, seen, best)
+    if narrow or not speed_may_idle:
+        return check.finding(Severity.FAIL, label, seen, best, _NARROW if narrow else _SLOW)
+    return check.finding(
+        Severity.WARN,
+        label,
+        f"{seen} ({why_idle})",
+        best,
+        "idle GPUs lower their PCIe link speed to save power: run doctor again while the GPU is busy; if it "
+        "stays low under load, reseat the GPU or check the riser",
+    )
+
+
 class PcieLinkCheck(Check):
     id = "pcie.link"
     title = "GPU and NIC links run at their best speed and width (and the expected generation and width)"
@@ -64,36 +93,11 @@ class PcieLinkCheck(Check):
             if link is None:
                 findings.append(self.finding(Severity.INFO, item.label, "no PCIe link files (virtual device)"))
                 continue
-            findings.append(self._current(item, link))
+            why = "idle" if item.busy is False else "load unknown"
+            findings.append(_judge(self, item.label, link, speed_may_idle=item.gpu and not item.busy, why_idle=why))
             if expect.pcie_gen is not None or expect.pcie_width is not None:
                 findings.append(self._expected(item, link, expect))
         return findings
-
-    def _current(self, item: _Linked, link: PcieLink) -> Finding:
-        best = format_link(link.capable_gts, link.capable_width)
-        seen = format_link(link.current_gts, link.current_width)
-        if None in (link.current_gts, link.current_width, link.capable_gts, link.capable_width):
-            return self.finding(Severity.INFO, item.label, seen, best)
-        slow = _below(link.current_gts, link.capable_gts) or _below(link.current_width, link.capable_width)
-        if not slow:
-            return self.finding(Severity.OK, item.label, seen, best)
-        if item.gpu and not item.busy:
-            return self.finding(
-                Severity.WARN,
-                item.label,
-                f"{seen} ({'idle' if item.busy is False else 'load unknown'})",
-                best,
-                "idle GPUs lower their PCIe link to save power: run doctor again while the GPU is busy; "
-                "if it stays low under load, reseat the GPU or check the riser",
-            )
-        return self.finding(
-            Severity.FAIL,
-            item.label,
-            seen,
-            best,
-            "the link trained below what device and slot support: reseat the card, check the riser or "
-            "retimer, and the BIOS slot settings (lspci -vv shows LnkSta)",
-        )
 
     def _expected(self, item: _Linked, link: PcieLink, expect: Expectations) -> Finding:
         generation = pcie_generation(link.capable_gts)
@@ -152,3 +156,35 @@ class PcieSlot(Check):
             else:
                 findings.append(self.finding(Severity.OK, item.label, f"slot allows {device_best}"))
         return findings
+
+
+class PcieUplink(Check):
+    id = "pcie.uplink"
+    title = "The PCIe switch uplinks above GPUs and compute NICs run at their best speed and width"
+    reads = "the switch upstream port's {current,max}_link_{speed,width} and the root port's max_*"
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return bool(self._uplinks(node, expect))
+
+    def _uplinks(self, node: Node, expect: Expectations) -> dict[str, tuple[PcieLink, list[_Linked]]]:
+        """Each switch upstream port with a link, and the GPUs and compute NICs below it."""
+        below: dict[str, tuple[PcieLink, list[_Linked]]] = {}
+        for item in linked_devices(node, expect):
+            for address in item.device.switches:
+                port = node.pci.get(address)
+                if port is not None and port.link is not None:
+                    below.setdefault(address, (port.link, []))[1].append(item)
+        return below
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        findings = []
+        for address, (link, items) in self._uplinks(node, expect).items():
+            only_gpus = all(i.gpu and not i.busy for i in items)
+            label = f"switch uplink {address} (above {_names(items)})"
+            findings.append(_judge(self, label, link, speed_may_idle=only_gpus, why_idle="only idle GPUs below"))
+        return findings
+
+
+def _names(items: Sequence[_Linked]) -> str:
+    names = [i.label.split(" (")[0] for i in items]
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")

@@ -1,10 +1,25 @@
-"""Checks of RDMA devices and ports: presence, verbs, state, rate, layer, firmware, errors, RoCE."""
+"""Checks of RDMA devices and ports: presence, verbs, state, rate, layer, firmware, errors, RoCE.
+
+Physical faults (a port down, a rate below its twins, error counters) are
+judged on every port.  RoCE configuration (GIDs, PFC) matters for training
+traffic only on compute ports: on the others a problem is ``info``.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 
-from fabricscope.doctor.checks.base import Check, compute_ports, format_rate, majority
+from fabricscope.doctor.checks.base import (
+    Check,
+    compute,
+    compute_ports,
+    format_rate,
+    is_active,
+    majority,
+    rate_finding,
+)
+from fabricscope.doctor.checks.nic import LINK_ADVICE
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import Node, RdmaPort
@@ -20,18 +35,11 @@ __all__ = [
     "RdmaPresent",
     "RdmaRate",
     "RdmaUverbs",
+    "pfc_priorities",
 ]
 
-_ACTIVE, _LINK_UP = 4, 5
-
-
-def _active(port: RdmaPort) -> bool:
-    return port.state is not None and port.state[0] == _ACTIVE
-
-
-def _roce(node: Node) -> list[RdmaPort]:
-    """Ports whose link layer is Ethernet: RoCE."""
-    return [p for p in node.ports if p.link_layer == "Ethernet"]
+_LINK_UP = 5
+_RETRIES = ("out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "rnr_nak_retry_err")
 
 
 def _model(node: Node, device_name: str) -> tuple[object, ...]:
@@ -40,6 +48,44 @@ def _model(node: Node, device_name: str) -> tuple[object, ...]:
         return (None, None)
     pci = node.pci.get(device.pci or "")
     return (device.hca_type, pci.device if pci else None)
+
+
+def _counts(values: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+
+
+class _PortCheck(Check):
+    """A check over RDMA ports: applies when the node has one (``active_only``: an ACTIVE one)."""
+
+    active_only = False
+
+    def ports(self, node: Node) -> list[RdmaPort]:
+        return [p for p in node.ports if is_active(p) or not self.active_only]
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return bool(self.ports(node))
+
+
+class _RoceCheck(_PortCheck):
+    """A check of RoCE configuration: on a port that is not a compute port, a warning is only ``info``."""
+
+    def ports(self, node: Node) -> list[RdmaPort]:
+        return [p for p in node.ports if p.link_layer == "Ethernet"]
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        compute_labels = {p.label for p in compute_ports(node, expect)}
+        findings = []
+        for port in self.ports(node):
+            for item in self.judge(node, port):
+                if port.label not in compute_labels and item.severity is Severity.WARN:
+                    item = self.finding(
+                        Severity.INFO, item.subject, f"{item.observed} (not a compute port)", item.expected
+                    )
+                findings.append(item)
+        return findings
+
+    def judge(self, node: Node, port: RdmaPort) -> Iterator[Finding]:
+        raise NotImplementedError
 
 
 class RdmaPresent(Check):
@@ -102,13 +148,10 @@ _PHYS_ADVICE = {
 }
 
 
-class RdmaPortState(Check):
+class RdmaPortState(_PortCheck):
     id = "rdma.port_state"
     title = "Every RDMA port is ACTIVE and LinkUp"
     reads = "sys/class/infiniband/<dev>/ports/<n>/{state,phys_state}"
-
-    def applies(self, node: Node, expect: Expectations) -> bool:
-        return bool(node.ports)
 
     def run(self, node: Node, expect: Expectations) -> list[Finding]:
         findings = []
@@ -116,7 +159,7 @@ class RdmaPortState(Check):
             state = port.state[1] if port.state else "unreadable"
             phys = port.phys_state[1] if port.phys_state else "unreadable"
             seen = f"{state}, {phys}"
-            if _active(port) and port.phys_state is not None and port.phys_state[0] == _LINK_UP:
+            if is_active(port) and port.phys_state is not None and port.phys_state[0] == _LINK_UP:
                 findings.append(self.finding(Severity.OK, port.label, seen, "ACTIVE, LinkUp"))
                 continue
             advice = _PHYS_ADVICE.get(phys) or _STATE_ADVICE.get(state)
@@ -126,51 +169,42 @@ class RdmaPortState(Check):
         return findings
 
 
-class RdmaRate(Check):
+class RdmaRate(_PortCheck):
     id = "rdma.rate"
-    title = "Active ports run at the expected rate, and no slower than their twins"
-    reads = "sys/class/infiniband/<dev>/ports/<n>/rate, <dev>/hca_type"
-
-    def applies(self, node: Node, expect: Expectations) -> bool:
-        return any(_active(p) for p in node.ports)
+    title = "Active ports run at the expected rate, else at their NIC's fastest mode and their twins'"
+    reads = "sys/class/infiniband/<dev>/ports/<n>/rate, <dev>/hca_type; ethtool link modes of RoCE netdevs"
+    active_only = True
 
     def run(self, node: Node, expect: Expectations) -> list[Finding]:
-        ports = [p for p in node.ports if _active(p)]
+        ports = self.ports(node)
         twins: dict[tuple[object, ...], list[float]] = defaultdict(list)
         for port in ports:
             if port.rate_gbps is not None:
                 twins[(*_model(node, port.device), port.link_layer)].append(port.rate_gbps)
-        compute = {p.label for p in compute_ports(node, expect)}
+        compute_labels = {p.label for p in compute_ports(node, expect)}
         findings = []
         for port in ports:
+            wanted = expect.nic_rate_gbps if port.label in compute_labels else None
+            if port.rate_gbps is None:
+                seen = port.rate_text or "unreadable"
+                findings.append(self.finding(Severity.WARN, port.label, seen, format_rate(wanted), "read ibstat"))
+                continue
+            nic = node.nic(port.netdev or "")
+            supported = nic.supported_mbps / 1000 if nic is not None and nic.supported_mbps else None
             best = max(twins[(*_model(node, port.device), port.link_layer)], default=None)
-            wanted = expect.nic_rate_gbps if port.label in compute else None
-            findings.append(self._one(port, wanted, best))
+            findings.append(
+                rate_finding(
+                    self,
+                    port.label,
+                    port.rate_text or format_rate(port.rate_gbps),
+                    port.rate_gbps,
+                    wanted=wanted,
+                    twins=best,
+                    supported=supported,
+                    advice=LINK_ADVICE,
+                )
+            )
         return findings
-
-    def _one(self, port: RdmaPort, wanted: float | None, best: float | None) -> Finding:
-        seen = port.rate_text or "unreadable"
-        if port.rate_gbps is None:
-            return self.finding(Severity.WARN, port.label, seen, format_rate(wanted), "read ibstat for the rate")
-        if wanted is not None and port.rate_gbps < wanted:
-            return self.finding(
-                Severity.FAIL,
-                port.label,
-                seen,
-                format_rate(wanted),
-                "the port trained below the expected rate: reseat or replace the cable/transceiver, and "
-                "check the switch port's speed and the HCA's link configuration (mlxlink -d <dev>)",
-            )
-        if best is not None and port.rate_gbps < best:
-            return self.finding(
-                Severity.WARN,
-                port.label,
-                seen,
-                f"{format_rate(best)} like its twins (same HCA model)",
-                "the port trained below its twins: check the cable/transceiver and switch port "
-                "(mlxlink -d <dev> shows the negotiated speed and the cable)",
-            )
-        return self.finding(Severity.OK, port.label, seen, format_rate(wanted) if wanted else "")
 
 
 class RdmaLinkLayer(Check):
@@ -182,23 +216,25 @@ class RdmaLinkLayer(Check):
         return expect.link_layer is not None
 
     def run(self, node: Node, expect: Expectations) -> list[Finding]:
-        matching = compute_ports(node, expect)
-        if not matching:
+        chosen = compute(node, expect)
+        advice = (
+            "switch the port type (mlxconfig -d <dev> set LINK_TYPE_P1=1 for IB, 2 for Ethernet), "
+            "fix the expectation, or the list that chose the compute ports"
+        )
+        if not chosen.ports:
             seen = ", ".join(sorted({f"{p.label} {p.link_layer}" for p in node.ports})) or "no RDMA ports"
-            return [
-                self.finding(
-                    Severity.FAIL,
-                    node.hostname,
-                    seen,
-                    f"{expect.link_layer} ports",
-                    "switch the port type (mlxconfig -d <dev> set LINK_TYPE_P1=1 for IB, 2 for Ethernet) "
-                    "or fix the expectation",
-                )
-            ]
-        findings = [self.finding(Severity.OK, p.label, p.link_layer or "", expect.link_layer or "") for p in matching]
-        others = [p for p in node.ports if p not in matching]
+            return [self.finding(Severity.FAIL, node.hostname, seen, f"{expect.link_layer} ports", advice)]
+        findings = []
+        for port in chosen.ports:
+            if port.link_layer == expect.link_layer:
+                findings.append(self.finding(Severity.OK, port.label, port.link_layer or "", expect.link_layer or ""))
+            else:
+                seen = f"{port.link_layer or 'unknown'} (a compute port, chosen by {chosen.chosen_by})"
+                findings.append(self.finding(Severity.FAIL, port.label, seen, expect.link_layer or "", advice))
         findings.extend(
-            self.finding(Severity.INFO, p.label, f"{p.link_layer}: not counted as a compute port") for p in others
+            self.finding(Severity.INFO, p.label, f"{p.link_layer}: not counted as a compute port")
+            for p in node.ports
+            if p not in chosen.ports
         )
         return findings
 
@@ -241,31 +277,23 @@ class RdmaFirmware(Check):
         return findings
 
 
-class RdmaErrors(Check):
+class RdmaErrors(_PortCheck):
     id = "rdma.errors"
     title = "Port error counters are zero; transport retries are reported"
     reads = "sys/class/infiniband/<dev>/ports/<n>/counters/*, hw_counters/*"
-
-    def applies(self, node: Node, expect: Expectations) -> bool:
-        return any(_active(p) for p in node.ports)
+    active_only = True
 
     def run(self, node: Node, expect: Expectations) -> list[Finding]:
         findings = []
-        for port in node.ports:
-            if not _active(port):
-                continue
+        for port in self.ports(node):
             errors = {k: v for k, v in port.counters.items() if v > 0}
-            retries = {
-                k: v
-                for k, v in port.hw_counters.items()
-                if v > 0 and k in ("out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "rnr_nak_retry_err")
-            }
+            retries = {k: v for k, v in port.hw_counters.items() if v > 0 and k in _RETRIES}
             if errors:
                 findings.append(
                     self.finding(
                         Severity.WARN,
                         port.label,
-                        ", ".join(f"{k}={v}" for k, v in sorted(errors.items())),
+                        _counts(errors),
                         "all zero",
                         "counters count since the last reset: clear them (perfquery -x -R) and watch; if "
                         "symbol_error or link_downed grow, replace the cable or transceiver",
@@ -274,96 +302,87 @@ class RdmaErrors(Check):
             elif port.counters:
                 findings.append(self.finding(Severity.OK, port.label, f"{len(port.counters)} error counters at 0"))
             if retries:
-                findings.append(
-                    self.finding(
-                        Severity.INFO,
-                        port.label,
-                        "transport retries: " + ", ".join(f"{k}={v}" for k, v in sorted(retries.items())),
-                    )
-                )
+                findings.append(self.finding(Severity.INFO, port.label, f"transport retries: {_counts(retries)}"))
         return findings
 
 
-class RdmaGid(Check):
+class RdmaGid(_RoceCheck):
     id = "rdma.gid"
-    title = "RoCE ports have a routable RoCE v2 GID"
+    title = "RoCE compute ports have a routable RoCE v2 GID"
     reads = "sys/class/infiniband/<dev>/ports/<n>/{gids,gid_attrs/types,gid_attrs/ndevs}/*"
 
-    def applies(self, node: Node, expect: Expectations) -> bool:
-        return bool(_roce(node))
-
-    def run(self, node: Node, expect: Expectations) -> list[Finding]:
-        findings = []
-        for port in _roce(node):
-            good = [g for g in port.gids if g.type == "RoCE v2" and not gid_is_link_local(g.gid)]
-            if good:
-                indexes = ", ".join(str(g.index) for g in good)
-                findings.append(self.finding(Severity.OK, port.label, f"RoCE v2 GID at index {indexes}"))
-            else:
-                kinds = ", ".join(f"{g.index}: {g.type} {g.gid}" for g in port.gids) or "no GIDs"
-                findings.append(
-                    self.finding(
-                        Severity.WARN,
-                        port.label,
-                        kinds,
-                        "a RoCE v2 GID with an IP address",
-                        f"give {port.netdev or 'the netdev'} an IP address (RoCE v2 GIDs are derived from "
-                        "it) and check that RoCE v2 is enabled (cma_roce_mode)",
-                    )
-                )
-        return findings
+    def judge(self, node: Node, port: RdmaPort) -> Iterator[Finding]:
+        good = [g for g in port.gids if g.type == "RoCE v2" and not gid_is_link_local(g.gid)]
+        if good:
+            yield self.finding(Severity.OK, port.label, f"RoCE v2 GID at index {', '.join(str(g.index) for g in good)}")
+            return
+        yield self.finding(
+            Severity.WARN,
+            port.label,
+            ", ".join(f"{g.index}: {g.type} {g.gid}" for g in port.gids) or "no GIDs",
+            "a RoCE v2 GID with an IP address",
+            f"give {port.netdev or 'the netdev'} an IP address (RoCE v2 GIDs are derived from it) and check "
+            "that RoCE v2 is enabled (cma_roce_mode)",
+        )
 
 
-class RdmaPfc(Check):
+def pfc_priorities(stats: dict[str, int]) -> tuple[list[int], bool]:
+    """The priorities PFC is on, and whether global pause (802.3x) is, from ``ethtool -S`` counters.
+
+    mlx5 lists a priority's ``rx_prio<p>_pause*`` counters only where PFC is on,
+    and ``rx_global_pause*`` only while global pause is on; a driver that lists
+    every priority tells nothing by listing, so then only pause frames counted
+    on a priority show it.  ``rx_pause_ctrl_phy``/``tx_pause_ctrl_phy`` are in
+    mlx5's 802.3 counter group whether pause is on or not: only a non-zero
+    count says pause frames flowed.
+    """
+    listed = {p for p in range(8) if f"rx_prio{p}_pause" in stats or f"rx_prio{p}_pause_transition" in stats}
+    flowed = {p for p in range(8) if stats.get(f"rx_prio{p}_pause", 0) or stats.get(f"tx_prio{p}_pause", 0)}
+    enabled = sorted((listed if len(listed) < 8 else set()) | flowed)
+    global_pause = any(k in stats for k in ("rx_global_pause", "tx_global_pause")) or any(
+        stats.get(k, 0) > 0 for k in ("rx_pause_ctrl_phy", "tx_pause_ctrl_phy")
+    )
+    return enabled, global_pause
+
+
+class RdmaPfc(_RoceCheck):
     id = "rdma.pfc"
-    title = "RoCE NICs have PFC on some priority, no pause storms and no buffer discards"
+    title = "RoCE compute NICs have PFC on some priority, no pause storms and no buffer discards"
     reads = "ethtool -S <netdev> (ioctl on the live node; fabricscope-capture/ethtool-S/<netdev>)"
 
-    def applies(self, node: Node, expect: Expectations) -> bool:
-        return bool(_roce(node))
-
-    def run(self, node: Node, expect: Expectations) -> list[Finding]:
-        findings = []
-        for port in _roce(node):
-            nic = node.nic(port.netdev or "")
-            subject = f"{port.netdev or '?'} ({port.label})"
-            if nic is None or nic.ethtool is None:
-                findings.append(self.finding(Severity.INFO, subject, "ethtool statistics unavailable"))
-                continue
-            findings.extend(self._one(subject, nic.name, nic.ethtool))
-        return findings
-
-    def _one(self, subject: str, ifname: str, stats: dict[str, int]) -> list[Finding]:
-        enabled = sorted(p for p in range(8) if f"rx_prio{p}_pause_transition" in stats or f"rx_prio{p}_pause" in stats)
-        findings = []
+    def judge(self, node: Node, port: RdmaPort) -> Iterator[Finding]:
+        nic = node.nic(port.netdev or "")
+        subject = f"{port.netdev or '?'} ({port.label})"
+        if nic is None or nic.ethtool is None:
+            yield self.finding(Severity.INFO, subject, "ethtool statistics unavailable")
+            return
+        stats = nic.ethtool
+        enabled, global_pause = pfc_priorities(stats)
         if enabled:
             pauses = sum(stats.get(f"rx_prio{p}_pause", 0) + stats.get(f"tx_prio{p}_pause", 0) for p in enabled)
-            seen = f"PFC on priority {','.join(map(str, enabled))}, {pauses} pause frames"
-            findings.append(self.finding(Severity.OK, subject, seen))
-        elif "rx_global_pause" in stats or "rx_pause_ctrl_phy" in stats:
-            findings.append(self.finding(Severity.INFO, subject, "global pause (802.3x), no PFC priority"))
+            yield self.finding(
+                Severity.OK, subject, f"PFC on priority {','.join(map(str, enabled))}, {pauses} pause frames"
+            )
+        elif global_pause:
+            yield self.finding(Severity.INFO, subject, "global pause (802.3x), no PFC priority")
         else:
-            findings.append(
-                self.finding(
-                    Severity.WARN,
-                    subject,
-                    "PFC counters absent: PFC is off on every priority",
-                    "PFC on the RoCE priority (often 3)",
-                    f"RoCE runs lossy without PFC unless the fabric is built for it: enable PFC on the "
-                    f"RoCE priority (mlnx_qos -i {ifname} --pfc 0,0,0,1,0,0,0,0) to match the switches",
-                )
+            yield self.finding(
+                Severity.WARN,
+                subject,
+                "PFC is off on every priority (no per-priority pause counters, no pause frames)",
+                "PFC on the RoCE priority (often 3)",
+                f"RoCE runs lossy without PFC unless the fabric is built for it: enable PFC on the RoCE priority "
+                f"(mlnx_qos -i {nic.name} --pfc 0,0,0,1,0,0,0,0) to match the switches",
             )
         storms = {k: stats[k] for k in ("tx_pause_storm_warning_events", "tx_pause_storm_error_events") if stats.get(k)}
         if storms:
-            findings.append(
-                self.finding(
-                    Severity.FAIL if "tx_pause_storm_error_events" in storms else Severity.WARN,
-                    subject,
-                    ", ".join(f"{k}={v}" for k, v in storms.items()),
-                    "no pause storms",
-                    "the NIC sent pause frames for too long (a stuck receiver): check the host for hangs "
-                    "and the NIC's receive path; the storm guard disables PFC while it lasts",
-                )
+            yield self.finding(
+                Severity.FAIL if "tx_pause_storm_error_events" in storms else Severity.WARN,
+                subject,
+                _counts(storms),
+                "no pause storms",
+                "the NIC sent pause frames for too long (a stuck receiver): check the host for hangs and the "
+                "NIC's receive path; the storm guard disables PFC while it lasts",
             )
         discards = {
             k: v
@@ -371,14 +390,11 @@ class RdmaPfc(Check):
             if v > 0 and (k in ("rx_discards_phy", "rx_out_of_buffer") or k.endswith(("_buf_discard", "_cong_discard")))
         }
         if discards:
-            findings.append(
-                self.finding(
-                    Severity.WARN,
-                    subject,
-                    ", ".join(f"{k}={v}" for k, v in sorted(discards.items())),
-                    "no discards",
-                    "the NIC dropped packets for lack of buffers since the driver loaded: check PFC on the "
-                    "RoCE priority end to end, and the receive ring sizes (ethtool -G)",
-                )
+            yield self.finding(
+                Severity.WARN,
+                subject,
+                _counts(discards),
+                "no discards",
+                "the NIC dropped packets for lack of buffers since the driver loaded: check PFC on the RoCE "
+                "priority end to end, and the receive ring sizes (ethtool -G)",
             )
-        return findings

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from fabricscope.doctor.checks.base import Check
+import math
+
+from fabricscope.doctor.checks.base import Check, compute, format_rate
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import Node
 from fabricscope.units import format_size
 
-__all__ = ["ProbeRead", "TcpBuffers", "TcpCongestion", "TcpOptions"]
+__all__ = ["ProbeRead", "TcpBuffers", "TcpCongestion", "TcpOptions", "tcp_buffer_needed"]
+
+RTT_S = 0.5e-3
+"""Round trip the TCP buffers must cover at line rate: a loaded data-centre fabric (a few switch hops and queues)."""
+BUFFER_FLOOR = 4 << 20
+"""Never ask for less: Linux's own default tcp_wmem maximum (4 MiB covers 64 Gb/s at :data:`RTT_S`)."""
 
 GOOD_CONGESTION = ("cubic", "bbr", "bbr2", "dctcp", "htcp")
 """Congestion controls fit for high bandwidth-delay paths; reno and friends recover slowly."""
@@ -48,6 +55,8 @@ class TcpBuffers(Check):
     reads = "proc/sys/net/core/{rmem,wmem}_max, proc/sys/net/ipv4/tcp_{rmem,wmem}"
 
     def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        floor, why = tcp_buffer_needed(node, expect)
+        wanted = f">= {format_size(floor)} ({why})"
         tcp = node.tcp
         values = {
             "net.core.rmem_max": tcp.rmem_max,
@@ -56,7 +65,6 @@ class TcpBuffers(Check):
             "net.ipv4.tcp_wmem (max)": tcp.tcp_wmem[2] if tcp.tcp_wmem else None,
         }
         triples = {"net.ipv4.tcp_rmem": tcp.tcp_rmem, "net.ipv4.tcp_wmem": tcp.tcp_wmem}
-        floor = expect.tcp_buffer_bytes
         findings = []
         for name, value in values.items():
             # tcp_rmem/tcp_wmem bound autotuning, which every socket uses; the core maxima only bound
@@ -64,7 +72,7 @@ class TcpBuffers(Check):
             autotune = "tcp_" in name
             low = Severity.WARN if autotune and not node.ports else Severity.INFO
             if value is None:
-                findings.append(self.finding(Severity.INFO, name, "unreadable", f">= {format_size(floor)}"))
+                findings.append(self.finding(Severity.INFO, name, "unreadable", wanted))
             elif value < floor:
                 sysctl = name.split(" ")[0]
                 triple = triples.get(sysctl)
@@ -74,14 +82,34 @@ class TcpBuffers(Check):
                         low,
                         name,
                         format_size(value),
-                        f">= {format_size(floor)}",
-                        f"a TCP window this small caps each socket's rate at fabric RTTs: {fix}, and "
-                        "persist it in /etc/sysctl.d/",
+                        wanted,
+                        f"a TCP window this small caps each socket below line rate at fabric round trips: {fix}, "
+                        "and persist it in /etc/sysctl.d/",
                     )
                 )
             else:
-                findings.append(self.finding(Severity.OK, name, format_size(value), f">= {format_size(floor)}"))
+                findings.append(self.finding(Severity.OK, name, format_size(value), wanted))
         return findings
+
+
+def tcp_buffer_needed(node: Node, expect: Expectations) -> tuple[int, str]:
+    """The TCP buffer maximum the node needs, and why: ``--expect tcp.buffer_max``, else the bandwidth-delay product.
+
+    The product of the fastest compute NIC (or ``nic.rate``) and :data:`RTT_S`,
+    rounded up to a MiB, never below :data:`BUFFER_FLOOR`.
+    """
+    if expect.tcp_buffer_bytes is not None:
+        return expect.tcp_buffer_bytes, "--expect tcp.buffer_max"
+    chosen = compute(node, expect)
+    rates = [(n.speed_mbps / 1000, n.name) for n in chosen.nics if n.speed_mbps]
+    rates += [(p.rate_gbps, p.label) for p in chosen.ports if p.rate_gbps]
+    if expect.nic_rate_gbps:
+        rates.append((expect.nic_rate_gbps, "--expect nic.rate"))
+    if not rates:
+        return BUFFER_FLOOR, "no compute NIC speed known: Linux's default"
+    gbps, fastest = max(rates)
+    need = max(BUFFER_FLOOR, math.ceil(gbps * 1e9 / 8 * RTT_S / (1 << 20)) << 20)
+    return need, f"{format_rate(gbps)} ({fastest}) x {RTT_S * 1e3:g} ms"
 
 
 class TcpCongestion(Check):

@@ -1,0 +1,175 @@
+"""Nothing a file holds can crash or hang the doctor, and data is never read as terminal markup.
+
+Trees are copies of the fixtures with some files replaced by what a damaged,
+hostile or odd node can hold: rich markup (``[/b]``), terminal escapes,
+binary data, numbers thousands of digits long, files larger than any sysfs
+attribute, a FIFO, a name that is not UTF-8.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+from doctor_helpers import FIXTURES, cli, only
+
+from fabricscope.doctor.diagnosis import diagnose, doctor_result, open_root
+from fabricscope.doctor.findings import Finding, Severity
+from fabricscope.doctor.report import make_console, render_findings, verdict_line
+
+IB0 = "sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0"
+"""The PCI device behind ib0 (mlx5_0) in healthy-ib-8gpu."""
+GPU = "sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:01.0/0000:19:00.0"
+
+NASTY = [
+    "[/b]",
+    "[bold red]x[/bold red] [link=http://x]y[/link]",
+    ":smile: :thumbs_up:",
+    "\x1b[31mred\x1b[0m\x07\x08\r",
+    "\u202eevil",
+    "9" * 5000,
+    "-" + "1" * 4400,
+    "0x" + "f" * 5000,
+    "4: " + "A" * 3000,
+    "400 Gb/sec (" + "[" * 100,
+    "\x00\x00\x00",
+    "",
+    " ",
+    "NaN",
+    "inf",
+    "1e999",
+    "32.0 GT/s PCIe PCIe",
+]
+
+
+def copy_tree(name: str, dest: Path) -> Path:
+    shutil.copytree(FIXTURES / name, dest, symlinks=True)
+    return dest
+
+
+def render(findings: list[Finding], where: str = "h") -> str:
+    console = make_console(width=200)
+    with console.capture() as captured:
+        render_findings(console, findings, title=f"t {where}")
+        console.print(verdict_line(findings, where))
+    return captured.get()
+
+
+def test_markup_in_findings_is_shown_as_text() -> None:
+    findings = [
+        Finding(id="nccl.algo_proto", severity=Severity.FAIL, subject="NCCL_ALGO", observed="NCCL_ALGO=[/x]"),
+        Finding(id="rdma.firmware", severity=Severity.WARN, subject="hostA[rank 1]", observed="[bold]28.1[/bold]"),
+        Finding(id="nic.mtu", severity=Severity.OK, subject="ib0", observed=":smile: \x1b[31m"),
+    ]
+    text = render(findings, where="[/b]host")
+    assert "NCCL_ALGO=[/x]" in text and "hostA[rank 1]" in text and "[bold]28.1[/bold]" in text
+    assert ":smile:" in text and "\\x1b[31m" in text and "\x1b" not in text
+    assert "on [/b]host" in text
+
+
+def test_a_file_holding_markup_cannot_crash_the_report_and_the_json_is_written(tmp_path: Path) -> None:
+    tree = copy_tree("healthy-ib-8gpu", tmp_path / "node")
+    (tree / IB0 / "net/ib0/mtu").write_text("[/b]\n")
+    (tree / IB0 / "infiniband/mlx5_0/fw_ver").write_text("[/x]\x1b[2J\n")
+    (tree / "etc/nccl.conf").write_text("NCCL_ALGO=[/x]\nNCCL_DEBUG=[bold]\n")
+    out = tmp_path / "m.json"
+    result = cli("--root", str(tree), "--json", str(out), "--verbose")
+    assert result.returncode == 2, result.stderr  # NCCL_ALGO names no algorithm
+    assert "Traceback" not in result.stderr
+    assert "unparsable '[/b]'" in result.stdout and "NCCL_ALGO=[/x]" in result.stdout
+    assert "\x1b[2J" not in result.stdout and "\\x1b[2J" in result.stdout
+    records = json.loads(out.read_text())["records"]
+    assert any(r["observed"].startswith("NCCL_ALGO=[/x]") for r in records)
+
+
+def test_fleet_labels_keep_their_brackets() -> None:
+    from fabricscope.doctor.fleet import NodeReport, compare, group_reports
+    from fabricscope.doctor.fleet_run import render_fleet
+
+    reports = [
+        NodeReport(rank=0, hostname="hostA", root="/", facts={"MTU": "4092"}, findings=[]),
+        NodeReport(rank=1, hostname="hostA", root="/", facts={"MTU": "2044"}, findings=[]),
+        NodeReport(rank=2, hostname="hostB", root="/", facts={"MTU": "4092"}, findings=[]),
+    ]
+    nodes = group_reports(reports)
+    differences = compare({n.label: n.facts for n in nodes})
+    console = make_console(width=200)
+    with console.capture() as captured:
+        render_fleet(console, nodes, differences, [])
+    text = captured.get()
+    assert "hostA[rank 1]" in text and "hostA[rank 1]: 2044" in text
+    assert "odd one(s) out: hostA[rank 1]" in text
+
+
+def test_nasty_contents_everywhere_never_crash(tmp_path: Path) -> None:
+    """Every file of three trees replaced by nasty payloads: findings, a rendered report and a JSON Result."""
+    rng = random.Random(4)
+    for name in ("healthy-ib-8gpu", "roce-4gpu", "broken"):
+        tree = copy_tree(name, tmp_path / name)
+        files = [
+            Path(d) / f
+            for d, _, fs in os.walk(tree)
+            for f in fs
+            if not (Path(d) / f).is_symlink() and "manifest.json" not in f
+        ]
+        for index, path in enumerate(files):
+            payload = NASTY[(index + rng.randrange(len(NASTY))) % len(NASTY)]
+            path.write_bytes(payload.encode("utf-8", "surrogateescape") + (b"\xff\xfe" if index % 7 == 0 else b""))
+        report = diagnose(open_root(str(tree)), env={"NCCL_IB_HCA": "[/b]", "NCCL_IB_GID_INDEX": "9" * 5000})
+        assert report.findings
+        render(report.findings, where=report.node.hostname)
+        text = doctor_result(report.findings, config={}, hostname=report.node.hostname, env={}).to_json()
+        assert json.loads(text)["kind"] == "doctor"
+
+
+def test_huge_binary_and_undecodable_files(tmp_path: Path) -> None:
+    tree = copy_tree("healthy-ib-8gpu", tmp_path / "node")
+    (tree / IB0 / "net/ib0/mtu").write_bytes(b"4092\n" + b"\x00" * (3 << 20))  # 3 MiB
+    (tree / IB0 / "infiniband/mlx5_0/hca_type").write_bytes(os.urandom(4096))
+    (tree / "fabricscope-capture/ethtool-S/ens10f0np0").write_text("rx_prio3_pause: " + "9" * 10000 + "\n")
+    report = diagnose(open_root(str(tree)), env={})
+    problems = {f.subject: f.observed for f in only(report.findings, "probe.read", Severity.WARN)}
+    assert problems["sys/class/net/ib0/mtu"].startswith("larger than 1 MiB")
+    render(report.findings)
+
+
+def test_a_fifo_is_reported_not_read(tmp_path: Path) -> None:
+    tree = copy_tree("healthy-ib-8gpu", tmp_path / "node")
+    (tree / IB0 / "net/ib0/mtu").unlink()
+    os.mkfifo(tree / IB0 / "net/ib0/mtu")
+    (tree / "etc/nccl.conf").unlink()
+    os.mkfifo(tree / "etc/nccl.conf")
+    result = cli("--root", str(tree), "--verbose", timeout=30)  # a blocking read would hang here
+    assert result.returncode in (1, 2) and "Traceback" not in result.stderr
+    out = " ".join(result.stdout.split())
+    assert "sys/class/net/ib0/mtu" in out and "a FIFO, not a file: not read" in out
+
+
+def test_an_interface_name_that_is_not_utf8(tmp_path: Path) -> None:
+    tree = copy_tree("vm-virtio", tmp_path / "node")
+    net = os.fsencode(tree / "sys/class/net")
+    os.symlink(b"eth0", os.path.join(net, b"eth\xff"))
+    result = cli("--root", str(tree), "--verbose")
+    assert result.returncode in (0, 1, 2) and "Traceback" not in result.stderr, result.stderr
+    assert "eth\\udcff" in result.stdout
+
+
+def test_old_kernels_unknown_speed_is_unknown_not_garbage(tmp_path: Path) -> None:
+    tree = copy_tree("healthy-ib-8gpu", tmp_path / "node")
+    (tree / GPU / "current_link_speed").write_text("Unknown speed\n")  # pre-5.7 kernels
+    report = diagnose(open_root(str(tree)), env={})
+    assert not only(report.findings, "probe.read", Severity.WARN)
+    [gpu] = [f for f in only(report.findings, "pcie.link") if f.subject == "GPU 0000:19:00.0"]
+    assert (gpu.severity, gpu.observed) == (Severity.INFO, "speed unknown x16")
+
+
+@pytest.mark.parametrize("variable", ["NCCL_CONF_FILE", "NCCL_TOPO_FILE"])
+def test_paths_from_variables_stay_under_the_root_and_never_crash(tmp_path: Path, variable: str) -> None:
+    tree = copy_tree("vm-virtio", tmp_path / "node")
+    for value in ("/../../../../etc/hostname", "/etc/\x00x", "/" + "a" * 5000):
+        report = diagnose(open_root(str(tree)), env={variable: value})
+        render(report.findings)
