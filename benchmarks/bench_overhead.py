@@ -8,15 +8,18 @@ across ranks.  fabricscope's figure is the out-of-place column of its table,
 read from its --json result.
 
 Prints, per rank count and size, the median over rounds of each tool's busbw
-and their ratio (target >= 0.97 from 1 MiB up), the time overhead at 8 B
-(target <= 5%), and the wall time of the default ``fabricscope bench`` sweep.
+(from the mean time per call) and their ratio (target >= 0.97 from 1 MiB up),
+the same ratio for the median per-call time (robust to the scheduler noise of
+a small machine), the time overhead at 8 B (target <= 5%), and the wall time
+of the default ``fabricscope bench`` sweep.
 
-    python benchmarks/bench_overhead.py [--rounds 5] [--iters 20] [--warmup 5]
+    python benchmarks/bench_overhead.py [--rounds 5] [--iters 50] [--warmup 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import socket
@@ -32,7 +35,7 @@ RANKS = [2, 4]
 
 
 def raw_worker() -> None:
-    """One rank of the hand-written loop; rank 0 prints {size: seconds per call}."""
+    """One rank of the hand-written loop; rank 0 prints the rank-averaged mean and median seconds per call."""
     import torch
     import torch.distributed as dist
 
@@ -43,14 +46,15 @@ def raw_worker() -> None:
     for _ in range(warmup):
         dist.all_reduce(tensor)
     dist.barrier()
-    start = time.perf_counter()
+    stamps = [time.perf_counter()]
     for _ in range(iters):
         dist.all_reduce(tensor)
-    elapsed = (time.perf_counter() - start) / iters
-    mean = torch.tensor([elapsed], dtype=torch.float64)
-    dist.all_reduce(mean)
+        stamps.append(time.perf_counter())
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    times = torch.tensor([(stamps[-1] - stamps[0]) / iters, statistics.median(gaps)], dtype=torch.float64)
+    dist.all_reduce(times)
     if rank == 0:
-        print(json.dumps({"seconds": mean.item() / world}))
+        print(json.dumps({"mean": times[0].item() / world, "median": times[1].item() / world}))
     dist.destroy_process_group()
 
 
@@ -60,7 +64,7 @@ def _port() -> int:
         return int(sock.getsockname()[1])
 
 
-def run_raw(size: int, ranks: int, iters: int, warmup: int) -> float:
+def run_raw(size: int, ranks: int, iters: int, warmup: int) -> tuple[float, float]:
     env = dict(
         os.environ,
         WORLD_SIZE=str(ranks),
@@ -70,46 +74,29 @@ def run_raw(size: int, ranks: int, iters: int, warmup: int) -> float:
     )
     procs = [
         subprocess.Popen(
-            [sys.executable, __file__, "--raw-worker"],
-            env=dict(env, RANK=str(r)),
-            stdout=subprocess.PIPE,
-            text=True,
+            [sys.executable, __file__, "--raw-worker"], env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, text=True
         )
         for r in range(ranks)
     ]
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     if any(p.returncode for p in procs):
         raise SystemExit(f"raw loop failed at {size} B on {ranks} ranks")
-    return float(json.loads(outputs[0])["seconds"])
+    data = json.loads(outputs[0])
+    return float(data["mean"]), float(data["median"])
 
 
-def run_fabricscope(size: int, ranks: int, iters: int, warmup: int) -> float:
+def run_fabricscope(size: int, ranks: int, iters: int, warmup: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         cmd = [
-            sys.executable,
-            "-m",
-            "fabricscope",
-            "bench",
-            "all_reduce",
-            "-b",
-            str(size),
-            "-e",
-            str(size),
-            "-n",
-            str(iters),
-            "-w",
-            str(warmup),
-            "-c",
-            "0",
-            "--nproc",
-            str(ranks),
-            "--json",
-            str(out),
-        ]
+            sys.executable, "-m", "fabricscope", "bench", "all_reduce", "-b", str(size), "-e", str(size),
+            "-n", str(iters), "-w", str(warmup), "-c", "0", "--nproc", str(ranks), "--json", str(out),
+        ]  # fmt: skip
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=600)
         records = json.loads(out.read_text())["records"]
-    return float(next(r["time_us"] for r in records if r["placement"] == "out")) / 1e6
+    record = next(r for r in records if r["placement"] == "out")
+    # samples_us are already combined across ranks by the mean (-a 1), as the raw loop's are.
+    return float(record["time_us"]) / 1e6, float(record["p50_us"]) / 1e6
 
 
 def busbw(size: int, ranks: int, seconds: float) -> float:
@@ -119,7 +106,7 @@ def busbw(size: int, ranks: int, seconds: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--raw-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -129,26 +116,31 @@ def main() -> None:
 
     print(
         f"# all_reduce float sum, gloo on 127.0.0.1, {os.cpu_count()} CPU cores; -n {args.iters} -w {args.warmup};"
-        f" median of {args.rounds} alternating rounds"
+        f" median over {args.rounds} alternating rounds of each run's mean (busbw) and median (p50) time per call"
     )
     print(
-        f"# {'ranks':>5} {'size(B)':>10} {'raw us':>10} {'fs us':>10} {'raw busbw':>10} {'fs busbw':>10} {'fs/raw':>7}"
+        f"# {'ranks':>5} {'size(B)':>10} {'raw us':>10} {'fs us':>10} {'raw busbw':>10} {'fs busbw':>10}"
+        f" {'fs/raw':>7} {'p50 raw':>9} {'p50 fs':>9} {'p50 fs/raw':>10}"
     )
     for ranks in RANKS:
         for size in SIZES:
-            raw_times, fs_times = [], []
+            runs: dict[str, list[tuple[float, float]]] = {"raw": [], "fs": []}
             for round_index in range(args.rounds):
-                order = (run_raw, run_fabricscope) if round_index % 2 == 0 else (run_fabricscope, run_raw)
-                for runner in order:
-                    seconds = runner(size, ranks, args.iters, args.warmup)
-                    (raw_times if runner is run_raw else fs_times).append(seconds)
-            raw_t, fs_t = statistics.median(raw_times), statistics.median(fs_times)
-            raw_bw, fs_bw = busbw(size, ranks, raw_t), busbw(size, ranks, fs_t)
+                order = (("raw", run_raw), ("fs", run_fabricscope))
+                for name, runner in order if round_index % 2 == 0 else order[::-1]:
+                    runs[name].append(runner(size, ranks, args.iters, args.warmup))
+            raw_t, fs_t = (statistics.median(m for m, _ in runs[k]) for k in ("raw", "fs"))
+            raw_p, fs_p = (statistics.median(p for _, p in runs[k]) for k in ("raw", "fs"))
             ratio = raw_t / fs_t  # = fs busbw / raw busbw, defined at 8 B too
-            note = f"  time overhead {100 * (fs_t / raw_t - 1):+.1f}%" if size == 8 else ""
+            note = (
+                f"  time overhead {100 * (fs_t / raw_t - 1):+.1f}% (p50 {100 * (fs_p / raw_p - 1):+.1f}%)"
+                if size == 8
+                else ""
+            )
             print(
-                f"  {ranks:>5} {size:>10} {raw_t * 1e6:>10.1f} {fs_t * 1e6:>10.1f} {raw_bw:>10.4f} {fs_bw:>10.4f}"
-                f" {ratio:>7.3f}{note}",
+                f"  {ranks:>5} {size:>10} {raw_t * 1e6:>10.1f} {fs_t * 1e6:>10.1f} {busbw(size, ranks, raw_t):>10.4f}"
+                f" {busbw(size, ranks, fs_t):>10.4f} {ratio:>7.3f} {raw_p * 1e6:>9.1f} {fs_p * 1e6:>9.1f}"
+                f" {raw_p / fs_p:>10.3f}{note}",
                 flush=True,
             )
 
