@@ -341,7 +341,10 @@ def spawn(
             subprocess.Popen(
                 [sys.executable, "-m", *module_args],
                 env=env,
-                start_new_session=True,
+                # Same session as the launcher, as any launcher does: a session of
+                # their own would put each rank in its own scheduler autogroup, and
+                # oversubscribed ranks would then run measurably slower.  Ctrl-C from
+                # the terminal reaches every rank directly; they stop cleanly.
                 preexec_fn=_set_parent_death_signal,
             )
         )
