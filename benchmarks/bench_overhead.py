@@ -11,9 +11,11 @@ Prints, per rank count and size, the median over rounds of each tool's busbw
 (from the mean time per call) and their ratio (target >= 0.97 from 1 MiB up),
 the same ratio for the median per-call time (robust to the scheduler noise of
 a small machine), the time overhead at 8 B (target <= 5%), and the wall time
-of the default ``fabricscope bench`` sweep.
+of the default ``fabricscope bench`` sweep.  A control runs the raw loop a
+second time in every round: raw2/raw shows how far two identical loops differ
+on this machine, the yardstick for reading fs/raw.
 
-    python benchmarks/bench_overhead.py [--rounds 5] [--iters 50] [--warmup 5]
+    python benchmarks/bench_overhead.py [--rounds 5] [--iters 50] [--warmup 5] [--ranks 2 4] [--sizes 8 1048576]
 """
 
 from __future__ import annotations
@@ -108,6 +110,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--ranks", type=int, nargs="+", default=RANKS)
+    parser.add_argument("--sizes", type=int, nargs="+", default=SIZES)
+    parser.add_argument(
+        "--no-control", dest="control", action="store_false", help="skip the raw-against-raw control runs"
+    )
     parser.add_argument("--raw-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.raw_worker:
@@ -116,33 +123,36 @@ def main() -> None:
 
     print(
         f"# all_reduce float sum, gloo on 127.0.0.1, {os.cpu_count()} CPU cores; -n {args.iters} -w {args.warmup};"
-        f" median over {args.rounds} alternating rounds of each run's mean (busbw) and median (p50) time per call"
+        f" median over {args.rounds} rounds of each run's mean (busbw) and median (p50) time per call;"
+        " the order of the runs rotates every round"
     )
+    if args.control:
+        print("# control: the raw loop run twice per round (raw2/raw) shows how far two identical loops differ here")
     print(
         f"# {'ranks':>5} {'size(B)':>10} {'raw us':>10} {'fs us':>10} {'raw busbw':>10} {'fs busbw':>10}"
-        f" {'fs/raw':>7} {'p50 raw':>9} {'p50 fs':>9} {'p50 fs/raw':>10}"
+        f" {'fs/raw':>7} {'p50 fs/raw':>10}" + (f" {'raw2/raw':>9} {'p50 raw2/raw':>12}" if args.control else "")
     )
-    for ranks in RANKS:
-        for size in SIZES:
-            runs: dict[str, list[tuple[float, float]]] = {"raw": [], "fs": []}
+    for ranks in args.ranks:
+        for size in args.sizes:
+            runners = [("raw", run_raw), ("fs", run_fabricscope)] + ([("raw2", run_raw)] if args.control else [])
+            runs: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in runners}
             for round_index in range(args.rounds):
-                order = (("raw", run_raw), ("fs", run_fabricscope))
-                for name, runner in order if round_index % 2 == 0 else order[::-1]:
+                shift = round_index % len(runners)
+                for name, runner in runners[shift:] + runners[:shift]:
                     runs[name].append(runner(size, ranks, args.iters, args.warmup))
-            raw_t, fs_t = (statistics.median(m for m, _ in runs[k]) for k in ("raw", "fs"))
-            raw_p, fs_p = (statistics.median(p for _, p in runs[k]) for k in ("raw", "fs"))
-            ratio = raw_t / fs_t  # = fs busbw / raw busbw, defined at 8 B too
-            note = (
-                f"  time overhead {100 * (fs_t / raw_t - 1):+.1f}% (p50 {100 * (fs_p / raw_p - 1):+.1f}%)"
-                if size == 8
-                else ""
+            mean = {k: statistics.median(m for m, _ in v) for k, v in runs.items()}
+            p50 = {k: statistics.median(p for _, p in v) for k, v in runs.items()}
+            # time ratios raw/fs = busbw ratios fs/raw, defined at 8 B too
+            line = (
+                f"  {ranks:>5} {size:>10} {mean['raw'] * 1e6:>10.1f} {mean['fs'] * 1e6:>10.1f}"
+                f" {busbw(size, ranks, mean['raw']):>10.4f} {busbw(size, ranks, mean['fs']):>10.4f}"
+                f" {mean['raw'] / mean['fs']:>7.3f} {p50['raw'] / p50['fs']:>10.3f}"
             )
-            print(
-                f"  {ranks:>5} {size:>10} {raw_t * 1e6:>10.1f} {fs_t * 1e6:>10.1f} {busbw(size, ranks, raw_t):>10.4f}"
-                f" {busbw(size, ranks, fs_t):>10.4f} {ratio:>7.3f} {raw_p * 1e6:>9.1f} {fs_p * 1e6:>9.1f}"
-                f" {raw_p / fs_p:>10.3f}{note}",
-                flush=True,
-            )
+            if args.control:
+                line += f" {mean['raw'] / mean['raw2']:>9.3f} {p50['raw'] / p50['raw2']:>12.3f}"
+            if size == 8:
+                line += f"  time overhead {100 * (mean['fs'] / mean['raw'] - 1):+.1f}%"
+            print(line, flush=True)
 
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "fabricscope", "bench"], check=True, stdout=subprocess.DEVNULL)
