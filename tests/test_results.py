@@ -1,10 +1,20 @@
 import json
 import os
+import stat
 
 import pytest
 
-from fabricscope.errors import ResultFormatError, RunError
-from fabricscope.results import FORMAT, VERSION, CollectiveRecord, Result, atomic_write_text, load, percentile
+from fabricscope.errors import ResultFormatError, RunError, UsageError
+from fabricscope.results import (
+    FORMAT,
+    VERSION,
+    CollectiveRecord,
+    Result,
+    atomic_write_text,
+    check_output_path,
+    load,
+    percentile,
+)
 
 
 def _record(**overrides):
@@ -137,3 +147,44 @@ def test_saved_files_follow_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_link_is_followed_and_kept(tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    atomic_write_text(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+
+
+def test_a_pipe_is_written_through_not_replaced(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        check_output_path("--json", str(fifo))
+        atomic_write_text(fifo, "through")
+        assert os.read(reader, 100) == b"through"
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [
+        ("missing/r.json", "does not exist"),
+        (".", "is a folder: give a file name"),
+    ],
+)
+def test_output_paths_that_cannot_be_written_are_refused(tmp_path, name, fragment):
+    with pytest.raises(UsageError, match=fragment):
+        check_output_path("--json", str(tmp_path / name))
+
+
+def test_an_output_folder_where_no_file_can_be_created_is_refused(tmp_path):
+    with pytest.raises(UsageError, match=r"--json /proc/r\.json: cannot create a file in /proc"):
+        check_output_path("--json", "/proc/r.json")
+    check_output_path("--json", str(tmp_path / "r.json"))
+    assert os.listdir(tmp_path) == []  # the probe file is gone

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fabricscope.errors import ResultFormatError, RunError
+from fabricscope.errors import ResultFormatError, RunError, UsageError
 
 __all__ = [
     "COLLECTIVE_FIELDS",
@@ -35,6 +35,7 @@ __all__ = [
     "CollectiveRecord",
     "Result",
     "atomic_write_text",
+    "check_output_path",
     "load",
     "percentile",
 ]
@@ -220,14 +221,49 @@ def load(path: str | os.PathLike[str]) -> Result:
     return Result.from_dict(data, source=source)
 
 
+def check_output_path(flag: str, path: str) -> None:
+    """Refuse, before any work, an output file that cannot be written.
+
+    Raises :class:`UsageError` (one line, exit 2) when ``path`` is a folder,
+    its folder does not exist, or a file cannot be created there (read-only,
+    no permission, a pseudo file system): checked by creating and removing a
+    probe file, since ``os.access`` says yes to root everywhere.  A device or
+    pipe (``/dev/stdout``, ``/dev/null``) is accepted: it is written directly.
+    """
+    real = os.path.realpath(path)
+    if os.path.isdir(real):
+        raise UsageError(f"{flag} {path} is a folder: give a file name, e.g. {os.path.join(path, 'result.json')}")
+    if os.path.exists(real) and not os.path.isfile(real):
+        return
+    folder = os.path.dirname(real)
+    if not os.path.isdir(folder):
+        raise UsageError(f"{flag} {path}: the folder {folder} does not exist")
+    probe = os.path.join(folder, f".fabricscope-probe.{os.getpid()}.{secrets.token_hex(4)}")
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot create a file in {folder} ({exc.strerror or exc})") from None
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename.
 
-    On failure (disk full, permission) the previous content of ``path`` is
-    left untouched and a :class:`RunError` says why.
+    A link is followed: the file it points at is replaced, the link kept.  A
+    device or pipe (``/dev/stdout``) is written directly, never replaced.  On
+    failure (disk full, permission) the previous content of ``path`` is left
+    untouched and a :class:`RunError` says why.
     """
-    target = Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
+    target = Path(os.path.realpath(path))
+    if target.exists() and not target.is_file() and not target.is_dir():
+        try:
+            with open(target, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as exc:
+            raise RunError(f"cannot write {path}: {exc.strerror or exc}") from None
+        return
+    directory = target.parent
     tmp_name = None
     try:
         # Not mkstemp: its file is private (0600); a result should get the umask's mode.
@@ -240,7 +276,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
         os.replace(tmp_name, target)
         tmp_name = None
     except OSError as exc:
-        raise RunError(f"cannot write {target}: {exc.strerror or exc}") from None
+        raise RunError(f"cannot write {path}: {exc.strerror or exc}") from None
     finally:
         if tmp_name is not None:
             with contextlib.suppress(OSError):

@@ -159,12 +159,22 @@ def test_real_machine_runs() -> None:
     assert "verdict:" in result.stdout and "Traceback" not in result.stderr
 
 
-def test_a_json_that_cannot_be_written_is_exit_3_after_the_report(tmp_path: Path) -> None:
+def test_a_json_in_a_missing_folder_is_refused_before_any_work(tmp_path: Path) -> None:
     result = cli("--root", HEALTHY, "--json", str(tmp_path / "no/such/dir/node.json"))
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    [line] = result.stderr.strip().splitlines()
+    assert line == f"error: --json {tmp_path}/no/such/dir/node.json: the folder {tmp_path}/no/such/dir does not exist"
+
+
+@pytest.mark.skipif(not Path("/dev/full").is_char_device(), reason="needs /dev/full")
+def test_a_json_that_fails_while_written_is_exit_3_after_the_report() -> None:
+    result = cli("--root", HEALTHY, "--json", "/dev/full")
     assert result.returncode == 3, result.stderr
     assert "verdict: OK (exit 0)" in result.stdout  # the findings are still shown
     [line] = result.stderr.strip().splitlines()
-    assert line.startswith(f"error: --json {tmp_path}/no/such/dir/node.json: cannot write") and "no verdict" in line
+    assert line.startswith("error: --json /dev/full: cannot write /dev/full: No space left") and "no verdict" in line
+    assert Path("/dev/full").is_char_device()  # written through, never replaced
 
 
 def test_a_crash_is_exit_3_not_a_verdict(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -138,16 +138,11 @@ def build_config(args: argparse.Namespace) -> Any:
 
 
 def _check_output_paths(config: Any) -> None:
-    from fabricscope.errors import UsageError
+    from fabricscope.results import check_output_path
 
     for flag, path in (("--json", config.json_path), ("--csv", config.csv_path)):
-        if not path:
-            continue
-        folder = os.path.dirname(os.path.abspath(path))
-        if os.path.isdir(path):
-            raise UsageError(f"{flag} {path} is a folder: give a file name, e.g. {os.path.join(path, 'result.json')}")
-        if not os.path.isdir(folder):
-            raise UsageError(f"{flag} {path}: the folder {folder} does not exist")
+        if path:
+            check_output_path(flag, path)
 
 
 def _default_nproc() -> int:

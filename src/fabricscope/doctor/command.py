@@ -141,12 +141,15 @@ def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
     from fabricscope.doctor.report import make_console, render_findings, verdict_line
     from fabricscope.errors import FabricscopeError
     from fabricscope.metadata import collect_env
+    from fabricscope.results import check_output_path
 
     root_path = expand_placeholders(args.root, rank=0, local_rank=0)
     root = open_root(root_path)
     capture = expand_placeholders(args.capture, rank=0, local_rank=0) if args.capture else None
     if capture:
         check_capture_target(capture)
+    if args.json:
+        check_output_path("--json", args.json)
     env = node_env(root, live=args.live_env)
     report = diagnose(root, env=env, expect=expect)
     node = report.node

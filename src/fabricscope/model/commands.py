@@ -79,16 +79,11 @@ def _json_option(p: argparse.ArgumentParser, kind: str) -> None:
 
 
 def _check_output(path: str | None) -> None:
-    """Refuse, before any work, a --json file whose folder does not exist."""
-    import os
+    """Refuse, before any work, a --json file that cannot be written."""
+    from fabricscope.results import check_output_path
 
-    if not path:
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise _usage(f"--json {path}: the folder {folder} does not exist")
-    if os.path.isdir(path):
-        raise _usage(f"--json {path}: is a folder, not a file")
+    if path:
+        check_output_path("--json", path)
 
 
 def _precision_option(p: argparse.ArgumentParser) -> None:
