@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,10 +87,32 @@ def test_json_is_a_doctor_result(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("tree", "args", "env"),
+    [
+        ("healthy-ib-8gpu", [], {}),  # ok and info findings: OK
+        ("vm-virtio", [], {}),
+        ("vm-virtio", ["--live-env"], {"NCCL_DEBUG": "INFO"}),  # WARN
+        ("degraded-ib-8gpu", [], {}),
+        ("roce-4gpu", [], {}),
+        ("broken", [], {}),
+    ],
+)
+def test_json_verdict_is_the_printed_verdict(tree: str, args: list[str], env: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "node.json"
+    result = cli("--root", str(FIXTURES / tree), "--json", str(out), *args, env=env)
+    printed = re.search(r"verdict: (\w+) \(exit (\d)\)", result.stdout)
+    assert printed is not None, result.stdout + result.stderr
+    summary = load(out).summary
+    assert summary["verdict"] == printed.group(1).lower()
+    assert summary["verdict"] in ("ok", "warn", "fail")
+    assert summary["exit_code"] == int(printed.group(2)) == result.returncode
+
+
+@pytest.mark.parametrize(
     ("args", "fragments"),
     [
         (["--root", "/no/such/dir"], ["--root /no/such/dir: no such directory"]),
-        (["--root", str(FIXTURES / "expect-h100-ib.toml")], ["no such directory"]),
+        (["--root", str(FIXTURES / "expect-h100-ib.toml")], ["expect-h100-ib.toml: a file, not a directory"]),
         (["--root", str(REPO / "src")], ["no sys/ or proc/ inside"]),
         (["--root", HEALTHY, "--expect", "/no/such.toml"], ["--expect /no/such.toml: no such file"]),
         (["--root", HEALTHY, "--nproc", "zero"], ["--nproc must be a whole number, got 'zero'"]),
@@ -165,6 +188,11 @@ def test_a_json_in_a_missing_folder_is_refused_before_any_work(tmp_path: Path) -
     assert result.stdout == ""
     [line] = result.stderr.strip().splitlines()
     assert line == f"error: --json {tmp_path}/no/such/dir/node.json: the folder {tmp_path}/no/such/dir does not exist"
+
+
+def test_a_json_in_a_missing_folder_is_refused_before_local_ranks_start(tmp_path: Path) -> None:
+    result = cli("--nproc", "2", "--root", HEALTHY, "--json", str(tmp_path / "no/node.json"))
+    assert_one_line_error(result, f"--json {tmp_path}/no/node.json: the folder {tmp_path}/no does not exist")
 
 
 @pytest.mark.skipif(not Path("/dev/full").is_char_device(), reason="needs /dev/full")

@@ -55,6 +55,10 @@ def test_defaults_and_case_insensitive_choices() -> None:
         ),
         ({"gpu": 8}, "f.toml: gpu must be a table"),
         ({"tcp": {"buffer_max": "lots"}}, "invalid f.toml: tcp.buffer_max 'lots'"),
+        ({"tcp": {"buffer_max": "16"}}, 'f.toml: tcp.buffer_max "16" needs a binary suffix K, M, G or T'),
+        ({"tcp": {"buffer_max": 16}}, "f.toml: tcp.buffer_max must be at least 64K (65536 bytes), got 16 bytes"),
+        ({"tcp": {"buffer_max": "16B"}}, "f.toml: tcp.buffer_max must be at least 64K"),
+        ({"tcp": {"buffer_max": 1.5}}, "f.toml: tcp.buffer_max must be bytes as a whole number"),
     ],
 )
 def test_mistakes_name_file_key_and_allowed_values(data: dict[str, object], message: str) -> None:
@@ -83,6 +87,13 @@ def test_bad_toml_and_missing_file(tmp_path: Path) -> None:
 )
 def test_rate_is_bits_unless_a_capital_b_says_bytes(text: str, gbps: float) -> None:
     assert parse_expectations({"nic": {"rate": text}}, "f.toml").nic_rate_gbps == gbps
+
+
+def test_buffer_max_takes_bytes_or_a_suffixed_size() -> None:
+    for value, size in ((16777216, 16 << 20), ("16M", 16 << 20), ("512K", 512 << 10), ("64KiB", 64 << 10)):
+        assert parse_expectations({"tcp": {"buffer_max": value}}, "f.toml").tcp_buffer_bytes == size
+    with pytest.raises(ConfigError, match=r"Expectations: tcp\.buffer_max must be at least 64K"):
+        Expectations(tcp_buffer_bytes=16)
 
 
 def test_python_construction_is_validated_in_the_same_place() -> None:

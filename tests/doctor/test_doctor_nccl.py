@@ -5,6 +5,7 @@ The environment is always injected as a mapping; os.environ is never touched.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from fabricscope.doctor.checks import run_checks
 from fabricscope.doctor.diagnosis import diagnose, open_root
 from fabricscope.doctor.findings import Severity
 from fabricscope.doctor.probe import probe_node
-from fabricscope.doctor.sysroot import SysRoot
+from fabricscope.doctor.sysroot import MANIFEST, SysRoot
 
 
 def healthy(env: dict[str, str]) -> list:  # type: ignore[type-arg]
@@ -167,6 +168,29 @@ def test_conf_file_order_first_line_wins(tmp_path: Path) -> None:
 def test_missing_conf_file_named_by_env_is_reported(tmp_path: Path) -> None:
     findings = run_fixture("vm-virtio", env={"NCCL_CONF_FILE": "/opt/absent.conf"}).findings
     assert any("NCCL_CONF_FILE=/opt/absent.conf cannot be read" in f.observed for f in only(findings, "nccl.settings"))
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("/opt/absent.conf", "No such file or directory"),
+        ("/opt", "Is a directory"),
+        ("/opt/locked.conf", "Permission denied"),  # replayed from the manifest: root reads any file
+    ],
+)
+def test_unreadable_conf_file_says_why_and_how_to_fix_it(tmp_path: Path, path: str, reason: str) -> None:
+    root = copy_tree(FIXTURES / "vm-virtio", tmp_path / "node")
+    (root / "opt").mkdir()
+    (root / "opt/locked.conf").write_text("NCCL_DEBUG=INFO\n")
+    manifest = json.loads((root / MANIFEST).read_text())
+    manifest["errors"]["opt/locked.conf"] = "EACCES"
+    (root / MANIFEST).write_text(json.dumps(manifest))
+    findings = diagnose(SysRoot(root), env={"NCCL_CONF_FILE": path}).findings
+    [unreadable] = [f for f in only(findings, "nccl.settings", Severity.WARN) if f.subject == "NCCL_CONF_FILE"]
+    assert unreadable.observed == f"NCCL_CONF_FILE={path} cannot be read under {root}: {reason}"
+    assert unreadable.expected == "a file NCCL can read"
+    assert "path in NCCL_CONF_FILE" in unreadable.advice and "permissions" in unreadable.advice
+    assert not any("splits each line" in f.advice for f in only(findings, "nccl.settings"))
 
 
 def test_topo_file_that_exists_is_ok(tmp_path: Path) -> None:

@@ -102,7 +102,7 @@ def test_broken_tree_yields_findings_never_a_crash() -> None:
     report = run_fixture("broken")
     f = report.findings
     unreadable = {x.subject: x.observed for x in only(f, "probe.read", Severity.WARN)}
-    assert unreadable["sys/class/net/eth0/mtu"] == "unparsable 'abc' (expected a whole number)"
+    assert unreadable["sys/class/net/eth0/mtu"] == "unparsable 'abc' (expected a whole number from 0 to 65536)"
     assert unreadable["sys/class/infiniband/mlx5_2/ports/1/state"] == "EACCES"
     assert unreadable["sys/class/infiniband/mlx5_2/ports/1/phys_state"] == "EIO"
     assert unreadable["sys/class/infiniband/mlx5_0/ports"] == "missing directory"

@@ -173,3 +173,20 @@ def test_paths_from_variables_stay_under_the_root_and_never_crash(tmp_path: Path
     for value in ("/../../../../etc/hostname", "/etc/\x00x", "/" + "a" * 5000):
         report = diagnose(open_root(str(tree)), env={variable: value})
         render(report.findings)
+
+
+def test_an_invalid_mtu_is_its_own_finding_and_left_out_of_the_comparison(tmp_path: Path) -> None:
+    tree = copy_tree("healthy-ib-8gpu", tmp_path / "node")
+    invalid = {"ib0": "-5", "ib1": "-5", "ib2": "-5", "ib3": "99999999"}  # half the compute NICs: no majority if kept
+    for name, text in invalid.items():
+        (tree / "sys/class/net" / name / "mtu").write_text(text + "\n")
+    report = diagnose(open_root(str(tree)), env={})
+    problems = {f.subject: f.observed for f in only(report.findings, "probe.read", Severity.WARN)}
+    for name, text in invalid.items():
+        assert problems[f"sys/class/net/{name}/mtu"] == f"unparsable '{text}' (expected a whole number from 0 to 65536)"
+    mtu = {f.subject.split()[0]: f for f in only(report.findings, "nic.mtu")}
+    for name in invalid:
+        assert mtu[name].severity is Severity.WARN and mtu[name].observed.startswith("MTU unreadable or invalid")
+        assert mtu[name].advice
+    assert {name for name, f in mtu.items() if f.severity is Severity.OK} == {"ib4", "ib5", "ib6", "ib7"}
+    assert not any("-5" in f.observed or "99999999" in f.observed for f in mtu.values())

@@ -89,3 +89,30 @@ def test_live_loopback_speed_is_einval_and_quiet() -> None:
 
 def test_fixture_root_is_not_live() -> None:
     assert not SysRoot(FIXTURES / "healthy-ib-8gpu").is_live
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[]",
+        '"a string"',
+        "null",
+        '{"env": ["NCCL_DEBUG=INFO"]}',
+        '{"env": {"NCCL_DEBUG": 5}}',
+        '{"errors": "EACCES"}',
+        '{"errors": {"sys/class/net/eth0/mtu": ["EACCES"]}}',
+        '{"home": 7}',
+    ],
+)
+def test_a_manifest_of_the_wrong_shape_is_treated_like_malformed_json(tmp_path: Path, text: str) -> None:
+    from fabricscope.doctor.probe import node_env
+
+    tree = make_tree(tmp_path)
+    (tree / MANIFEST).parent.mkdir(parents=True)
+    (tree / MANIFEST).write_text(text)
+    root = SysRoot(tree)
+    [problem] = [a.problem for a in root.anomalies if a.path == MANIFEST]
+    assert problem.startswith("unreadable capture manifest (")
+    assert root.manifest == {}
+    assert root.text("sys/class/net/eth0/mtu") == "9000"  # no error replayed from it
+    assert node_env(root, process={}).source == "this process's environment"  # its env is not used

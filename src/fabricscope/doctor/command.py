@@ -18,8 +18,8 @@ __all__ = ["add_parser", "run"]
 
 _EPILOG = """\
 exit status: 0 all ok (info included), 1 warnings, 2 failures; 3 the doctor could not
-complete (a report it cannot write, a crash): no verdict. A usage error is also 2, with
-one 'error:' line and no report.
+complete (a report that fails while written, a crash): no verdict. A usage error (a --json
+path that cannot be written included) is also 2, with one 'error:' line and no report.
 
 examples:
   fabricscope doctor                                   # this node

@@ -15,7 +15,7 @@ from typing import Any
 
 from fabricscope.doctor.checks import run_checks
 from fabricscope.doctor.expect import Expectations
-from fabricscope.doctor.findings import Finding, counts, exit_code, worst
+from fabricscope.doctor.findings import Finding, counts, exit_code, verdict
 from fabricscope.doctor.inventory import Node
 from fabricscope.doctor.probe import NodeEnv, probe_node
 from fabricscope.doctor.sysroot import SysRoot
@@ -29,6 +29,12 @@ def open_root(path: str) -> SysRoot:
     """A :class:`SysRoot` for ``path``, or a :class:`UsageError` when it is not a tree to read."""
     directory = Path(path)
     if not directory.is_dir():
+        if directory.exists():
+            kind = "a file, not a directory" if directory.is_file() else "not a directory"
+            raise UsageError(
+                f"--root {path}: {kind}; give the top of a captured tree "
+                "(the directory that holds sys/ and proc/), or /"
+            )
         raise UsageError(f"--root {path}: no such directory")
     if path != "/" and not (directory / "sys").is_dir() and not (directory / "proc").is_dir():
         raise UsageError(
@@ -82,7 +88,7 @@ def doctor_result(
             record["node"] = node_labels[index]
         records.append(record)
     data = {
-        "verdict": worst(findings).label,
+        "verdict": verdict(findings),
         "exit_code": exit_code(findings),
         "counts": counts(findings),
     }

@@ -18,7 +18,7 @@
     nic_distance = "PXB"        # farthest allowed: PIX, PXB, PHB, NODE or SYS
 
     [tcp]
-    buffer_max = "16M"          # rmem/wmem maxima at least this (binary suffixes); default: the BDP
+    buffer_max = "16M"          # rmem/wmem maxima at least this: binary suffix in quotes, or bytes; default: the BDP
 
 Every key is optional.  Unknown sections and keys, wrong types and values out
 of range are :class:`~fabricscope.errors.ConfigError` naming the file, the key
@@ -45,6 +45,11 @@ PCIE_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
 RATE_GBPS = (1.0, 3200.0)
 """A compute NIC's rate must lie in this range (Gb/s): a value outside it is a unit mistake."""
 _DEVICE = re.compile(r"^[^\s,:=^]+(?::[1-9][0-9]{0,2})?$")
+_BARE_NUMBER = re.compile(r"^\s*(?:\d+(?:\.\d*)?|\.\d+)\s*$")
+"""A size in quotes needs its suffix (``"16M"``): a bare ``"16"`` is refused, as a bare ``nic.rate`` is."""
+MIN_BUFFER_BYTES = 64 << 10
+"""The smallest tcp.buffer_max taken: the largest TCP window without window scaling; less is a unit mistake."""
+_SIZE_HELP = 'bytes as a whole number (16777216) or a size with its binary suffix in quotes ("16M", "512K")'
 _RATE_HELP = (
     "a rate with its decimal prefix in quotes: bits with b, bps, b/s or nothing (400G, 400Gbps, 400Gb/s), "
     "bytes with a capital B (50GB/s = 400 Gb/s)"
@@ -112,9 +117,13 @@ def _rate_range(value: Any) -> str | None:
     return f"must be from {low:g} to {high:g} Gb/s per NIC, got {value!r} Gb/s: {_RATE_HELP}"
 
 
-def _positive(value: Any) -> str | None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-    return None if ok else f"must be a positive number of bytes, got {value!r}"
+def _buffer_size(value: Any) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= MIN_BUFFER_BYTES:
+        return None
+    return (
+        f"must be at least 64K ({MIN_BUFFER_BYTES} bytes), got {value!r} bytes: a unit mistake? "
+        'give a size with its binary suffix in quotes ("16M")'
+    )
 
 
 def _device_names(value: Any) -> str | None:
@@ -152,7 +161,12 @@ def _read_rate(value: Any, where: str) -> float:
 
 def _read_size(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ConfigError(f'{where} must be bytes, like 16777216 or "16M"; got {value!r}')
+        raise ConfigError(f"{where} must be {_SIZE_HELP}; got {value!r}")
+    if isinstance(value, str) and _BARE_NUMBER.match(value):
+        raise ConfigError(
+            f'{where} "{value}" needs a binary suffix K, M, G or T ("{value.strip()}M" is {value.strip()} MiB); '
+            "a number of bytes goes without quotes"
+        )
     try:
         return parse_size(value, what=where)
     except UsageError as exc:
@@ -188,7 +202,7 @@ _KEYS = (
     _Key("pcie", "width", "pcie_width", _one_of(PCIE_WIDTHS)),
     _Key("gpu", "count", "gpu_count", _whole(0, 1024)),
     _Key("gpu", "nic_distance", "gpu_nic_distance", _one_of(DISTANCES), _canonical(DISTANCES)),
-    _Key("tcp", "buffer_max", "tcp_buffer_bytes", _positive, _read_size),
+    _Key("tcp", "buffer_max", "tcp_buffer_bytes", _buffer_size, _read_size),
 )
 _SECTIONS = {section: [k for k in _KEYS if k.section == section] for section in dict.fromkeys(k.section for k in _KEYS)}
 

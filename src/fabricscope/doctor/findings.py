@@ -16,7 +16,17 @@ from typing import Any
 
 from fabricscope.errors import RunError
 
-__all__ = ["AREAS", "EXIT_UNKNOWN", "DoctorIncomplete", "Finding", "Severity", "counts", "exit_code", "worst"]
+__all__ = [
+    "AREAS",
+    "EXIT_UNKNOWN",
+    "DoctorIncomplete",
+    "Finding",
+    "Severity",
+    "counts",
+    "exit_code",
+    "verdict",
+    "worst",
+]
 
 EXIT_UNKNOWN = 3
 """Exit status when the doctor could not complete (Nagios UNKNOWN)."""
@@ -82,10 +92,15 @@ def worst(findings: Iterable[Finding]) -> Severity:
     return max((f.severity for f in findings), default=Severity.OK)
 
 
-def exit_code(findings: Iterable[Finding]) -> int:
-    """0 all ok (info included), 1 warnings, 2 failures."""
+def verdict(findings: Iterable[Finding]) -> str:
+    """``ok`` (info included), ``warn`` or ``fail``: the word of the report's verdict line and of ``--json``."""
     severity = worst(findings)
-    return 2 if severity is Severity.FAIL else 1 if severity is Severity.WARN else 0
+    return severity.label if severity >= Severity.WARN else Severity.OK.label
+
+
+def exit_code(findings: Iterable[Finding]) -> int:
+    """0 all ok (info included), 1 warnings, 2 failures: :func:`verdict` as a number."""
+    return {Severity.FAIL.label: 2, Severity.WARN.label: 1}.get(verdict(findings), 0)
 
 
 def counts(findings: Iterable[Finding]) -> dict[str, int]:

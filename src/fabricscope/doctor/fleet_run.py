@@ -17,7 +17,7 @@ from fabricscope.bench.launch import World
 from fabricscope.doctor.capture import check_capture_target, write_capture
 from fabricscope.doctor.diagnosis import diagnose, doctor_result, expand_placeholders, open_root
 from fabricscope.doctor.expect import Expectations
-from fabricscope.doctor.findings import DoctorIncomplete, Finding, Severity, counts, exit_code, worst
+from fabricscope.doctor.findings import DoctorIncomplete, Finding, Severity, counts, exit_code, verdict
 from fabricscope.doctor.fleet import (
     Difference,
     NodeReport,
@@ -32,7 +32,7 @@ from fabricscope.doctor.probe import node_env
 from fabricscope.doctor.report import STYLES, make_console, plain, verdict_line
 from fabricscope.errors import FabricscopeError, UsageError
 from fabricscope.metadata import collect_env
-from fabricscope.results import Result
+from fabricscope.results import Result, check_output_path
 
 __all__ = ["probe_rank", "render_fleet", "run_rank", "spawn_fleet"]
 
@@ -45,6 +45,8 @@ def spawn_fleet(args: argparse.Namespace, nproc: int, timeout_s: float) -> int:
 
     for rank in range(nproc):
         open_root(expand_placeholders(args.root, rank=rank, local_rank=rank))
+    if args.json:  # rank 0 writes it, on this machine
+        check_output_path("--json", args.json)
     if args.capture:
         _check_capture_template(args.capture)
         for rank in range(nproc):
@@ -158,7 +160,7 @@ def _fleet_result(
                     "ranks": n.ranks,
                     "root": n.root,
                     "probed": not n.failed,
-                    "verdict": worst(n.findings).label,
+                    "verdict": verdict(n.findings),
                     "facts": n.facts,
                 }
                 for n in nodes
@@ -181,7 +183,7 @@ def render_fleet(
     table.add_column("fail / warn", no_wrap=True)
     table.add_column("problems", overflow="fold")
     for node in nodes:
-        severity = worst(node.findings)
+        word = verdict(node.findings)
         tally = counts(node.findings)
         problems = sorted((f for f in node.findings if f.severity >= Severity.WARN), key=lambda f: -f.severity)
         lines = [f"{f.severity.label} {f.id} {f.subject}: {f.observed}" for f in problems[:MAX_LINES_PER_NODE]]
@@ -190,9 +192,7 @@ def render_fleet(
         table.add_row(
             plain(node.label),
             _ranks(node.ranks),
-            Text("ok", style=STYLES[Severity.OK])
-            if severity <= Severity.INFO
-            else Text(severity.label, style=STYLES[severity]),
+            Text(word, style=STYLES[Severity.parse(word)]),
             f"{tally['fail']} / {tally['warn']}",
             _lines(lines) if lines else "-",
         )

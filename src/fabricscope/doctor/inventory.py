@@ -218,10 +218,13 @@ class Node:
     tcp: TcpTuning
     nccl: dict[str, NcclSetting]
     nccl_conf_problems: list[str]
+    """Lines of the NCCL config files that NCCL misreads or ignores, as ``file:line: what``."""
     nvml: str
     """``used``, ``absent`` (no nvidia-ml-py), ``failed: ...``, or ``not live`` for a captured tree."""
     topo_file_readable: bool | None = None
     """Whether the file NCCL_TOPO_FILE names can be read; None when it is not set."""
+    nccl_conf_unreadable: str | None = None
+    """Why the file NCCL_CONF_FILE names cannot be read (``Permission denied``); None when read or not set."""
     anomalies: list[Anomaly] = field(default_factory=list)
     """Files that could not be read or parsed."""
     files_read: int = 0

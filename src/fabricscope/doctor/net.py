@@ -15,11 +15,14 @@ from fabricscope.doctor.parsers import NET_SPEED_UNKNOWN, parse_int, parse_net_s
 from fabricscope.doctor.pci import pci_address_in, probe_pci
 from fabricscope.doctor.sysroot import SysRoot
 
-__all__ = ["ARPHRD_ETHER", "ARPHRD_INFINIBAND", "ARPHRD_LOOPBACK", "probe_nics"]
+__all__ = ["ARPHRD_ETHER", "ARPHRD_INFINIBAND", "ARPHRD_LOOPBACK", "MAX_MTU", "probe_nics"]
 
 ARPHRD_ETHER, ARPHRD_INFINIBAND, ARPHRD_LOOPBACK = 1, 32, 772
 """Link types in ``/sys/class/net/<if>/type`` (``include/uapi/linux/if_arp.h``)."""
 _NUMBER = "a whole number"
+MAX_MTU = 65536
+"""The largest MTU an interface carries IP with (loopback's); IPoIB tops out at 65520, Ethernet jumbo near 9216."""
+_MTU = f"a whole number from 0 to {MAX_MTU}"
 _OPERSTATES = ("unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up")
 _DUPLEX = ("half", "full", "unknown")
 
@@ -32,6 +35,12 @@ def _word(root: SysRoot, rel: str, allowed: tuple[str, ...], *, required: bool =
         root.garbage(rel, text, " or ".join(allowed))
         return None
     return text
+
+
+def _mtu(text: str | None) -> int | None:
+    """An interface's ``mtu``; None for garbage and for numbers no interface has (``-5``)."""
+    value = parse_int(text)
+    return value if value is not None and 0 <= value <= MAX_MTU else None
 
 
 def probe_nics(root: SysRoot, pci: dict[str, PciDevice]) -> list[NetInterface]:
@@ -53,7 +62,7 @@ def probe_nics(root: SysRoot, pci: dict[str, PciDevice]) -> list[NetInterface]:
                 name=name,
                 virtual=virtual,
                 arphrd=arphrd,
-                mtu=parsed(root, f"{base}/mtu", parse_int, _NUMBER, required=not virtual),
+                mtu=parsed(root, f"{base}/mtu", _mtu, _MTU, required=not virtual),
                 speed_mbps=parsed(root, f"{base}/speed", parse_net_speed, "Mb/s or -1", unknown=NET_SPEED_UNKNOWN),
                 duplex=_word(root, f"{base}/duplex", _DUPLEX),
                 operstate=_word(root, f"{base}/operstate", _OPERSTATES, required=not virtual),

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from fabricscope.doctor.findings import AREAS, Finding, Severity, counts, exit_code, worst
+from fabricscope.doctor.findings import AREAS, Finding, Severity, counts, exit_code, verdict, worst
 
 __all__ = ["STYLES", "make_console", "plain", "printable", "render_findings", "verdict_line"]
 
@@ -160,7 +160,7 @@ def verdict_line(findings: Sequence[Finding], where: str) -> Text:
     severity = worst(findings)
     tally = counts(findings)
     summary = ", ".join(f"{tally[s.label]} {s.label}" for s in reversed(Severity) if tally[s.label])
-    word = {Severity.FAIL: "FAIL", Severity.WARN: "WARN"}.get(severity, "OK")
+    word = verdict(findings).upper()  # the same word --json writes, in capitals
     line = Text("verdict: ", style="bold")
     line.append(f"{word} (exit {exit_code(findings)})", style=STYLES[severity] if word != "OK" else "bold green")
     line.append(printable(f" on {where}: {summary or 'no findings'}"))

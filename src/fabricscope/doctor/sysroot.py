@@ -128,14 +128,14 @@ class SysRoot:
         if not self.is_live and manifest.is_file():
             try:
                 data = json.loads(read_regular_file(str(manifest)).decode("utf-8"))
+                wrong = _manifest_shape_problem(data)
+                if wrong is not None:
+                    raise ValueError(wrong)
             except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
                 self.anomalies.append(Anomaly(MANIFEST, f"unreadable capture manifest ({exc})"))
                 data = {}
-            if isinstance(data, dict):
-                self.manifest = data
-                errors = data.get("errors")
-                if isinstance(errors, dict):
-                    self._manifest_errors = {str(k): str(v) for k, v in errors.items()}
+            self.manifest = data
+            self._manifest_errors = dict(data.get("errors") or {})
 
     @property
     def is_live(self) -> bool:
@@ -195,6 +195,17 @@ class SysRoot:
             return
         problem = {errno.ENOENT: "missing"}.get(code or -1) or _PROBLEMS.get(name, name)
         self.anomalies.append(Anomaly(rel, problem))
+
+    def read_problem(self, rel: str) -> str | None:
+        """Why reading ``rel`` failed, in words (``Permission denied``, ``a FIFO, not a file: not read``).
+
+        None when ``rel`` was read, or not read yet.
+        """
+        name = self._record.errors.get(_norm(rel))
+        if name is None:
+            return None
+        code = getattr(errno, name, None)
+        return os.strerror(code) if isinstance(code, int) else _PROBLEMS.get(name, name)
 
     def listdir(self, rel: str, *, required: bool = False) -> list[str]:
         """Sorted entry names of a directory; [] when it is missing or unreadable."""
@@ -290,6 +301,27 @@ class SysRoot:
 
     def extras(self) -> dict[str, str]:
         return dict(self._record.extra)
+
+
+_MANIFEST_STRINGS = ("format", "created", "hostname", "source_root", "fabricscope", "home")
+"""Manifest keys that hold a string (or null) when present."""
+
+
+def _manifest_shape_problem(data: object) -> str | None:
+    """What is wrong with a parsed manifest's shape, or None; a wrong shape is as unreadable as bad JSON."""
+    if not isinstance(data, dict):
+        return f"not a JSON object: {type(data).__name__}"
+    for key in ("env", "errors"):
+        value = data.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            return f'"{key}" must be an object of strings, got {json.dumps(value)[:40]}'
+    for key in _MANIFEST_STRINGS:
+        value = data.get(key)
+        if value is not None and not isinstance(value, str):
+            return f'"{key}" must be a string, got {json.dumps(value)[:40]}'
+    return None
 
 
 def _norm(rel: str) -> str:

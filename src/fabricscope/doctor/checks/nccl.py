@@ -123,6 +123,18 @@ class NcclSettings(Check):
                     "is checked; --live-env checks this shell's instead)",
                 )
             )
+        conf_file = node.nccl.get("NCCL_CONF_FILE")
+        if node.nccl_conf_unreadable is not None and conf_file is not None:
+            findings.append(
+                self.finding(
+                    Severity.WARN,
+                    "NCCL_CONF_FILE",
+                    f"NCCL_CONF_FILE={conf_file.value} cannot be read under {node.root}: {node.nccl_conf_unreadable}",
+                    "a file NCCL can read",
+                    "NCCL skips a config file it cannot open, without a word: correct the path in NCCL_CONF_FILE "
+                    f"({conf_file.source}) or the file's permissions, so the job's user can read it",
+                )
+            )
         for problem in node.nccl_conf_problems:
             where, _, text = problem.partition(": ")
             findings.append(

@@ -204,7 +204,13 @@ class NicMtu(Check):
 
     def _one(self, nic: NetInterface, kind: str, wanted: int | None, common: object, peers: int) -> Finding:
         if nic.mtu is None:
-            return self.finding(Severity.WARN, _subject(nic), "MTU unreadable", str(wanted or ""))
+            return self.finding(
+                Severity.WARN,
+                _subject(nic),
+                "MTU unreadable or invalid (probe.read says why); left out of the comparison",
+                str(wanted or ""),
+                f"check the NIC's driver (dmesg) and set a valid MTU: ip link set {nic.name} mtu N",
+            )
         if wanted is not None:
             if nic.mtu == wanted:
                 return self.finding(Severity.OK, _subject(nic), f"MTU {nic.mtu}", str(wanted))
