@@ -21,7 +21,22 @@ GOOD = 'gpu = "h100-sxm"\nnodes = 2\n[network]\nnic = "ib-ndr"\nnics_per_node = 
         ),
         ('gpu = "h100-sxm"\nnodes = 0\n', ["nodes must be at least 1, got 0"]),
         ('gpu = "h100-sxm"\nnodes = -4\n', ["nodes must be at least 1, got -4"]),
-        ('gpu = "h100-sxm"\nnodes = "two"\n', ["nodes = 'two'", "valid integer"]),
+        ('gpu = "h100-sxm"\nnodes = "two"\n', ["nodes = 'two': must be a whole number"]),
+        # Wrong TOML types are refused, not coerced (as the doctor's expectations reader does).
+        ('gpu = "h100-sxm"\nnodes = true\n', ["nodes = true: must be a whole number"]),
+        ('gpu = "h100-sxm"\nnodes = "2"\n', ["nodes = '2': must be a whole number"]),
+        ('gpu = "h100-sxm"\nnodes = 2.0\n', ["nodes = 2.0: must be a whole number"]),
+        ('gpu = "h100-sxm"\n[network]\nnics_per_node = 1.0\n', ["network.nics_per_node = 1.0: must be a whole"]),
+        ('gpu = "h100-sxm"\n[network]\nsharp = "yes"\n', ["network.sharp = 'yes': must be true or false"]),
+        ('gpu = "h100-sxm"\n[network]\nsharp = 1\n', ["network.sharp = 1: must be true or false"]),
+        ('gpu = "h100-sxm"\n[network]\noversubscription = "2"\n', ["oversubscription = '2': must be a number"]),
+        # NaN and infinities are refused with the allowed range.
+        ('gpu = "h100-sxm"\n[network]\noversubscription = nan\n', ["oversubscription must be 1", "got nan"]),
+        ('gpu = "h100-sxm"\n[network]\nextra_latency_us = inf\n', ["extra_latency_us must be 0 or more", "got inf"]),
+        ('gpu = "h100-sxm"\n[storage]\ncached_fraction = nan\n', ["cached_fraction must be between 0 and 1"]),
+        # More GPUs per node than the intra-node fabric is built for.
+        ('gpu = "mi300x"\ngpus_per_node = 16\n', ["gpus_per_node = 16 is more than a full mesh of xgmi", "8"]),
+        ('gpu = "h100-sxm"\ngpus_per_node = 1000000\n', ["more than an NVSwitch board of nvlink4 connects (8"]),
         ('gpu = "h100-sxm"\n[network]\nnics = 8\n', ["unknown key 'network.nics'", "nics_per_node"]),
         ('gpu = "h100-sxm"\nnodes = 2\n[network]\nnic = "eth-1g"\n', ["needs an RDMA-capable NIC", "eth-1g"]),
         (

@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Literal
 from fabricscope.errors import ConfigError, UsageError
 from fabricscope.model import hardware
 from fabricscope.model.hardware import GPU, NIC, GPULink, PCIe, Storage, Transport
-from fabricscope.model.userfile import FORBID_EXTRA, InvalidValue, build, read_toml
+from fabricscope.model.userfile import FORBID_EXTRA, build, read_toml, require
 
 __all__ = [
     "Cluster",
@@ -74,12 +74,9 @@ class NetworkSpec:
     """Added to every message between nodes (long cables, extra hops)."""
 
     def __post_init__(self) -> None:
-        if self.nics_per_node < 0:
-            raise InvalidValue(f"nics_per_node must not be negative, got {self.nics_per_node}")
-        if self.oversubscription < 1:
-            raise InvalidValue(f"oversubscription must be 1 (non-blocking) or more, got {self.oversubscription}")
-        if self.extra_latency_us < 0:
-            raise InvalidValue(f"extra_latency_us must not be negative, got {self.extra_latency_us}")
+        require("nics_per_node", self.nics_per_node, "0 or more", lambda v: v >= 0)
+        require("oversubscription", self.oversubscription, "1 (non-blocking) or more", lambda v: v >= 1)
+        require("extra_latency_us", self.extra_latency_us, "0 or more (microseconds)", lambda v: v >= 0)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -95,10 +92,8 @@ class StorageSpec:
     """Share of samples read from the page cache instead of storage (0 to 1)."""
 
     def __post_init__(self) -> None:
-        if self.devices < 1:
-            raise InvalidValue(f"devices must be at least 1, got {self.devices}")
-        if not 0 <= self.cached_fraction <= 1:
-            raise InvalidValue(f"cached_fraction must be between 0 and 1, got {self.cached_fraction}")
+        require("devices", self.devices, "at least 1", lambda v: v >= 1)
+        require("cached_fraction", self.cached_fraction, "between 0 and 1", lambda v: 0 <= v <= 1)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -119,10 +114,8 @@ class ClusterSpec:
     storage: StorageSpec = field(default_factory=StorageSpec)
 
     def __post_init__(self) -> None:
-        if self.nodes < 1:
-            raise InvalidValue(f"nodes must be at least 1, got {self.nodes}")
-        if self.gpus_per_node < 1:
-            raise InvalidValue(f"gpus_per_node must be at least 1, got {self.gpus_per_node}")
+        require("nodes", self.nodes, "at least 1", lambda v: v >= 1)
+        require("gpus_per_node", self.gpus_per_node, "at least 1", lambda v: v >= 1)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -181,6 +174,7 @@ def resolve(spec: ClusterSpec, *, name: str, source: str) -> Cluster:
             raise ConfigError(f"{source}: intra = 'xgmi' needs Infinity Fabric links, and {gpu.name} has none")
         gpulink = _entry("gpulink", "xgmi", GPULink, source, "gpu")
     pcie = _entry("pcie", spec.pcie or gpu.pcie, PCIe, source, "pcie")
+    _check_node_size(spec.gpus_per_node, intra, gpu, gpulink, pcie, source)
     net = spec.network
     nic = _entry("nic", net.nic, NIC, source, "network.nic")
     transport = _entry("transport", net.transport, Transport, source, "network.transport")
@@ -211,6 +205,23 @@ def resolve(spec: ClusterSpec, *, name: str, source: str) -> Cluster:
     )
 
 
+def _check_node_size(count: int, intra: str, gpu: GPU, link: GPULink | None, pcie: PCIe, source: str) -> None:
+    """Refuse more GPUs per node than the intra-node fabric is built for (catalog ``max_gpus*``)."""
+    if link is None:
+        limit, what, entry = pcie.max_gpus, "a PCIe server holds", pcie.name
+    else:
+        kind = "an NVSwitch board" if intra == "nvswitch" else "a full mesh"
+        limit, what, entry = link.max_gpus(intra), f"{kind} of {link.name} connects", link.name
+    see = f"see 'fabricscope hw show {entry}'"
+    if limit == 0:
+        raise ConfigError(f"{source}: intra = '{intra}': no {gpu.name} server is built that way ({see})")
+    if count > limit:
+        raise ConfigError(
+            f"{source}: gpus_per_node = {count} is more than {what} ({limit}, {see}): "
+            f"use gpus_per_node = {limit} or fewer"
+        )
+
+
 def _presets_dir() -> Any:
     return hardware.catalog_dir() / "clusters"
 
@@ -231,7 +242,7 @@ def load_cluster(text: str) -> Cluster:
     path = Path(text)
     if text.endswith(".toml") or path.is_file():
         source = str(path)
-        data = read_toml(path)
+        data = read_toml(path, presets=presets(), what="cluster")
         name = path.stem
     else:
         name = text.strip().lower()

@@ -48,7 +48,7 @@ collective of zero bytes returns at once, as NCCL does.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -58,12 +58,14 @@ from fabricscope.model.fabric import Fabric
 __all__ = [
     "ALGORITHMS",
     "NCCL_ALGORITHMS",
+    "NCCL_ENV",
     "PROTOCOLS",
     "Candidate",
     "all_reduce",
     "candidates",
     "choose",
     "fastest",
+    "nccl_setting",
     "net_hop",
     "point_to_point",
     "ring_like",
@@ -220,8 +222,11 @@ def _ring(
 
 
 def _tree_correction(nbytes: Num, proto: int) -> Num:
+    """NCCL's factor at ``log2i(nBytes >> 6)``: none below 64 bytes (log2i(0) is -1) or from
+    2^29 bytes on."""
     index = np.floor(np.log2(np.maximum(nbytes / 64.0, 1.0)))
-    return np.where(index < 23, TREE_CORRECTION[proto][np.minimum(index, 22).astype(int)], 1.0)
+    factor = TREE_CORRECTION[proto][np.minimum(index, 22).astype(int)]
+    return np.where((index < 23) & (nbytes >= 64.0), factor, 1.0)
 
 
 def all_reduce(
@@ -371,6 +376,23 @@ def candidates(op: str, fab: Fabric, size: Num, ppn: Num, nodes: Num) -> Iterato
     raise ValueError(f"no cost model for op {op!r}")
 
 
+NCCL_ENV = {
+    "ring": "Ring",
+    "tree": "Tree",
+    "nvls": "NVLS",
+    "nvlstree": "NVLSTree",
+    "sharp": "CollNetDirect",
+    "pat": "PAT",
+}
+"""``NCCL_ALGO`` value of each algorithm NCCL can be told to run (p2p has none)."""
+
+
+def nccl_setting(label: str) -> str:
+    """The environment that makes NCCL run ``label`` ("tree/Simple"): NCCL_ALGO and NCCL_PROTO."""
+    algo, proto = label.split("/")
+    return (f"NCCL_ALGO={NCCL_ENV[algo]} " if algo in NCCL_ENV else "") + f"NCCL_PROTO={proto}"
+
+
 def _matches(algo: str, wanted: str | None) -> bool:
     """NCCL's candidates, or the ones of a forced algorithm (``nvls`` covers NVLS trees)."""
     if wanted is None:
@@ -397,18 +419,19 @@ def fastest(found: Iterator[Candidate]) -> Num:
     return best
 
 
-def choose(found: Iterator[Candidate], algo: str | None = None) -> tuple[Num, list[str]]:
+def choose(found: Iterable[Candidate], algo: str | None = None, *, plain: bool = False) -> tuple[Num, list[str]]:
     """(seconds, ["ring/LL128", ...]) of NCCL's choice, or of the fastest run of one algorithm.
 
-    Without ``algo`` the choice is NCCL's tuner's (no ``hier``).  Works elementwise on arrays;
-    the label list is flat, in C order.
+    Without ``algo`` the choice is NCCL's tuner's (no ``hier``); with ``plain`` it is the
+    candidate the model itself finds fastest (no tuner penalties), which NCCL runs when told
+    to (:data:`NCCL_ENV`).  Works elementwise on arrays; the label list is flat, in C order.
     """
     items = [c for c in found if _matches(c[0], algo)]
     if not items:
         return np.inf, []
     both = np.broadcast_arrays(*[np.asarray(c[2], dtype=float) for c in items], *[np.asarray(c[3]) for c in items])
     times, costs = np.stack(both[: len(items)]), np.stack(both[len(items) :])
-    costs = costs + times
+    costs = times if plain else costs + times
     index = np.argmin(costs, axis=0)
     best = np.take_along_axis(times, index[None, ...], axis=0)[0]
     labels = [f"{items[i][0]}/{items[i][1]}" for i in np.ravel(index)]

@@ -38,8 +38,10 @@ def _usage(message: str) -> Exception:
 
 
 def _int(value: str | None, flag: str, *, minimum: int = 1) -> int:
+    text = str(value).strip()
     try:
-        number = int(str(value), 0)
+        # Decimal first, so that "08" is 8; then 0x.. and 0b.. as Python writes them.
+        number = int(text, 10) if text.lstrip("+-").isdigit() else int(text, 0)
     except ValueError:
         raise _usage(f"{flag} must be a whole number, got {value!r}") from None
     if number < minimum:
@@ -87,7 +89,9 @@ def _check_output(path: str | None) -> None:
 
 
 def _precision_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--precision", default="bf16", help="bf16 (default), fp16, fp8, tf32, fp32")
+    p.add_argument(
+        "--precision", default=None, help="bf16, fp16, fp8, tf32, fp32 (default: bf16 where the GPU has it, else fp16)"
+    )
 
 
 def _print(lines: Sequence[str]) -> None:
@@ -204,11 +208,18 @@ def run_predict(args: argparse.Namespace) -> int:
                 min_bytes=config.min_bytes,
                 max_bytes=config.max_bytes,
                 step=step,
+                faster=prediction.faster,
             )
         )
-        dicts = [r.to_dict() for r in prediction.records]
+        dicts = []
+        for r in prediction.records:
+            found = prediction.faster_for(r)
+            dicts.append({**r.to_dict(), **(found.fields() if found else {})})
         records.extend(dicts)
-        summary[op.name] = op_summary(dicts)
+        summary[op.name] = {
+            **op_summary([r.to_dict() for r in prediction.records]),
+            "sizes_faster_than_nccl_choice": len(prediction.faster),
+        }
     _save(
         args.json,
         "predict",
@@ -296,7 +307,11 @@ def run_estimate(args: argparse.Namespace) -> int:
     _check_output(args.json)
     model = load_model(args.model)
     cluster = _load_cluster(args)
-    precision = as_choice(args.precision, PRECISIONS, "--precision")
+    precision = (
+        cluster.gpu.default_precision
+        if args.precision is None
+        else as_choice(args.precision, PRECISIONS, "--precision")
+    )
     cluster.gpu.peak_flops(precision)
     request = SplitRequest(
         tp=_given(args.tp, "--tp"),
@@ -388,7 +403,7 @@ def run_plan(args: argparse.Namespace) -> int:
         scenario_name=args.scenario.strip().lower(),
         target_util=target,
         max_latency_us=budget,
-        precision=as_choice(args.precision, PRECISIONS, "--precision"),
+        precision=None if args.precision is None else as_choice(args.precision, PRECISIONS, "--precision"),
         global_batch=_given(args.global_batch, "--global-batch") or 0,
     )
     seconds = time.perf_counter() - start
@@ -398,9 +413,9 @@ def run_plan(args: argparse.Namespace) -> int:
         net = option.network
         return {
             "role": role,
-            "nic": net.nic.name,
+            "nic": net.nic.name if net.count else None,
             "nics_per_node": net.count,
-            "transport": net.transport.name,
+            "transport": net.transport.name if net.count else None,
             "sharp": net.sharp,
             "topology": net.topology,
             "oversubscription": net.oversubscription,
@@ -426,7 +441,7 @@ def run_plan(args: argparse.Namespace) -> int:
             "target_util": result.target_util,
             "max_latency_us": result.max_latency_us,
             "latency_probe_bytes": LATENCY_PROBE_BYTES,
-            "precision": args.precision,
+            "precision": result.precision,
             "global_batch": result.batch,
         },
         records,

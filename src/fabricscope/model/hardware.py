@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any, ClassVar, Literal, TypeVar
 
 from fabricscope.errors import UsageError, closest
-from fabricscope.model.userfile import FORBID_EXTRA, InvalidValue, build, read_toml
+from fabricscope.model.userfile import FORBID_EXTRA, build, read_toml, require
 
 __all__ = [
     "GPU",
@@ -37,9 +37,7 @@ PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
 def _positive(owner: object, *names: str) -> None:
     for name in names:
-        value = getattr(owner, name)
-        if not value > 0:
-            raise InvalidValue(f"{name} must be positive, got {value!r}")
+        require(name, getattr(owner, name), "positive", lambda v: v > 0)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -74,8 +72,7 @@ class GPU:
 
     def __post_init__(self) -> None:
         _positive(self, "tflops_fp32", "memory_gb", "hbm_tbps", "price_usd")
-        if not 0 < self.mamf <= 1:
-            raise InvalidValue(f"mamf must be in (0, 1], got {self.mamf}")
+        require("mamf", self.mamf, "in (0, 1]", lambda v: 0 < v <= 1)
 
     def peak_flops(self, precision: str) -> float:
         """Dense peak FLOP/s of the tensor cores at ``precision``; a UsageError if there are none."""
@@ -86,8 +83,17 @@ class GPU:
         tflops = float(getattr(self, f"tflops_{precision}"))
         if tflops <= 0:
             usable = [p for p in PRECISIONS if float(getattr(self, f"tflops_{p}")) > 0]
-            raise UsageError(f"{self.name} has no {precision} tensor cores: use one of {', '.join(usable)}")
+            raise UsageError(
+                f"--precision {precision}: {self.name} has no {precision} tensor cores: use --precision "
+                f"{' or '.join(usable)}"
+            )
         return tflops * 1e12
+
+    @property
+    def default_precision(self) -> str:
+        """What training on this GPU runs at when nobody says: bf16 where the tensor cores have
+        it, else fp16 (V100), else fp32."""
+        return next(p for p in ("bf16", "fp16", "fp32") if float(getattr(self, f"tflops_{p}")) > 0)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -102,10 +108,21 @@ class GPULink:
     nvls_efficiency: float
     switch: str
     """Which NVSwitch generation carries this link, as text (not a catalog name)."""
+    max_gpus_nvswitch: int
+    """Most GPUs one node's NVSwitch fabric of this generation connects; 0 where none is built."""
+    max_gpus_mesh: int
+    """Most GPUs a direct mesh of these links connects (one link per peer); 0 where none is built."""
+    max_gpus_source: str
     source: str
 
     def __post_init__(self) -> None:
         _positive(self, "raw_gbps", "nccl_gbps")
+        for key in ("max_gpus_nvswitch", "max_gpus_mesh"):
+            require(key, getattr(self, key), "0 or more", lambda v: v >= 0)
+
+    def max_gpus(self, intra: str) -> int:
+        """Most GPUs per node over this link as ``intra`` (nvswitch, or a mesh)."""
+        return self.max_gpus_nvswitch if intra == "nvswitch" else self.max_gpus_mesh
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -116,10 +133,13 @@ class PCIe:
     gbps: float
     """x16, one direction, GB/s."""
     nccl_fraction: float
+    max_gpus: int
+    """Most GPUs one server connects over PCIe."""
+    max_gpus_source: str
     source: str
 
     def __post_init__(self) -> None:
-        _positive(self, "gbps", "nccl_fraction")
+        _positive(self, "gbps", "nccl_fraction", "max_gpus")
 
     @property
     def effective_gbps(self) -> float:
@@ -162,8 +182,7 @@ class Transport:
     source: str
 
     def __post_init__(self) -> None:
-        if not 0 < self.efficiency <= 1:
-            raise InvalidValue(f"efficiency must be in (0, 1], got {self.efficiency}")
+        require("efficiency", self.efficiency, "in (0, 1]", lambda v: 0 < v <= 1)
         _positive(self, "latency_us")
 
 

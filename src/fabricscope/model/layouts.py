@@ -83,7 +83,11 @@ def layouts(
                 continue
             found.append(config(dp=dp, zero=zero, micro_batch=mb, recompute="none"))
     else:
-        tps = _options(req.tp, [t for t in _divisors(gpus_per_node) if model.heads % t == 0 and gpus % t == 0])
+        # Sequence parallelism asked for implies tensor parallelism (it splits over the TP ranks).
+        least = 2 if req.sequence_parallel else 1
+        tps = _options(
+            req.tp, [t for t in _divisors(gpus_per_node) if t >= least and model.heads % t == 0 and gpus % t == 0]
+        )
         for tp in tps:
             pps = _options(req.pp, [p for p in _divisors(model.layers) if (gpus // tp) % p == 0])
             for pp in pps:
@@ -97,7 +101,7 @@ def layouts(
                         continue
                     if zero and dp == 1 and req.zero is None:
                         continue
-                    sp = req.sequence_parallel if req.sequence_parallel is not None else tp > 1
+                    sp = (req.sequence_parallel if req.sequence_parallel is not None else True) and tp > 1
                     found.append(
                         config(
                             tp=tp,

@@ -65,6 +65,10 @@ class _Split(Protocol):
     @property
     def interleave(self) -> int | None: ...
     @property
+    def recompute(self) -> Recompute | None: ...
+    @property
+    def sequence_parallel(self) -> bool | None: ...
+    @property
     def global_batch(self) -> int: ...
     @property
     def ps_servers(self) -> int: ...
@@ -157,28 +161,58 @@ class SplitRequest(_Settings):
         return [k for k in KNOBS if getattr(self, k) is None]
 
 
-def check_layout(split: _Split, model: ModelSpec, *, gpus: int, gpus_per_node: int, batch: int) -> None:
+def check_layout(
+    split: _Split, model: ModelSpec, *, gpus: int, gpus_per_node: int, batch: int, row: bool = False
+) -> None:
     """Raise a UsageError saying why the given parts of ``split`` cannot run ``model`` on this
-    many GPUs (parts left ``None`` are not checked)."""
+    many GPUs (parts left ``None`` are not checked).
+
+    Messages name command-line flags (``--tp 16``), or with ``row`` the columns of a validation
+    row (``tp = 16``), and say what to change there.
+    """
     tp, pp, dp, mb, v = split.tp, split.pp, split.dp, split.micro_batch, split.interleave
+
+    def named(key: str, value: object) -> str:
+        return f"{key} = {value}" if row else f"{_flag(key)} {value}"
+
     if tp is not None and pp is not None and dp is not None and tp * pp * dp != gpus:
+        hint = (
+            f"set dp = {max(1, gpus // (tp * pp))} or gpus = {tp * pp * dp} in the row"
+            if row
+            else f"give --dp {max(1, gpus // (tp * pp))} or change --nodes"
+        )
         raise UsageError(
-            f"tp*pp*dp = {tp}*{pp}*{dp} = {tp * pp * dp} does not match the cluster's {gpus} GPUs "
-            f"(give --dp {max(1, gpus // (tp * pp))} or change --nodes)"
+            f"tp*pp*dp = {tp}*{pp}*{dp} = {tp * pp * dp} does not match the {'row' if row else 'cluster'}'s "
+            f"{gpus} GPUs ({hint})"
         )
     if tp is not None:
         if tp > gpus_per_node:
             raise UsageError(
-                f"--tp {tp} is larger than a node ({gpus_per_node} GPUs): tensor parallelism stays inside a node"
+                f"{named('tp', tp)} is larger than a node ({gpus_per_node} GPUs): tensor parallelism stays inside "
+                "a node"
             )
         if gpus_per_node % tp:
-            raise UsageError(f"--tp {tp} must divide the {gpus_per_node} GPUs of a node")
+            raise UsageError(f"{named('tp', tp)} must divide the {gpus_per_node} GPUs of a node")
+    if split.ps_servers > gpus:
+        raise UsageError(
+            f"--ps-servers {split.ps_servers} is more than the job's {gpus} GPUs (servers beyond one per "
+            f"worker node already buy nothing): use 1 to {gpus}"
+        )
     if not model.is_transformer:
         if (tp or 1) > 1 or (pp or 1) > 1:
             raise UsageError(f"{model.name} is a vision model: use data parallelism only (--tp 1 --pp 1)")
+        if split.recompute not in (None, "none") or split.sequence_parallel:
+            given = f"--recompute {split.recompute}" if split.recompute not in (None, "none") else "--sequence-parallel"
+            raise UsageError(f"{given} applies to transformer layers and {model.name} is a vision model: leave it out")
     else:
+        if tp == 1 and split.sequence_parallel:
+            given = "recompute = ...+sequence-parallel" if row else "--sequence-parallel"
+            raise UsageError(
+                f"{given} splits activations over the tensor-parallel ranks and has no effect "
+                f"with {named('tp', 1)}: give {'tp' if row else '--tp'} 2 or more, or leave sequence parallelism out"
+            )
         if tp is not None and model.heads % tp:
-            raise UsageError(f"--tp {tp} must divide the model's {model.heads} attention heads")
+            raise UsageError(f"{named('tp', tp)} must divide the model's {model.heads} attention heads")
         if pp is not None and model.layers % (pp * (v or 1)):
             raise UsageError(f"pp*interleave = {pp * (v or 1)} must divide the model's {model.layers} layers")
     fixed = [(name, value) for name, value in (("tp", tp), ("pp", pp), ("dp", dp)) if value is not None]
@@ -189,7 +223,11 @@ def check_layout(split: _Split, model: ModelSpec, *, gpus: int, gpus_per_node: i
         names = "*".join(name for name, _ in fixed)
         values = "*".join(str(value) for _, value in fixed)
         shown = f"{names} = {values} = {product}" if len(fixed) > 1 else f"--{names} {product}"
-        hint = "give --dp or change --nodes" if dp is None else "change the split or --nodes"
+        hint = (
+            "change the split or gpus in the row"
+            if row
+            else ("give --dp or change --nodes" if dp is None else "change the split or --nodes")
+        )
         raise UsageError(f"{shown} does not divide the cluster's {gpus} GPUs: {hint}")
     if dp is None and tp is not None and pp is not None:
         dp = gpus // (tp * pp)

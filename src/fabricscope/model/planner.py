@@ -15,8 +15,10 @@ array computation, in chunks that stay in cache.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, cast
 
@@ -31,7 +33,7 @@ from fabricscope.model.fabric import Fabric, fabric_columns, take
 from fabricscope.model.hardware import GPU, NIC, Transport
 from fabricscope.model.layouts import Layouts, layouts
 from fabricscope.model.parallel import Precision, SplitRequest
-from fabricscope.model.userfile import FORBID_EXTRA, InvalidValue, build, read_toml
+from fabricscope.model.userfile import FORBID_EXTRA, InvalidValue, build, read_toml, require
 from fabricscope.model.workload import ModelSpec
 
 __all__ = ["LATENCY_PROBE_BYTES", "Network", "Plan", "Scenario", "plan", "scenarios", "search_space"]
@@ -66,10 +68,10 @@ class Scenario:
     source: str = ""
 
     def __post_init__(self) -> None:
-        if not 0 < self.target_util <= 1:
-            raise InvalidValue(f"target_util must be in (0, 1], got {self.target_util}")
-        if self.max_latency_us < 0:
-            raise InvalidValue(f"max_latency_us must not be negative, got {self.max_latency_us}")
+        require("target_util", self.target_util, "in (0, 1]", lambda v: 0 < v <= 1)
+        require("max_latency_us", self.max_latency_us, "0 (no budget) or more", lambda v: v >= 0)
+        for value in (*self.nic_speeds_gbps, *self.oversubscription):
+            require("nic_speeds_gbps and oversubscription", value, "positive", lambda v: v > 0)
         for key in (
             "links",
             "transports",
@@ -111,6 +113,8 @@ class Network:
     oversubscription: float
 
     def label(self) -> str:
+        if not self.count:
+            return "no scale-out network (one server)"
         sharp = " +SHARP" if self.sharp else ""
         over = f" {self.oversubscription:g}:1" if self.oversubscription > 1 else ""
         return f"{self.count}x {self.nic.name} {self.transport.name}{sharp} {self.topology}{over}"
@@ -261,7 +265,13 @@ class Plan:
     gpu_cost_usd: float
     batch: int
     """Global batch the splits were priced at."""
+    precision: str = "bf16"
     notes: list[str] = field(default_factory=list)
+
+
+def percent(share: float) -> str:
+    """A share as a percentage rounded down to 0.1 point, so that 99.96% never reads as 100%."""
+    return f"{math.floor(share * 1000 + 1e-9) / 10:.1f}%"
 
 
 def plan(
@@ -272,7 +282,7 @@ def plan(
     scenario_name: str = "research-medium",
     target_util: float | None = None,
     max_latency_us: float | None = None,
-    precision: Precision = "bf16",
+    precision: Precision | None = None,
     global_batch: int = 0,
 ) -> Plan:
     """Search the scenario's networks for ``model`` on ``gpus`` GPUs."""
@@ -289,6 +299,7 @@ def plan(
     budget = sc.max_latency_us if max_latency_us is None else max_latency_us
     if budget < 0:
         raise UsageError(f"--max-latency-us must not be negative, got {budget}")
+    precision = precision or cast(Precision, gpu.default_precision)
     gpu.peak_flops(precision)
     nodes = gpus // per_node
     if global_batch < 0:
@@ -304,6 +315,9 @@ def plan(
     networks = search_space(sc, per_node)
     if not networks:
         raise UsageError(f"scenario {sc.name} allows no network for servers of {per_node} GPUs")
+    if nodes == 1:
+        # One server: its GPUs talk over NVLink or PCIe; there is no network to buy.
+        networks = [dataclasses.replace(networks[0], count=0, sharp=False, oversubscription=1.0)]
     fab = fabric_arrays(networks, gpu, per_node, nodes)
     result = sweep(model, cand, gpu, fab, precision)
     latency = (
@@ -327,6 +341,13 @@ def plan(
             )
         )
     usable = [o for o in options if o.parallel is not None]
+    if not usable:
+        one = training.step(shape_of(model), cand.job, device_for(gpu, precision), take(fab, 0))
+        smallest = float(np.min(one.memory_bytes)) / 1e9
+        raise UsageError(
+            f"{model.name} does not fit in {gpus} x {gpu.name} ({gpu.memory_gb:g} GB) in any split tried "
+            f"(the smallest needs {smallest:.0f} GB per GPU): give more --gpus or a GPU with more memory (--gpu)"
+        )
     frontier: list[Option] = []
     for option in sorted(usable, key=Option.rank):
         if not frontier or option.utilization >= frontier[-1].utilization + FRONTIER_STEP:
@@ -334,14 +355,18 @@ def plan(
     meeting = [o for o in usable if o.meets]
     recommended = min(meeting, key=Option.rank) if meeting else None
     notes = []
-    if not usable:
-        notes.append(f"{model.name} does not fit in {gpus} x {gpu.name} ({gpu.memory_gb:g} GB) in any split tried")
-    elif recommended is None:
-        best = max(usable, key=lambda o: o.utilization)
+    if nodes == 1:
         notes.append(
-            f"no network reaches {target:.0%} utilization"
+            f"{gpus} GPUs fit in one server: they talk over {gpu.fabric}, and no scale-out network is needed "
+            "(the plan prices the server alone)"
+        )
+    if recommended is None:
+        best = frontier[-1]
+        where = "one server reaches" if nodes == 1 else "no network reaches"
+        notes.append(
+            f"{where} {100 * target:g}% utilization"
             + (f" within {budget:g} us" if budget else "")
-            + f"; the best is {best.utilization:.0%} ({best.network.label()})"
+            + f"; the best is {percent(best.utilization)} ({best.network.label()})"
         )
     return Plan(
         model=model,
@@ -356,5 +381,6 @@ def plan(
         evaluated=result.evaluated,
         gpu_cost_usd=gpus * gpu.price_usd,
         batch=cand.batch,
+        precision=precision,
         notes=notes,
     )

@@ -9,7 +9,7 @@ evaluated for all sizes of an op at once.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -20,9 +20,44 @@ from fabricscope.model import collectives as model
 from fabricscope.model.fabric import Fabric
 from fabricscope.results import CollectiveRecord
 
-__all__ = ["ALGO_CHOICES", "OpPrediction", "predict_op"]
+__all__ = ["ALGO_CHOICES", "FASTER_BY", "Faster", "OpPrediction", "predict_op"]
 
 ALGO_CHOICES = ("auto", *model.ALGORITHMS)
+
+
+FASTER_BY = 0.10
+"""Name a faster algorithm/protocol than NCCL's choice when it saves more than this share of the time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Faster:
+    """A size where the model's fastest algorithm/protocol beats the one NCCL's tuner picks.
+
+    NCCL ranks candidates with corrections of its own (tree correction, ring plateau, NVLS
+    latency); the table shows what it picks, since that is what a run measures.  Where the
+    plain model finds another candidate more than :data:`FASTER_BY` faster, this says which
+    and how to ask NCCL for it.
+    """
+
+    dtype: str
+    size_bytes: int
+    nccl: str
+    """NCCL's choice, "ring/LL"."""
+    nccl_time_us: float
+    fastest: str
+    fastest_time_us: float
+
+    @property
+    def env(self) -> str:
+        return model.nccl_setting(self.fastest)
+
+    def fields(self) -> dict[str, object]:
+        """What a predicted record carries about it (``--json``)."""
+        return {
+            "fastest_algorithm": self.fastest,
+            "fastest_time_us": self.fastest_time_us,
+            "fastest_env": self.env,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +66,12 @@ class OpPrediction:
 
     op: Collective
     records: list[CollectiveRecord]
+    faster: list[Faster] = field(default_factory=list)
+    """Sizes where the model's fastest candidate beats NCCL's choice (only when NCCL chooses)."""
+
+    def faster_for(self, record: CollectiveRecord) -> Faster | None:
+        """The :class:`Faster` of one record's row, if any."""
+        return next((f for f in self.faster if f.dtype == record.dtype and f.size_bytes == record.size_bytes), None)
 
 
 def predict_op(
@@ -54,15 +95,25 @@ def predict_op(
     # --algo picks among all_reduce's algorithms; other ops run as NCCL runs them (ring or p2p).
     chosen = algo if (algo != "auto" and op.name == "all_reduce") else None
     records: list[CollectiveRecord] = []
+    faster: list[Faster] = []
     for dtype_name in dtypes:
         eltsize = DTYPES[dtype_name].size
         layouts = [op.layout(size // eltsize, eltsize, nranks) for size in sizes]
         moved = np.array([op.algbw_elements(layout, nranks) * eltsize for layout in layouts], dtype=float)
-        found = model.candidates(op.name, fab, moved, float(gpus_per_node), float(nodes))
+        found = list(model.candidates(op.name, fab, moved, float(gpus_per_node), float(nodes)))
         seconds, labels = model.choose(found, chosen)
         seconds = np.broadcast_to(seconds, moved.shape)
         if not np.all(np.isfinite(seconds)):
             raise UsageError(f"--algo {algo} cannot run on this cluster: {_why_not(algo, nodes, gpus_per_node)}")
+        if chosen is None:
+            best, best_labels = model.choose(found, plain=True)
+            best = np.broadcast_to(best, moved.shape)
+            for layout, t, label, b, b_label in zip(
+                layouts, seconds.tolist(), labels, best.tolist(), best_labels, strict=True
+            ):
+                if b < t * (1.0 - FASTER_BY):
+                    size = op.size_bytes(layout, eltsize)
+                    faster.append(Faster(dtype_name, size, label, t * 1e6, b_label, b * 1e6))
         for redop in redops if op.reduces else ["none"]:
             for layout, t, label in zip(layouts, seconds.tolist(), labels, strict=True):
                 algbw, busbw = op.bandwidths(layout, eltsize, nranks, t)
@@ -83,7 +134,7 @@ def predict_op(
                             algorithm=label,
                         )
                     )
-    return OpPrediction(op=op, records=records)
+    return OpPrediction(op=op, records=records, faster=faster)
 
 
 def _why_not(algo: str, nodes: int, gpus_per_node: int) -> str:

@@ -12,9 +12,10 @@ from fabricscope.bench import table
 from fabricscope.bench.collectives import Collective
 from fabricscope.model.cluster import Cluster
 from fabricscope.model.estimate import Estimate
-from fabricscope.model.fabric import fabric_of
+from fabricscope.model.fabric import fabric_of, transport_extra_us
 from fabricscope.model.parallel import KNOBS
-from fabricscope.model.planner import Option, Plan
+from fabricscope.model.planner import Option, Plan, percent
+from fabricscope.model.predict import FASTER_BY, Faster
 from fabricscope.model.training import BREAKDOWN
 from fabricscope.model.validation import Check, summary
 from fabricscope.results import CollectiveRecord
@@ -22,6 +23,7 @@ from fabricscope.results import CollectiveRecord
 __all__ = [
     "cluster_lines",
     "estimate_lines",
+    "faster_lines",
     "plan_lines",
     "predict_lines",
     "validate_lines",
@@ -58,7 +60,7 @@ def cluster_lines(cluster: Cluster) -> list[str]:
         lines.append(
             f"#   network: {net.nics_per_node}x {cluster.nic.name} over {cluster.transport.name}{sharp}: "
             f"{float(fab.nic_gbps):.1f} GB/s per NIC, {float(fab.node_net_gbps):.1f} per node; "
-            f"{net.topology},{over}; +{float(fab.net_extra_us):.2f} us per message over RDMA"
+            f"{net.topology},{over}; +{float(fab.net_extra_us):.2f} us per message ({_extra_latency(cluster)})"
         )
         transport = cluster.transport
         if transport.cpu_ghz_per_gbps > 0:
@@ -69,6 +71,16 @@ def cluster_lines(cluster: Cluster) -> list[str]:
     return lines
 
 
+def _extra_latency(cluster: Cluster) -> str:
+    """What the network latency above NCCL's own constants is made of, in the transport's words."""
+    parts = ["switches and cables"]
+    if transport_extra_us(cluster.transport) > 0:
+        parts.insert(0, f"{cluster.transport.name} above GPUDirect RDMA")
+    if cluster.spec.network.extra_latency_us:
+        parts.append("extra_latency_us")
+    return ", ".join(parts)
+
+
 def predict_lines(
     op: Collective,
     records: Sequence[CollectiveRecord],
@@ -77,6 +89,7 @@ def predict_lines(
     min_bytes: int,
     max_bytes: int,
     step: str,
+    faster: Sequence[Faster] = (),
 ) -> list[str]:
     """The nccl-tests table of one op, predicted: '#' lines name the algorithm of each row group."""
     lines = [f"# fabricscope version {__version__} predict (model, not a measurement)"]
@@ -98,9 +111,38 @@ def predict_lines(
         lines.append(table.format_row(row, check=False))
     lines.extend(table.footer_lines(dicts, check=False))
     lines.extend(table.summary_lines(dicts))
+    lines.extend(faster_lines(faster))
     lines.append("#")
     lines.append(f"# Collective test concluded: {op.program}")
     lines.append("")
+    return lines
+
+
+def faster_lines(faster: Sequence[Faster]) -> list[str]:
+    """'#' lines naming the sizes where another algorithm/protocol beats NCCL's choice, one line
+    per run of sizes with the same two choices, with the setting that gets the faster one."""
+    groups: list[list[Faster]] = []
+    for item in faster:
+        last = groups[-1][-1] if groups else None
+        if last is not None and (last.dtype, last.nccl, last.fastest) == (item.dtype, item.nccl, item.fastest):
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    if not groups:
+        return []
+    lines = [
+        f"# faster than NCCL's choice by more than {FASTER_BY:.0%} (the model's fastest; NCCL's tuner "
+        "ranks with corrections of its own):"
+    ]
+    dtypes = {item.dtype for item in faster}
+    for group in groups:
+        worst = max(group, key=lambda f: f.nccl_time_us / f.fastest_time_us)
+        sizes = f"{group[0].size_bytes}" + (f"-{group[-1].size_bytes}" if len(group) > 1 else "")
+        dtype = f" {group[0].dtype}" if len(dtypes) > 1 else ""
+        lines.append(
+            f"#   {sizes} B{dtype}: {worst.fastest} {worst.fastest_time_us:.2f} us instead of {worst.nccl} "
+            f"{worst.nccl_time_us:.2f} us{f' at {worst.size_bytes} B' if len(group) > 1 else ''}; set {worst.env}"
+        )
     return lines
 
 
@@ -173,19 +215,27 @@ def _option_row(o: Option, marker: str) -> str:
     par = o.parallel
     split = f"tp{par.tp} pp{par.pp} dp{par.dp} z{par.zero} mb{par.micro_batch} {par.recompute}" if par else "-"
     return (
-        f"{marker}{_usd(o.cost_usd):>12}  {o.network.label():<44} {100 * o.utilization:5.1f}%  "
+        f"{marker}{_usd(o.cost_usd):>12}  {o.network.label():<44} {percent(o.utilization):>6}  "
         f"{o.step_s:9.3f}  {o.latency_us:8.1f}  {split}"
     )
+
+
+def _servers(gpus: int) -> str:
+    per_server = min(8, gpus)
+    servers = gpus // per_server
+    if servers == 1:
+        return f"one server of {gpus}"
+    return f"{servers} servers of {per_server}"
 
 
 def plan_lines(p: Plan, *, top: int, seconds: float) -> list[str]:
     sc = p.scenario
     budget = f", small all-reduce <= {p.max_latency_us:g} us" if p.max_latency_us else ""
     lines = [
-        f"plan: {p.model.name} on {p.gpus} x {p.gpu.name} ({p.gpus // min(8, p.gpus)} servers), scenario {sc.name}: "
-        f"{sc.description}",
-        f"target: GPU utilization >= {100 * p.target_util:.0f}%{budget}",
-        f"searched {len(p.options)} networks x {p.evaluated // max(len(p.options), 1)} splits = {p.evaluated:,} "
+        f"plan: {p.model.name} on {p.gpus} x {p.gpu.name} ({_servers(p.gpus)}), scenario {sc.name}: {sc.description}",
+        f"target: GPU utilization >= {100 * p.target_util:g}%{budget}",
+        f"searched {len(p.options)} network{'s' if len(p.options) != 1 else ''} x "
+        f"{p.evaluated // max(len(p.options), 1)} splits = {p.evaluated:,} "
         f"configurations in {seconds:.2f} s",
         "",
         "cost/utilization frontier (cheapest first; each row buys more utilization; * = recommended):",
@@ -197,12 +247,18 @@ def plan_lines(p: Plan, *, top: int, seconds: float) -> list[str]:
     for option in shown:
         lines.append(_option_row(option, "* " if option is p.recommended else "  "))
     lines.append("")
-    if p.recommended is not None:
+    if p.recommended is not None and not p.recommended.network.count:
+        r = p.recommended
+        lines.append(
+            f"recommended: no scale-out network: one server of {p.gpus} {p.gpu.name} reaches "
+            f"{percent(r.utilization)} utilization ({r.latency_us:.1f} us small all-reduce)"
+        )
+    elif p.recommended is not None:
         r = p.recommended
         share = 100 * r.cost_usd / (r.cost_usd + p.gpu_cost_usd)
         lines.append(
             f"recommended: {r.network.label()} for {_usd(r.cost_usd)} ({share:.1f}% of a "
-            f"{_usd(r.cost_usd + p.gpu_cost_usd)} GPU+network bill): {100 * r.utilization:.1f}% utilization, "
+            f"{_usd(r.cost_usd + p.gpu_cost_usd)} GPU+network bill): {percent(r.utilization)} utilization, "
             f"{r.latency_us:.1f} us small all-reduce"
         )
     lines.extend(f"note: {note}" for note in p.notes)

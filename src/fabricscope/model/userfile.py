@@ -17,13 +17,16 @@ only when a file is read.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any, TypeVar, get_args, get_origin, get_type_hints
+import math
+import types
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from fabricscope.errors import ConfigError, UsageError, closest
-from fabricscope.userfiles import read_toml
+from fabricscope.userfiles import read_toml as _read_toml
 
-__all__ = ["FORBID_EXTRA", "InvalidValue", "build", "read_toml"]
+__all__ = ["FORBID_EXTRA", "InvalidValue", "build", "read_toml", "require"]
 
 T = TypeVar("T")
 
@@ -51,11 +54,82 @@ def _adapter(cls: Any) -> Any:
     return _ADAPTERS[cls]
 
 
+def read_toml(path: str | Path, *, presets: Iterable[str] = (), what: str = "") -> dict[str, Any]:
+    """Parse a user's TOML file; a missing ``NAME.toml`` whose NAME is one of ``presets`` says to
+    drop the ``.toml`` (``--cluster dgx-h100-ndr.toml`` meant the preset ``dgx-h100-ndr``)."""
+    try:
+        return _read_toml(path)
+    except ConfigError:
+        stem = Path(path).name.removesuffix(".toml").lower()
+        if stem in presets and not Path(path).exists():
+            raise ConfigError(f"{path}: no such file (did you mean the {what} preset '{stem}'?)") from None
+        raise
+
+
+def require(key: str, value: Any, allowed: str, ok: Callable[[float], bool]) -> None:
+    """Raise InvalidValue ``"<key> must be <allowed>, got <value>"`` unless ``value`` is a finite
+    number for which ``ok`` holds (NaN and infinities are never allowed)."""
+    if not (math.isfinite(value) and ok(value)):
+        raise InvalidValue(f"{key} must be {allowed}, got {value!r}")
+
+
+_KINDS = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}
+
+
+def _wrong_type(hint: Any, value: Any) -> str | None:
+    """Why ``value`` (from TOML) cannot be a ``hint``, or None when it can (or when pydantic decides).
+
+    Stricter than pydantic's lax mode, as the doctor's expectations reader: no ``true`` for a
+    number, no ``"2"`` for a number, no ``32.0`` for a whole number, no ``1`` for a boolean.
+    """
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = [a for a in get_args(hint) if a is not type(None)]
+        if value is None or len(options) != 1:
+            return None
+        return _wrong_type(options[0], value)
+    if origin is Literal:
+        return None if isinstance(value, str) or not all(isinstance(a, str) for a in get_args(hint)) else "a string"
+    if origin is list:
+        if not isinstance(value, list):
+            return "a list"
+        (item,) = get_args(hint) or (Any,)
+        return next((f"a list of {why}s" for v in value if (why := _wrong_type(item, v)) is not None), None)
+    if hint is bool:
+        return None if isinstance(value, bool) else _KINDS[bool]
+    if hint is int:
+        return None if isinstance(value, int) and not isinstance(value, bool) else _KINDS[int]
+    if hint is float:
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else _KINDS[float]
+    if hint is str:
+        return None if isinstance(value, str) else _KINDS[str]
+    return None
+
+
+def _check_types(cls: Any, data: Mapping[str, Any], prefix: str = "") -> None:
+    """Raise InvalidValue for the first value of the wrong TOML type (unknown keys are pydantic's)."""
+    hints = get_type_hints(cls)
+    for key, value in data.items():
+        hint = hints.get(key)
+        if hint is None:
+            continue
+        name = f"{prefix}{key}"
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            if isinstance(value, Mapping):
+                _check_types(hint, value, f"{name}.")
+            continue
+        why = _wrong_type(hint, value)
+        if why is not None:
+            shown = str(value).lower() if isinstance(value, bool) else repr(value)
+            raise InvalidValue(f"{name} = {shown}: must be {why}")
+
+
 def build(cls: type[T], data: Mapping[str, Any], *, source: str) -> T:
     """Validate ``data`` (a TOML table) into ``cls``; errors name ``source`` and the key."""
     from pydantic import ValidationError
 
     try:
+        _check_types(cls, data)
         result: T = _adapter(cls).validate_python(dict(data))
     except ValidationError as exc:
         raise ConfigError(f"{source}: {_describe(cls, exc.errors()[0])}") from None

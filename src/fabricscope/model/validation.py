@@ -26,14 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from fabricscope.bench.collectives import get as get_op
-from fabricscope.errors import ConfigError, UsageError
+from fabricscope.errors import ConfigError, UsageError, closest
 from fabricscope.model import hardware
 from fabricscope.model.cluster import ClusterSpec, IntraFabric, NetworkSpec, TransportName, resolve
 from fabricscope.model.estimate import estimate
 from fabricscope.model.fabric import fabric_of
-from fabricscope.model.parallel import ParallelConfig
+from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, Recompute, check_layout
 from fabricscope.model.predict import predict_op
-from fabricscope.model.workload import ModelSpec
+from fabricscope.model.workload import PARAMS_TOLERANCE, ModelSpec
 
 __all__ = ["Check", "default_files", "match_gpu", "match_nic", "summary", "validate_file"]
 
@@ -188,13 +188,13 @@ def _number(row: Mapping[str, str], key: str, *, whole: bool = False, allow_zero
     return value
 
 
-def _cluster(row: Mapping[str, str], nodes: int) -> Any:
+def _cluster(row: Mapping[str, str], nodes: int, gpus_per_node: int | None = None) -> Any:
     nic_text = row.get("nic", "") or ""
     nics = _number(row, "nics_per_node", whole=True, allow_zero=True) if (row.get("nics_per_node") or "").strip() else 0
     nic = match_nic(nic_text) if nic_text else "ib-ndr"
     spec = ClusterSpec(
         nodes=nodes,
-        gpus_per_node=_number(row, "gpus_per_node", whole=True),
+        gpus_per_node=gpus_per_node or _number(row, "gpus_per_node", whole=True),
         gpu=match_gpu(row["gpu"]),
         intra=_intra(row.get("intra_node", "") or ""),
         network=NetworkSpec(nic=nic, nics_per_node=nics, transport=_transport(row.get("transport", "") or "", nic)),
@@ -246,9 +246,42 @@ def _flag(row: Mapping[str, str], key: str, default: bool) -> bool:
     return default if not text else text in ("1", "true", "yes")
 
 
+SEQUENCE_PARALLEL = "+sequence-parallel"
+
+
+def _recompute(text: str) -> tuple[Recompute, bool]:
+    """The ``recompute`` column: none, selective or full, optionally ``+sequence-parallel``."""
+    low = text.strip().lower()
+    policy = low.removesuffix(SEQUENCE_PARALLEL) or "none"
+    for option in RECOMPUTE:
+        if option == policy:
+            return option, low.endswith(SEQUENCE_PARALLEL)
+    allowed = ", ".join(RECOMPUTE)
+    raise UsageError(
+        f"recompute = {text!r} is not one of {allowed}{closest(policy, RECOMPUTE)} "
+        f"(each may end in {SEQUENCE_PARALLEL})"
+    )
+
+
+def _check_params(row: Mapping[str, str], model: ModelSpec) -> None:
+    """A ``params_b`` column must agree with the row's shape, as ``params`` in a model file."""
+    if not (row.get("params_b") or "").strip():
+        return
+    given = _number(row, "params_b") * 1e9
+    shaped = model.shape_params
+    if abs(given / shaped - 1) > PARAMS_TOLERANCE:
+        raise UsageError(
+            f"params_b = {given / 1e9:g} but layers, hidden and vocab give {shaped / 1e9:.3g} billion parameters "
+            f"(more than {PARAMS_TOLERANCE:.0%} apart): fix the row's shape or params_b"
+        )
+
+
 def check_training(row: Mapping[str, str], where: str) -> Check:
     gpus, per_node = _number(row, "gpus", whole=True), _number(row, "gpus_per_node", whole=True)
-    cluster = _cluster(row, max(1, gpus // per_node))
+    if gpus % per_node and gpus > per_node:
+        raise UsageError(f"gpus = {gpus} must be a multiple of gpus_per_node = {per_node} (whole nodes)")
+    per_node = min(per_node, gpus)
+    cluster = _cluster(row, gpus // per_node, per_node)
     layers, hidden, seq, vocab = (_number(row, key, whole=True) for key in ("layers", "hidden", "seq_len", "vocab"))
     batch = _number(row, "global_batch", whole=True)
     published = _number(row, "value")
@@ -262,7 +295,8 @@ def check_training(row: Mapping[str, str], where: str) -> Check:
         flash_attention=_flag(row, "flash_attention", False),
         global_batch=batch,
     )
-    recompute = row["recompute"].lower()
+    recompute, sequence_parallel = _recompute(row.get("recompute") or "")
+    _check_params(row, model)
     par = ParallelConfig(
         tp=_number(row, "tp", whole=True),
         pp=_number(row, "pp", whole=True),
@@ -270,10 +304,11 @@ def check_training(row: Mapping[str, str], where: str) -> Check:
         zero=int(row.get("zero_stage") or 0),
         micro_batch=int(row.get("micro_batch") or 1),
         interleave=int(row.get("interleave") or 1),
-        recompute="full" if "full" in recompute else ("selective" if "selective" in recompute else "none"),
-        sequence_parallel="sequence" in recompute,
+        recompute=recompute,
+        sequence_parallel=sequence_parallel,
         dp_overlap=_flag(row, "dp_overlap", False),
     )
+    check_layout(par, model, gpus=gpus, gpus_per_node=per_node, batch=batch, row=True)
     result = estimate(model, cluster, par, what_ifs=False)
     step = result.step_s
     metric = row["metric"]

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Literal
 
 from fabricscope.errors import UsageError
 from fabricscope.model import hardware
-from fabricscope.model.userfile import FORBID_EXTRA, InvalidValue, build, read_toml
+from fabricscope.model.userfile import FORBID_EXTRA, InvalidValue, build, read_toml, require
 
 __all__ = ["PARAMS_TOLERANCE", "ModelSpec", "load_model", "model_presets"]
 
@@ -79,8 +79,7 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         for key in ("params", *SHAPE_KEYS, "global_batch", *VISION_KEYS):
-            if getattr(self, key) < 0:
-                raise InvalidValue(f"{key} must not be negative, got {getattr(self, key)}")
+            require(key, getattr(self, key), "0 or more", lambda v: v >= 0)
         if self.kind == "transformer":
             for key in ("layers", "hidden", "heads", "seq", "vocab"):
                 if getattr(self, key) <= 0:
@@ -187,7 +186,7 @@ def load_model(text: str) -> ModelSpec:
     """A preset name or the path of a model TOML file."""
     path = Path(text)
     if text.endswith(".toml") or path.is_file():
-        data = read_toml(path)
+        data = read_toml(path, presets=_presets(), what="model")
         return build(ModelSpec, {"name": path.stem, **data}, source=str(path))
     name = text.strip().lower()
     if name not in _presets():
