@@ -135,6 +135,26 @@ def test_killed_rank_under_torchrun(tmp_path):
     assert_gone(list(pids.values()))
 
 
+def test_ranks_stop_when_the_torchrun_agent_is_killed(tmp_path):
+    # SIGKILL leaves torchrun no time to stop its ranks: they notice they are orphaned and stop cleanly.
+    out = tmp_path / "o.json"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    cmd = [torchrun, "--nproc-per-node", "2", "--master-port", str(port), "-m", "fabricscope", *ENDLESS]
+    proc = subprocess.Popen(
+        [*cmd, "--json", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env()
+    )
+    data = wait_for_records(out, 4)
+    pids = _rank_pids(data)
+    proc.kill()
+    proc.wait(timeout=10)
+    assert_gone(list(pids.values()), within=TIMEOUT_S + 10)  # kills any left, then fails
+    result = load(out)
+    assert result.status == "interrupted" and len(result.records) >= 4
+
+
 def test_full_disk_keeps_the_last_good_file_and_every_row_on_stdout(tmp_path):
     mount = tmp_path / "tiny"
     mount.mkdir()

@@ -143,7 +143,7 @@ def test_wrong_elements_are_counted_and_fail_the_run(tmp_path):
     ranks = _run_patched(tmp_path, patch, config)
     assert [r.returncode for r in ranks] == [1, 1]
     stdout, stderr = ranks[0].stdout, ranks[0].stderr
-    assert "# Out of bounds values : 3 FAILED" in stdout, stdout
+    assert "# Out of bounds values : 6 FAILED" in stdout, stdout  # 3 rows, wrong in both placements
     assert all(r[8] == "1" and r[12] == "1" for r in table_rows(stdout))
     assert "wrong element(s)" in stderr
     assert all(r["wrong"] == 1 for r in load(out).records)
@@ -313,6 +313,20 @@ def test_run_cycles_and_rank0_timing(tmp_path):
     assert all(r[8] == "N/A" for r in rows)
     assert "combined across ranks by rank0 (-a 0)" in done.stdout
     assert all(r["wrong"] is None for r in load(out).records)
+
+
+@pytest.mark.parametrize("mode", ["2", "3"])
+def test_min_and_max_timing_keep_the_samples_of_the_rank_they_pick(tmp_path, mode):
+    # -a 2/3 picks one rank's mean: its samples come along, so p50/p99 read against the time column.
+    out = tmp_path / f"a{mode}.json"
+    done = run_cli(
+        ["bench", "all_gather", "-b", "1K", "-e", "4K", "-n", "6", "-a", mode, "--nproc", "3", "--json", str(out)]
+    )
+    assert done.returncode == 0, done.stderr
+    for record in load(out).records:
+        samples = record["samples_us"]
+        assert len(samples) == 6
+        assert sum(samples) / len(samples) == pytest.approx(record["time_us"], rel=1e-6)
 
 
 def test_progress_bar_on_a_terminal_stderr_only():

@@ -77,10 +77,10 @@ def test_footer_average_is_over_every_row_and_placement():
     assert footer[1] == "# Avg bus bandwidth    : 10 "
 
 
-def test_footer_counts_failed_rows_and_min_bw_verdict():
+def test_footer_counts_failed_checks_and_min_bw_verdict():
     records = [_rec(8, "out", 1.0, wrong=3), _rec(8, "in", 1.0, wrong=1), _rec(16, "out", 1.0)]
     footer = table.footer_lines(records, check=True, min_busbw=2.0)
-    assert footer[0] == "# Out of bounds values : 1 FAILED"
+    assert footer[0] == "# Out of bounds values : 2 FAILED"  # one row, wrong in both placements
     assert footer[1].endswith("FAILED")
 
 

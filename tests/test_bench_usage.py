@@ -18,18 +18,27 @@ from helpers import cli_env, run_cli
         (["bench", "-d", "floot"], ["unknown datatype 'floot'", "bfloat16"]),
         (["bench", "-o", "mean"], ["unknown reduction op 'mean'", "avg"]),
         (["bench", "--nproc", "0"], ["--nproc must be 1 or more, got 0"]),
-        (["bench", "-f", "1", "-i", "0", "-b", "1K", "-e", "1M"], ["-f 1 with -i 0", "positive increment"]),
+        (["bench", "-f", "1", "-i", "0", "-b", "1K", "-e", "1M"], ["-i 0 (a fixed increment", "positive increment"]),
+        (["bench", "-i", "0", "-b", "1K", "-e", "1M"], ["-i 0 (a fixed increment", "without -f"]),
         (["bench", "-n", "0"], ["-n (iters) must be 1 or more"]),
         (["bench", "-n", "ten"], ["-n (iters) must be a whole number, got 'ten'"]),
         (["bench", "-n", "0x2"], ["-n (iters) must be a whole number, got '0x2'"]),
         (["bench", "-a", "7"], ["-a (average) must be one of 0"]),
         (["bench", "--backend", "mpi"], ["unknown backend 'mpi'", "gloo"]),
         (["bench", "--timeout", "0"], ["--timeout must be a positive"]),
+        (["bench", "--timeout", "100000000000000"], ["--timeout must be between 1 s and 7 days"]),
+        (["bench", "--timeout", "1ms"], ["--timeout must be between 1 s and 7 days, got 0.001 s"]),
+        (["bench", "--nproc", "100000"], ["--nproc 100000 is more local ranks", "at most 1024", "torchrun"]),
+        (["bench", "all", "-N", "0"], ["-N 0 repeats one sweep", "got 9 op(s)", "give -N a count"]),
+        (["bench", "-d", "all", "-N", "0"], ["-N 0 repeats one sweep", "8 datatype(s)"]),
+        (["bench", "--json", "/tmp/x.out", "--csv", "/tmp/x.out"], ["--json and --csv name the same file"]),
+        (["bench", "--json", ""], ["--json needs a file name"]),
+        (["bench", "--backend", "nccl", "-b", "8", "-e", "8"], ["--backend nccl needs CUDA"]),
         (["bench", "broadcast", "-r", "5"], ["-r (root) 5 is not a rank", "0 to 1"]),
         (["bench", "sendrecv", "--nproc", "1"], ["sendrecv needs at least 2 ranks"]),
         (["bench", "--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
         (["bench", "--json", "/no/such/dir/r.json"], ["--json /no/such/dir/r.json", "does not exist"]),
-        (["bench", "--csv", "/tmp"], ["--csv /tmp is a folder"]),
+        (["bench", "--csv", "/tmp"], ["--csv /tmp is a folder", "/tmp/result.csv"]),
         (["bench", "-b", "1T", "-e", "1T"], ["-b 1099511627776 needs two buffers", "largest size that fits"]),
         (["bench", "--backend", "nccl", "--nproc", "1", "-b", "8", "-e", "8"], ["--backend nccl needs CUDA"]),
     ],
@@ -63,6 +72,14 @@ def test_unreachable_master_addr_under_a_launcher(addr, fragment):
     assert fragment in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("port", ["70000", "-5", "abc"])
+def test_bad_master_port_in_the_environment_for_local_ranks(port):
+    done = run_cli(["bench", "-b", "8", "-e", "8"], env={"MASTER_PORT": port})
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: MASTER_PORT must be"), done.stderr
 
 
 def test_master_addr_of_another_host_for_local_ranks():

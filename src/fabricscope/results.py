@@ -232,7 +232,8 @@ def check_output_path(flag: str, path: str) -> None:
     """
     real = os.path.realpath(path)
     if os.path.isdir(real):
-        raise UsageError(f"{flag} {path} is a folder: give a file name, e.g. {os.path.join(path, 'result.json')}")
+        example = os.path.join(path, "result.csv" if flag == "--csv" else "result.json")
+        raise UsageError(f"{flag} {path} is a folder: give a file name, e.g. {example}")
     if os.path.exists(real) and not os.path.isfile(real):
         return
     folder = os.path.dirname(real)

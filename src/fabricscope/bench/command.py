@@ -23,6 +23,8 @@ datatypes: float half bfloat16 double int8 uint8 int32 int64, or all; reductions
 
 Without a launcher, bench spawns --nproc local ranks (gloo on CPU, NCCL on GPUs).
 Under torchrun, mpirun (Open MPI, MPICH/Intel MPI) or srun it joins that world.
+NCCL_TESTS_MIN_BW=GB/s (as nccl-tests): exit 1 when an op's average busbw is below 0.9 x it.
+Ctrl-C or SIGTERM ends the current row at once; every finished row is kept (exit 130).
 
 examples:
   fabricscope bench                                  # all_reduce, 8 B to 32 MiB, 2 local ranks
@@ -42,27 +44,48 @@ def add_parser(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "ops", nargs="*", metavar="OP", help="collectives to run (default all_reduce; 'all' for every op)"
+        "ops",
+        nargs="*",
+        metavar="OP",
+        help="collectives to run, by name or comma-separated (default all_reduce; 'all' for every op)",
     )
     sizes = parser.add_argument_group("sizes (nccl-tests flags; K/M/G are binary)")
     sizes.add_argument("-b", "--minbytes", default="8", help="first size (default 8)")
     sizes.add_argument("-e", "--maxbytes", default="32M", help="last size (default 32M)")
-    sizes.add_argument("-i", "--stepbytes", default=None, help="increment when -f is 1 (default 1M)")
+    sizes.add_argument(
+        "-i", "--stepbytes", default=None, help="increment when -f is 1 (default 1M); -i alone means -f 1"
+    )
     sizes.add_argument("-f", "--stepfactor", default=None, help="multiply the size by this (default 2; 1 uses -i)")
     timing = parser.add_argument_group("timing and checking")
     timing.add_argument("-n", "--iters", default="20", help="timed iterations per size (default 20)")
     timing.add_argument("-w", "--warmup_iters", default="1", help="warmup iterations per size (default 1)")
     timing.add_argument("-c", "--check", default="1", help="correctness-check iterations, 0 = off (default 1)")
-    timing.add_argument("-a", "--average", default="1", help="combine ranks' times: 0 rank0, 1 avg, 2 min, 3 max")
-    timing.add_argument("-N", "--run_cycles", default="1", help="repeat the sweep; 0 = until interrupted")
+    timing.add_argument(
+        "-a", "--average", default="1", help="combine ranks' times: 0 rank0, 1 avg, 2 min, 3 max (default 1)"
+    )
+    timing.add_argument(
+        "-N",
+        "--run_cycles",
+        default="1",
+        help="repeat the sweep N times (default 1); 0 = until interrupted (one op, datatype and reduction)",
+    )
     data = parser.add_argument_group("data")
     data.add_argument("-d", "--datatype", default="float", help="datatype or all (default float)")
-    data.add_argument("-o", "--op", dest="redop", default="sum", help="reduction: sum prod min max avg or all")
+    data.add_argument(
+        "-o", "--op", dest="redop", default="sum", help="reduction: sum prod min max avg or all (default sum)"
+    )
     data.add_argument("-r", "--root", default="0", help="root rank of broadcast/reduce/gather/scatter (default 0)")
     launching = parser.add_argument_group("launch and output")
-    launching.add_argument("--nproc", default=None, help="local ranks to spawn when no launcher is used (default 2)")
+    launching.add_argument(
+        "--nproc", default=None, help="local ranks to spawn when no launcher is used (default one per GPU, else 2)"
+    )
     launching.add_argument("--backend", default="auto", help="auto (NCCL on CUDA, else gloo), gloo or nccl")
-    launching.add_argument("-T", "--timeout", default="300", help="seconds any collective may take (default 300)")
+    launching.add_argument(
+        "-T",
+        "--timeout",
+        default="300",
+        help="time any collective may take: seconds, or with ms/s/m/h (default 300; 1 s to 7 days)",
+    )
     launching.add_argument(
         "--master-addr", default=None, help="rendezvous host (default MASTER_ADDR or the launcher's)"
     )
@@ -145,18 +168,22 @@ def _check_output_paths(config: Any) -> None:
             check_output_path(flag, path)
 
 
-def _default_nproc() -> int:
-    """One rank per GPU when NVIDIA GPUs are present, else 2 (read without importing torch)."""
+def _gpu_count() -> int:
+    """NVIDIA GPUs the driver lists (read without importing torch); 0 without the driver."""
     try:
-        gpus = len(os.listdir("/proc/driver/nvidia/gpus"))
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
     except OSError:
-        gpus = 0
-    return gpus or 2
+        return 0
+
+
+def _default_nproc() -> int:
+    """One rank per GPU when NVIDIA GPUs are present, else 2."""
+    return _gpu_count() or 2
 
 
 def run(args: argparse.Namespace) -> int:
     from fabricscope.bench import launch
-    from fabricscope.errors import MissingDependencyError
+    from fabricscope.errors import MissingDependencyError, UsageError
 
     config = build_config(args)
     world = launch.detect(master_addr=config.master_addr, master_port=config.master_port)
@@ -173,6 +200,8 @@ def run(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("torch") is None:
         raise MissingDependencyError("fabricscope bench needs torch: pip install 'fabricscope[torch]'")
     copy.deepcopy(config).fit_to_world(config.nproc)  # refuse now; rank 0 notes what it skips
+    if config.backend == "nccl" and not _gpu_count():  # once here, not once per rank
+        raise UsageError("--backend nccl needs CUDA GPUs and none is visible here; use --backend gloo or auto")
     from fabricscope.bench.worker import CONFIG_VARIABLE
 
     master_addr = config.master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
@@ -194,5 +223,15 @@ def run(args: argparse.Namespace) -> int:
         {CONFIG_VARIABLE: json.dumps(config.to_dict())},
         grace_s=config.timeout_s + 15.0,
         master_addr=master_addr,
-        master_port=config.master_port or _int(os.environ.get("MASTER_PORT", "0"), "MASTER_PORT") or None,
+        master_port=config.master_port or _env_port(),
     )
+
+
+def _env_port() -> int | None:
+    """``MASTER_PORT`` from the environment for spawned ranks, checked as --master-port is."""
+    from fabricscope.errors import UsageError
+
+    port = _int(os.environ.get("MASTER_PORT", "").strip() or "0", "MASTER_PORT")
+    if port and not 0 < port < 65536:
+        raise UsageError(f"MASTER_PORT must be between 1 and 65535, got {port}")
+    return port or None

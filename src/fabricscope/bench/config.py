@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -10,11 +11,16 @@ from fabricscope.bench import collectives
 from fabricscope.bench.dtypes import DTYPES, REDOPS
 from fabricscope.errors import UsageError
 
-__all__ = ["AVERAGE_MODES", "BACKENDS", "BenchConfig"]
+__all__ = ["AVERAGE_MODES", "BACKENDS", "MAX_LOCAL_RANKS", "MAX_TIMEOUT_S", "MIN_TIMEOUT_S", "BenchConfig"]
 
 BACKENDS = ("auto", "gloo", "nccl")
 AVERAGE_MODES = {0: "rank0", 1: "avg", 2: "min", 3: "max"}
 """nccl-tests ``-a``: how each row's time is combined across ranks."""
+MAX_LOCAL_RANKS = 1024
+"""``--nproc`` bound: more ranks than this on one machine is a typo, not a benchmark."""
+MIN_TIMEOUT_S = 1.0
+MAX_TIMEOUT_S = 7 * 86400.0
+"""``--timeout`` bounds: under a second no rendezvous completes; the backends' timers overflow far above a week."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -80,7 +86,8 @@ class BenchConfig:
             raise UsageError(f"-f (stepfactor) must be 1 or more, got {self.step_factor}")
         if self.step_factor == 1 and self.step_bytes <= 0 and self.min_bytes != self.max_bytes:
             raise UsageError(
-                "-f 1 with -i 0 never advances from -b to -e: give -i a positive increment or -f a factor above 1"
+                "-i 0 (a fixed increment: -f 1, or -i given without -f) never advances from -b to -e: "
+                "give -i a positive increment or -f a factor above 1"
             )
         if self.step_factor > 1 and self.min_bytes == 0 and self.max_bytes > 0:
             raise UsageError("-b 0 with a step factor never grows: start the sweep at 1 byte or more")
@@ -90,12 +97,31 @@ class BenchConfig:
         _at_least(self.run_cycles, 0, "-N (run_cycles)")
         _at_least(self.root, 0, "-r (root)")
         _at_least(self.nproc, 1, "--nproc")
+        if self.nproc > MAX_LOCAL_RANKS:
+            raise UsageError(
+                f"--nproc {self.nproc} is more local ranks than one machine runs: at most {MAX_LOCAL_RANKS}; "
+                "for more, start ranks on several nodes with torchrun, mpirun or srun"
+            )
+        if self.run_cycles == 0 and (len(self.ops) > 1 or len(self.dtypes) > 1 or len(self.redops) > 1):
+            raise UsageError(
+                "-N 0 repeats one sweep until interrupted, so it takes one op, one datatype (-d) and one "
+                f"reduction (-o); got {len(self.ops)} op(s), {len(self.dtypes)} datatype(s), "
+                f"{len(self.redops)} reduction(s): give -N a count to cycle through several"
+            )
         if self.average not in AVERAGE_MODES:
             raise UsageError(f"-a (average) must be one of 0 (rank 0), 1 (avg), 2 (min), 3 (max); got {self.average}")
         if self.backend not in BACKENDS:
             raise UsageError(f"unknown backend {self.backend!r}: allowed are {', '.join(BACKENDS)}")
-        if not self.timeout_s > 0:
-            raise UsageError(f"--timeout must be a positive number of seconds, got {self.timeout_s}")
+        if not MIN_TIMEOUT_S <= self.timeout_s <= MAX_TIMEOUT_S:
+            raise UsageError(
+                f"--timeout must be between {MIN_TIMEOUT_S:g} s and {MAX_TIMEOUT_S / 86400:g} days, "
+                f"got {self.timeout_s:g} s"
+            )
+        for flag, path in (("--json", self.json_path), ("--csv", self.csv_path)):
+            if path is not None and not path.strip():
+                raise UsageError(f"{flag} needs a file name, got an empty one")
+        if self.json_path and self.csv_path and os.path.realpath(self.json_path) == os.path.realpath(self.csv_path):
+            raise UsageError(f"--json and --csv name the same file ({self.json_path}): give each its own")
         if self.min_busbw_gbps is not None and not self.min_busbw_gbps >= 0:
             raise UsageError(f"NCCL_TESTS_MIN_BW must be a bandwidth in GB/s, got {self.min_busbw_gbps}")
         if self.master_port is not None and not 0 < self.master_port < 65536:

@@ -301,6 +301,21 @@ def _set_parent_death_signal() -> None:
         libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
+_RANK_BOOTSTRAP = """\
+import os, signal, sys
+def _leave(signum, frame):
+    os._exit(130)
+signal.signal(signal.SIGINT, _leave)
+signal.signal(signal.SIGTERM, _leave)
+import runpy
+sys.argv = sys.argv[1:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+"""``python -m MODULE`` for a spawned rank, but a Ctrl-C while Python is still
+importing leaves quietly (exit 130) instead of printing a KeyboardInterrupt
+traceback; the module installs its own handlers once it runs."""
+
+
 def spawn(
     nproc: int,
     module_args: Sequence[str],
@@ -310,7 +325,7 @@ def spawn(
     master_addr: str | None = None,
     master_port: int | None = None,
 ) -> int:
-    """Start ``nproc`` local ranks running ``python -m <module_args>`` and supervise them.
+    """Start ``nproc`` local ranks running ``python -m <module_args>`` (quiet on an early Ctrl-C) and supervise them.
 
     Returns the exit code for the whole run.  A rank that dies by a signal is
     named on stderr; the others get ``grace_s`` to notice and stop on their
@@ -339,7 +354,7 @@ def spawn(
         env.pop("TORCHELASTIC_RUN_ID", None)
         children.append(
             subprocess.Popen(
-                [sys.executable, "-m", *module_args],
+                [sys.executable, "-c", _RANK_BOOTSTRAP, *module_args],
                 env=env,
                 # Same session as the launcher, as any launcher does: a session of
                 # their own would put each rank in its own scheduler autogroup, and

@@ -39,7 +39,7 @@ class CollectiveFailed(Exception):
 
 
 class StopFlag:
-    """Set from a signal handler (or when stdout is closed); read between timed loops."""
+    """Set from a signal handler (or when stdout is closed); read between iterations and rows."""
 
     __slots__ = ("is_set",)
 
@@ -203,7 +203,10 @@ class Sweep:
 
     def _repeat(self, plan: Plan) -> None:
         plan.load(0)
+        stop = self.stop
         for _ in range(self.config.warmup_iters):
+            if stop.is_set:
+                raise Interrupted
             plan.step()
         self._sync()
 
@@ -245,6 +248,10 @@ class Sweep:
     def _time(self, plan: Plan) -> tuple[float, list[float]]:
         iters = self.config.iters
         step = plan.step
+        # A stop request ends the row at once (a row can take minutes): every
+        # rank got the signal, or leaves its peers' collective failing, which
+        # they read as the clean stop it is (see Heartbeat.left_on_purpose).
+        stop = self.stop
         plan.load(0)
         step()
         self._sync()
@@ -255,6 +262,8 @@ class Sweep:
             self._sync()
             events[0].record()
             for i in range(1, iters + 1):
+                if stop.is_set:
+                    raise Interrupted
                 step()
                 events[i].record()
             self._sync()
@@ -265,6 +274,8 @@ class Sweep:
             stamps = [0.0] * (iters + 1)
             stamps[0] = clock()
             for i in range(1, iters + 1):
+                if stop.is_set:
+                    raise Interrupted
                 step()
                 stamps[i] = clock()
             samples = [stamps[i] - stamps[i - 1] for i in range(1, iters + 1)]
@@ -272,7 +283,12 @@ class Sweep:
         return total / iters, samples
 
     def _combine(self, mean_s: float, samples: list[float]) -> tuple[float, list[float]]:
-        """Combine this rank's mean and samples with the other ranks' (``-a``)."""
+        """Combine this rank's mean and samples with the other ranks' (``-a``).
+
+        The samples always belong with the time: rank 0's (0), the per-iteration
+        average over ranks (1), or those of the rank whose mean is the smallest
+        (2) or largest (3), so that p50/p99 read against the time column.
+        """
         torch, dist = self.torch, self.dist
         values = torch.tensor([mean_s, *samples], dtype=torch.float64, device=self.device)
         mode = self.config.average
@@ -281,10 +297,12 @@ class Sweep:
         elif mode == 1:
             dist.all_reduce(values, op=dist.ReduceOp.SUM)
             values /= self.nranks
-        elif mode == 2:
-            dist.all_reduce(values, op=dist.ReduceOp.MIN)
         else:
-            dist.all_reduce(values, op=dist.ReduceOp.MAX)
+            every = [torch.empty_like(values) for _ in range(self.nranks)]
+            dist.all_gather(every, values)
+            means = [float(v[0].item()) for v in every]
+            pick = min if mode == 2 else max
+            values = every[pick(range(self.nranks), key=means.__getitem__)]
         combined = values.tolist()
         return combined[0], combined[1:]
 

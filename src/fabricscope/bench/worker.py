@@ -16,6 +16,8 @@ import os
 import signal
 import socket
 import sys
+import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -82,8 +84,17 @@ def _say(rank: int, message: str) -> None:
     sys.stderr.flush()
 
 
+_startup_rank: int | None = None
+"""This process's rank once known: rank 0 says it was interrupted while starting up."""
+
+
 def _leave_before_measuring(signum: int, frame: Any) -> None:
-    """Ctrl-C or SIGTERM while starting up: nothing is measured yet, so just go."""
+    """Ctrl-C or SIGTERM while starting up: nothing is measured yet, so say so and go."""
+    for other in (signal.SIGINT, signal.SIGTERM):  # the launcher forwards the same Ctrl-C: say it once
+        signal.signal(other, signal.SIG_IGN)
+    if _startup_rank == 0:
+        with contextlib.suppress(Exception):
+            sys.stderr.write("interrupted while starting up: nothing was measured\n")
     _finish_process(130)
 
 
@@ -102,8 +113,11 @@ def run_rank(config: BenchConfig, world: launch.World) -> int:
     Usage errors that every rank finds identically (the config against the
     world size) are printed by rank 0 only; the others by the rank that saw them.
     """
+    global _startup_rank
+    _startup_rank = world.rank
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _leave_before_measuring)
+    _stop_when_orphaned()
     try:
         notes = config.fit_to_world(world.world_size)
     except UsageError as exc:
@@ -115,6 +129,24 @@ def run_rank(config: BenchConfig, world: launch.World) -> int:
     except FabricscopeError as exc:
         _say(world.rank, f"error: {exc}")
         return exc.exit_code
+
+
+def _stop_when_orphaned(interval_s: float = 1.0) -> None:
+    """Stop this rank (SIGTERM to itself: a clean stop) when its launcher dies.
+
+    Ranks that bench spawns die with it by the kernel's parent-death signal;
+    ranks of torchrun, mpirun or srun would otherwise sweep on forever when
+    their agent is killed (SIGKILL leaves it no time to stop them).  A thread
+    that wakes once a second adds no measurable noise.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="fabricscope-parent-watch", daemon=True).start()
 
 
 def _run(config: BenchConfig, world: launch.World, notes: list[str]) -> int:
@@ -206,8 +238,8 @@ def _run(config: BenchConfig, world: launch.World, notes: list[str]) -> int:
     )
     heartbeat.start()
 
-    # From here on a stop request finishes the current row, keeps every row, and
-    # exits cleanly on every rank; before, there is nothing to keep (see main()).
+    # From here on a stop request ends the current row, keeps every row finished,
+    # and exits cleanly on every rank; before, there is nothing to keep (see main()).
     def on_signal(signum: int, frame: Any) -> None:
         stop.set()
 
@@ -244,9 +276,13 @@ def _run(config: BenchConfig, world: launch.World, notes: list[str]) -> int:
         _say(world.rank, f"error: {exc}")
         _finish_process(exc.exit_code)
     except CollectiveFailed as failure:
+        if stop.is_set:
+            # We were asked to stop too: a peer that stopped first (even rank 0,
+            # taking the store with it) left this collective failing.  Clean.
+            return _stop_interrupted(world, output, heartbeat)
         culprit = heartbeat.diagnose()
-        if not culprit and (stop.is_set or heartbeat.left_on_purpose):
-            # We, or a peer before us, were asked to stop: a clean interruption.
+        if not culprit and heartbeat.left_on_purpose:
+            # A peer was asked to stop (the signal reached it only): a clean interruption.
             return _stop_interrupted(world, output, heartbeat)
         reason = culprit or describe_exception(failure.cause)
         message = f"{reason}, during {failure.phase}"
