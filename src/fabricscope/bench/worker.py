@@ -131,6 +131,15 @@ def run_rank(config: BenchConfig, world: launch.World) -> int:
         return exc.exit_code
 
 
+_parent_pid: int | None = None
+"""The launcher this rank was started by (see :func:`_stop_when_orphaned`)."""
+
+
+def _orphaned() -> bool:
+    """Whether this rank's launcher has died since it started."""
+    return _parent_pid is not None and os.getppid() != _parent_pid
+
+
 def _stop_when_orphaned(interval_s: float = 1.0) -> None:
     """Stop this rank (SIGTERM to itself: a clean stop) when its launcher dies.
 
@@ -139,7 +148,8 @@ def _stop_when_orphaned(interval_s: float = 1.0) -> None:
     their agent is killed (SIGKILL leaves it no time to stop them).  A thread
     that wakes once a second adds no measurable noise.
     """
-    parent = os.getppid()
+    global _parent_pid
+    parent = _parent_pid = os.getppid()
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -276,9 +286,10 @@ def _run(config: BenchConfig, world: launch.World, notes: list[str]) -> int:
         _say(world.rank, f"error: {exc}")
         _finish_process(exc.exit_code)
     except CollectiveFailed as failure:
-        if stop.is_set:
-            # We were asked to stop too: a peer that stopped first (even rank 0,
-            # taking the store with it) left this collective failing.  Clean.
+        if stop.is_set or _orphaned():
+            # We were asked to stop too (or our launcher died, and with it maybe the
+            # store): a peer that stopped first left this collective failing.  Clean.
+            stop.set()
             return _stop_interrupted(world, output, heartbeat)
         culprit = heartbeat.diagnose()
         if not culprit and heartbeat.left_on_purpose:
