@@ -149,6 +149,18 @@ def test_wrong_elements_are_counted_and_fail_the_run(tmp_path):
     assert all(r["wrong"] == 1 for r in load(out).records)
 
 
+EVERY_OP = [
+    "all_reduce",
+    "reduce",
+    "reduce_scatter",
+    "broadcast",
+    "all_gather",
+    "alltoall",
+    "gather",
+    "scatter",
+    "sendrecv",
+]
+
 # Every float32 collective of the benchmark does nothing; the runner's own
 # bookkeeping (float64 times, int64 counts, barriers) still works.
 _NOOP = """
@@ -174,32 +186,12 @@ _NOOP = """
     ("ops", "redop", "patch"),
     [
         (
-            [
-                "all_reduce",
-                "reduce",
-                "reduce_scatter",
-                "broadcast",
-                "all_gather",
-                "alltoall",
-                "gather",
-                "scatter",
-                "sendrecv",
-            ],
+            EVERY_OP,
             "min",
             _NOOP,
         ),
         (
-            [
-                "all_reduce",
-                "reduce",
-                "reduce_scatter",
-                "broadcast",
-                "all_gather",
-                "alltoall",
-                "gather",
-                "scatter",
-                "sendrecv",
-            ],
+            EVERY_OP,
             "max",
             _NOOP,
         ),

@@ -1,6 +1,8 @@
 import json
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -15,6 +17,7 @@ from fabricscope.results import (
     load,
     percentile,
 )
+from helpers import cli_env, run_cli
 
 
 def _record(**overrides):
@@ -188,3 +191,35 @@ def test_an_output_folder_where_no_file_can_be_created_is_refused(tmp_path):
         check_output_path("--json", "/proc/r.json")
     check_output_path("--json", str(tmp_path / "r.json"))
     assert os.listdir(tmp_path) == []  # the probe file is gone
+
+
+def _result_in(text):
+    """The Result document printed inside ``text`` (after the table)."""
+    start = text.index('"format": "fabricscope-result"')
+    return json.JSONDecoder().raw_decode(text[text.rindex("{", 0, start) :])[0]
+
+
+def test_json_to_dev_stdout_goes_down_the_pipe():
+    # /dev/stdout -> /proc/self/fd/1 -> a pipe that realpath cannot name: written through, as a user expects.
+    done = run_cli(["validate", "--json", "/dev/stdout"])
+    assert done.returncode == 0, done.stderr
+    assert "median |error|" in done.stdout
+    assert _result_in(done.stdout)["kind"] == "validate"
+
+
+def test_json_to_dev_stdout_redirected_to_a_file_keeps_the_table(tmp_path):
+    # `> out.txt`: /dev/stdout resolves to out.txt itself; replacing it would lose the table.
+    out = tmp_path / "out.txt"
+    with out.open("w") as handle:
+        done = subprocess.run(
+            [sys.executable, "-m", "fabricscope", "validate", "--json", "/dev/stdout"],
+            stdout=handle,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli_env(),
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert text.startswith("collectives.csv:") and "median |error|" in text
+    assert _result_in(text)["kind"] == "validate"

@@ -18,8 +18,10 @@ import contextlib
 import json
 import math
 import os
+import re
 import secrets
 import socket
+import stat
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +40,7 @@ __all__ = [
     "check_output_path",
     "load",
     "percentile",
+    "written_through",
 ]
 
 FORMAT = "fabricscope-result"
@@ -227,16 +230,15 @@ def check_output_path(flag: str, path: str) -> None:
     Raises :class:`UsageError` (one line, exit 2) when ``path`` is a folder,
     its folder does not exist, or a file cannot be created there (read-only,
     no permission, a pseudo file system): checked by creating and removing a
-    probe file, since ``os.access`` says yes to root everywhere.  A device or
-    pipe (``/dev/stdout``, ``/dev/null``) is accepted: it is written directly.
+    probe file, since ``os.access`` says yes to root everywhere.  A stream or
+    device (``/dev/stdout``, ``/dev/null``) is accepted: it is written through.
     """
-    real = os.path.realpath(path)
-    if os.path.isdir(real):
+    if os.path.isdir(path):
         example = os.path.join(path, "result.csv" if flag == "--csv" else "result.json")
         raise UsageError(f"{flag} {path} is a folder: give a file name, e.g. {example}")
-    if os.path.exists(real) and not os.path.isfile(real):
+    if written_through(path):
         return
-    folder = os.path.dirname(real)
+    folder = os.path.dirname(os.path.realpath(path))
     if not os.path.isdir(folder):
         raise UsageError(f"{flag} {path}: the folder {folder} does not exist")
     probe = os.path.join(folder, f".fabricscope-probe.{os.getpid()}.{secrets.token_hex(4)}")
@@ -248,22 +250,43 @@ def check_output_path(flag: str, path: str) -> None:
         os.unlink(probe)
 
 
+_STREAMS = re.compile(r"/dev/std(out|err)$|/dev/fd/|/proc/[^/]+/fd/")
+"""Paths that name one of this process's open files, whatever it is."""
+
+
+def written_through(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a stream or device: written in place (appended), never replaced.
+
+    That is ``/dev/stdout`` and the like (``> out.txt`` must keep the table already
+    there), and anything that is not a regular file: a pipe, a device, a socket.
+    ``os.stat`` follows ``/dev/stdout`` -> ``/proc/self/fd/1`` to a pipe, which
+    ``realpath`` cannot name.
+    """
+    if _STREAMS.match(os.path.abspath(path)):
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename.
 
     A link is followed: the file it points at is replaced, the link kept.  A
-    device or pipe (``/dev/stdout``) is written directly, never replaced.  On
+    stream or device (``/dev/stdout``, a pipe) is appended to, never replaced.  On
     failure (disk full, permission) the previous content of ``path`` is left
     untouched and a :class:`RunError` says why.
     """
-    target = Path(os.path.realpath(path))
-    if target.exists() and not target.is_file() and not target.is_dir():
+    if written_through(path):
         try:
-            with open(target, "w", encoding="utf-8") as handle:
+            with open(path, "a", encoding="utf-8") as handle:
                 handle.write(text)
         except OSError as exc:
             raise RunError(f"cannot write {path}: {exc.strerror or exc}") from None
         return
+    target = Path(os.path.realpath(path))
     directory = target.parent
     tmp_name = None
     try:

@@ -24,7 +24,7 @@ from fabricscope.bench.config import AVERAGE_MODES, BenchConfig
 from fabricscope.bench.faults import Peer
 from fabricscope.bench.table import op_summary
 from fabricscope.errors import RunError
-from fabricscope.results import COLLECTIVE_FIELDS, CollectiveRecord, Result, atomic_write_text
+from fabricscope.results import COLLECTIVE_FIELDS, CollectiveRecord, Result, atomic_write_text, written_through
 
 __all__ = ["CSV_FIELDS", "Output", "op_summary"]
 
@@ -187,16 +187,18 @@ class Output:
             self.end_op(self._open_op, stopped=status)
         self.result.status = status
         self.result.error = error
-        self._save()
+        self._save(final=True)
         self._write_csv()
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
 
-    def _save(self) -> None:
+    def _save(self, *, final: bool = False) -> None:
         self._saved_at = time.monotonic()
         if not self.config.json_path:
             return
+        if not final and written_through(self.config.json_path):
+            return  # a stream (--json /dev/stdout) gets the Result once, at the end
         try:
             self.result.save(self.config.json_path)
         except RunError as exc:
