@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -217,3 +218,23 @@ def test_a_crash_is_exit_3_not_a_verdict(monkeypatch: pytest.MonkeyPatch, capsys
     err = capsys.readouterr().err
     assert "Traceback" in err  # a bug: where it happened
     assert err.strip().splitlines()[-1].startswith("error: fabricscope doctor could not complete (RuntimeError: boom)")
+
+
+def test_a_closed_stdout_is_a_quiet_stop(tmp_path: Path) -> None:
+    # `doctor | head` once head has gone: the reader is closed before the report starts.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "fabricscope", "doctor", "--root", DEGRADED],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""

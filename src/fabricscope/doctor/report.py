@@ -55,12 +55,21 @@ def plain(text: str, style: str = "") -> Text:
     return Text(printable(text), style=style)
 
 
+class _ReportConsole(Console):
+    """rich's Console, but a closed stdout (``doctor | head``) is the BrokenPipeError the command
+    line already handles (quietly, exit 0), not rich's own ``SystemExit(1)``."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def make_console(width: int | None = None) -> Console:
     """A console for stdout: 120 columns when not a terminal (unless COLUMNS says), so piped reports stay readable.
 
     Markup and emoji codes are off: the report prints data, never markup.
     """
-    console = Console(highlight=False, soft_wrap=False, markup=False, emoji=False)
+    console = _ReportConsole(highlight=False, soft_wrap=False, markup=False, emoji=False)
     if width is not None:
         console.width = width
     elif not console.is_terminal and "COLUMNS" not in os.environ:
