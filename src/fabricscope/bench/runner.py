@@ -39,15 +39,22 @@ class CollectiveFailed(Exception):
 
 
 class StopFlag:
-    """Set from a signal handler (or when stdout is closed); read between iterations and rows."""
+    """A request to stop: read after every row (all ranks agree), and, when ``now``, every iteration.
 
-    __slots__ = ("is_set",)
+    A signal reaches every rank (the terminal, a launcher and a scheduler all
+    signal them all), so each can leave mid-row; a closed stdout is rank 0's
+    alone, so it waits for the row to end and the others to agree.
+    """
+
+    __slots__ = ("is_set", "now")
 
     def __init__(self) -> None:
         self.is_set = False
+        self.now = False
 
-    def set(self) -> None:
+    def set(self, *, now: bool = False) -> None:
         self.is_set = True
+        self.now = self.now or now
 
 
 class Sweep:
@@ -205,7 +212,7 @@ class Sweep:
         plan.load(0)
         stop = self.stop
         for _ in range(self.config.warmup_iters):
-            if stop.is_set:
+            if stop.now:
                 raise Interrupted
             plan.step()
         self._sync()
@@ -248,9 +255,9 @@ class Sweep:
     def _time(self, plan: Plan) -> tuple[float, list[float]]:
         iters = self.config.iters
         step = plan.step
-        # A stop request ends the row at once (a row can take minutes): every
-        # rank got the signal, or leaves its peers' collective failing, which
-        # they read as the clean stop it is (see Heartbeat.left_on_purpose).
+        # A signal ends the row at once (a row can take minutes): every rank got
+        # it, and a peer's collective failing as one leaves first is read as the
+        # clean stop it is (see the worker's handling of CollectiveFailed).
         stop = self.stop
         plan.load(0)
         step()
@@ -262,7 +269,7 @@ class Sweep:
             self._sync()
             events[0].record()
             for i in range(1, iters + 1):
-                if stop.is_set:
+                if stop.now:
                     raise Interrupted
                 step()
                 events[i].record()
@@ -274,7 +281,7 @@ class Sweep:
             stamps = [0.0] * (iters + 1)
             stamps[0] = clock()
             for i in range(1, iters + 1):
-                if stop.is_set:
+                if stop.now:
                     raise Interrupted
                 step()
                 stamps[i] = clock()

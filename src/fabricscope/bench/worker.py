@@ -251,7 +251,7 @@ def _run(config: BenchConfig, world: launch.World, notes: list[str]) -> int:
     # From here on a stop request ends the current row, keeps every row finished,
     # and exits cleanly on every rank; before, there is nothing to keep (see main()).
     def on_signal(signum: int, frame: Any) -> None:
-        stop.set()
+        stop.set(now=True)
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
