@@ -2,13 +2,13 @@
 
 import pytest
 
-from fabricscope.bench import collectives
-from fabricscope.bench.dtypes import DTYPES
+from fabricscope import ops
+from fabricscope.dtypes import DTYPES
 from fabricscope.errors import UsageError
 
 
 def _row(op, size, dtype="float", n=8):
-    coll = collectives.get(op)
+    coll = ops.get(op)
     elt = DTYPES[dtype].size
     layout = coll.layout(size // elt, elt, n)
     return coll, layout, coll.size_bytes(layout, elt)
@@ -39,7 +39,7 @@ def test_superbench_log_row_reproduces():
     ],
 )
 def test_busbw_factors(op, n, factor):
-    assert collectives.get(op).busbw_factor(n) == pytest.approx(factor)
+    assert ops.get(op).busbw_factor(n) == pytest.approx(factor)
 
 
 def test_all_gather_counts_are_per_rank_and_size_is_the_whole_output():
@@ -80,16 +80,16 @@ def test_zero_time_gives_zero_bandwidth():
 
 
 def test_every_op_has_a_distinct_program_name():
-    programs = [c.program for c in collectives.COLLECTIVES.values()]
+    programs = [c.program for c in ops.COLLECTIVES.values()]
     assert len(set(programs)) == len(programs) == 9
-    assert collectives.get("all_reduce").program == "all_reduce_perf"
+    assert ops.get("all_reduce").program == "all_reduce_perf"
 
 
 def test_names_aliases_and_all():
-    assert collectives.get("allreduce").name == "all_reduce"
-    assert collectives.get("all_gather_perf").name == "all_gather"
-    assert [c.name for c in collectives.parse_ops(["all"])] == list(collectives.COLLECTIVES)
-    assert [c.name for c in collectives.parse_ops(["broadcast,reduce", "broadcast"])] == [
+    assert ops.get("allreduce").name == "all_reduce"
+    assert ops.get("all_gather_perf").name == "all_gather"
+    assert [c.name for c in ops.parse_ops(["all"])] == list(ops.COLLECTIVES)
+    assert [c.name for c in ops.parse_ops(["broadcast,reduce", "broadcast"])] == [
         "broadcast",
         "reduce",
     ]
@@ -97,7 +97,7 @@ def test_names_aliases_and_all():
 
 def test_unknown_op_suggests_and_lists():
     with pytest.raises(UsageError) as info:
-        collectives.get("all_reduse")
+        ops.get("all_reduse")
     message = str(info.value)
     assert "did you mean 'all_reduce'" in message
     assert "alltoall" in message and "or all" in message

@@ -2,8 +2,8 @@
 
 import pytest
 
-from fabricscope.bench.launch import detect, expand_hostlist
 from fabricscope.errors import UsageError
+from fabricscope.launch import detect, expand_hostlist
 
 
 def test_no_launcher():

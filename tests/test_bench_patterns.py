@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from fabricscope.bench import patterns
-from fabricscope.bench.dtypes import DTYPES, REDOPS
+from fabricscope import patterns
 from fabricscope.bench.runner import count_wrong
+from fabricscope.dtypes import DTYPES, REDOPS
 
 
 def _reduce_in_dtype(values, redop, n):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fabricscope.bench import table
+from fabricscope import table
 
 
 @pytest.mark.parametrize(

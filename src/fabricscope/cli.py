@@ -21,9 +21,9 @@ from fabricscope.errors import FabricscopeError
 __all__ = ["Parser", "main"]
 
 COMMAND_MODULES = (
-    "fabricscope.bench.command",
-    "fabricscope.model.commands",
-    "fabricscope.doctor.command",
+    "fabricscope.bench.cli",
+    "fabricscope.model.cli",
+    "fabricscope.doctor.cli",
 )
 """Modules that each register one or more sub-commands, in help order."""
 

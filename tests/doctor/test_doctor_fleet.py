@@ -233,9 +233,9 @@ def fleet_args(root: str, **more: object) -> argparse.Namespace:
 def test_a_rank_that_cannot_probe_still_reports_and_a_silent_rank_is_named_with_its_host(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fabricscope.bench.launch import World
     from fabricscope.doctor.fleet import Rendezvous
     from fabricscope.doctor.fleet_run import run_rank
+    from fabricscope.launch import World
 
     for index in (0, 2):
         shutil.copytree(FIXTURES / "healthy-ib-8gpu", tmp_path / f"node{index}", symlinks=True)

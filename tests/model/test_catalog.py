@@ -120,7 +120,7 @@ def test_model_presets_match_published_sizes() -> None:
 
 def test_command_module_imports_only_the_standard_library() -> None:
     code = (
-        "import sys, fabricscope.model.commands, fabricscope.cli; fabricscope.cli.build_parser();"
+        "import sys, fabricscope.model.cli, fabricscope.cli; fabricscope.cli.build_parser();"
         "heavy = [m for m in ('numpy', 'pydantic', 'fabricscope.model.training') if m in sys.modules];"
         "print(heavy)"
     )
@@ -132,22 +132,22 @@ def test_command_module_imports_only_the_standard_library() -> None:
     "module",
     [
         "cluster",
-        "collectives",
+        "collective_cost",
         "datapath",
         "estimate",
         "fabric",
         "hardware",
-        "layouts",
+        "splits",
         "parallel",
         "planner",
         "predict",
         "report",
         "training",
-        "userfile",
+        "schema",
         "validation",
         "workload",
-        "commands",
-        "hw_command",
+        "cli",
+        "hw_cli",
     ],
 )
 def test_public_names_exist(module: str) -> None:

@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from fabricscope.model import collectives as coll
+from fabricscope.model import collective_cost as coll
 from fabricscope.model.cluster import Cluster, load_cluster, resolve
 from fabricscope.model.estimate import best_split, estimate
 from fabricscope.model.fabric import fabric_of

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fabricscope.model import collectives as coll
+from fabricscope.model import collective_cost as coll
 from fabricscope.model.cluster import Cluster, load_cluster, resolve
 from fabricscope.model.fabric import fabric_of
 

@@ -12,7 +12,7 @@ from fabricscope.model import planner, training
 from fabricscope.model.estimate import device_for, job_of, shape_of
 from fabricscope.model.fabric import Fabric, fabric_of, take
 from fabricscope.model.hardware import GPU, lookup
-from fabricscope.model.layouts import layouts
+from fabricscope.model.splits import splits
 from fabricscope.model.workload import load_model
 
 
@@ -26,7 +26,7 @@ def test_recommendation_is_the_cheapest_that_meets_the_target(medium: planner.Pl
     assert medium.recommended.utilization >= 0.8
     meeting = [o for o in medium.options if o.parallel is not None and o.utilization >= 0.8]
     assert medium.recommended.cost_usd == min(o.cost_usd for o in meeting)
-    assert medium.evaluated == len(medium.options) * len(layouts(load_model("llama-7b"), gpus=64, gpus_per_node=8))
+    assert medium.evaluated == len(medium.options) * len(splits(load_model("llama-7b"), gpus=64, gpus_per_node=8))
 
 
 def test_frontier_buys_utilization_with_money(medium: planner.Plan) -> None:
@@ -77,7 +77,7 @@ def test_network_cost_counts_ports_and_tiers() -> None:
 def test_sweep_equals_a_loop_over_configurations() -> None:
     model = load_model("llama-70b")
     gpu = lookup("gpu", "h100-sxm", GPU)
-    cand = layouts(model, gpus=512, gpus_per_node=8)
+    cand = splits(model, gpus=512, gpus_per_node=8)
     nets = planner.search_space(planner.scenario("research-large"), 8)
     fab = planner.fabric_arrays(nets, gpu, 8, 64)
     result = planner.sweep(model, cand, gpu, fab, "bf16")
@@ -125,13 +125,13 @@ def test_bad_plan_input(cli, args: list[str], fragments: list[str]) -> None:
 def test_pipeline_depths_follow_the_layer_count() -> None:
     # megatron-530b has 105 = 3 x 5 x 7 layers: Narayanan et al. ran it with pp 35 on 2,240 A100s.
     model = load_model("megatron-530b")
-    cand = layouts(model, gpus=2240, gpus_per_node=8)
+    cand = splits(model, gpus=2240, gpus_per_node=8)
     assert {c.pp for c in cand.configs} == {1, 5, 7, 35}
     assert {c.tp for c in cand.configs} <= {1, 2, 4, 8}
     result = planner.plan(model, gpus=2240, gpu_name="a100-sxm-80gb", scenario_name="private-large")
     assert result.recommended is not None and result.recommended.parallel.pp > 1
     # And a depth is never one that leaves GPUs over: pp divides the GPUs left by tp.
-    for config in layouts(load_model("llama-405b"), gpus=16384, gpus_per_node=8).configs:
+    for config in splits(load_model("llama-405b"), gpus=16384, gpus_per_node=8).configs:
         assert 126 % config.pp == 0 and 16384 % (config.tp * config.pp) == 0
 
 

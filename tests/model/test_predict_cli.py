@@ -7,7 +7,7 @@ import json
 import pytest
 from model_helpers import one_error_line
 
-from fabricscope.bench import collectives, table
+from fabricscope import ops, table
 from fabricscope.results import COLLECTIVE_FIELDS
 from helpers import table_rows
 
@@ -19,7 +19,7 @@ def test_table_matches_bench_columns_and_byte_counts(cli) -> None:
         assert line in done.out
     rows = table_rows(done.out)
     assert len(rows) == 9 * 6  # nine ops, six sizes
-    for op_name in collectives.COLLECTIVES:
+    for op_name in ops.COLLECTIVES:
         assert f"# Collective test starting: {op_name}_perf" in done.out
     allreduce = [r for r in rows if r[4] == "-1" and r[3] == "sum"][:6]
     assert [int(r[0]) for r in allreduce] == [1024, 4096, 16384, 65536, 262144, 1048576]
@@ -56,7 +56,7 @@ def test_json_result_has_the_measured_fields(cli, tmp_path) -> None:
             assert key in record
         assert record["wrong"] is None
         assert record["algorithm"]
-        op = collectives.get(record["op"])
+        op = ops.get(record["op"])
         nranks = 32
         assert record["busbw_gbps"] == pytest.approx(record["algbw_gbps"] * op.busbw_factor(nranks))
     big = next(r for r in records if r["op"] == "all_reduce" and r["size_bytes"] == 1 << 30)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from model_helpers import one_error_line
 
-from fabricscope.model import collectives
+from fabricscope.model import collective_cost as collectives
 from fabricscope.model.validation import default_files
 
 SHAPE = "layers = 32\nhidden = 4096\nheads = 32\nseq = 2048\nvocab = 32000\nglobal_batch = 256\n"

@@ -7,13 +7,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fabricscope.model import collectives as coll
+from fabricscope.model import collective_cost as coll
 from fabricscope.model import training
 from fabricscope.model.cluster import Cluster, load_cluster, resolve
 from fabricscope.model.estimate import best_split, device_for, estimate, job_of, shape_of
 from fabricscope.model.fabric import fabric_of
-from fabricscope.model.layouts import layouts
 from fabricscope.model.parallel import ParallelConfig
+from fabricscope.model.splits import splits
 from fabricscope.model.workload import load_model
 
 
@@ -114,7 +114,7 @@ def test_more_bandwidth_is_never_slower() -> None:
 def test_one_code_path_for_a_sweep_and_a_single_estimate() -> None:
     model = load_model("llama-70b")
     cluster = load_cluster("dgx-h100-ndr").with_nodes(16)
-    cand = layouts(model, gpus=cluster.gpus, gpus_per_node=8)
+    cand = splits(model, gpus=cluster.gpus, gpus_per_node=8)
     fab = fabric_of(cluster)
     dev = device_for(cluster.gpu, "bf16")
     swept = training.step(shape_of(model), cand.job, dev, fab)
@@ -155,7 +155,7 @@ def test_a_step_is_never_shorter_than_its_network_time() -> None:
     assert result.step_s >= result.value("dp_comm_total")
     # The same for every split of a sweep over a slow and a fast network.
     for cluster in (slow, load_cluster("dgx-h100-ndr").with_nodes(4)):
-        cand = layouts(model, gpus=32, gpus_per_node=8)
+        cand = splits(model, gpus=32, gpus_per_node=8)
         swept = training.step(shape_of(model), cand.job, device_for(cluster.gpu, "bf16"), fabric_of(cluster))
         assert np.all(np.asarray(swept.step) >= np.asarray(swept.dp_comm_total))
 

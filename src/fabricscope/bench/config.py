@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fabricscope.bench import collectives
-from fabricscope.bench.dtypes import DTYPES, REDOPS
+from fabricscope import ops as ops_registry
+from fabricscope.dtypes import DTYPES, REDOPS
 from fabricscope.errors import UsageError
 
 __all__ = ["AVERAGE_MODES", "BACKENDS", "MAX_LOCAL_RANKS", "MAX_TIMEOUT_S", "MIN_TIMEOUT_S", "BenchConfig"]
@@ -66,9 +66,9 @@ class BenchConfig:
     """The command line, kept in the result."""
 
     def __post_init__(self) -> None:
-        self.ops = [collectives.get(name).name for name in self.ops]
+        self.ops = [ops_registry.get(name).name for name in self.ops]
         if not self.ops:
-            raise UsageError("no op to run: name one or more of " + ", ".join(collectives.COLLECTIVES))
+            raise UsageError("no op to run: name one or more of " + ", ".join(ops_registry.COLLECTIVES))
         for name in self.dtypes:
             if name not in DTYPES:
                 raise UsageError(f"unknown datatype {name!r}: allowed are {', '.join(DTYPES)}")
@@ -152,14 +152,14 @@ class BenchConfig:
         """
         notes = []
         for op in list(self.ops):
-            need = collectives.get(op).min_ranks
+            need = ops_registry.get(op).min_ranks
             if world_size >= need:
                 continue
             if op not in self.optional_ops:
                 raise UsageError(f"{op} needs at least {need} ranks; this world has {world_size}")
             self.ops.remove(op)
             notes.append(f"# {op} skipped: it needs at least {need} ranks and this world has {world_size}")
-        rooted = [op for op in self.ops if collectives.get(op).rooted]
+        rooted = [op for op in self.ops if ops_registry.get(op).rooted]
         if rooted and self.root >= world_size:
             raise UsageError(
                 f"-r (root) {self.root} is not a rank of this {world_size}-rank world (allowed 0 to {world_size - 1})"

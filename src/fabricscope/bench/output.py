@@ -17,14 +17,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from fabricscope import __version__
-from fabricscope.bench import table
-from fabricscope.bench.collectives import Collective
+from fabricscope import __version__, table
 from fabricscope.bench.config import AVERAGE_MODES, BenchConfig
-from fabricscope.bench.faults import Peer
-from fabricscope.bench.table import op_summary
 from fabricscope.errors import RunError
+from fabricscope.launch.heartbeat import Peer
+from fabricscope.ops import Collective
 from fabricscope.results import COLLECTIVE_FIELDS, CollectiveRecord, Result, atomic_write_text, written_through
+from fabricscope.table import op_summary
 
 __all__ = ["CSV_FIELDS", "Output", "op_summary"]
 

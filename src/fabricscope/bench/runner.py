@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from fabricscope.bench.collectives import CHUNK, Collective, Context, Layout, Plan
 from fabricscope.bench.config import BenchConfig
-from fabricscope.bench.dtypes import DTYPES, DType
-from fabricscope.bench.faults import Heartbeat, describe_exception
+from fabricscope.dtypes import DTYPES, DType
 from fabricscope.errors import RunError
+from fabricscope.launch.heartbeat import Heartbeat, describe_exception
+from fabricscope.ops import CHUNK, Buffers, Call, Collective, Context
 from fabricscope.results import CollectiveRecord
 
 __all__ = ["CollectiveFailed", "Interrupted", "StopFlag", "Sweep"]
@@ -139,7 +139,7 @@ class Sweep:
             device=self.device,
         )
 
-    def _allocate(self, layouts: list[Layout], dtype: DType) -> tuple[Any, Any]:
+    def _allocate(self, layouts: list[Buffers], dtype: DType) -> tuple[Any, Any]:
         torch = self.torch
         tdtype = getattr(torch, dtype.torch_name)
         send_n = max((lay.send_count for lay in layouts), default=0)
@@ -156,7 +156,7 @@ class Sweep:
             ) from None
         return send, recv
 
-    def _plan(self, op: Collective, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+    def _plan(self, op: Collective, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool) -> Call:
         if in_place:
             offset_in = self.rank * layout.send_inplace_offset
             offset_out = self.rank * layout.recv_inplace_offset
@@ -201,14 +201,14 @@ class Sweep:
         if self.cuda:
             self.torch.cuda.synchronize(self.device)
 
-    def _warmup(self, op: Collective, layouts: dict[int, Layout], send: Any, recv: Any, ctx: Context) -> None:
+    def _warmup(self, op: Collective, layouts: dict[int, Buffers], send: Any, recv: Any, ctx: Context) -> None:
         if self.config.warmup_iters <= 0:
             return
         for size, layout in layouts.items():
             plan = self._plan(op, layout, send, recv, ctx, in_place=False)
             self._guarded(f"warmup {op.name} {size} B", self.config.warmup_iters, self._repeat, plan)
 
-    def _repeat(self, plan: Plan) -> None:
+    def _repeat(self, plan: Call) -> None:
         plan.load(0)
         stop = self.stop
         for _ in range(self.config.warmup_iters):
@@ -218,7 +218,7 @@ class Sweep:
         self._sync()
 
     def _row(
-        self, op: Collective, size: int, layout: Layout, send: Any, recv: Any, ctx: Context
+        self, op: Collective, size: int, layout: Buffers, send: Any, recv: Any, ctx: Context
     ) -> list[CollectiveRecord]:
         records = []
         for in_place in (False, True):
@@ -252,7 +252,7 @@ class Sweep:
             )
         return records
 
-    def _time(self, plan: Plan) -> tuple[float, list[float]]:
+    def _time(self, plan: Call) -> tuple[float, list[float]]:
         iters = self.config.iters
         step = plan.step
         # A signal ends the row at once (a row can take minutes): every rank got
@@ -313,7 +313,7 @@ class Sweep:
         combined = values.tolist()
         return combined[0], combined[1:]
 
-    def _check(self, plan: Plan, tolerant: bool) -> int:
+    def _check(self, plan: Call, tolerant: bool) -> int:
         torch, dist = self.torch, self.dist
         wrong = 0
         for _ in range(self.config.check):
@@ -331,7 +331,7 @@ class Sweep:
         return wrong
 
 
-def plan_wrong(torch: Any, plan: Plan, seed: int, tolerant: bool, device: Any) -> int:
+def plan_wrong(torch: Any, plan: Call, seed: int, tolerant: bool, device: Any) -> int:
     """Elements of this rank's output that differ from the plan's expected values."""
     if plan.expected is None:
         return 0

@@ -21,11 +21,12 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from fabricscope.bench import collectives, launch
+from fabricscope import launch
+from fabricscope import ops as ops_registry
 from fabricscope.bench.config import BenchConfig
-from fabricscope.bench.faults import Heartbeat, Peer, describe_exception, make_store_factory
 from fabricscope.bench.runner import CollectiveFailed, Interrupted, StopFlag, Sweep
 from fabricscope.errors import FabricscopeError, MissingDependencyError, RunError, UsageError
+from fabricscope.launch.heartbeat import Heartbeat, Peer, describe_exception, make_store_factory
 from fabricscope.metadata import collect_env
 
 __all__ = ["CONFIG_VARIABLE", "main", "run_rank"]
@@ -269,7 +270,7 @@ def _run(config: BenchConfig, world: launch.World, notes: list[str]) -> int:
     wrong_total = 0
     try:
         for name in config.ops:
-            op = collectives.get(name)
+            op = ops_registry.get(name)
             if output is not None:
                 output.start_op(op)
             for records in sweep.rows(op):
@@ -376,7 +377,7 @@ def _row_count(config: BenchConfig) -> int:
     per_op = len(list(config.sizes())) * max(config.run_cycles, 1) * len(config.dtypes)
     total = 0
     for name in config.ops:
-        op = collectives.get(name)
+        op = ops_registry.get(name)
         total += per_op * (len(config.redops) if op.reduces else 1)
     return total
 

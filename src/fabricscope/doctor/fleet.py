@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
-from fabricscope.bench.launch import World
 from fabricscope.doctor.checks.base import (
     compute_nic_devices,
     compute_nics,
@@ -39,6 +38,7 @@ from fabricscope.doctor.findings import DoctorIncomplete, Finding, Severity
 from fabricscope.doctor.inventory import Node
 from fabricscope.doctor.pci import nearest
 from fabricscope.errors import MissingDependencyError
+from fabricscope.launch import World
 
 __all__ = [
     "Difference",

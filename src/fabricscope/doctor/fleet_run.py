@@ -12,8 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from fabricscope.bench import launch
-from fabricscope.bench.launch import World
+from fabricscope import launch
 from fabricscope.doctor.capture import check_capture_target, write_capture
 from fabricscope.doctor.diagnosis import diagnose, doctor_result, expand_placeholders, open_root
 from fabricscope.doctor.expect import Expectations
@@ -31,6 +30,7 @@ from fabricscope.doctor.fleet import (
 from fabricscope.doctor.probe import node_env
 from fabricscope.doctor.report import STYLES, make_console, plain, verdict_line
 from fabricscope.errors import FabricscopeError, UsageError
+from fabricscope.launch import World
 from fabricscope.metadata import collect_env
 from fabricscope.results import Result, check_output_path
 
@@ -41,7 +41,7 @@ MAX_LINES_PER_NODE = 8
 
 def spawn_fleet(args: argparse.Namespace, nproc: int, timeout_s: float) -> int:
     """``--nproc N``: check every rank's inputs here (one clear error), then start the ranks."""
-    from fabricscope.doctor.command import child_argv
+    from fabricscope.doctor.cli import child_argv
 
     for rank in range(nproc):
         open_root(expand_placeholders(args.root, rank=rank, local_rank=rank))

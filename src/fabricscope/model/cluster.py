@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Literal
 from fabricscope.errors import ConfigError, UsageError
 from fabricscope.model import hardware
 from fabricscope.model.hardware import GPU, NIC, GPULink, PCIe, Storage, Transport
-from fabricscope.model.userfile import FORBID_EXTRA, build, read_toml, require
+from fabricscope.model.schema import FORBID_EXTRA, build, read_toml, require
 
 __all__ = [
     "Cluster",

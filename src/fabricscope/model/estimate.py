@@ -21,8 +21,8 @@ from fabricscope.model.cluster import Cluster
 from fabricscope.model.datapath import TRANSFORMER_READ_BYTES, DataPath, data_path
 from fabricscope.model.fabric import Fabric, fabric_of
 from fabricscope.model.hardware import GPU
-from fabricscope.model.layouts import layouts
 from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, SplitRequest, check_layout
+from fabricscope.model.splits import splits
 from fabricscope.model.training import BREAKDOWN, Device, Job, Shape, Step
 from fabricscope.model.workload import ModelSpec
 
@@ -283,7 +283,7 @@ def best_split(model: ModelSpec, cluster: Cluster, request: SplitRequest | None 
     gpus, per_node = cluster.gpus, cluster.gpus_per_node
     batch = _batch(model, gpus, req.global_batch)
     check_layout(req, model, gpus=gpus, gpus_per_node=per_node, batch=batch)
-    cand = layouts(model, gpus=gpus, gpus_per_node=per_node, batch=batch, request=req)
+    cand = splits(model, gpus=gpus, gpus_per_node=per_node, batch=batch, request=req)
     if not len(cand):
         fixed = ", ".join(f"--{k.replace('_', '-')} {getattr(req, k)}" for k in req.fixed) or "nothing fixed"
         raise UsageError(

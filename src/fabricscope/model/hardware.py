@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any, ClassVar, Literal, TypeVar
 
 from fabricscope.errors import UsageError, closest
-from fabricscope.model.userfile import FORBID_EXTRA, build, read_toml, require
+from fabricscope.model.schema import FORBID_EXTRA, build, read_toml, require
 
 __all__ = [
     "GPU",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar, cast
 
 from fabricscope.errors import UsageError, closest
-from fabricscope.model.userfile import InvalidValue
+from fabricscope.model.schema import InvalidValue
 from fabricscope.model.workload import ModelSpec
 
 T = TypeVar("T", bound=str)

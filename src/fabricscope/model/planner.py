@@ -25,15 +25,15 @@ from typing import Any, ClassVar, Literal, cast
 import numpy as np
 
 from fabricscope.errors import UsageError
-from fabricscope.model import collectives as coll
+from fabricscope.model import collective_cost as coll
 from fabricscope.model import hardware, training
 from fabricscope.model.cluster import Cluster, ClusterSpec, NetworkSpec, Topology, TransportName, resolve
 from fabricscope.model.estimate import device_for, shape_of
 from fabricscope.model.fabric import Fabric, fabric_columns, take
 from fabricscope.model.hardware import GPU, NIC, Transport
-from fabricscope.model.layouts import Layouts, layouts
 from fabricscope.model.parallel import Precision, SplitRequest
-from fabricscope.model.userfile import FORBID_EXTRA, InvalidValue, build, read_toml, require
+from fabricscope.model.schema import FORBID_EXTRA, InvalidValue, build, read_toml, require
+from fabricscope.model.splits import Splits, splits
 from fabricscope.model.workload import ModelSpec
 
 __all__ = ["LATENCY_PROBE_BYTES", "Network", "Plan", "Scenario", "plan", "scenarios", "search_space"]
@@ -210,7 +210,7 @@ class Sweep:
     evaluated: int
 
 
-def sweep(model: ModelSpec, cand: Layouts, gpu: GPU, fab: Fabric, precision: str) -> Sweep:
+def sweep(model: ModelSpec, cand: Splits, gpu: GPU, fab: Fabric, precision: str) -> Sweep:
     """Price every (network, split) pair; keep the fastest split per network."""
     shape = shape_of(model)
     dev = device_for(gpu, precision)
@@ -304,7 +304,7 @@ def plan(
     nodes = gpus // per_node
     if global_batch < 0:
         raise UsageError(f"--global-batch must be at least 1, got {global_batch}")
-    cand = layouts(
+    cand = splits(
         model, gpus=gpus, gpus_per_node=per_node, batch=global_batch, request=SplitRequest(precision=precision)
     )
     if not len(cand):

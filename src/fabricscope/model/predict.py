@@ -2,7 +2,7 @@
 
 The op registry of ``bench`` gives every row its ``size`` and ``count``
 columns and its busbw factor, so a predicted record and a measured one compare
-field by field.  Time comes from :mod:`fabricscope.model.collectives`,
+field by field.  Time comes from :mod:`fabricscope.model.collective_cost`,
 evaluated for all sizes of an op at once.
 """
 
@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fabricscope.bench.collectives import Collective
-from fabricscope.bench.dtypes import DTYPES
+from fabricscope.dtypes import DTYPES
 from fabricscope.errors import UsageError
-from fabricscope.model import collectives as model
+from fabricscope.model import collective_cost as model
 from fabricscope.model.fabric import Fabric
+from fabricscope.ops import Collective
 from fabricscope.results import CollectiveRecord
 
 __all__ = ["ALGO_CHOICES", "FASTER_BY", "Faster", "OpPrediction", "predict_op"]

@@ -7,9 +7,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from fabricscope import __version__
-from fabricscope.bench import table
-from fabricscope.bench.collectives import Collective
+from fabricscope import __version__, table
 from fabricscope.model.cluster import Cluster
 from fabricscope.model.estimate import Estimate
 from fabricscope.model.fabric import fabric_of, transport_extra_us
@@ -17,7 +15,8 @@ from fabricscope.model.parallel import KNOBS
 from fabricscope.model.planner import Option, Plan, percent
 from fabricscope.model.predict import FASTER_BY, Faster
 from fabricscope.model.training import BREAKDOWN
-from fabricscope.model.validation import Check, summary
+from fabricscope.model.validation import Comparison, summary
+from fabricscope.ops import Collective
 from fabricscope.results import CollectiveRecord
 
 __all__ = [
@@ -266,9 +265,9 @@ def plan_lines(p: Plan, *, top: int, seconds: float) -> list[str]:
     return lines
 
 
-def validate_lines(checks: Sequence[Check]) -> list[str]:
+def validate_lines(checks: Sequence[Comparison]) -> list[str]:
     lines: list[str] = []
-    by_file: dict[str, list[Check]] = {}
+    by_file: dict[str, list[Comparison]] = {}
     for check in checks:
         by_file.setdefault(check.file, []).append(check)
     for name, rows in by_file.items():

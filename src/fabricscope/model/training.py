@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from fabricscope.model import collectives as coll
+from fabricscope.model import collective_cost as coll
 from fabricscope.model.fabric import Fabric, inside_node
 
 __all__ = [

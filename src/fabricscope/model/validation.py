@@ -25,7 +25,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fabricscope.bench.collectives import get as get_op
 from fabricscope.errors import ConfigError, UsageError, closest
 from fabricscope.model import hardware
 from fabricscope.model.cluster import ClusterSpec, IntraFabric, NetworkSpec, TransportName, resolve
@@ -34,8 +33,9 @@ from fabricscope.model.fabric import fabric_of
 from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, Recompute, check_layout
 from fabricscope.model.predict import predict_op
 from fabricscope.model.workload import PARAMS_TOLERANCE, ModelSpec
+from fabricscope.ops import get as get_op
 
-__all__ = ["Check", "default_files", "match_gpu", "match_nic", "summary", "validate_file"]
+__all__ = ["Comparison", "default_files", "match_gpu", "match_nic", "summary", "validate_file"]
 
 COLLECTIVE_COLUMNS = (
     "id",
@@ -70,7 +70,7 @@ TRAINING_COLUMNS = (
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Check:
+class Comparison:
     """One row: what was published, what the model says, and the error."""
 
     id: str
@@ -202,7 +202,7 @@ def _cluster(row: Mapping[str, str], nodes: int, gpus_per_node: int | None = Non
     return resolve(spec, name=row["id"], source="its hardware")
 
 
-def check_collective(row: Mapping[str, str], where: str) -> Check:
+def check_collective(row: Mapping[str, str], where: str) -> Comparison:
     nodes = _number(row, "nodes", whole=True)
     cluster = _cluster(row, nodes)
     op = get_op((row.get("collective") or "").split()[0] if (row.get("collective") or "").strip() else "")
@@ -230,7 +230,7 @@ def check_collective(row: Mapping[str, str], where: str) -> Check:
         predicted = record.busbw_gbps / nics_used
     else:
         raise ConfigError(f"metric {metric!r} is not one of busbw_GBps, latency_us, per_nic_GBps")
-    return Check(
+    return Comparison(
         id=row["id"],
         file=Path(where).name,
         description=row.get("system", ""),
@@ -276,7 +276,7 @@ def _check_params(row: Mapping[str, str], model: ModelSpec) -> None:
         )
 
 
-def check_training(row: Mapping[str, str], where: str) -> Check:
+def check_training(row: Mapping[str, str], where: str) -> Comparison:
     gpus, per_node = _number(row, "gpus", whole=True), _number(row, "gpus_per_node", whole=True)
     if gpus % per_node and gpus > per_node:
         raise UsageError(f"gpus = {gpus} must be a multiple of gpus_per_node = {per_node} (whole nodes)")
@@ -323,7 +323,7 @@ def check_training(row: Mapping[str, str], where: str) -> Check:
         predicted = flops / gpus / step / 1e12
     else:
         raise ConfigError(f"metric {metric!r} is not one of tflops_per_gpu, iteration_s")
-    return Check(
+    return Comparison(
         id=row["id"],
         file=Path(where).name,
         description=row.get("source", ""),
@@ -334,7 +334,7 @@ def check_training(row: Mapping[str, str], where: str) -> Check:
     )
 
 
-def validate_file(path: Any) -> list[Check]:
+def validate_file(path: Any) -> list[Comparison]:
     """Predict every row of one validation CSV (a collectives or a training file)."""
     where = str(path)
     try:
@@ -372,7 +372,7 @@ def validate_file(path: Any) -> list[Check]:
     return checks
 
 
-def summary(checks: Iterable[Check]) -> dict[str, float]:
+def summary(checks: Iterable[Comparison]) -> dict[str, float]:
     errors = [abs(c.error_pct) for c in checks]
     if not errors:
         return {}

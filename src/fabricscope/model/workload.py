@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Literal
 
 from fabricscope.errors import UsageError
 from fabricscope.model import hardware
-from fabricscope.model.userfile import FORBID_EXTRA, InvalidValue, build, read_toml, require
+from fabricscope.model.schema import FORBID_EXTRA, InvalidValue, build, read_toml, require
 
 __all__ = ["PARAMS_TOLERANCE", "ModelSpec", "load_model", "model_presets"]
 

@@ -21,7 +21,7 @@ from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, Recompute, Spl
 from fabricscope.model.training import Job
 from fabricscope.model.workload import ModelSpec
 
-__all__ = ["Layouts", "layouts"]
+__all__ = ["Splits", "splits"]
 
 ZERO = (0, 1, 3)
 MICRO_BATCH = (1, 2, 4, 8)
@@ -29,7 +29,7 @@ INTERLEAVE = (1, 2)
 
 
 @dataclass(frozen=True, slots=True)
-class Layouts:
+class Splits:
     """Candidate splits: ``configs[i]`` is the i-th element of every array of ``job``."""
 
     configs: list[ParallelConfig]
@@ -48,14 +48,14 @@ def _options(given: int | None, searched: list[int] | tuple[int, ...]) -> list[i
     return [given] if given is not None else list(searched)
 
 
-def layouts(
+def splits(
     model: ModelSpec,
     *,
     gpus: int,
     gpus_per_node: int,
     batch: int = 0,
     request: SplitRequest | None = None,
-) -> Layouts:
+) -> Splits:
     """Every valid split of ``model`` over ``gpus`` GPUs that keeps what ``request`` fixed."""
     req = request or SplitRequest()
     batch = batch or req.global_batch or model.batch(gpus)
@@ -131,4 +131,4 @@ def layouts(
         dp_overlap=column("dp_overlap"),
         ps_servers=column("ps_servers"),
     )
-    return Layouts(configs=found, job=job, batch=batch)
+    return Splits(configs=found, job=job, batch=batch)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from fabricscope.model import hw_command
+from fabricscope.model import hw_cli
 
 __all__ = ["add_parser", "run_estimate", "run_plan", "run_predict", "run_validate"]
 
@@ -25,7 +25,7 @@ def add_parser(subparsers: Any) -> None:
     _add_estimate(subparsers)
     _add_plan(subparsers)
     _add_validate(subparsers)
-    hw_command.add_parser(subparsers)
+    hw_cli.add_parser(subparsers)
 
 
 # --- argument helpers -----------------------------------------------------------------
@@ -150,10 +150,10 @@ def _add_predict(subparsers: Any) -> None:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from fabricscope.bench import collectives as ops
+    from fabricscope import ops as ops
     from fabricscope.bench.config import BenchConfig
-    from fabricscope.bench.dtypes import parse_dtypes, parse_redops
     from fabricscope.bench.output import op_summary
+    from fabricscope.dtypes import parse_dtypes, parse_redops
     from fabricscope.errors import closest
     from fabricscope.model import report
     from fabricscope.model.fabric import fabric_of

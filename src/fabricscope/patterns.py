@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabricscope.bench.dtypes import DType
+from fabricscope.dtypes import DType
 
 __all__ = ["plain_value", "reduce_expected", "reduce_input", "reduce_modulus"]
 

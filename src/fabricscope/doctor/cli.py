@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from fabricscope.bench import launch
+    from fabricscope import launch
     from fabricscope.doctor.expect import load_expectations
     from fabricscope.units import parse_duration
 

@@ -42,22 +42,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fabricscope.bench import patterns
-from fabricscope.bench.dtypes import DType
+from fabricscope import patterns
+from fabricscope.dtypes import DType
 from fabricscope.errors import UsageError, closest
 
 __all__ = [
     "COLLECTIVES",
+    "Buffers",
+    "Call",
     "Collective",
-    "Layout",
-    "Plan",
     "get",
     "parse_ops",
 ]
 
 
 @dataclass(frozen=True, slots=True)
-class Layout:
+class Buffers:
     """Element counts of one collective call on one rank (nccl-tests ``getCollByteCount``)."""
 
     count: int
@@ -75,7 +75,7 @@ class Layout:
 
 
 @dataclass(slots=True)
-class Plan:
+class Call:
     """What one rank needs to run and check one collective call."""
 
     step: Callable[[], None]
@@ -100,13 +100,13 @@ class Collective:
     in_place: bool
     """Whether torch.distributed can run it in place."""
     min_ranks: int
-    layout: Callable[[int, int, int], Layout]
-    """(count, eltsize, nranks) -> Layout, where count = size // eltsize."""
-    algbw_elements: Callable[[Layout, int], int]
+    layout: Callable[[int, int, int], Buffers]
+    """(count, eltsize, nranks) -> Buffers, where count = size // eltsize."""
+    algbw_elements: Callable[[Buffers, int], int]
     """(layout, nranks) -> elements of S in ``algbw = S * eltsize / t``."""
     busbw_factor: Callable[[int], float]
-    build: Callable[..., Plan]
-    """(torch, dist, layout, send, recv, context, in_place) -> Plan.
+    build: Callable[..., Call]
+    """(torch, dist, layout, send, recv, context, in_place) -> Call.
 
     In place, ``send`` and ``recv`` are views of one buffer at the layout's
     in-place offsets (the same tensor object when both offsets are 0)."""
@@ -116,14 +116,14 @@ class Collective:
         """The nccl-tests binary this op mirrors (``all_reduce_perf``)."""
         return f"{self.name}_perf"
 
-    def bandwidths(self, layout: Layout, eltsize: int, nranks: int, seconds: float) -> tuple[float, float]:
+    def bandwidths(self, layout: Buffers, eltsize: int, nranks: int, seconds: float) -> tuple[float, float]:
         """(algbw, busbw) in GB/s (1e9 bytes/s) for one call that took ``seconds``."""
         if seconds <= 0:
             return 0.0, 0.0
         algbw = self.algbw_elements(layout, nranks) * eltsize / 1.0e9 / seconds
         return algbw, algbw * self.busbw_factor(nranks)
 
-    def size_bytes(self, layout: Layout, eltsize: int) -> int:
+    def size_bytes(self, layout: Buffers, eltsize: int) -> int:
         """The ``size`` column: max(send bytes, receive bytes)."""
         return layout.buffer_count * eltsize
 
@@ -136,33 +136,33 @@ def _aligned_base(count: int, eltsize: int, nranks: int) -> int:
     return (count // nranks) // align * align
 
 
-def _same(count: int, eltsize: int, nranks: int) -> Layout:
-    return Layout(count=count, send_count=count, recv_count=count, send_inplace_offset=0, recv_inplace_offset=0)
+def _same(count: int, eltsize: int, nranks: int) -> Buffers:
+    return Buffers(count=count, send_count=count, recv_count=count, send_inplace_offset=0, recv_inplace_offset=0)
 
 
-def _gather_like(base: int, nranks: int) -> Layout:
-    return Layout(
+def _gather_like(base: int, nranks: int) -> Buffers:
+    return Buffers(
         count=base, send_count=base, recv_count=base * nranks, send_inplace_offset=base, recv_inplace_offset=0
     )
 
 
-def _scatter_like(base: int, nranks: int) -> Layout:
-    return Layout(
+def _scatter_like(base: int, nranks: int) -> Buffers:
+    return Buffers(
         count=base, send_count=base * nranks, recv_count=base, send_inplace_offset=0, recv_inplace_offset=base
     )
 
 
-def _all_gather_layout(count: int, eltsize: int, nranks: int) -> Layout:
+def _all_gather_layout(count: int, eltsize: int, nranks: int) -> Buffers:
     return _gather_like(_aligned_base(count, eltsize, nranks), nranks)
 
 
-def _reduce_scatter_layout(count: int, eltsize: int, nranks: int) -> Layout:
+def _reduce_scatter_layout(count: int, eltsize: int, nranks: int) -> Buffers:
     return _scatter_like(_aligned_base(count, eltsize, nranks), nranks)
 
 
-def _alltoall_layout(count: int, eltsize: int, nranks: int) -> Layout:
+def _alltoall_layout(count: int, eltsize: int, nranks: int) -> Buffers:
     base = _aligned_base(count, eltsize, nranks)
-    return Layout(
+    return Buffers(
         count=base,
         send_count=base * nranks,
         recv_count=base * nranks,
@@ -171,19 +171,19 @@ def _alltoall_layout(count: int, eltsize: int, nranks: int) -> Layout:
     )
 
 
-def _gather_layout(count: int, eltsize: int, nranks: int) -> Layout:
+def _gather_layout(count: int, eltsize: int, nranks: int) -> Buffers:
     return _gather_like(count // nranks, nranks)
 
 
-def _scatter_layout(count: int, eltsize: int, nranks: int) -> Layout:
+def _scatter_layout(count: int, eltsize: int, nranks: int) -> Buffers:
     return _scatter_like(count // nranks, nranks)
 
 
-def _per_rank(layout: Layout, nranks: int) -> int:
+def _per_rank(layout: Buffers, nranks: int) -> int:
     return layout.count
 
 
-def _times_ranks(layout: Layout, nranks: int) -> int:
+def _times_ranks(layout: Buffers, nranks: int) -> int:
     return layout.count * nranks
 
 
@@ -262,8 +262,8 @@ def _plain(torch: Any, ctx: Context, rank: Any, shift: int = 0) -> Any:
 
 
 def _build_all_reduce(
-    torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool
-) -> Plan:
+    torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool
+) -> Call:
     inputs, expected = _reduction(torch, ctx)
 
     def step() -> None:
@@ -271,7 +271,7 @@ def _build_all_reduce(
         if ctx.avg_divisor:
             _finish_avg(recv, ctx)
 
-    return Plan(
+    return Call(
         step=step,
         load=_copy_in_loader(torch, send, recv, ctx, in_place, inputs),
         expected=lambda seed, idx: expected(idx, seed),
@@ -279,7 +279,7 @@ def _build_all_reduce(
     )
 
 
-def _build_reduce(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+def _build_reduce(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool) -> Call:
     inputs, expected = _reduction(torch, ctx)
     is_root = ctx.rank == ctx.root
 
@@ -288,7 +288,7 @@ def _build_reduce(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, c
         if ctx.avg_divisor and is_root:
             _finish_avg(recv, ctx)
 
-    return Plan(
+    return Call(
         step=step,
         load=_copy_in_loader(torch, send, recv, ctx, in_place, inputs),
         expected=(lambda seed, idx: expected(idx, seed)) if is_root else None,
@@ -296,7 +296,9 @@ def _build_reduce(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, c
     )
 
 
-def _build_broadcast(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+def _build_broadcast(
+    torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool
+) -> Call:
     # Non-root ranks start from values that differ from the root's in every
     # element (seed + 1), so a buffer the broadcast did not overwrite is caught.
     start = _plain(torch, ctx, ctx.root, 0 if ctx.rank == ctx.root else 1)
@@ -305,7 +307,7 @@ def _build_broadcast(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any
     def step() -> None:
         dist.broadcast(recv, ctx.root)
 
-    return Plan(
+    return Call(
         step=step,
         load=_copy_in_loader(torch, send, recv, ctx, in_place, start),
         expected=lambda seed, idx: root_values(idx, seed),
@@ -339,14 +341,14 @@ def _gathered(torch: Any, ctx: Context, base: int) -> Any:
 
 
 def _build_all_gather(
-    torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool
-) -> Plan:
+    torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool
+) -> Call:
     gather_into = _collective_fn(dist, "all_gather_single", "all_gather_into_tensor")
 
     def step() -> None:
         gather_into(recv, send)
 
-    return Plan(
+    return Call(
         step=step,
         load=_zeroing_loader(torch, send, recv, ctx, _plain(torch, ctx, ctx.rank)),
         expected=_gathered(torch, ctx, layout.count),
@@ -355,8 +357,8 @@ def _build_all_gather(
 
 
 def _build_reduce_scatter(
-    torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool
-) -> Plan:
+    torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool
+) -> Call:
     inputs, expected = _reduction(torch, ctx)
     scatter_into = _collective_fn(dist, "reduce_scatter_single", "reduce_scatter_tensor")
     offset = ctx.rank * layout.count
@@ -366,7 +368,7 @@ def _build_reduce_scatter(
         if ctx.avg_divisor:
             _finish_avg(recv, ctx)
 
-    return Plan(
+    return Call(
         step=step,
         load=_zeroing_loader(torch, send, recv, ctx, inputs, zero=not in_place),
         expected=lambda seed, idx: expected(offset + idx, seed),
@@ -374,7 +376,7 @@ def _build_reduce_scatter(
     )
 
 
-def _build_alltoall(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+def _build_alltoall(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool) -> Call:
     base = max(layout.count, 1)
 
     def step() -> None:
@@ -384,7 +386,7 @@ def _build_alltoall(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any,
         # recv[j*base + i] on rank r came from rank j's send[r*base + i].
         return patterns.plain_value(torch, ctx.rank * base + idx % base, idx // base, ctx.dtype, seed)
 
-    return Plan(
+    return Call(
         step=step,
         load=_zeroing_loader(torch, send, recv, ctx, _plain(torch, ctx, ctx.rank)),
         expected=expected,
@@ -392,7 +394,7 @@ def _build_alltoall(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any,
     )
 
 
-def _build_gather(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+def _build_gather(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool) -> Call:
     base = layout.count
     is_root = ctx.rank == ctx.root
     chunks = list(recv.split(base)) if is_root and base > 0 else [recv[:0]] * ctx.nranks
@@ -400,7 +402,7 @@ def _build_gather(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, c
     def step() -> None:
         dist.gather(send, chunks if is_root else None, dst=ctx.root)
 
-    return Plan(
+    return Call(
         step=step,
         load=_zeroing_loader(torch, send, recv, ctx, _plain(torch, ctx, ctx.rank)),
         expected=_gathered(torch, ctx, base) if is_root else None,
@@ -408,7 +410,7 @@ def _build_gather(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, c
     )
 
 
-def _build_scatter(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+def _build_scatter(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool) -> Call:
     base = layout.count
     is_root = ctx.rank == ctx.root
     chunks = list(send.split(base)) if is_root and base > 0 else [send[:0]] * ctx.nranks
@@ -421,7 +423,7 @@ def _build_scatter(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, 
     def step() -> None:
         dist.scatter(recv, chunks if is_root else None, src=ctx.root)
 
-    return Plan(
+    return Call(
         step=step,
         load=_zeroing_loader(torch, send, recv, ctx, start, zero=not in_place),
         expected=lambda seed, idx: root_values(offset + idx, seed),
@@ -429,7 +431,7 @@ def _build_scatter(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, 
     )
 
 
-def _build_sendrecv(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any, ctx: Context, in_place: bool) -> Plan:
+def _build_sendrecv(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool) -> Call:
     peer_next = (ctx.rank + 1) % ctx.nranks
     peer_prev = (ctx.rank - 1) % ctx.nranks
     ops = [dist.P2POp(dist.isend, send, peer_next), dist.P2POp(dist.irecv, recv, peer_prev)]
@@ -439,7 +441,7 @@ def _build_sendrecv(torch: Any, dist: Any, layout: Layout, send: Any, recv: Any,
         for work in dist.batch_isend_irecv(ops):
             work.wait()
 
-    return Plan(
+    return Call(
         step=step,
         load=_zeroing_loader(torch, send, recv, ctx, _plain(torch, ctx, ctx.rank)),
         expected=lambda seed, idx: previous(idx, seed),

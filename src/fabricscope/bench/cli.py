@@ -120,13 +120,13 @@ def _usage(message: str) -> Exception:
 
 def build_config(args: argparse.Namespace) -> Any:
     """The :class:`BenchConfig` the flags describe (raises UsageError on bad input)."""
-    from fabricscope.bench import collectives
+    from fabricscope import ops as ops_registry
     from fabricscope.bench.config import BenchConfig
-    from fabricscope.bench.dtypes import parse_dtypes, parse_redops
+    from fabricscope.dtypes import parse_dtypes, parse_redops
     from fabricscope.units import parse_duration, parse_size
 
-    ops = [c.name for c in collectives.parse_ops(args.ops)] if args.ops else ["all_reduce"]
-    named = [c.name for c in collectives.parse_ops([o for o in args.ops if o.strip().lower() != "all"])]
+    ops = [c.name for c in ops_registry.parse_ops(args.ops)] if args.ops else ["all_reduce"]
+    named = [c.name for c in ops_registry.parse_ops([o for o in args.ops if o.strip().lower() != "all"])]
     optional = [op for op in ops if op not in named] if args.ops else []
     if args.stepfactor is None:
         # As nccl-tests: -i alone means a fixed increment.
@@ -182,7 +182,7 @@ def _default_nproc() -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fabricscope.bench import launch
+    from fabricscope import launch
     from fabricscope.errors import MissingDependencyError, UsageError
 
     config = build_config(args)
