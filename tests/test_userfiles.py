@@ -26,7 +26,7 @@ def _run_with_deadline(fn, seconds=10.0):
     def target():
         try:
             outcome["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+        except BaseException as exc:  # handed back to the test
             outcome["error"] = exc
 
     thread = threading.Thread(target=target, daemon=True)
