@@ -33,7 +33,7 @@ from typing import Any
 
 from fabricscope.errors import ConfigError, UsageError
 
-__all__ = ["MAX_DEPTH", "MAX_TEXT_BYTES", "check_depth", "read_json", "read_text", "read_toml"]
+__all__ = ["MAX_DEPTH", "MAX_TEXT_BYTES", "check_depth", "is_path", "read_json", "read_text", "read_toml", "shorten"]
 
 MAX_TEXT_BYTES = 4 << 20
 """Default cap on a user-written file (cluster, model, expectations, CSV): 4 MiB."""
@@ -57,7 +57,7 @@ def _describe_mode(mode: int) -> str:
 
 
 def _open_error(path: str, exc: OSError, what: str) -> str:
-    shown = _shorten(path)
+    shown = shorten(path)
     if exc.errno == errno.ENOENT:
         return f"{shown}: no such {what}"
     if exc.errno == errno.ENAMETOOLONG:
@@ -73,9 +73,21 @@ def _open_error(path: str, exc: OSError, what: str) -> str:
     return f"{shown}: cannot read the {what} ({exc.strerror or exc})"
 
 
-def _shorten(path: str, limit: int = 200) -> str:
+def shorten(path: str, limit: int = 200) -> str:
     """A path as shown in a message: very long names are cut in the middle."""
     return path if len(path) <= limit else f"{path[:80]}...{path[-80:]}"
+
+
+def is_path(text: str, *, suffix: str = ".toml") -> bool:
+    """Whether a "preset or file" argument names a file: it ends in ``suffix``, holds a
+    ``/``, or something exists under that name (a FIFO or device included, so that
+    the reader, not a preset lookup, says what is wrong with it)."""
+    if text.endswith(suffix) or os.sep in text:
+        return True
+    try:
+        return os.path.lexists(text)
+    except (OSError, ValueError):
+        return False
 
 
 def read_text(
@@ -100,9 +112,9 @@ def read_text(
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise error(f"{_shorten(name)}: is {_describe_mode(info.st_mode)}, not a regular {what}")
+            raise error(f"{shorten(name)}: is {_describe_mode(info.st_mode)}, not a regular {what}")
         if info.st_size > max_bytes:
-            raise error(f"{_shorten(name)}: {info.st_size} bytes is too large for a {what} (at most {max_bytes})")
+            raise error(f"{shorten(name)}: {info.st_size} bytes is too large for a {what} (at most {max_bytes})")
         chunks: list[bytes] = []
         size = 0
         while size <= max_bytes:
@@ -115,7 +127,7 @@ def read_text(
             chunks.append(chunk)
             size += len(chunk)
         if size > max_bytes:
-            raise error(f"{_shorten(name)}: more than {max_bytes} bytes, too large for a {what}")
+            raise error(f"{shorten(name)}: more than {max_bytes} bytes, too large for a {what}")
     finally:
         os.close(fd)
     data = b"".join(chunks)
@@ -123,7 +135,7 @@ def read_text(
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise error(
-            f"{_shorten(name)}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+            f"{shorten(name)}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
             f"a {what} is a text file"
         ) from None
 
@@ -150,7 +162,7 @@ def check_depth(value: Any, *, source: str, error: type[UsageError] = ConfigErro
 def read_toml(path: str | Path, *, what: str = "file", max_bytes: int = MAX_TEXT_BYTES) -> dict[str, Any]:
     """Parse a user's TOML file; any problem is one ConfigError naming the file (and line)."""
     text = read_text(path, what=what, max_bytes=max_bytes)
-    source = _shorten(os.fspath(path))
+    source = shorten(os.fspath(path))
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -172,7 +184,7 @@ def read_json(
 ) -> Any:
     """Parse a JSON file through :func:`read_text`; malformed or too deep data is one ``error`` line."""
     text = read_text(path, what=what, max_bytes=max_bytes, error=error)
-    source = _shorten(os.fspath(path))
+    source = shorten(os.fspath(path))
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
