@@ -151,8 +151,11 @@ def run_predict(args: argparse.Namespace) -> int:
     _check_output(args.json, args.cluster)
     cluster = _load_cluster(args)
     steps = options.sweep_steps(args)
+    names = [c.name for c in ops.parse_ops(args.ops)] if args.ops else ["all_reduce"]
+    named = [c.name for c in ops.parse_ops([o for o in args.ops if o.strip().lower() != "all"])]
     config = BenchConfig(
-        ops=[c.name for c in ops.parse_ops(args.ops)] if args.ops else ["all_reduce"],
+        ops=names,
+        optional_ops=[name for name in names if name not in named],
         min_bytes=steps.min_bytes,
         max_bytes=steps.max_bytes,
         step_bytes=steps.step_bytes,
@@ -161,6 +164,8 @@ def run_predict(args: argparse.Namespace) -> int:
         redops=parse_redops(args.redop),
         root=args.root,
     )
+    for note in config.fit_to_world(cluster.gpus):  # as bench: 'all' on one GPU skips sendrecv, with a note
+        sys.stderr.write(note.lstrip("# ") + "\n")
     sizes = list(config.sizes())
     fab = fabric_of(cluster)
     step = f"{config.step_factor}(factor)" if config.step_factor > 1 else f"{config.step_bytes}(bytes)"
