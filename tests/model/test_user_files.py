@@ -100,7 +100,7 @@ def test_model_file_with_the_issue_keys(cli, write) -> None:
 
 def test_missing_files_and_unknown_presets(cli) -> None:
     line = one_error_line(cli("predict", "--cluster", "/no/such/cluster.toml"))
-    assert "/no/such/cluster.toml: no such file" in line
+    assert "/no/such/cluster.toml: no such cluster file" in line
     line = one_error_line(cli("predict", "--cluster", "dgx-h100-nrd"))
     assert "unknown cluster 'dgx-h100-nrd' (did you mean 'dgx-h100-ndr'?)" in line
     line = one_error_line(cli("estimate", "--model", "lama-70b", "--cluster", "dgx-a100-hdr"))

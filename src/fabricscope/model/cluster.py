@@ -37,8 +37,8 @@ from typing import Any, ClassVar, Literal
 from fabricscope.errors import ConfigError, UsageError
 from fabricscope.model import hardware
 from fabricscope.model.hardware import GPU, NIC, GPULink, PCIe, Storage, Transport
-from fabricscope.model.schema import FORBID_EXTRA, build, read_toml, require
-from fabricscope.userfiles import is_path, shorten
+from fabricscope.schema import FORBID_EXTRA, build, require
+from fabricscope.userfiles import is_path, read_toml, shorten
 
 __all__ = [
     "Cluster",
@@ -243,7 +243,7 @@ def load_cluster(text: str) -> Cluster:
     path = Path(text)
     if is_path(text):
         source = str(path)
-        data = read_toml(path, presets=presets(), what="cluster")
+        data = read_toml(path, presets=presets(), what="cluster file")
         name = path.stem
     else:
         name = text.strip().lower()
