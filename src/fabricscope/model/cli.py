@@ -473,12 +473,15 @@ def _add_validate(subparsers: Any) -> None:
 
 def run_validate(args: argparse.Namespace) -> int:
     from fabricscope.model import report
-    from fabricscope.model.validation import default_files, summary, validate_file
+    from fabricscope.model.validation import by_group, default_files, summary, validate_file
 
     _check_output(args.json)
     files = list(args.files) or default_files()
     checks = [check for path in files for check in validate_file(path)]
     _print(report.validate_lines(checks))
-    per_file = {name: summary([c for c in checks if c.file == name]) for name in dict.fromkeys(c.file for c in checks)}
+    per_file: dict[str, Any] = {
+        name: summary([c for c in checks if c.file == name]) for name in dict.fromkeys(c.file for c in checks)
+    }
+    per_file["groups"] = by_group(checks)
     _save(args.json, "validate", {"files": [str(f) for f in files]}, [c.record() for c in checks], per_file)
     return 0
