@@ -1,4 +1,4 @@
-"""Sub-commands of the model: predict, estimate, plan, validate, hw.
+"""Sub-commands of the model: predict, estimate, plan, validate, calibrate, hw.
 
 Parse, call the library, print.  Only the standard library is imported here;
 numpy, pydantic and the model modules are imported inside the handlers so
@@ -15,7 +15,7 @@ from typing import Any
 
 from fabricscope.model import hw_cli
 
-__all__ = ["add_parser", "run_estimate", "run_plan", "run_predict", "run_validate"]
+__all__ = ["add_parser", "run_calibrate", "run_estimate", "run_plan", "run_predict", "run_validate"]
 
 RAW = argparse.RawDescriptionHelpFormatter
 
@@ -25,6 +25,7 @@ def add_parser(subparsers: Any) -> None:
     _add_estimate(subparsers)
     _add_plan(subparsers)
     _add_validate(subparsers)
+    _add_calibrate(subparsers)
     hw_cli.add_parser(subparsers)
 
 
@@ -145,6 +146,7 @@ def _add_predict(subparsers: Any) -> None:
         default="auto",
         help="all_reduce algorithm: auto (NCCL's choice), ring, tree, hier, nvls, sharp",
     )
+    p.add_argument("--gpus-per-node", default=None, help="ranks per node (default: the cluster's)")
     _json_option(p, "predict")
     p.set_defaults(func=run_predict)
 
@@ -165,6 +167,8 @@ def run_predict(args: argparse.Namespace) -> int:
         raise _usage(f"unknown --algo {args.algo!r}{closest(algo, ALGO_CHOICES)}: use {', '.join(ALGO_CHOICES)}")
     _check_output(args.json)
     cluster = _load_cluster(args)
+    if args.gpus_per_node is not None:
+        cluster = cluster.with_gpus_per_node(_int(args.gpus_per_node, "--gpus-per-node"))
     factor = (
         (1 if args.stepbytes is not None else 2)
         if args.stepfactor is None
@@ -199,6 +203,7 @@ def run_predict(args: argparse.Namespace) -> int:
             gpus_per_node=cluster.gpus_per_node,
             nodes=cluster.nodes,
             algo=algo,
+            calibrated=cluster.spec.calibration.get(name),
         )
         _print(
             report.predict_lines(
@@ -484,4 +489,61 @@ def run_validate(args: argparse.Namespace) -> int:
     }
     per_file["groups"] = by_group(checks)
     _save(args.json, "validate", {"files": [str(f) for f in files]}, [c.record() for c in checks], per_file)
+    return 0
+
+
+# --- calibrate ------------------------------------------------------------------------------------
+
+_CALIBRATE_EPILOG = """\
+examples:
+  fabricscope bench --nproc 2 -b 64K -e 64M --json two.json
+  fabricscope calibrate two.json -o mine.toml
+  fabricscope predict --cluster mine.toml --nodes 1 --gpus-per-node 4 -b 64K -e 64M
+"""
+
+
+def _add_calibrate(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "calibrate",
+        help="fit latency and bandwidth per op and hop to bench results; write a cluster file predict uses",
+        description=(
+            "Fit time = latency + bytes / bandwidth per collective (robust least squares) to bench or imported "
+            "nccl-tests results, per hop inside and between nodes, and write a cluster TOML whose [calibration] "
+            "terms predict other rank and node counts."
+        ),
+        epilog=_CALIBRATE_EPILOG,
+        formatter_class=RAW,
+    )
+    p.add_argument("runs", nargs="+", metavar="RUN", help="result files of kind bench or import")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="cluster TOML to write")
+    p.add_argument(
+        "--cluster",
+        default="lab-8gpu-100g-nvme",
+        help="what the runs do not measure (GPU, NICs, storage): a preset or file (default lab-8gpu-100g-nvme)",
+    )
+    p.set_defaults(func=run_calibrate)
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from fabricscope.model.calibrate import calibrate, cluster_toml, load_runs
+    from fabricscope.model.cluster import load_cluster
+    from fabricscope.results import atomic_write_text, check_output_path
+
+    check_output_path("-o", args.output)
+    base = load_cluster(args.cluster)
+    runs = load_runs(args.runs)
+    fitted = calibrate(runs)
+    lines = [
+        f"{'op':<15} {'points':>6} {'base_us':>8} {'hop_us':>8} {'busbw GB/s':>11} {'net hop_us':>10} "
+        f"{'net GB/s':>9} {'fit error':>9}"
+    ]
+    for op, terms in fitted.items():
+        lines.append(
+            f"{op:<15} {terms.points:>6} {terms.base_us:>8.1f} {terms.intra_hop_us:>8.1f} "
+            f"{terms.intra_busbw_gbps:>11.3g} {terms.inter_hop_us:>10.1f} {terms.inter_busbw_gbps:>9.3g} "
+            f"{terms.residual_pct:>8.1f}%"
+        )
+    _print(lines)
+    atomic_write_text(args.output, cluster_toml(base, fitted, runs))
+    sys.stderr.write(f"wrote {args.output}\n")
     return 0
