@@ -525,11 +525,16 @@ def _add_calibrate(subparsers: Any) -> None:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    import os
+
     from fabricscope.model.calibrate import calibrate, cluster_toml, load_runs
     from fabricscope.model.cluster import load_cluster
     from fabricscope.results import atomic_write_text, check_output_path
 
     check_output_path("-o", args.output)
+    for run in args.runs:
+        if os.path.exists(args.output) and os.path.exists(run) and os.path.samefile(args.output, run):
+            raise _usage(f"-o {args.output} is also a RUN: write the cluster file elsewhere")
     base = load_cluster(args.cluster)
     runs = load_runs(args.runs)
     fitted = calibrate(runs)
