@@ -157,7 +157,7 @@ def run_predict(args: argparse.Namespace) -> int:
     from fabricscope.bench.output import op_summary
     from fabricscope.dtypes import parse_dtypes, parse_redops
     from fabricscope.errors import closest
-    from fabricscope.model import report
+    from fabricscope.model import report, uncertainty
     from fabricscope.model.fabric import fabric_of
     from fabricscope.model.predict import ALGO_CHOICES, predict_op
     from fabricscope.units import parse_size
@@ -191,6 +191,7 @@ def run_predict(args: argparse.Namespace) -> int:
     summary: dict[str, Any] = {}
     if algo != "auto" and any(name != "all_reduce" for name in config.ops):
         sys.stderr.write(f"note: --algo {algo} applies to all_reduce; other ops run as NCCL runs them\n")
+    sure = uncertainty.for_collectives(cluster)
     for name in config.ops:
         op = ops.get(name)
         prediction = predict_op(
@@ -225,6 +226,8 @@ def run_predict(args: argparse.Namespace) -> int:
             **op_summary([r.to_dict() for r in prediction.records]),
             "sizes_faster_than_nccl_choice": len(prediction.faster),
         }
+    _print(sure.lines("these times"))
+    summary["uncertainty"] = sure.record()
     _save(
         args.json,
         "predict",
@@ -304,7 +307,7 @@ def _add_estimate(subparsers: Any) -> None:
 def run_estimate(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from fabricscope.model import report
+    from fabricscope.model import report, uncertainty
     from fabricscope.model.estimate import best_split, estimate
     from fabricscope.model.parallel import PRECISIONS, RECOMPUTE, SplitRequest, as_choice
     from fabricscope.model.workload import load_model
@@ -335,6 +338,8 @@ def run_estimate(args: argparse.Namespace) -> int:
     par = best_split(model, cluster, request)
     result = estimate(model, cluster, par, chosen=tuple(request.open))
     _print(report.estimate_lines(result))
+    sure = uncertainty.for_training(cluster)
+    _print(sure.lines("this step time", prefix=""))
     record = result.record()
     _save(
         args.json,
@@ -348,7 +353,7 @@ def run_estimate(args: argparse.Namespace) -> int:
             "cluster_spec": _spec_dict(cluster),
         },
         [record],
-        {"bottleneck": record["bottleneck"], "step_time_s": record["step_time_s"]},
+        {"bottleneck": record["bottleneck"], "step_time_s": record["step_time_s"], "uncertainty": sure.record()},
     )
     return 0
 
@@ -389,9 +394,9 @@ def _add_plan(subparsers: Any) -> None:
 def run_plan(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from fabricscope.model import report
+    from fabricscope.model import report, uncertainty
     from fabricscope.model.parallel import PRECISIONS, as_choice
-    from fabricscope.model.planner import LATENCY_PROBE_BYTES, plan
+    from fabricscope.model.planner import LATENCY_PROBE_BYTES, cluster_of, plan
     from fabricscope.model.workload import load_model
 
     _check_output(args.json)
@@ -413,6 +418,12 @@ def run_plan(args: argparse.Namespace) -> int:
     )
     seconds = time.perf_counter() - start
     _print(report.plan_lines(result, top=_int(args.top, "--top"), seconds=seconds))
+    sure = None
+    if result.recommended is not None and result.recommended.parallel is not None:
+        per_node = min(8, result.gpus)
+        chosen = cluster_of(result.recommended.network, result.gpu, per_node, max(result.gpus // per_node, 1))
+        sure = uncertainty.for_training(chosen)
+        _print(sure.lines("the recommended network's utilization", prefix=""))
 
     def record(option: Any, role: str) -> dict[str, Any]:
         net = option.network
@@ -456,6 +467,7 @@ def run_plan(args: argparse.Namespace) -> int:
             "seconds": seconds,
             "recommended": records[-1] if result.recommended is not None else None,
             "notes": result.notes,
+            "uncertainty": sure.record() if sure is not None else None,
         },
     )
     return 0
