@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fabricscope.model import collective_cost as coll
-from fabricscope.model.cluster import Cluster, load_cluster, resolve
+from fabricscope.model.cluster import Cluster, ClusterSpec, load_cluster, resolve
 from fabricscope.model.fabric import fabric_of
 
 
@@ -224,3 +224,14 @@ def test_without_gpudirect_every_byte_is_staged_through_host_memory() -> None:
     # A 25G NIC is slower than half its slot: GPUDirect changes only the latency there.
     slow = net(gdr, nic="eth-25g", nics_per_node=1)
     assert float(fabric_of(net(slow, transport="rdma")).nic_gbps) == float(fabric_of(slow).nic_gbps)
+
+
+def test_a_group_on_a_full_mesh_uses_only_the_links_between_its_members() -> None:
+    # MI300X: seven Infinity Fabric links, one per peer (AMD's RCCL/xGMI blog: ~48 GB/s usable each).
+    eight = resolve(ClusterSpec(gpu="mi300x", gpus_per_node=8), name="m8", source="m8")
+    two = eight.with_gpus_per_node(2)
+    assert busbw(two, 1 << 30, "ring") == pytest.approx(48.0, rel=0.01)
+    assert busbw(eight, 1 << 30, "ring") == pytest.approx(7 * 48.0, rel=0.02)
+    # On an NVSwitch every link reaches the switch, whatever the group.
+    h100 = load_cluster("dgx-h100-ndr").with_nodes(1)
+    assert busbw(h100.with_gpus_per_node(2), 1 << 30, "ring") == pytest.approx(busbw(h100, 1 << 30, "ring"), rel=0.02)

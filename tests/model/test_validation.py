@@ -11,30 +11,21 @@ from model_helpers import one_error_line
 
 from fabricscope.model.validation import by_group, default_files, match_gpu, match_nic, summary, validate_file
 
-KNOWN_OFF = "stays off:"
-"""A row whose ``notes`` say this is one the model is known to miss; the note says what it lacks."""
 GROUP_MEDIAN_CEILING = {"pcie-node": 15.0}
 """Groups known to miss the 10% median, with the most they may reach: the one kept PCIe row (8 RTX
 5090 without peer-to-peer) is 14.5% low; the model has no host-memory term (docs/model.md)."""
 
 
-def _known_off(path) -> set[str]:
-    rows = csv.DictReader(path.read_text(encoding="utf-8").splitlines())
-    return {row["id"] for row in rows if KNOWN_OFF in (row.get("notes") or "")}
-
-
 @pytest.mark.parametrize("path", default_files(), ids=lambda p: p.name)
 def test_shipped_files_meet_the_accuracy_target_in_every_group(path) -> None:
     checks = validate_file(path)
-    off = _known_off(path)
     assert summary(checks)["rows"] >= 9
-    kept = [c for c in checks if c.id not in off]
-    for group, stats in by_group(kept).items():
+    for group, stats in by_group(checks, known_off=False).items():
         assert stats["median_abs_error_pct"] <= GROUP_MEDIAN_CEILING.get(group, 10.0), group
         assert stats["worst_abs_error_pct"] <= 25.0, group
     # A row marked as known to be off must really be off: the mark cannot go stale silently.
     for check in checks:
-        if check.id in off:
+        if check.known_off:
             assert abs(check.error_pct) > 25.0, check.id
 
 
@@ -75,7 +66,7 @@ def test_cli_prints_rows_and_writes_records(cli, tmp_path) -> None:
     assert len(data["records"]) >= 41
     groups = data["summary"]["groups"]
     assert {"nvlink-node", "tcp", "overall"} <= set(groups)
-    assert "error by group:" in done.out
+    assert "error by group (" in done.out
     assert data["summary"]["training.csv"]["worst_abs_error_pct"] <= 25
 
 

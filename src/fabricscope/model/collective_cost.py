@@ -65,6 +65,7 @@ __all__ = [
     "candidates",
     "choose",
     "fastest",
+    "intra_bw",
     "nccl_setting",
     "net_hop",
     "point_to_point",
@@ -169,6 +170,15 @@ def net_hop(fab: Fabric, algo: str, proto: int) -> Num:
     return np.maximum(HOP_NET_US[algo][proto] + fab.net_extra_us, 0.0)
 
 
+def intra_bw(fab: Fabric, ppn: Num) -> Num:
+    """GB/s a group of ``ppn`` GPUs of a node gets inside it: all of each GPU's links on a
+    switch, only the ``ppn - 1`` links to the other members on a full mesh."""
+    share = np.where(
+        fab.mesh_links > 0, np.minimum(np.maximum(ppn - 1, 1), fab.mesh_links) / np.maximum(fab.mesh_links, 1), 1.0
+    )
+    return fab.intra_gbps * share
+
+
 def _ll128_ok(fab: Fabric) -> Num:
     """NCCL runs LL128 only where the GPUs of a node talk over NVLink."""
     return fab.intra_pcie == 0
@@ -224,7 +234,7 @@ def _ring(
     """A ring moving ``moved`` bytes per rank in ``steps`` steps, ``inter_steps`` of them between nodes."""
     multi = nodes > 1
     net, channels = _network(fab, nodes, node_net, ppn)
-    bw = np.minimum(np.where(ppn > 1, fab.intra_gbps, np.inf), np.where(multi, net, np.inf))
+    bw = np.minimum(np.where(ppn > 1, intra_bw(fab, ppn), np.inf), np.where(multi, net, np.inf))
     caps = (
         _ll_max(fab, nodes),
         np.where(multi, channels * RING_LL128_PER_CHANNEL[_arch(fab)], np.inf),
@@ -275,7 +285,7 @@ def all_reduce(
 
     log_nodes = np.log2(np.maximum(nodes, 1))
     ll_max = _ll_max(fab, nodes)
-    intra_t = np.where(ppn > 1, 2.0 * nbytes / (fab.intra_gbps * 1e9), 0.0)
+    intra_t = np.where(ppn > 1, 2.0 * nbytes / (intra_bw(fab, ppn) * 1e9), 0.0)
     tree_bytes = nbytes * np.where((nodes == 2) & (ppn <= 1), 1.0, TREE_NET_BYTES)
     inter_t = tree_bytes / (np.maximum(net, 1e-12) * 1e9)
     nvls_inter_t = nbytes * np.where(nodes == 2, 1.0, 2.0) / (np.maximum(net, 1e-12) * 1e9)
@@ -293,7 +303,7 @@ def all_reduce(
     if include_hier:
         for proto, name in enumerate(PROTOCOLS):
             factor = BW_FACTOR["ring"][proto]
-            hier_t = 2 * (ppn - 1) / ppn * nbytes / (fab.intra_gbps * factor * 1e9) + 2 * (nodes - 1) / nodes * (
+            hier_t = 2 * (ppn - 1) / ppn * nbytes / (intra_bw(fab, ppn) * factor * 1e9) + 2 * (nodes - 1) / nodes * (
                 nbytes / (np.maximum(net * factor, 1e-12) * 1e9)
             )
             lat = _ring_latency_us(fab, proto, ppn, nodes, 2 * (p - 1), inter_steps)
@@ -323,7 +333,7 @@ def all_reduce(
     lat = 2 * (np.minimum(1, ppn - 1) * COLLNET_HOP_INTRA_US + (ppn - 1) * COLLNET_PER_RANK_US) + (
         np.maximum(COLLNET_NET_US + fab.net_extra_us, 0.0)
     )
-    sharp_intra = 2 * (ppn - 1) / ppn * nbytes / (fab.intra_gbps * 1e9)
+    sharp_intra = 2 * (ppn - 1) / ppn * nbytes / (intra_bw(fab, ppn) * 1e9)
     sharp_inter = nbytes / (np.maximum(net * COLLNET_FACTOR, 1e-12) * 1e9)
     seconds = lat * 1e-6 + np.maximum(sharp_intra, sharp_inter)
     yield "sharp", "Simple", _done(nbytes, p, _gate((fab.sharp > 0) & multi, seconds)), 0.0
@@ -368,17 +378,18 @@ def point_to_point(fab: Fabric, total_bytes: Num, ppn: Num, nodes: Num, *, patte
             inter_node_bytes = total_bytes * ppn * (p - ppn) / p
             net, _ = _network(fab, nodes, None, ppn)
             seconds = np.maximum(
-                intra_bytes / (fab.intra_gbps * factor * 1e9),
+                intra_bytes / (intra_bw(fab, ppn) * factor * 1e9),
                 inter_node_bytes / (np.maximum(net * factor, 1e-12) * 1e9),
             )
         elif pattern == "sendrecv":
-            bw: Num = np.where(multi, np.minimum(fab.intra_gbps, fab.nic_gbps), fab.intra_gbps)
+            peer = intra_bw(fab, 2.0)
+            bw: Num = np.where(multi, np.minimum(peer, fab.nic_gbps), peer)
             seconds = total_bytes / (bw * factor * 1e9)
         else:
             intra_bytes = total_bytes * (ppn - 1) / p
             inter_bytes = total_bytes * (p - ppn) / p
             seconds = np.maximum(
-                intra_bytes / (fab.intra_gbps * factor * 1e9),
+                intra_bytes / (intra_bw(fab, ppn) * factor * 1e9),
                 inter_bytes / (np.maximum(fab.nic_gbps * factor, 1e-12) * 1e9),
             )
         yield "p2p", PROTOCOLS[proto], _done(total_bytes, p, lat * 1e-6 + seconds), 0.0

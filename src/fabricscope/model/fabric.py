@@ -12,7 +12,8 @@ out of one function, :func:`fabric_of` (one cluster) or :func:`fabric_columns`
   staged in host memory, so it crosses the PCIe uplink of the NIC and GPU twice
   (NIC <-> host memory, host memory <-> GPU): half the slot is left per NIC;
 * a node's GPUs talk at ``links x NCCL's per-link constant`` over NVLink or
-  Infinity Fabric, or at NCCL's share of the PCIe slot (half of it through host
+  Infinity Fabric (on a full mesh, one link per peer, a group of g GPUs uses only
+  the g-1 links between its members: ``mesh_links``), or at NCCL's share of the PCIe slot (half of it through host
   memory when peer-to-peer is off);
 * a GPU sends to and receives from the network through its own PCIe link, so
   the NICs a group of ``g`` GPUs per node can drive are bounded by ``g`` times
@@ -88,6 +89,8 @@ class Fabric:
     """What one GPU's own PCIe link moves to or from a NIC, one direction, GB/s."""
     hashed: Num = 0.0
     """1 where the network is Ethernet RDMA (RoCE): flows hashed, no adaptive routing."""
+    mesh_links: Num = 0.0
+    """Links per GPU where the node is a full mesh with one link per peer (MI300X: 7); 0 otherwise."""
 
     @property
     def node_net_gbps(self) -> Num:
@@ -113,6 +116,7 @@ def inside_node(fab: Fabric) -> Fabric:
         nodes_per_leaf=1.0,
         gpu_pcie_gbps=fab.gpu_pcie_gbps,
         hashed=0.0,
+        mesh_links=fab.mesh_links,
     )
 
 
@@ -160,6 +164,7 @@ def make_fabric(
     extra_latency_us: Num = 0.0,
     gpu_pcie_gbps: Num = np.inf,
     hashed: Num = 0.0,
+    mesh_links: Num = 0.0,
 ) -> Fabric:
     """Apply the slowest-hop rules to raw catalog numbers (all arguments broadcast)."""
     ceiling = np.where(np.asarray(host_ceiling_gbps) > 0, host_ceiling_gbps, np.inf)
@@ -188,6 +193,7 @@ def make_fabric(
         nodes_per_leaf=leaf,
         gpu_pcie_gbps=gpu_pcie_gbps,
         hashed=hashed,
+        mesh_links=mesh_links,
     )
 
 
@@ -241,6 +247,7 @@ def fabric_inputs(cluster: Cluster) -> dict[str, float]:
         "extra_latency_us": net.extra_latency_us,
         "gpu_pcie_gbps": min(cluster.pcie.effective_gbps, gpu_pcie.effective_gbps),
         "hashed": 1.0 if (cluster.nic.link == "ethernet" and cluster.transport.name != "tcp-socket") else 0.0,
+        "mesh_links": float(cluster.gpu.xgmi_links) if cluster.intra == "xgmi" else 0.0,
     }
 
 

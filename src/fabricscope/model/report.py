@@ -280,7 +280,7 @@ def validate_lines(checks: Sequence[Comparison]) -> list[str]:
         for c in rows:
             lines.append(
                 f"  {c.id:<5} {c.group:<{width}} {c.metric:<15} {c.published:>10.4g} {c.predicted:>10.4g} "
-                f"{c.error_pct:>+7.1f}%  {c.detail}"
+                f"{c.error_pct:>+7.1f}%{'*' if c.known_off else ' '} {c.detail}"
             )
         stats = summary(rows)
         lines.append(
@@ -289,13 +289,21 @@ def validate_lines(checks: Sequence[Comparison]) -> list[str]:
         )
         lines.append("")
     groups = by_group(checks)
+    kept = by_group(checks, known_off=False)
     if groups:
-        lines.append("error by group:")
-        lines.append(f"  {'group':<{max(width, 7)}} {'rows':>4} {'median':>8} {'worst':>8}")
+        lines.append("error by group (|error|; 'kept': without the rows marked * in their notes as known to be off):")
+        head = f"{'rows':>4} {'median':>8} {'worst':>8}"
+        lines.append(f"  {'group':<{max(width, 7)}} {head}   {head.replace('rows', 'kept')}")
         for group, stats in groups.items():
+            mine = kept.get(group)
+            tail = (
+                f"{int(mine['rows']):>4} {mine['median_abs_error_pct']:>7.1f}% {mine['worst_abs_error_pct']:>7.1f}%"
+                if mine
+                else f"{0:>4} {'-':>8} {'-':>8}"
+            )
             lines.append(
                 f"  {group:<{max(width, 7)}} {int(stats['rows']):>4} {stats['median_abs_error_pct']:>7.1f}% "
-                f"{stats['worst_abs_error_pct']:>7.1f}%"
+                f"{stats['worst_abs_error_pct']:>7.1f}%   {tail}"
             )
     return lines
 

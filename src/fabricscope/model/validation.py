@@ -44,6 +44,7 @@ from fabricscope.ops import get as get_op
 from fabricscope.userfiles import read_text
 
 __all__ = [
+    "KNOWN_OFF",
     "Comparison",
     "by_group",
     "default_files",
@@ -98,6 +99,8 @@ class Comparison:
     detail: str = ""
     group: str = ""
     """Kind of system the row measures (``nvlink-node``, ``tcp``, ...); errors are reported per group."""
+    known_off: bool = False
+    """The row's ``notes`` say it ``stays off:`` and why (what the model lacks)."""
 
     @property
     def error_pct(self) -> float:
@@ -114,6 +117,7 @@ class Comparison:
             "error_pct": self.error_pct,
             "detail": self.detail,
             "group": self.group,
+            "known_off": self.known_off,
         }
 
 
@@ -264,9 +268,12 @@ def check_collective(row: Mapping[str, str], where: str) -> Comparison:
         predicted=predicted,
         detail=f"{op.name} {size} B on {nodes}x{cluster.gpus_per_node} {cluster.gpu.name}: {record.algorithm}",
         group=_group(row, "collectives"),
+        known_off=KNOWN_OFF in (row.get("notes") or ""),
     )
 
 
+KNOWN_OFF = "stays off:"
+"""A row whose ``notes`` contain this is one the model is known to miss; the note says what it lacks."""
 GROUP_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 
 
@@ -371,6 +378,7 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         predicted=predicted,
         detail=f"{gpus}x {cluster.gpu.name} tp{par.tp} pp{par.pp} dp{par.dp} {par.recompute}: {result.bottleneck}",
         group=_group(row, "training"),
+        known_off=KNOWN_OFF in (row.get("notes") or ""),
     )
 
 
@@ -405,9 +413,10 @@ def validate_file(path: Any) -> list[Comparison]:
     return checks
 
 
-def by_group(checks: Iterable[Comparison]) -> dict[str, dict[str, float]]:
-    """:func:`summary` of every group, in the order groups first appear, then ``overall``."""
-    rows = list(checks)
+def by_group(checks: Iterable[Comparison], *, known_off: bool = True) -> dict[str, dict[str, float]]:
+    """:func:`summary` of every group, in the order groups first appear, then ``overall``;
+    without the rows marked as known to be off when ``known_off`` is false."""
+    rows = [c for c in checks if known_off or not c.known_off]
     groups: dict[str, list[Comparison]] = {}
     for check in rows:
         groups.setdefault(check.group, []).append(check)
