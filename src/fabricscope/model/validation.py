@@ -127,7 +127,7 @@ def default_files() -> list[Any]:
     return sorted((p for p in folder.iterdir() if p.name.endswith(".csv")), key=lambda p: p.name)
 
 
-_GPU_FAMILIES = ("v100", "a100", "h100", "h200", "h800", "h20", "b200", "l40s", "mi300x", "4090", "5090")
+_GPU_FAMILIES = ("v100", "a100", "a800", "h100", "h200", "h800", "h20", "b200", "l40s", "mi300x", "4090", "5090")
 _FORM_FACTORS = ("pcie", "sxm")
 
 
