@@ -31,6 +31,7 @@ nothing about the network between nodes: :func:`missing_hop`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -84,22 +85,18 @@ class Run:
         return self.ranks // self.nodes
 
 
-def steps(op: str, ranks: Any) -> Any:
-    """Latency steps of the ring form of ``op`` on ``ranks`` ranks."""
+def steps(op: str, members: Any) -> Any:
+    """Latency steps of the ring form of ``op`` through ``members`` ranks; given the node count
+    instead, the steps that cross between nodes (the ring enters and leaves each node once)."""
     if op == "all_reduce":
-        return 2 * (ranks - 1)
+        return 2 * (members - 1)
     if op == "sendrecv":
-        return np.minimum(ranks - 1, 1)
-    return ranks - 1
+        return np.minimum(members - 1, 1)
+    return members - 1
 
 
-def inter_steps(op: str, nodes: Any) -> Any:
-    """Of those, the steps that cross between nodes (the ring enters and leaves each node once)."""
-    if op == "all_reduce":
-        return 2 * (nodes - 1)
-    if op == "sendrecv":
-        return np.minimum(nodes - 1, 1)
-    return nodes - 1
+inter_steps = steps
+"""Steps between nodes: :func:`steps` of the node count."""
 
 
 def fit_line(moved: Any, seconds: Any) -> tuple[float, float]:
@@ -251,15 +248,7 @@ def calibrate(runs: Sequence[Run]) -> dict[str, CalibratedOp]:
                 predicted_seconds(terms, op, r.moved, r.ranks_per_node, r.nodes), r.seconds.tolist(), strict=True
             )
         ]
-        found[op] = CalibratedOp(
-            base_us=base,
-            intra_hop_us=intra_hop,
-            intra_busbw_gbps=intra_bw,
-            inter_hop_us=inter_hop,
-            inter_busbw_gbps=inter_bw,
-            points=terms.points,
-            residual_pct=100.0 * statistics.median(errors),
-        )
+        found[op] = dataclasses.replace(terms, residual_pct=100.0 * statistics.median(errors))
     return found
 
 
