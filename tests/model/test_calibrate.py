@@ -103,6 +103,8 @@ def test_a_real_bench_calibrates_and_predict_uses_the_fit(cli, two_ranks, tmp_pa
 
 def test_calibrate_refuses_hostile_and_wrong_inputs(cli, two_ranks, tmp_path, write) -> None:
     out = str(tmp_path / "c.toml")
+    folder = tmp_path / "folder"
+    folder.mkdir()
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     zero = tmp_path / "zero.json"
@@ -119,7 +121,7 @@ def test_calibrate_refuses_hostile_and_wrong_inputs(cli, two_ranks, tmp_path, wr
     cases = {
         str(fifo): "FIFO",
         str(zero): "character device",
-        str(tmp_path): "directory",
+        str(folder): "directory",
         str(tmp_path / ("x" * 5000)): "",
         str(deep): "",
         str(predicted): "calibrate reads bench or import results",
@@ -133,7 +135,7 @@ def test_calibrate_refuses_hostile_and_wrong_inputs(cli, two_ranks, tmp_path, wr
     # Its own input as its output is refused before anything is overwritten.
     before = two_ranks.read_text()
     done = cli("calibrate", str(two_ranks), "-o", str(two_ranks))
-    assert done.code == 2 and "is also a RUN" in one_error_line(done)
+    assert done.code == 2 and "an input of this command" in one_error_line(done)
     assert two_ranks.read_text() == before
     assert not Path(out).exists()
 
