@@ -13,7 +13,7 @@ GOOD = 'gpu = "h100-sxm"\nnodes = 2\n[network]\nnic = "ib-ndr"\nnics_per_node = 
 @pytest.mark.parametrize(
     ("text", "fragments"),
     [
-        ('gpu = "h100"\n', ["gpu: unknown GPU 'h100'", "did you mean 'h100-sxm'"]),
+        ('gpu = "h100"\n', ["gpu: unknown GPU 'h100'", "did you mean one of 'h100-sxm', 'h100-pcie'"]),
         ('gpu = "h100-sxm"\nnodez = 3\n', ["unknown key 'nodez'", "did you mean 'nodes'", "gpus_per_node"]),
         (
             'gpu = "h100-sxm"\n[network]\ntransport = "rdma-gdrr"\n',
