@@ -6,7 +6,8 @@ change of the figure that matters at that size: the time for small messages
 
 - ``regressed`` / ``improved``: worse / better by more than the tolerance and,
   when both sides kept their raw per-iteration samples, significant (a
-  two-sided Mann-Whitney U test from scipy on the samples, p < ``alpha``);
+  two-sided Mann-Whitney U test from scipy on the samples, p < ``alpha``
+  after the Benjamini-Hochberg adjustment for the many rows of a sweep);
 - ``not significant``: the samples cannot tell the two apart, whatever the
   change of the means;
 - ``within tolerance``: the change is no larger than the tolerance.
@@ -18,6 +19,7 @@ large sizes, where a fabric shows its bandwidth.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -65,6 +67,7 @@ class Row:
     change: float
     """Relative change of the metric, current/reference - 1."""
     p_value: float | None
+    """Mann-Whitney U p-value, adjusted for the rows tested together (None without samples)."""
     verdict: str
 
     @property
@@ -119,7 +122,7 @@ class Comparison:
                 "small_bytes": SMALL_BYTES,
                 "large_bytes": LARGE_BYTES,
                 "alpha": ALPHA,
-                "test": "scipy.stats.mannwhitneyu (two-sided) on raw samples",
+                "test": "scipy.stats.mannwhitneyu (two-sided) on raw samples, Benjamini-Hochberg adjusted",
             },
             records=[r.to_dict() for r in self.rows],
             summary={
@@ -191,24 +194,17 @@ def _p_value(a: Sequence[float], b: Sequence[float]) -> float:
     return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
-def _row(key: _Key, cur: _Pooled, ref: _Pooled, tolerance: float, alpha: float) -> Row | None:
+def _row(key: _Key, cur: _Pooled, ref: _Pooled) -> Row | None:
+    """The row with its raw p-value; the verdict is given once every p-value is adjusted."""
     op, size, dtype, redop, placement = key
     metric = "time_us" if size <= SMALL_BYTES else "busbw_gbps"
     current = statistics.fmean(getattr(cur, metric))
     reference = statistics.fmean(getattr(ref, metric))
     if reference <= 0 or current < 0:
         return None  # nothing measurable (a 0 B row, a 0.00 busbw of a tiny message)
-    change = current / reference - 1.0
-    worse = change if metric == "time_us" else -change
     p_value = None
     if cur.all_have_samples and ref.all_have_samples and cur.samples_us and ref.samples_us:
         p_value = _p_value(cur.samples_us, ref.samples_us)
-    if abs(worse) <= tolerance:
-        verdict = "within tolerance"
-    elif p_value is not None and p_value >= alpha:
-        verdict = "not significant"
-    else:
-        verdict = "regressed" if worse > 0 else "improved"
     return Row(
         op=op,
         size_bytes=size,
@@ -218,10 +214,35 @@ def _row(key: _Key, cur: _Pooled, ref: _Pooled, tolerance: float, alpha: float) 
         metric=metric,
         reference=reference,
         current=current,
-        change=change,
+        change=current / reference - 1.0,
         p_value=p_value,
-        verdict=verdict,
+        verdict="",
     )
+
+
+def _adjusted(p_values: Sequence[float]) -> list[float]:
+    """Benjamini-Hochberg adjusted p-values: a sweep tests dozens of rows at once."""
+    if len(p_values) < 2:
+        return list(p_values)
+    from scipy import stats
+
+    return [float(p) for p in stats.false_discovery_control(p_values, method="bh")]
+
+
+def _judged(rows: Sequence[Row], tolerance: float, alpha: float) -> list[Row]:
+    tested = [i for i, r in enumerate(rows) if r.p_value is not None]
+    adjusted = dict(zip(tested, _adjusted([rows[i].p_value or 0.0 for i in tested]), strict=True))
+    judged = []
+    for index, row in enumerate(rows):
+        p_value = adjusted.get(index)
+        if abs(row.worse_by) <= tolerance:
+            verdict = "within tolerance"
+        elif p_value is not None and p_value >= alpha:
+            verdict = "not significant"
+        else:
+            verdict = "regressed" if row.worse_by > 0 else "improved"
+        judged.append(dataclasses.replace(row, p_value=p_value, verdict=verdict))
+    return judged
 
 
 def _large_summary(rows: Sequence[Row], tolerance: float) -> dict[str, dict[str, Any]]:
@@ -235,12 +256,12 @@ def _large_summary(rows: Sequence[Row], tolerance: float) -> dict[str, dict[str,
         chosen = [r for r in bw_rows if r.size_bytes in large]
         median = statistics.median(r.change for r in chosen)
         regressed = [r for r in chosen if r.verdict == "regressed"]
-        if regressed or (-median > tolerance and all(r.verdict != "not significant" for r in chosen)):
+        if regressed:
             verdict = "regressed"
-        elif median > tolerance:
+        elif any(r.verdict == "improved" for r in chosen):
             verdict = "improved"
         else:
-            verdict = "ok"
+            verdict = "no change beyond tolerance or noise"
         summary[op] = {
             "from_bytes": large[0],
             "rows": len(chosen),
@@ -261,14 +282,13 @@ def compare(
     reference_name: str = "reference",
 ) -> Comparison:
     """Compare every row both Results have; ``tolerance`` is a fraction (0.05 = 5%)."""
-    if not 0 <= tolerance < 10:
+    if not 0 <= tolerance <= 10:
         raise ValueError(f"tolerance must be a fraction between 0 and 10, got {tolerance}")
     cur, ref = _pool(current.records), _pool(reference.records)
     comparison = Comparison(current=current_name, reference=reference_name, tolerance=tolerance)
-    for key in sorted(cur.keys() & ref.keys(), key=lambda k: (k[0], k[2], k[3], k[1], k[4] != "out")):
-        row = _row(key, cur[key], ref[key], tolerance, alpha)
-        if row is not None:
-            comparison.rows.append(row)
+    keys = sorted(cur.keys() & ref.keys(), key=lambda k: (k[0], k[2], k[3], k[1], k[4] != "out"))
+    rows = [row for row in (_row(key, cur[key], ref[key]) for key in keys) if row is not None]
+    comparison.rows = _judged(rows, tolerance, alpha)
     comparison.only_current = len(cur.keys() - ref.keys())
     comparison.only_reference = len(ref.keys() - cur.keys())
     comparison.summary = _large_summary(comparison.rows, tolerance)
@@ -333,7 +353,7 @@ def text_lines(comparison: Comparison) -> list[str]:
     """The comparison as a table for the terminal; comment lines start with '#'."""
     lines = [
         f"# {comparison.current} against {comparison.reference}; tolerance {comparison.tolerance * 100:g}%; "
-        f"time up to {format_size(SMALL_BYTES)}, busbw above; p: Mann-Whitney U on raw samples"
+        f"time up to {format_size(SMALL_BYTES)}, busbw above; p: Mann-Whitney U on raw samples, BH-adjusted"
     ]
     table = [_HEADER, *(_cells(r) for r in comparison.rows)]
     widths = [max(len(line[i]) for line in table) for i in range(len(_HEADER))]
@@ -353,7 +373,7 @@ def markdown_lines(comparison: Comparison) -> list[str]:
         f"### {comparison.current} against {comparison.reference}",
         "",
         f"Tolerance {comparison.tolerance * 100:g}%; time up to {format_size(SMALL_BYTES)}, busbw above; "
-        "p: two-sided Mann-Whitney U on the raw samples (- when a side has none).",
+        "p: two-sided Mann-Whitney U on the raw samples, Benjamini-Hochberg adjusted (- when a side has none).",
         "",
         "| " + " | ".join(_HEADER) + " |",
         "|" + "|".join("---:" if i in (1, 5, 6, 7, 8) else "---" for i in range(len(_HEADER))) + "|",

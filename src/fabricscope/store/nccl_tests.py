@@ -504,7 +504,16 @@ def parse_json(text: str, *, source: str = "<json>", op: str | None = None) -> R
     settings = {k: v for k, v in config.items() if k != "devices"}
     return Result(
         kind=KIND,
-        config={"source": "nccl-tests -J", "file": source, "ops": ops, "args": args, "tests": [settings]},
+        config={
+            "source": "nccl-tests -J",
+            "file": source,
+            "ops": ops,
+            "args": args,
+            "tests": [settings],
+            # The writer's local time, without a zone: kept as written, never taken as UTC.
+            "start_time_local": data.get("start_time"),
+            "end_time_local": data.get("end_time"),
+        },
         records=records,
         summary=summary,
         host=host,

@@ -51,6 +51,11 @@ def load_result_file(path: str) -> Result:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
+        if not text.lstrip().startswith(("{", "[")):
+            raise ResultFormatError(
+                f"{path}: not a result file (not JSON); a log of the C nccl-tests? "
+                "import it first: fabricscope import nccl-tests FILE --save"
+            ) from None
         raise ResultFormatError(
             f"{path}: corrupt or truncated result file (invalid JSON at line {exc.lineno}, column {exc.colno})"
         ) from None
