@@ -76,8 +76,9 @@ def test_bad_input_is_one_line_exit_2_and_history_unchanged(home, tmp_path):
     assert cli(home, "import", "nccl-tests", LOG, "--save").returncode == 0
     before = content(home)
     doctor = tmp_path / "doctor.json"
-    doctor.write_text(json.dumps({"format": "fabricscope-result", "version": 1, "kind": "doctor", "config": {},
-                                  "records": []}))
+    doctor.write_text(
+        json.dumps({"format": "fabricscope-result", "version": 1, "kind": "doctor", "config": {}, "records": []})
+    )
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     zero = tmp_path / "zero.log"

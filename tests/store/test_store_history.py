@@ -73,7 +73,7 @@ def test_reading_a_missing_history_creates_nothing(tmp_path):
 def test_a_damaged_database_is_one_error_and_left_untouched(tmp_path, content):
     path = tmp_path / "h.sqlite"
     path.write_bytes(content)
-    with pytest.raises(HistoryError, match="damaged or not a database.*left untouched"):
+    with pytest.raises(HistoryError, match=r"damaged or not a database.*left untouched"):
         History(path).add(bench())
     assert path.read_bytes() == content
     assert sorted(os.listdir(tmp_path)) == ["h.sqlite"]
@@ -86,10 +86,9 @@ def test_a_truncated_database_is_refused_and_kept(tmp_path):
             history.add(bench())
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(HistoryError, match="damaged"):
-        with History(path) as history:
-            history.entries()
-            history.add(bench())
+    with pytest.raises(HistoryError, match="damaged"), History(path) as history:
+        history.entries()
+        history.add(bench())
     assert path.read_bytes() == data[: len(data) // 2]
 
 
@@ -175,7 +174,8 @@ def test_baselines_point_at_history_runs(tmp_path):
         first = baselines.set_baseline(history, "lab-a", file_run)
         assert history.entry(first).label == "baseline lab-a"
         second = history.add(bench("b"))
-        assert baselines.set_baseline(history, "lab-a", runs.Run(result=bench("b"), source="x", run_id=second)) == second
+        again = runs.Run(result=bench("b"), source="x", run_id=second)
+        assert baselines.set_baseline(history, "lab-a", again) == second
         assert [(b.name, b.run_id) for b in baselines.listing(history)] == [("lab-a", second)]
         assert baselines.get(history, "lab-a").result.host["hostname"] == "b"
         with pytest.raises(UsageError, match="is the baseline lab-a"):
