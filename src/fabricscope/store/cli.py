@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 __all__ = [
+    "LOG_MAX_BYTES",
     "add_parser",
     "parse_since",
     "parse_tolerance",
@@ -24,6 +25,8 @@ __all__ = [
 ]
 
 RAW = argparse.RawDescriptionHelpFormatter
+LOG_MAX_BYTES = 256 << 20
+"""Largest nccl-tests log imported (a log with NCCL_DEBUG=INFO from thousands of ranks stays below)."""
 
 
 def _usage(message: str) -> Exception:
@@ -369,9 +372,9 @@ def run_import(args: argparse.Namespace) -> int:
     from fabricscope.errors import closest
     from fabricscope.ops import COLLECTIVES
     from fabricscope.store import nccl_tests
-    from fabricscope.store.files import read_user_file
     from fabricscope.store.history import describe
     from fabricscope.store.save import check_save_options, save_result
+    from fabricscope.userfiles import read_text
 
     if args.tool is None:
         raise _usage("import needs a tool: fabricscope import nccl-tests FILE...")
@@ -387,7 +390,7 @@ def run_import(args: argparse.Namespace) -> int:
             raise _usage(f"unknown --op {args.op[:40]!r}{closest(op, names)}: use one of {', '.join(names)}")
     # Every file is read before anything is saved: one bad file saves none.
     results = [
-        (path, nccl_tests.parse(read_user_file(path, what="nccl-tests log"), source=path, op=op)) for path in args.files
+        (path, nccl_tests.parse(read_text(path, what="nccl-tests log", max_bytes=LOG_MAX_BYTES), source=path, op=op)) for path in args.files
     ]
     lines = []
     for path, result in results:

@@ -8,14 +8,13 @@ run never creates or changes the history.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Collection
 from dataclasses import dataclass
 
 from fabricscope.errors import ResultFormatError, UsageError
+from fabricscope import results
 from fabricscope.results import Result
-from fabricscope.store.files import read_user_file
 from fabricscope.store.history import History
 
 __all__ = ["COLLECTIVE_KINDS", "Run", "load_result_file", "parse_run_id", "resolve"]
@@ -46,22 +45,15 @@ def parse_run_id(text: str) -> int | None:
 
 
 def load_result_file(path: str) -> Result:
-    """A Result from a file, read safely (regular files only, size cap)."""
-    text = read_user_file(path, what="result file")
+    """A Result from a file, read safely (:func:`fabricscope.results.load`: regular files only, size cap)."""
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        if not text.lstrip().startswith(("{", "[")):
+        return results.load(path)
+    except ResultFormatError as exc:
+        if "invalid JSON at line 1, column 1" in str(exc):
             raise ResultFormatError(
-                f"{path}: not a result file (not JSON); a log of the C nccl-tests? "
-                "import it first: fabricscope import nccl-tests FILE --save"
+                f"{exc}; a log of the C nccl-tests? import it first: fabricscope import nccl-tests FILE --save"
             ) from None
-        raise ResultFormatError(
-            f"{path}: corrupt or truncated result file (invalid JSON at line {exc.lineno}, column {exc.colno})"
-        ) from None
-    except RecursionError:
-        raise ResultFormatError(f"{path}: not a result file (JSON nested too deep)") from None
-    return Result.from_dict(data, source=path)
+        raise
 
 
 def resolve(
