@@ -389,9 +389,8 @@ def run_import(args: argparse.Namespace) -> int:
         if op not in names:
             raise _usage(f"unknown --op {args.op[:40]!r}{closest(op, names)}: use one of {', '.join(names)}")
     # Every file is read before anything is saved: one bad file saves none.
-    results = [
-        (path, nccl_tests.parse(read_text(path, what="nccl-tests log", max_bytes=LOG_MAX_BYTES), source=path, op=op)) for path in args.files
-    ]
+    texts = [(path, read_text(path, what="nccl-tests log", max_bytes=LOG_MAX_BYTES)) for path in args.files]
+    results = [(path, nccl_tests.parse(text, source=path, op=op)) for path, text in texts]
     lines = []
     for path, result in results:
         facts = describe(result)

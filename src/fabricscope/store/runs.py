@@ -12,8 +12,8 @@ import os
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from fabricscope.errors import ResultFormatError, UsageError
 from fabricscope import results
+from fabricscope.errors import ResultFormatError, UsageError
 from fabricscope.results import Result
 from fabricscope.store.history import History
 
