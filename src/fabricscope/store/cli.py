@@ -7,7 +7,6 @@ import time; sqlite3, scipy and the store modules are imported by the handlers.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -37,26 +36,6 @@ def _usage(message: str) -> Exception:
 
 def _print(lines: Sequence[str]) -> None:
     sys.stdout.write("\n".join(lines) + "\n")
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except (OSError, ValueError):
-        return os.path.abspath(a) == os.path.abspath(b)
-
-
-def check_outputs(outputs: Sequence[tuple[str, str | None]], inputs: Sequence[str]) -> None:
-    """Refuse, before any work, an output that cannot be written or that is one of the inputs."""
-    from fabricscope.results import check_output_path
-
-    for flag, path in outputs:
-        if not path:
-            continue
-        for given in inputs:
-            if os.path.lexists(given) and _same_file(path, given):
-                raise _usage(f"{flag} {path} is also an input of this command: give another file")
-        check_output_path(flag, path)
 
 
 # --- history ------------------------------------------------------------------------------
@@ -110,6 +89,12 @@ def parse_since(text: str, *, now: datetime | None = None) -> datetime:
             f"--since {text[:60]!r} is neither a date (2026-11-30, 2026-11-30T12:00) nor an age (36h, 7d)"
         ) from None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def check_outputs(outputs: Sequence[tuple[str, str | None]], inputs: Sequence[str]) -> None:
+    from fabricscope.store.runs import check_outputs as check
+
+    check(outputs, inputs)
 
 
 def run_history(args: argparse.Namespace) -> int:
@@ -306,8 +291,6 @@ def run_compare(args: argparse.Namespace) -> int:
     tolerance = parse_tolerance(args.tolerance)
     inputs = [args.run] + ([args.against] if args.against else [])
     check_outputs([("--json", args.json), ("--markdown", args.markdown)], inputs)
-    if args.json and args.markdown and _same_file(args.json, args.markdown):
-        raise _usage("--json and --markdown name the same file: give two")
     current = runs.resolve(args.run, kinds=runs.COLLECTIVE_KINDS)
     if args.baseline is not None:
         with History(create=False) as history:
