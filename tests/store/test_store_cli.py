@@ -137,3 +137,26 @@ def test_a_damaged_history_is_one_error_and_kept(home):
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and "damaged" in done.stderr
     assert cli(home, "history").returncode == 1
     assert (home / "history.sqlite").read_bytes() == damaged
+
+
+def test_a_closed_stdout_keeps_the_verdict(home, tmp_path):
+    import subprocess
+    import sys
+
+    from helpers import cli_env
+
+    older = tmp_path / "older.json"
+    assert cli(home, "import", "nccl-tests", JSON_LOG, "--json", older).returncode == 0
+    command = [sys.executable, "-m", "fabricscope", "compare", LOG, "--against", older, "--json", tmp_path / "c.json"]
+    command[4] = str(tmp_path / "current.json")
+    assert cli(home, "import", "nccl-tests", LOG, "--json", command[4]).returncode == 0
+    proc = subprocess.Popen(
+        [str(c) for c in command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env({"FABRICSCOPE_HOME": str(home)}),
+    )
+    proc.stdout.close()  # the reader is gone before the first line
+    stderr = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 1, stderr
+    assert json.loads((tmp_path / "c.json").read_text())["summary"]["verdict"] == "regressed"

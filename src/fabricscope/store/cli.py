@@ -7,6 +7,7 @@ import time; sqlite3, scipy and the store modules are imported by the handlers.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -35,7 +36,14 @@ def _usage(message: str) -> Exception:
 
 
 def _print(lines: Sequence[str]) -> None:
-    sys.stdout.write("\n".join(lines) + "\n")
+    """Print; a reader that went away (``| head -1``) ends the printing, never the command or its verdict."""
+    try:
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 # --- history ------------------------------------------------------------------------------
