@@ -146,10 +146,10 @@ def test_a_closed_stdout_keeps_the_verdict(home, tmp_path):
     from helpers import cli_env
 
     older = tmp_path / "older.json"
-    assert cli(home, "import", "nccl-tests", JSON_LOG, "--json", older).returncode == 0
+    assert cli(home, "import", "nccl-tests", LOG, "--json", older).returncode == 0
     command = [sys.executable, "-m", "fabricscope", "compare", LOG, "--against", older, "--json", tmp_path / "c.json"]
     command[4] = str(tmp_path / "current.json")
-    assert cli(home, "import", "nccl-tests", LOG, "--json", command[4]).returncode == 0
+    assert cli(home, "import", "nccl-tests", JSON_LOG, "--json", command[4]).returncode == 0
     proc = subprocess.Popen(
         [str(c) for c in command],
         stdout=subprocess.PIPE,
