@@ -397,9 +397,7 @@ def run_import(args: argparse.Namespace) -> int:
     if args.json:
         results[0][1].save(args.json)
     for path, result in results:
-        run_id = save_result(args, result)
-        if run_id is not None:
-            sys.stderr.write(f"  ({path})\n")
+        save_result(args, result, what=path)
     return 0
 
 

@@ -36,7 +36,7 @@ def check_save_options(args: argparse.Namespace) -> None:
         args.label = check_label(args.label)
 
 
-def save_result(args: argparse.Namespace, result: Result) -> int | None:
+def save_result(args: argparse.Namespace, result: Result, *, what: str = "the result") -> int | None:
     """Save ``result`` when ``--save``/``--label`` asked for it; returns its history id."""
     if not wants_save(args):
         return None
@@ -44,5 +44,5 @@ def save_result(args: argparse.Namespace, result: Result) -> int | None:
 
     with History() as history:
         run_id = history.add(result, label=getattr(args, "label", None))
-    sys.stderr.write(f"saved as run {run_id} in {history.path}\n")
+    sys.stderr.write(f"saved {what} as run {run_id} in {history.path}\n")
     return run_id
