@@ -141,3 +141,26 @@ def test_prefix_and_program_helpers():
     assert nccl_tests.op_from_program("/opt/build/all_reduce_perf_mpi") == "all_reduce"
     assert nccl_tests.guess_op("AllGather-2nodes.log") == "all_gather"
     assert nccl_tests.guess_op("run.log") is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "# size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
+        + "9" * 5000
+        + " 2 float sum -1 1 1 1 0 1 1 1 0\n",
+        '{"config": {}, "results": [{"size": ' + "9" * 5000 + "}]}",
+        '{"config": {}, "results": [{"size": ' + "9" * 400 + ', "count": 1, "type": "float", "redop": "sum", '
+        '"out_of_place": {"time": 1, "alg_bw": 1, "bus_bw": 1, "nwrong": 0}}]}',
+        '{"config": ' + "[" * 5000 + "]" * 5000 + ', "results": []}',
+        '{"config": {}, "results": [' + "[" * 5000,
+    ],
+    ids=["5000-digit-row", "5000-digit-json", "400-digit-json", "nested-5000", "nested-cut"],
+)
+def test_hostile_numbers_and_nesting_are_refused_or_skipped(text):
+    try:
+        result = nccl_tests.parse(text, source="hostile.log", op="all_reduce")
+    except UsageError as exc:
+        assert "hostile.log" in str(exc)
+    else:
+        assert all(len(str(r["size_bytes"])) <= 20 for r in result.records)

@@ -292,6 +292,9 @@ def compare(
     comparison.only_current = len(cur.keys() - ref.keys())
     comparison.only_reference = len(ref.keys() - cur.keys())
     comparison.summary = _large_summary(comparison.rows, tolerance)
+    for name, result in ((current_name, current), (reference_name, reference)):
+        if result.status != "complete":
+            comparison.notes.append(f"{name} is {result.status}: only the rows it has are compared")
     ranks = [_ranks(current), _ranks(reference)]
     if None not in ranks and ranks[0] != ranks[1]:
         comparison.notes.append(f"the runs have different rank counts ({ranks[0]} and {ranks[1]})")

@@ -184,13 +184,13 @@ def _row_records(tokens: list[str], columns: list[str], op: str) -> list[dict[st
     known = [c for c in columns if c not in ("timestamp",)]
     if len(tokens) < len(known):
         return None
-    if not (tokens[0].isdigit() and tokens[1].isdigit()) or tokens[2][0].isdigit():
-        return None
+    if not all(t.isdigit() and len(t) <= 20 for t in tokens[:2]) or tokens[2][0].isdigit():
+        return None  # a 64-bit count has at most 20 digits; longer is not a row (nor safe to convert)
     size, count, dtype, redop = int(tokens[0]), int(tokens[1]), tokens[2], tokens[3]
     root = -1
     if "root" in known:
         root_text = tokens[known.index("root")]
-        if not root_text.lstrip("-").isdigit():
+        if not root_text.lstrip("-").isdigit() or len(root_text) > 12:
             return None
         root = int(root_text)
     starts = [i for i, c in enumerate(known) if c in _TIME_COLUMNS]
@@ -400,7 +400,7 @@ def _recover(text: str) -> dict[str, Any]:
     for key in ("args", "env", "nccl_version", "config"):
         match = re.search(rf'"{key}"\s*:\s*', text)
         if match:
-            with contextlib.suppress(json.JSONDecodeError):
+            with contextlib.suppress(ValueError, RecursionError):
                 found[key] = decoder.raw_decode(text, match.end())[0]
     match = re.search(r'"results"\s*:\s*\[', text)
     results: list[Any] = []
@@ -411,7 +411,7 @@ def _recover(text: str) -> dict[str, Any]:
                 position += 1
             try:
                 item, position = decoder.raw_decode(text, position)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):
                 break
             results.append(item)
     found["results"] = results
@@ -426,6 +426,8 @@ def parse_json(text: str, *, source: str = "<json>", op: str | None = None) -> R
     except (json.JSONDecodeError, RecursionError):
         data = _recover(text)
         complete = False
+    except ValueError:  # an integer of thousands of digits
+        raise UsageError(f"{source}: not nccl-tests -J output (a number too long to read)") from None
     if (
         not isinstance(data, dict)
         or not isinstance(data.get("results"), list)
@@ -454,6 +456,8 @@ def parse_json(text: str, *, source: str = "<json>", op: str | None = None) -> R
                 continue
             wrong = _json_number(part.get("nwrong"))
             try:
+                if len(str(row["size"])) > 20 or len(str(row["count"])) > 20:
+                    raise ValueError("a size or count of more than 20 digits")
                 record = CollectiveRecord(
                     op=row_op,
                     size_bytes=int(row["size"]),
