@@ -187,3 +187,22 @@ def test_baselines_point_at_history_runs(tmp_path):
         for bad in ["", "-x", "a b", "x" * 65, "a/b"]:
             with pytest.raises(UsageError, match="not allowed"):
                 baselines.check_name(bad)
+
+
+def test_save_helpers(tmp_path, monkeypatch):
+    import argparse
+
+    from fabricscope.store.save import add_save_options, check_save_options, save_result
+
+    monkeypatch.setenv("FABRICSCOPE_HOME", str(tmp_path))
+    parser = argparse.ArgumentParser()
+    add_save_options(parser)
+    assert save_result(parser.parse_args([]), bench()) is None
+    assert not (tmp_path / "history.sqlite").exists()
+    args = parser.parse_args(["--label", " nightly "])
+    check_save_options(args)
+    run_id = save_result(args, bench("labelled"))
+    with History() as history:
+        assert history.entry(run_id).label == "nightly"
+    with pytest.raises(UsageError, match="label"):
+        check_save_options(parser.parse_args(["--label", "\x07"]))

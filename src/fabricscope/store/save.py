@@ -24,7 +24,8 @@ def add_save_options(parser: argparse.ArgumentParser | Any) -> None:
     parser.add_argument("--label", default=None, metavar="L", help="save with this label (implies --save)")
 
 
-def wants_save(args: argparse.Namespace) -> bool:
+def wants_save(args: argparse.Namespace | Any) -> bool:
+    """Whether ``args`` (parsed flags, or a config with ``save`` and ``label``) asks to save."""
     return bool(getattr(args, "save", False) or getattr(args, "label", None) is not None)
 
 
@@ -36,8 +37,12 @@ def check_save_options(args: argparse.Namespace) -> None:
         args.label = check_label(args.label)
 
 
-def save_result(args: argparse.Namespace, result: Result, *, what: str = "the result") -> int | None:
-    """Save ``result`` when ``--save``/``--label`` asked for it; returns its history id."""
+def save_result(args: argparse.Namespace | Any, result: Result, *, what: str = "the result") -> int | None:
+    """Save ``result`` when ``--save``/``--label`` asked for it; returns its history id.
+
+    ``args`` is the parsed flags, or any object with ``save`` and ``label`` (a command's
+    config carried to the rank that finishes the Result).
+    """
     if not wants_save(args):
         return None
     from fabricscope.store.history import History
