@@ -42,7 +42,7 @@ def assert_usage_error(done, pattern):
 def test_import_save_list_show_baseline_compare_rm(home, tmp_path):
     done = cli(home, "import", "nccl-tests", LOG, JSON_LOG, "--save", "--label", "week48")
     assert done.returncode == 0, done.stderr
-    assert "saved as run 1" in done.stderr and "saved as run 2" in done.stderr
+    assert "h100x8.log as run 1" in done.stderr and "2x8.json as run 2" in done.stderr
     listing = cli(home, "history", "--kind", "nccl-tests", "--host", "h100-1")
     assert listing.returncode == 0 and listing.stdout.splitlines()[1].split()[:4] == [
         "2",
