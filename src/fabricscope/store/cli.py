@@ -89,7 +89,10 @@ def parse_since(text: str, *, now: datetime | None = None) -> datetime:
     moment = now or datetime.now(UTC)
     units = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
     if value and value[-1] in units and value[:-1].replace(".", "", 1).isdigit() and len(value) < 20:
-        return moment - timedelta(seconds=float(value[:-1]) * units[value[-1]])
+        try:
+            return moment - timedelta(seconds=float(value[:-1]) * units[value[-1]])
+        except OverflowError:
+            raise _usage(f"--since {text!r} reaches back before year 1") from None
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
