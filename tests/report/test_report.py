@@ -167,11 +167,11 @@ def test_bad_output_and_input_are_one_line_exit_2(tmp_path, inputs):
     cases = [
         (("report", inputs["imported"], "-o", tmp_path), "is a folder"),
         (("report", inputs["imported"], "-o", inputs["imported"]), "is also an input"),
-        (("report", inputs["imported"], "-o", fifo), "not a regular file"),
+        (("report", inputs["imported"], "-o", fifo), "no process is reading"),
         (("report", "someday", "-o", tmp_path / "r.html"), "neither a result file nor a history id"),
         (("report", tmp_path / ("x" * 5000), "-o", tmp_path / "r.html"), "file name too long"),
         (("report", inputs["imported"], "--png", inputs["imported"], "-o", tmp_path / "r.html"), "not a folder"),
-        (("report", inputs["imported"], "--peak", "fast", "-o", tmp_path / "r.html"), "--peak"),
+        (("report", inputs["imported"], "--peak", "fast", "-o", tmp_path / "r.html"), "--peak: invalid rate"),
         (("report", inputs["imported"], "--predict", inputs["estimate"], "-o", tmp_path / "r.html"), "'estimate'"),
         (("report", inputs["imported"], "--baseline", "none", "-o", tmp_path / "r.html"), "no baseline named"),
     ]

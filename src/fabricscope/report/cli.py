@@ -11,6 +11,8 @@ import os
 import sys
 from typing import Any
 
+from fabricscope import options
+
 __all__ = ["add_parser", "model_prediction", "run"]
 
 _EPILOG = """\
@@ -44,7 +46,9 @@ def add_parser(subparsers: Any) -> None:
         metavar="CLUSTER",
         help="overlay the model's prediction for this cluster preset or TOML file (or a predict RUN)",
     )
-    parser.add_argument("--peak", default=None, metavar="RATE", help="the link's theoretical peak: 400Gb/s, 50GB/s")
+    parser.add_argument(
+        "--peak", default=None, type=options.rate(), metavar="RATE", help="the link's theoretical peak: 400Gb/s, 50GB/s"
+    )
     parser.add_argument("--png", default=None, metavar="DIR", help="also write each plot as DIR/<name>.png")
     parser.set_defaults(func=run)
 
@@ -96,15 +100,12 @@ def model_prediction(cluster: str, like: Any) -> tuple[Any, float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fabricscope.results import check_output_path, written_through
+    from fabricscope.results import check_output_path
     from fabricscope.store import baselines, runs
     from fabricscope.store.history import History
-    from fabricscope.units import parse_rate
 
     inputs = list(args.runs) + ([args.predict] if args.predict else [])
     runs.check_outputs([("-o", args.output)], inputs)
-    if written_through(args.output) and not args.output.startswith("/dev/std"):
-        raise _usage(f"-o {args.output} is not a regular file: give an .html file name")
     if args.png is not None:
         if os.path.lexists(args.png) and not os.path.isdir(args.png):
             raise _usage(f"--png {args.png} exists and is not a folder: give a folder for the PNG files")
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
             raise _usage(f"--png {args.png}: its parent folder does not exist")
         if os.path.isdir(args.png):
             check_output_path("--png", os.path.join(args.png, "plot.png"))
-    peak = parse_rate(args.peak, what="--peak") / 8e9 if args.peak is not None else None
+    peak = args.peak / 8e9 if args.peak is not None else None
     loaded = []
     for text in args.runs:
         found = runs.resolve(text)

@@ -13,11 +13,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from fabricscope import options
+from fabricscope.errors import FabricscopeError
+
 __all__ = [
     "LOG_MAX_BYTES",
     "add_parser",
     "parse_since",
-    "parse_tolerance",
     "run_baseline",
     "run_compare",
     "run_history",
@@ -85,21 +87,24 @@ def _add_history(subparsers: Any) -> None:
 
 def parse_since(text: str, *, now: datetime | None = None) -> datetime:
     """``2026-11-30``, ``2026-11-30T12:00`` (UTC unless a zone is given), or an age: ``36h``, ``7d``, ``90m``."""
+    from fabricscope.units import parse_duration
+
     value = text.strip()
-    moment = now or datetime.now(UTC)
-    units = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
-    if value and value[-1] in units and value[:-1].replace(".", "", 1).isdigit() and len(value) < 20:
-        try:
-            return moment - timedelta(seconds=float(value[:-1]) * units[value[-1]])
-        except OverflowError:
-            raise _usage(f"--since {text!r} reaches back before year 1") from None
     try:
-        parsed = datetime.fromisoformat(value)
+        parsed = datetime.fromisoformat(value) if len(value) <= 40 else None
     except ValueError:
+        parsed = None
+    if parsed is not None:
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    moment = now or datetime.now(UTC)
+    try:
+        return moment - timedelta(seconds=parse_duration(value, what="--since"))
+    except (OverflowError, ValueError):
+        raise _usage(f"--since {text[:60]!r} reaches back before year 1") from None
+    except FabricscopeError:
         raise _usage(
             f"--since {text[:60]!r} is neither a date (2026-11-30, 2026-11-30T12:00) nor an age (36h, 7d)"
         ) from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def check_outputs(outputs: Sequence[tuple[str, str | None]], inputs: Sequence[str]) -> None:
@@ -274,22 +279,15 @@ def _add_compare(subparsers: Any) -> None:
     ref = p.add_mutually_exclusive_group()
     ref.add_argument("--baseline", default=None, metavar="NAME", help="compare against this baseline")
     ref.add_argument("--against", default=None, metavar="RUN", help="compare against this run or prediction")
-    p.add_argument("--tolerance", default="5%", help="change allowed before a row counts, in percent (default 5%%)")
+    p.add_argument(
+        "--tolerance",
+        default=0.05,
+        type=options.fraction(maximum=10.0),
+        help="change allowed before a row counts: 5%% or 0.05 (default 5%%)",
+    )
     p.add_argument("--json", default=None, metavar="FILE", help="write the comparison as a Result (kind compare)")
     p.add_argument("--markdown", default=None, metavar="FILE", help="write the comparison as Markdown for a ticket")
     p.set_defaults(func=run_compare)
-
-
-def parse_tolerance(text: str) -> float:
-    """``5%`` or ``5`` -> 0.05 (percent, 0 to 1000)."""
-    value = text.strip().removesuffix("%").strip()
-    try:
-        number = float(value)
-    except ValueError:
-        raise _usage(f"--tolerance must be a percentage such as 5%, got {text[:40]!r}") from None
-    if not 0 <= number <= 1000:
-        raise _usage(f"--tolerance must be between 0% and 1000%, got {text[:40]!r}")
-    return number / 100.0
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -299,7 +297,6 @@ def run_compare(args: argparse.Namespace) -> int:
 
     if args.baseline is None and args.against is None:
         raise _usage("compare needs a reference: --baseline NAME or --against RUN")
-    tolerance = parse_tolerance(args.tolerance)
     inputs = [args.run] + ([args.against] if args.against else [])
     check_outputs([("--json", args.json), ("--markdown", args.markdown)], inputs)
     current = runs.resolve(args.run, kinds=runs.COLLECTIVE_KINDS)
@@ -311,7 +308,7 @@ def run_compare(args: argparse.Namespace) -> int:
     comparison = compare.compare(
         current.result,
         reference.result,
-        tolerance=tolerance,
+        tolerance=args.tolerance,
         current_name=current.source,
         reference_name=reference.source,
     )

@@ -87,21 +87,11 @@ def resolve(
     return run
 
 
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except (OSError, ValueError):
-        return os.path.abspath(a) == os.path.abspath(b)
-
-
 def check_outputs(outputs: Sequence[tuple[str, str | None]], inputs: Sequence[str]) -> None:
     """Refuse, before any work, an output that cannot be written, that is an input, or that another output names."""
     given = [(flag, path) for flag, path in outputs if path]
     for index, (flag, path) in enumerate(given):
-        for source in inputs:
-            if os.path.lexists(source) and _same_file(path, source):
-                raise UsageError(f"{flag} {path} is also an input of this command: give another file")
         for other_flag, other in given[:index]:
-            if _same_file(path, other) and not path.startswith("/dev/std"):
+            if path not in (results.STDOUT, "/dev/stdout") and os.path.abspath(path) == os.path.abspath(other):
                 raise UsageError(f"{other_flag} and {flag} name the same file {path}: give two")
-        check_output_path(flag, path)
+        check_output_path(flag, path, inputs=[i for i in inputs if os.path.lexists(i)])
