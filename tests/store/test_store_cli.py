@@ -161,3 +161,32 @@ def test_a_closed_stdout_keeps_the_verdict(home, tmp_path):
     stderr = proc.communicate(timeout=60)[1]
     assert proc.returncode == 1, stderr
     assert json.loads((tmp_path / "c.json").read_text())["summary"]["verdict"] == "regressed"
+
+
+@pytest.mark.multiprocess
+def test_save_on_bench_predict_estimate_doctor(home, tmp_path):
+    from helpers import REPO
+
+    fixture = REPO / "tests" / "doctor" / "fixtures" / "healthy-ib-8gpu"
+    commands = [
+        ("bench", "-b", "1K", "-e", "4K", "-n", "3", "--nproc", "2", "--save", "--label", "ci"),
+        ("predict", "--cluster", "dgx-a100-hdr", "-b", "1M", "-e", "4M", "--save"),
+        ("estimate", "--model", "llama-7b", "--cluster", "dgx-a100-hdr", "--label", "plan-b"),
+        ("doctor", "--root", fixture, "--save"),
+    ]
+    for args in commands:
+        done = cli(home, *args, timeout=180)
+        assert done.returncode in (0, 1), done.stderr  # doctor: 1 is a verdict with warnings
+        assert "saved " in done.stderr and " as run " in done.stderr, done.stderr
+    runs, _ = content(home)
+    assert [(row[3], row[4]) for row in runs] == [
+        ("bench", "ci"),
+        ("predict", None),
+        ("estimate", "plan-b"),
+        ("doctor", None),
+    ]
+    bench = json.loads(runs[0][-1])
+    assert bench["status"] == "complete" and bench["records"][0]["samples_us"]
+    assert_usage_error(cli(home, "doctor", "--root", fixture, "--nproc", "2", "--save"), "fleet mode does not save")
+    assert_usage_error(cli(home, "predict", "--cluster", "dgx-a100-hdr", "--label", ""), "label")
+    assert len(content(home)[0]) == 4
