@@ -25,6 +25,8 @@ COMMAND_MODULES = (
     "fabricscope.bench.cli",
     "fabricscope.model.cli",
     "fabricscope.doctor.cli",
+    "fabricscope.store.cli",
+    "fabricscope.report.cli",
 )
 """Modules that each register one or more sub-commands, in help order."""
 
