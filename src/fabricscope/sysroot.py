@@ -331,6 +331,16 @@ class SysRoot:
         self._record.listed[rel] = names
         return list(names)
 
+    def listdir_now(self, rel: str) -> list[str]:
+        """Sorted entry names of a directory read again now (devices come and go); raises :class:`OSError`.
+
+        Nothing is cached or recorded, as with :meth:`read_now`.
+        """
+        try:
+            return sorted(os.listdir(self._host(self.resolve(rel))))
+        except ValueError:
+            raise NotAFileError("BADPATH") from None
+
     def exists(self, rel: str) -> bool:
         rel = _norm(rel)
         if rel in self._manifest_errors:

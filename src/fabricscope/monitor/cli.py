@@ -1,0 +1,205 @@
+"""``fabricscope monitor``: is the network busy, and healthy, right now?
+
+Only the standard library is imported here; the samplers, rich and
+prometheus-client are imported by :func:`run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+__all__ = ["add_parser", "run"]
+
+_EPILOG = """\
+examples:
+  fabricscope monitor                                  # live view until Ctrl-C
+  fabricscope monitor --interval 0.5 --duration 60 --json net.json
+  fabricscope monitor --json job.json -- torchrun --nproc-per-node 8 train.py
+  fabricscope monitor --serve 9400                     # Prometheus exporter on 127.0.0.1:9400
+  fabricscope monitor --serve 0.0.0.0:9400 --record node.jsonl
+  fabricscope monitor --alert-rules --utilization 85 > fabricscope-rules.yml
+
+With a command after '--' the command's output passes through, the summary and verdict
+go to stderr, and the exit status is the command's (127 not found, 126 not executable,
+128+N killed by signal N). Ctrl-C reaches the command first. A usage error is exit 2.
+"""
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "monitor",
+        help="watch NIC, RDMA, TCP and GPU counters live, around a command, or as a Prometheus exporter",
+        description=(
+            "Is my training job network-bound right now, and is the network healthy? Samples "
+            "/proc/net/dev, TCP counters, RDMA ports, ethtool -S and GPUs, and shows rates as a share of line rate."
+        ),
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--root", default="/", metavar="DIR", help="read sysfs/procfs under DIR (default /)")
+    parser.add_argument("--interval", default="1", metavar="S", help="seconds between samples, 0.05 to 3600 (1)")
+    parser.add_argument("--duration", default=None, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
+    parser.add_argument("--interfaces", default=None, metavar="IF,...", help="only these network interfaces")
+    parser.add_argument("--no-gpu", action="store_true", help="do not sample GPUs through NVML")
+    parser.add_argument("--json", default=None, metavar="FILE", help="write the summary and time series as a Result")
+    parser.add_argument("--record", default=None, metavar="FILE", help="append JSON lines every interval")
+    parser.add_argument("--serve", default=None, metavar="[HOST:]PORT", help="Prometheus /metrics (host 127.0.0.1)")
+    parser.add_argument("--alert-rules", action="store_true", help="print Prometheus alerting rules and exit")
+    parser.add_argument("--retrans-ratio", default="1e-3", metavar="R", help="rules: TCP retransmission ratio (1e-3)")
+    parser.add_argument("--utilization", default="90%", metavar="P", help="rules: share of line rate (90%%)")
+    parser.add_argument("--for", dest="for_", default="5m", metavar="S", help="rules: how long saturated (5m)")
+    parser.add_argument("--window", default="5m", metavar="S", help="rules: range for rates and increases (5m)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...: run and watch a command")
+    parser.set_defaults(func=run)
+
+
+def _usage(message: str) -> Exception:
+    from fabricscope.errors import UsageError
+
+    return UsageError(message)
+
+
+def _seconds(flag: str, text: str) -> float:
+    from fabricscope.units import parse_duration
+
+    return parse_duration(text, what=flag)
+
+
+def _fraction(flag: str, text: str, *, percent: bool) -> float:
+    raw = text.strip().removesuffix("%")
+    try:
+        value = float(raw) if len(raw) <= 40 else math.nan
+    except ValueError:
+        value = math.nan
+    if percent:
+        if not (0 < value <= 100):
+            raise _usage(f"{flag} must be a percentage above 0 and at most 100 (e.g. 90 or 90%), got {text[:40]!r}")
+        return value / 100
+    if not (0 < value < 1):
+        raise _usage(f"{flag} must be a ratio between 0 and 1 (e.g. 1e-3), got {text[:40]!r}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    command = list(args.command or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    if args.alert_rules:
+        return _print_rules(args, command)
+    if args.command and not command:
+        raise _usage("nothing after '--': give the command to run and watch")
+    if command and command[0].startswith("-") and not args.command[0] == "--":
+        raise _usage(f"unknown option {command[0]!r} (see 'fabricscope monitor --help'); put a command after '--'")
+    return _watch(args, command)
+
+
+def _print_rules(args: argparse.Namespace, command: list[str]) -> int:
+    from fabricscope.monitor.rules import AlertThresholds, alert_rules
+
+    if command or args.json or args.record or args.serve:
+        raise _usage("--alert-rules only prints the rules: it takes no command, --json, --record or --serve")
+    thresholds = AlertThresholds(
+        retrans_ratio=_fraction("--retrans-ratio", args.retrans_ratio, percent=False),
+        utilization=_fraction("--utilization", args.utilization, percent=True),
+        for_s=_seconds("--for", args.for_),
+        window_s=_seconds("--window", args.window),
+    )
+    sys.stdout.write(alert_rules(thresholds))
+    return 0
+
+
+def _open_root(path: str) -> Any:
+    from fabricscope.sysroot import SysRoot
+
+    shown = path if len(path) <= 80 else path[:77] + "..."
+    if not os.path.isdir(path):
+        what = "no such directory" if not os.path.exists(path) else "not a directory"
+        raise _usage(f"--root {shown}: {what}; give / or the top of a captured tree (holding sys/ and proc/)")
+    if os.path.realpath(path) != "/" and not any(os.path.isdir(os.path.join(path, d)) for d in ("sys", "proc")):
+        raise _usage(f"--root {shown}: no sys/ or proc/ inside; give / or the top of a captured tree")
+    return SysRoot(path)
+
+
+def _watch(args: argparse.Namespace, command: list[str]) -> int:
+    from fabricscope.errors import UsageError
+    from fabricscope.monitor.session import MAX_INTERVAL_S, MIN_INTERVAL_S, Monitor, MonitorConfig
+    from fabricscope.results import check_output_path
+
+    interval = _seconds("--interval", args.interval)
+    if not (MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S):
+        raise _usage(f"--interval must be from 0.05 s to 1 hour (3600), got {args.interval[:40]!r}")
+    duration = _seconds("--duration", args.duration) if args.duration is not None else None
+    interfaces = tuple(n for n in args.interfaces.split(",") if n) if args.interfaces is not None else None
+    if interfaces is not None and not interfaces:
+        raise _usage("--interfaces needs at least one interface name, e.g. eth0,ib0")
+    outputs = [(flag, value) for flag, value in (("--json", args.json), ("--record", args.record)) if value]
+    for flag, value in outputs:
+        check_output_path(flag, value)
+    if args.json and args.record and os.path.realpath(args.json) == os.path.realpath(args.record):
+        raise _usage(f"--json and --record name the same file ({args.json}); give two files")
+    serve = None
+    if args.serve is not None:
+        from fabricscope.monitor.exporter import parse_serve
+
+        serve = parse_serve(args.serve)
+    root = _open_root(args.root)
+    if command:
+        from fabricscope.monitor.command import resolve_command
+
+        resolve_command(command)  # not found (127) or not executable (126) before anything starts
+    try:
+        config = MonitorConfig(
+            interval_s=interval,
+            duration_s=duration,
+            interfaces=interfaces,
+            gpus=not args.no_gpu,
+            keep_records=bool(args.json),
+        )
+    except UsageError as exc:
+        raise _usage(f"--interval/--duration: {exc}") from None
+    monitor = Monitor(root, config)
+    from fabricscope.monitor.output import Outputs
+
+    with Outputs.open(monitor, args, serve=serve, command=command) as out:
+        return _run_watch(monitor, out, command)
+
+
+def _run_watch(monitor: Any, out: Any, command: list[str]) -> int:
+    from fabricscope.monitor.command import WatchedCommand
+    from fabricscope.monitor.session import run_loop
+
+    stop = threading.Event()
+    watched: list[Any] = []
+    interrupted: list[int] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        interrupted.append(signum)
+        if watched:
+            watched[0].forward(signum)
+        else:
+            stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if command:
+            monitor.sample()  # the baseline, before the command starts moving data
+            watched.append(WatchedCommand(command))
+            out.baseline_taken()
+        run_loop(
+            monitor, out.after_sample, stop=stop, command=watched[0] if watched else None, sample_first=not watched
+        )
+        status = exit_code = 0
+        if watched:
+            exit_code = watched[0].wait()
+            status = exit_code
+        out.finish(interrupted=bool(interrupted), command_status=status if watched else None)
+        return exit_code
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
