@@ -30,7 +30,7 @@ from fabricscope.monitor.parsers import (
     parse_proc_table,
 )
 from fabricscope.monitor.samples import Link, Notes, Port, Snapshot
-from fabricscope.sysroot import CAPTURE_DIR, SysRoot
+from fabricscope.sysroot import CAPTURE_DIR, NotAFileError, SysRoot
 
 __all__ = [
     "ETHTOOL_STATS",
@@ -89,7 +89,7 @@ def _read(root: SysRoot, rel: str, notes: Notes, *, quiet_missing: bool = True) 
     try:
         return root.read_now(rel)
     except OSError as exc:
-        if not (quiet_missing and exc.errno in _QUIET):
+        if isinstance(exc, NotAFileError) or not (quiet_missing and exc.errno in _QUIET):
             notes.once(f"read:{rel}", f"{rel}: unreadable ({_why(exc)}); not sampled")
         return None
 
