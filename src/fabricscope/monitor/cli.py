@@ -68,6 +68,8 @@ def _usage(message: str) -> Exception:
 def _seconds(flag: str, text: str) -> float:
     from fabricscope.units import parse_duration
 
+    if len(text) > 32:
+        raise _usage(f"{flag} {text[:20]!r}... is too long to be a number of seconds (e.g. 30, 500ms, 2m)")
     return parse_duration(text, what=flag)
 
 
