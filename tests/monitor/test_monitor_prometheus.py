@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import cli_env
 from monitor_helpers import SEQUENCE, LoopbackTraffic, free_port
 
 from fabricscope.monitor.rules import AlertThresholds, alert_rules
+from helpers import cli_env
 
 
 def need(binary: str) -> str:
@@ -37,7 +37,7 @@ def need(binary: str) -> str:
 
 
 def get(url: str, timeout: float = 5) -> str:
-    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - 127.0.0.1 only
+    with urllib.request.urlopen(url, timeout=timeout) as response:
         return str(response.read().decode())
 
 
@@ -217,7 +217,7 @@ def test_a_real_prometheus_scrapes_the_exporter(exporter: tuple[int, subprocess.
     finally:
         server.terminate()
         try:
-            _, err = server.communicate(timeout=20)
+            server.communicate(timeout=20)
         except subprocess.TimeoutExpired:
             server.kill()
             server.communicate()
