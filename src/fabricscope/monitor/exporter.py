@@ -88,62 +88,71 @@ class MetricsState:
 
 
 class _Collector:
-    """A prometheus-client custom collector over the latest :class:`MetricsState`."""
+    """A prometheus-client custom collector: the metric families of the latest :class:`MetricsState`.
+
+    The families are built once per sample (:meth:`set_state`), not once per
+    scrape, so many scrapers cost formatting only.
+    """
 
     def __init__(self) -> None:
-        self.state: MetricsState | None = None
+        self.families: list[Any] = []
 
     def describe(self) -> list[Any]:
         return []  # no collect() at registration; the state is not there yet
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        yield from self.families  # one reference read: a sample swapping the list mid-scrape is harmless
 
-        state = self.state
-        if state is None:
-            return
-        families: dict[str, Any] = {}
+    def set_state(self, state: MetricsState) -> None:
+        self.families = _families(state)
 
-        def family(kind: type, name: str, doc: str, labels: list[str]) -> Any:
-            full = f"fabricscope_{name}"
-            if full not in families:
-                families[full] = kind(full, doc, labels=labels)
-            return families[full]
 
-        for (port, name), total in sorted(state.totals.items()):
-            _counter(family, CounterMetricFamily, port, name, total)
-        for port, link in sorted(state.links.items()):
-            labels, values = _labels(port)
-            if link.speed_bps:
-                family(GaugeMetricFamily, f"{port.kind}_link_speed_bits_per_second", "Line rate.", labels).add_metric(
-                    values, link.speed_bps
-                )
-            if link.up is not None:
-                name = "rdma_port_up" if port.kind == "rdma" else "net_link_up"
-                doc = "1 when the port is ACTIVE and LinkUp." if port.kind == "rdma" else "1 when the link is up."
-                family(GaugeMetricFamily, name, doc, labels).add_metric(values, 1.0 if link.up else 0.0)
-        if state.interval is not None:
-            _interval_gauges(family, GaugeMetricFamily, state.interval)
-        for (port, name), value in sorted(state.gauges.items()):
-            if port.kind == "gpu" and name == "utilization_pct":
-                family(GaugeMetricFamily, "gpu_utilization_ratio", "GPU busy share (NVML).", ["gpu"]).add_metric(
-                    [port.device], value / 100
-                )
-            elif port.kind == "gpu" and name in ("pcie_tx_kBps", "pcie_rx_kBps"):
-                direction = "transmit" if "tx" in name else "receive"
-                family(
-                    GaugeMetricFamily,
-                    f"gpu_pcie_{direction}_bytes_per_second",
-                    "PCIe throughput (NVML, KiB/s x 1024).",
-                    ["gpu"],
-                ).add_metric([port.device], value * 1024)
-        family(CounterMetricFamily, "monitor_notes", "Problems the monitor noted (each once).", []).add_metric(
-            [], state.notes
-        )
-        family(
-            GaugeMetricFamily, "monitor_last_sample_timestamp_seconds", "When the last sample was taken.", []
-        ).add_metric([], state.wall_time)
-        yield from families.values()
+def _families(state: MetricsState) -> list[Any]:
+    """Every metric family for one state."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    families: dict[str, Any] = {}
+
+    def family(kind: type, name: str, doc: str, labels: list[str]) -> Any:
+        full = f"fabricscope_{name}"
+        if full not in families:
+            families[full] = kind(full, doc, labels=labels)
+        return families[full]
+
+    for (port, name), total in sorted(state.totals.items()):
+        _counter(family, CounterMetricFamily, port, name, total)
+    for port, link in sorted(state.links.items()):
+        labels, values = _labels(port)
+        if link.speed_bps:
+            family(GaugeMetricFamily, f"{port.kind}_link_speed_bits_per_second", "Line rate.", labels).add_metric(
+                values, link.speed_bps
+            )
+        if link.up is not None:
+            name = "rdma_port_up" if port.kind == "rdma" else "net_link_up"
+            doc = "1 when the port is ACTIVE and LinkUp." if port.kind == "rdma" else "1 when the link is up."
+            family(GaugeMetricFamily, name, doc, labels).add_metric(values, 1.0 if link.up else 0.0)
+    if state.interval is not None:
+        _interval_gauges(family, GaugeMetricFamily, state.interval)
+    for (port, name), value in sorted(state.gauges.items()):
+        if port.kind == "gpu" and name == "utilization_pct":
+            family(GaugeMetricFamily, "gpu_utilization_ratio", "GPU busy share (NVML).", ["gpu"]).add_metric(
+                [port.device], value / 100
+            )
+        elif port.kind == "gpu" and name in ("pcie_tx_kBps", "pcie_rx_kBps"):
+            direction = "transmit" if "tx" in name else "receive"
+            family(
+                GaugeMetricFamily,
+                f"gpu_pcie_{direction}_bytes_per_second",
+                "PCIe throughput (NVML, KiB/s x 1024).",
+                ["gpu"],
+            ).add_metric([port.device], value * 1024)
+    family(CounterMetricFamily, "monitor_notes", "Problems the monitor noted (each once).", []).add_metric(
+        [], state.notes
+    )
+    family(
+        GaugeMetricFamily, "monitor_last_sample_timestamp_seconds", "When the last sample was taken.", []
+    ).add_metric([], state.wall_time)
+    return list(families.values())
 
 
 def _labels(port: Port) -> tuple[list[str], list[str]]:
@@ -212,27 +221,50 @@ def _interval_gauges(family: Any, kind: type, interval: Interval) -> None:
         )
 
 
+def _make_server(host: str, port: int, family: int, app: Any) -> Any:
+    """A threading WSGI server for ``app`` on (host, port), with a listen backlog that fits many scrapers."""
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    class Server(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        address_family = family
+        request_queue_size = 128
+        """socketserver's default backlog of 5 drops the SYNs of 20 concurrent scrapers: 1 s retransmits."""
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            """No line on stderr per scrape."""
+
+    return make_server(host, port, app, Server, handler_class=Quiet)
+
+
 class Exporter:
     """A running ``/metrics`` endpoint; :meth:`update` after each interval, :meth:`close` at the end."""
 
     __slots__ = ("_collector", "_server", "_thread", "host", "port")
 
     def __init__(self, host: str, port: int) -> None:
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry, make_wsgi_app
 
         registry = CollectorRegistry(auto_describe=False)
         self._collector = _Collector()
         registry.register(self._collector)
         try:
-            self._server, self._thread = start_http_server(port, addr=host, registry=registry)
-        except socket.gaierror as exc:
-            raise UsageError(f"--serve {host}:{port}: cannot resolve {host!r} ({exc.strerror or exc})") from None
+            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        except (socket.gaierror, UnicodeError) as exc:
+            why = getattr(exc, "strerror", None) or exc
+            raise UsageError(f"--serve {host}:{port}: cannot resolve {host!r} ({why})") from None
+        try:
+            self._server = _make_server(host, port, family, make_wsgi_app(registry))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise UsageError(f"--serve {host}:{port}: port {port} is in use; pick another port") from None
             if exc.errno == errno.EADDRNOTAVAIL:
                 raise UsageError(f"--serve {host}:{port}: {host} is not an address of this machine") from None
             raise UsageError(f"--serve {host}:{port}: cannot listen ({exc.strerror or exc})") from None
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fabricscope-exporter", daemon=True)
+        self._thread.start()
         self.host = host
         self.port = int(self._server.server_address[1])
 
@@ -245,13 +277,15 @@ class Exporter:
         latest = tracker.latest
         if latest is None:
             return
-        self._collector.state = MetricsState(
-            totals=dict(tracker.totals),
-            links=dict(latest.links),
-            gauges=dict(latest.gauges),
-            interval=interval,
-            notes=notes,
-            wall_time=latest.wall_time,
+        self._collector.set_state(
+            MetricsState(
+                totals=dict(tracker.totals),
+                links=dict(latest.links),
+                gauges=dict(latest.gauges),
+                interval=interval,
+                notes=notes,
+                wall_time=latest.wall_time,
+            )
         )
 
     def close(self) -> None:
