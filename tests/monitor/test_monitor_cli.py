@@ -211,7 +211,7 @@ def test_a_recording_into_a_fifo_without_reader_is_refused_not_hung(tmp_path: Pa
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     result = monitor("--record", str(fifo), "--duration", "0.2", timeout=30)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "a FIFO with no reader" in one_error_line(result)
 
 

@@ -135,3 +135,20 @@ def test_unreadable_counters_are_notes_not_crashes(tmp_path: Path) -> None:
 )
 def test_counter_delta(before: int, after: int, delta: int, event: str | None) -> None:
     assert counter_delta(before, after) == (delta, event)
+
+
+def test_notes_stop_growing_past_their_cap() -> None:
+    from fabricscope.monitor.samples import MAX_NOTES
+
+    notes = Notes()
+    for i in range(MAX_NOTES * 3):
+        notes.once(f"veth{i}", f"veth{i} appeared")
+    assert len(notes.said) == MAX_NOTES + 1
+    assert notes.said[-1] == f"more than {MAX_NOTES} notes: the rest are left out"
+
+
+def test_a_vanished_port_leaves_the_running_totals() -> None:
+    sequence = Sequence()
+    sequence.run()
+    ports = {port.device for port, _ in sequence.tracker.totals}
+    assert "ib1" not in ports and "ib2" in ports and "ens1f0np0" in ports

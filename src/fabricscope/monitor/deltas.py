@@ -202,9 +202,12 @@ class Tracker:
         if previous is None:
             return
         before = {port for port, _ in previous.counters} | set(previous.links)
-        for port in sorted(before - now):
+        gone = before - now
+        for port in sorted(gone):
             self._gone.add(port)
             self.notes.once(f"vanished:{port}", f"{port.label} vanished; its rates stop here")
+        if gone:  # the exporter stops publishing it; back again, it starts from its new values
+            self.totals = {key: value for key, value in self.totals.items() if key[0] not in gone}
         for port in sorted(now - before):
             again = " again" if port in self._gone else ""
             self.notes.once(f"appeared:{port}:{again}", f"{port.label} appeared{again}; its rates start here")

@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterable
 from typing import IO, Any
 
-from fabricscope.errors import ResultFormatError, RunError
+from fabricscope.errors import ResultFormatError, RunError, UsageError
 from fabricscope.monitor.summary import Summary
 from fabricscope.results import Result
 
@@ -47,8 +47,9 @@ class Recorder:
             os.set_blocking(fd, True)
             self._handle: IO[str] = os.fdopen(fd, "w", encoding="utf-8")
         except OSError as exc:
-            why = "a FIFO with no reader" if exc.errno == errno.ENXIO else exc.strerror or exc
-            raise RunError(f"cannot write {path}: {why}") from None
+            if exc.errno == errno.ENXIO:  # nothing was run yet: a bad argument, not a failed run
+                raise UsageError(f"cannot write {path}: a FIFO with no reader") from None
+            raise RunError(f"cannot write {path}: {exc.strerror or exc}") from None
         self._sync = os.path.isfile(path)  # a pipe or /dev/stdout cannot be fsynced
         data = header.to_dict()
         self._write(

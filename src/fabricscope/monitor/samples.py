@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Link", "Notes", "Port", "Snapshot"]
+__all__ = ["MAX_NOTES", "Link", "Notes", "Port", "Snapshot"]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -61,6 +61,11 @@ class Snapshot:
     """Values that are levels, not counts (a GPU's utilization in percent, PCIe KB/s from NVML)."""
 
 
+MAX_NOTES = 200
+"""Notes kept in a run; past it one last note says that more were left out (interfaces that come and go
+by the thousand, such as container veths, would otherwise grow the list without end)."""
+
+
 class Notes:
     """Problems met while sampling, each said once however often it happens again."""
 
@@ -75,9 +80,11 @@ class Notes:
 
     def once(self, key: str, message: str) -> None:
         """Note ``message`` unless a note with ``key`` was already made."""
-        if key in self._seen:
+        if key in self._seen or len(self.said) > MAX_NOTES:
             return
         self._seen.add(key)
+        if len(self.said) == MAX_NOTES:
+            message = f"more than {MAX_NOTES} notes: the rest are left out"
         self.said.append(message)
         self.fresh.append(message)
 
