@@ -7,12 +7,13 @@ prometheus-client are imported by :func:`run`.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import signal
 import sys
 import threading
 from typing import Any
+
+from fabricscope import options
 
 __all__ = ["add_parser", "run"]
 
@@ -23,7 +24,7 @@ examples:
   fabricscope monitor --json job.json -- torchrun --nproc-per-node 8 train.py
   fabricscope monitor --serve 9400                     # Prometheus exporter on 127.0.0.1:9400
   fabricscope monitor --serve 0.0.0.0:9400 --record node.jsonl
-  fabricscope monitor --alert-rules --utilization 85 > fabricscope-rules.yml
+  fabricscope monitor --alert-rules --utilization 85% > fabricscope-rules.yml
 
 With a command after '--' the command's output passes through, the summary and verdict
 go to stderr, and the exit status is the command's (127 not found, 126 not executable,
@@ -43,18 +44,56 @@ def add_parser(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--root", default="/", metavar="DIR", help="read sysfs/procfs under DIR (default /)")
-    parser.add_argument("--interval", default="1", metavar="S", help="seconds between samples, 0.05 to 3600 (1)")
-    parser.add_argument("--duration", default=None, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
+    parser.add_argument(
+        "--interval",
+        type=options.seconds(minimum=0.05, maximum=3600),
+        default=1.0,
+        metavar="S",
+        help="seconds between samples, 0.05 to 3600 (1); ms, s, m, h accepted",
+    )
+    parser.add_argument(
+        "--duration",
+        type=options.seconds(minimum=0.001, maximum=366 * 86400),
+        default=None,
+        metavar="S",
+        help="stop after S seconds (default: until Ctrl-C, or until the command ends)",
+    )
     parser.add_argument("--interfaces", default=None, metavar="IF,...", help="only these network interfaces")
     parser.add_argument("--no-gpu", action="store_true", help="do not sample GPUs through NVML")
     parser.add_argument("--json", default=None, metavar="FILE", help="write the summary and time series as a Result")
     parser.add_argument("--record", default=None, metavar="FILE", help="append JSON lines every interval")
     parser.add_argument("--serve", default=None, metavar="[HOST:]PORT", help="Prometheus /metrics (host 127.0.0.1)")
     parser.add_argument("--alert-rules", action="store_true", help="print Prometheus alerting rules and exit")
-    parser.add_argument("--retrans-ratio", default="1e-3", metavar="R", help="rules: TCP retransmission ratio (1e-3)")
-    parser.add_argument("--utilization", default="90%", metavar="P", help="rules: share of line rate (90%%)")
-    parser.add_argument("--for", dest="for_", default="5m", metavar="S", help="rules: how long saturated (5m)")
-    parser.add_argument("--window", default="5m", metavar="S", help="rules: range for rates and increases (5m)")
+    rules = parser.add_argument_group("alert rules (with --alert-rules)")
+    rules.add_argument(
+        "--retrans-ratio",
+        type=options.number(minimum=1e-9, maximum=0.5),
+        default=1e-3,
+        metavar="R",
+        help="TCP retransmitted/sent segments above which to alert (1e-3)",
+    )
+    rules.add_argument(
+        "--utilization",
+        type=options.fraction(minimum=0.01, maximum=1.0),
+        default=0.9,
+        metavar="P",
+        help="share of line rate, 90%% or 0.9 (90%%)",
+    )
+    rules.add_argument(
+        "--for",
+        dest="for_",
+        type=options.seconds(minimum=1, maximum=7 * 86400),
+        default=300.0,
+        metavar="S",
+        help="how long a link stays above it before the alert fires (5m)",
+    )
+    rules.add_argument(
+        "--window",
+        type=options.seconds(minimum=1, maximum=7 * 86400),
+        default=300.0,
+        metavar="S",
+        help="range of the rates and increases (5m)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...: run and watch a command")
     parser.set_defaults(func=run)
 
@@ -63,29 +102,6 @@ def _usage(message: str) -> Exception:
     from fabricscope.errors import UsageError
 
     return UsageError(message)
-
-
-def _seconds(flag: str, text: str) -> float:
-    from fabricscope.units import parse_duration
-
-    if len(text) > 32:
-        raise _usage(f"{flag} {text[:20]!r}... is too long to be a number of seconds (e.g. 30, 500ms, 2m)")
-    return parse_duration(text, what=flag)
-
-
-def _fraction(flag: str, text: str, *, percent: bool) -> float:
-    raw = text.strip().removesuffix("%")
-    try:
-        value = float(raw) if len(raw) <= 40 else math.nan
-    except ValueError:
-        value = math.nan
-    if percent:
-        if not (0 < value <= 100):
-            raise _usage(f"{flag} must be a percentage above 0 and at most 100 (e.g. 90 or 90%), got {text[:40]!r}")
-        return value / 100
-    if not (0 < value < 1):
-        raise _usage(f"{flag} must be a ratio between 0 and 1 (e.g. 1e-3), got {text[:40]!r}")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,10 +123,7 @@ def _print_rules(args: argparse.Namespace, command: list[str]) -> int:
     if command or args.json or args.record or args.serve:
         raise _usage("--alert-rules only prints the rules: it takes no command, --json, --record or --serve")
     thresholds = AlertThresholds(
-        retrans_ratio=_fraction("--retrans-ratio", args.retrans_ratio, percent=False),
-        utilization=_fraction("--utilization", args.utilization, percent=True),
-        for_s=_seconds("--for", args.for_),
-        window_s=_seconds("--window", args.window),
+        retrans_ratio=args.retrans_ratio, utilization=args.utilization, for_s=args.for_, window_s=args.window
     )
     sys.stdout.write(alert_rules(thresholds))
     return 0
@@ -129,21 +142,22 @@ def _open_root(path: str) -> Any:
 
 
 def _watch(args: argparse.Namespace, command: list[str]) -> int:
-    from fabricscope.errors import UsageError
-    from fabricscope.monitor.session import MAX_INTERVAL_S, MIN_INTERVAL_S, Monitor, MonitorConfig
-    from fabricscope.results import check_output_path
+    from fabricscope.monitor.session import Monitor, MonitorConfig
+    from fabricscope.results import STDOUT, check_output_path
 
-    interval = _seconds("--interval", args.interval)
-    if not (MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S):
-        raise _usage(f"--interval must be from 0.05 s to 1 hour (3600), got {args.interval[:40]!r}")
-    duration = _seconds("--duration", args.duration) if args.duration is not None else None
     interfaces = tuple(n for n in args.interfaces.split(",") if n) if args.interfaces is not None else None
     if interfaces is not None and not interfaces:
         raise _usage("--interfaces needs at least one interface name, e.g. eth0,ib0")
+    inputs = [args.root] if os.path.realpath(args.root) != "/" else []
     outputs = [(flag, value) for flag, value in (("--json", args.json), ("--record", args.record)) if value]
     for flag, value in outputs:
-        check_output_path(flag, value)
-    if args.json and args.record and os.path.realpath(args.json) == os.path.realpath(args.record):
+        check_output_path(flag, value, inputs=inputs)
+    if (
+        args.json
+        and args.record
+        and args.json != STDOUT
+        and os.path.realpath(args.json) == os.path.realpath(args.record)
+    ):
         raise _usage(f"--json and --record name the same file ({args.json}); give two files")
     serve = None
     if args.serve is not None:
@@ -155,16 +169,13 @@ def _watch(args: argparse.Namespace, command: list[str]) -> int:
         from fabricscope.monitor.command import resolve_command
 
         resolve_command(command)  # not found (127) or not executable (126) before anything starts
-    try:
-        config = MonitorConfig(
-            interval_s=interval,
-            duration_s=duration,
-            interfaces=interfaces,
-            gpus=not args.no_gpu,
-            keep_records=bool(args.json),
-        )
-    except UsageError as exc:
-        raise _usage(f"--interval/--duration: {exc}") from None
+    config = MonitorConfig(
+        interval_s=args.interval,
+        duration_s=args.duration,
+        interfaces=interfaces,
+        gpus=not args.no_gpu,
+        keep_records=bool(args.json),
+    )
     monitor = Monitor(root, config)
     from fabricscope.monitor.output import Outputs
 

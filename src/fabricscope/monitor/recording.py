@@ -19,12 +19,13 @@ from __future__ import annotations
 import errno
 import json
 import os
+import sys
 from collections.abc import Iterable
 from typing import IO, Any
 
 from fabricscope.errors import ResultFormatError, RunError, UsageError
 from fabricscope.monitor.summary import Summary
-from fabricscope.results import Result
+from fabricscope.results import STDOUT, Result
 
 __all__ = ["RECORDING_FORMAT", "RECORDING_VERSION", "Recorder", "load_recording"]
 
@@ -43,7 +44,10 @@ class Recorder:
         self.path = path
         try:
             # Non-blocking open: a FIFO without a reader is refused (ENXIO) instead of hanging the monitor.
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+            if path == STDOUT:
+                fd = os.dup(sys.stdout.fileno())
+            else:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
             os.set_blocking(fd, True)
             self._handle: IO[str] = os.fdopen(fd, "w", encoding="utf-8")
         except OSError as exc:
