@@ -236,3 +236,23 @@ def test_alert_rules_on_stdout() -> None:
     assert result.returncode == 0
     assert "fabricscope_net_utilization_ratio > 0.85" in result.stdout and "for: 10m" in result.stdout
     assert "> 0.002" in result.stdout
+
+
+def test_command_module_imports_only_the_standard_library() -> None:
+    code = (
+        "import sys, fabricscope.cli; fabricscope.cli.build_parser();"
+        "heavy = [m for m in ('rich', 'prometheus_client', 'numpy', 'torch', 'fabricscope.monitor.samplers',"
+        " 'fabricscope.monitor.exporter') if m in sys.modules];"
+        "print(heavy)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=cli_env())
+    assert done.stdout.strip() == "[]"
+
+
+def test_an_output_inside_the_root_is_refused(tmp_path: Path) -> None:
+    import shutil
+
+    tree = tmp_path / "tree"
+    shutil.copytree(SEQUENCE / "t0", tree, symlinks=True)
+    result = monitor("--root", str(tree), "--json", str(tree / "out.json"), "--duration", "0.2")
+    assert result.returncode == 2 and "an input of this command" in one_error_line(result)
