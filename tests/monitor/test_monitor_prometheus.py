@@ -58,6 +58,16 @@ def wait_for(predicate, timeout: float, what: str):  # type: ignore[no-untyped-d
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def stop(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM, then SIGKILL after 20 s; its pipes drained and closed."""
+    proc.terminate()
+    try:
+        proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+
+
 @pytest.fixture
 def exporter(request: pytest.FixtureRequest) -> Iterator[tuple[int, subprocess.Popen[str]]]:
     """A real ``fabricscope monitor --serve`` process on a free 127.0.0.1 port."""
@@ -74,12 +84,7 @@ def exporter(request: pytest.FixtureRequest) -> Iterator[tuple[int, subprocess.P
         wait_for(lambda: _up(port), 30, "the exporter to answer")
         yield port, proc
     finally:
-        proc.terminate()
-        try:
-            proc.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
+        stop(proc)
 
 
 def _up(port: int) -> bool:
@@ -215,12 +220,7 @@ def test_a_real_prometheus_scrapes_the_exporter(exporter: tuple[int, subprocess.
             "FabricscopeLinkSaturated",
         }
     finally:
-        server.terminate()
-        try:
-            server.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.communicate()
+        stop(server)
 
 
 @pytest.mark.parametrize(
