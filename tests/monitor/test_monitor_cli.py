@@ -256,3 +256,30 @@ def test_an_output_inside_the_root_is_refused(tmp_path: Path) -> None:
     shutil.copytree(SEQUENCE / "t0", tree, symlinks=True)
     result = monitor("--root", str(tree), "--json", str(tree / "out.json"), "--duration", "0.2")
     assert result.returncode == 2 and "an input of this command" in one_error_line(result)
+
+
+def test_a_monitor_failing_mid_run_stops_its_command_and_keeps_the_recording(tmp_path: Path) -> None:
+    import resource
+
+    record = tmp_path / "rec.jsonl"
+    pid_file = tmp_path / "pid"
+    code = f"import os, time, pathlib; pathlib.Path({str(pid_file)!r}).write_text(str(os.getpid())); time.sleep(60)"
+
+    def small_files() -> None:  # writes past 3000 bytes fail (EFBIG), as on a full disk
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
+
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "fabricscope", "monitor", "--interval", "0.1", "--record", str(record),
+         "--", sys.executable, "-c", code],
+        capture_output=True, text=True, env=cli_env(), preexec_fn=small_files, timeout=60,
+    )  # fmt: skip
+    assert time.monotonic() - started < 30  # not the command's 60 s: it was stopped
+    assert result.returncode == 1
+    assert f"cannot write {record}" in result.stderr and "Traceback" not in result.stderr
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # no stray command left behind
+    loaded = load_recording(record)
+    assert loaded.status == "interrupted" and loaded.summary["intervals"] >= 1

@@ -7,6 +7,7 @@ prometheus-client are imported by :func:`run`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -204,9 +205,18 @@ def _run_watch(monitor: Any, out: Any, command: list[str]) -> int:
             monitor.sample()  # the baseline, before the command starts moving data
             watched.append(WatchedCommand(command))
             out.baseline_taken()
-        run_loop(
-            monitor, out.after_sample, stop=stop, command=watched[0] if watched else None, sample_first=not watched
-        )
+        try:
+            run_loop(
+                monitor, out.after_sample, stop=stop, command=watched[0] if watched else None, sample_first=not watched
+            )
+        except Exception:
+            # The monitor failed mid-run (a full disk under --record...): stop the command it started, keep
+            # what was measured (--json, the recording's summary), then report the failure.
+            if watched:
+                watched[0].stop()
+            with contextlib.suppress(Exception):
+                out.finish(interrupted=True, command_status=watched[0].wait() if watched else None)
+            raise
         status = exit_code = 0
         if watched:
             exit_code = watched[0].wait()

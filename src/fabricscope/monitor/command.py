@@ -84,6 +84,19 @@ class WatchedCommand:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signum)
 
+    def stop(self, grace_s: float = 5.0) -> None:
+        """End the command (SIGTERM, then SIGKILL after ``grace_s``): the monitor is failing and leaves no strays."""
+        if self.process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.process.terminate()
+        try:
+            self.process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+            self.process.wait()
+
     def wait(self) -> int:
         """Wait for the command; its status as a shell reports it."""
         while True:

@@ -16,12 +16,13 @@ Format history (bump :data:`RECORDING_VERSION` and add a line when it changes)::
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import sys
 from collections.abc import Iterable
-from typing import IO, Any
+from typing import Any
 
 from fabricscope.errors import ResultFormatError, RunError, UsageError
 from fabricscope.monitor.summary import Summary
@@ -38,18 +39,19 @@ _MAX_LINE = 16 << 20
 class Recorder:
     """Appends lines to a recording; every write is flushed and synced before it returns."""
 
-    __slots__ = ("_handle", "_sync", "path")
+    __slots__ = ("_fd", "_sync", "path")
 
     def __init__(self, path: str, header: Result) -> None:
         self.path = path
         try:
             # Non-blocking open: a FIFO without a reader is refused (ENXIO) instead of hanging the monitor.
             if path == STDOUT:
+                sys.stdout.flush()
                 fd = os.dup(sys.stdout.fileno())
             else:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
             os.set_blocking(fd, True)
-            self._handle: IO[str] = os.fdopen(fd, "w", encoding="utf-8")
+            self._fd: int | None = fd
         except OSError as exc:
             if exc.errno == errno.ENXIO:  # nothing was run yet: a bad argument, not a failed run
                 raise UsageError(f"cannot write {path}: a FIFO with no reader") from None
@@ -77,18 +79,23 @@ class Recorder:
         self.close()
 
     def close(self) -> None:
-        if not self._handle.closed:
-            self._handle.close()
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def _write(self, line: dict[str, Any]) -> None:
-        if self._handle.closed:
+        """One whole line, unbuffered (nothing is left to flush at close), then synced to disk."""
+        if self._fd is None:
             return
+        data = (json.dumps(line, allow_nan=False, separators=(",", ":")) + "\n").encode("utf-8")
         try:
-            self._handle.write(json.dumps(line, allow_nan=False, separators=(",", ":")) + "\n")
-            self._handle.flush()
+            while data:
+                data = data[os.write(self._fd, data) :]
             if self._sync:
-                os.fsync(self._handle.fileno())
+                os.fsync(self._fd)
         except OSError as exc:
+            self.close()  # a disk that failed once is not written again; what is there stays readable
             raise RunError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 
 
