@@ -62,7 +62,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--interfaces", default=None, metavar="IF,...", help="only these network interfaces")
     parser.add_argument("--no-gpu", action="store_true", help="do not sample GPUs through NVML")
     parser.add_argument("--json", default=None, metavar="FILE", help="write the summary and time series as a Result")
-    parser.add_argument("--record", default=None, metavar="FILE", help="append JSON lines every interval")
+    parser.add_argument("--record", default=None, metavar="FILE", help="write JSON lines, flushed every interval")
     parser.add_argument("--serve", default=None, metavar="[HOST:]PORT", help="Prometheus /metrics (host 127.0.0.1)")
     parser.add_argument("--alert-rules", action="store_true", help="print Prometheus alerting rules and exit")
     rules = parser.add_argument_group("alert rules (with --alert-rules)")
@@ -95,7 +95,9 @@ def add_parser(subparsers: Any) -> None:
         metavar="S",
         help="range of the rates and increases (5m)",
     )
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...: run and watch a command")
+    parser.add_argument(
+        "command", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="run CMD, watch it, exit with its status"
+    )
     parser.set_defaults(func=run)
 
 

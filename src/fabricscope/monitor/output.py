@@ -1,7 +1,8 @@
 """Where a run's samples go: the live view or plain lines, the recording, the exporter, and at the end
 the summary, the verdict and the ``--json`` Result.
 
-Without a command the view and the summary go to stdout.  With one (``monitor
+Without a command the view and the summary go to stdout (an exporter whose stdout is not a
+terminal, such as a service, prints only its notes until the summary).  With one (``monitor
 -- CMD``) stdout belongs to the command: notes and the summary go to stderr
 and nothing is drawn while it runs.
 """
@@ -105,8 +106,8 @@ class Outputs:
                     self.live.update(
                         live_table(records, self.monitor.notes.said, retrans_threshold=RETRANS_RATIO), refresh=True
                     )
-            else:
-                lines = [f"note: {n}" for n in notes] + plain_lines(records)
+            else:  # an exporter run as a service logs its notes, not a line per port every interval
+                lines = [f"note: {n}" for n in notes] + (plain_lines(records) if self.exporter is None else [])
                 if lines:
                     self.stream.write("\n".join(lines) + "\n")
                     self.stream.flush()
