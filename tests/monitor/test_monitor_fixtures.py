@@ -87,7 +87,10 @@ def test_summary_and_verdict_of_the_sequence() -> None:
     sequence.run()
     summary = sequence.summary.to_dict()
     assert summary["bound"] == "network-bound"
-    assert summary["verdict"].startswith("mlx5_0/1 (200 Gb/s) ran at 80% of line rate or more for 100% of the time")
+    assert summary["verdict"].startswith(
+        "mlx5_0/1 (200 Gb/s) ran at 84% of line rate on average, at 80% or more for 100% of the time: "
+        "this job is network-bound"
+    )
     assert "unhealthy" in summary["verdict"] and "TCP retransmission ratio 0.12%" in summary["verdict"]
     assert "mlx5_0/1 down for 1 s" in summary["verdict"]
     rdma = next(p for p in summary["ports"] if p["label"] == "mlx5_0/1")

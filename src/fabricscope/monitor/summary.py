@@ -211,7 +211,8 @@ def verdict(summary: dict[str, Any]) -> dict[str, str]:
         if busy >= BUSY_TIME:
             bound = "network-bound"
             line = (
-                f"{where} ran at {BUSY:.0%} of line rate or more for {busy:.0%} of the time: this job is network-bound"
+                f"{where} ran at {mean:.0%} of line rate on average, at {BUSY:.0%} or more for {busy:.0%} "
+                "of the time: this job is network-bound"
             )
         elif peak >= BUSY:
             bound = "network-bound at times"
