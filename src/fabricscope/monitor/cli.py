@@ -15,6 +15,7 @@ import threading
 from typing import Any
 
 from fabricscope import options
+from fabricscope.store.save import add_save_options, check_save_options, wants_save
 
 __all__ = ["add_parser", "run"]
 
@@ -65,6 +66,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--record", default=None, metavar="FILE", help="write JSON lines, flushed every interval")
     parser.add_argument("--serve", default=None, metavar="[HOST:]PORT", help="Prometheus /metrics (host 127.0.0.1)")
     parser.add_argument("--alert-rules", action="store_true", help="print Prometheus alerting rules and exit")
+    add_save_options(parser)
     rules = parser.add_argument_group("alert rules (with --alert-rules)")
     rules.add_argument(
         "--retrans-ratio",
@@ -123,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
 def _print_rules(args: argparse.Namespace, command: list[str]) -> int:
     from fabricscope.monitor.rules import AlertThresholds, alert_rules
 
-    if command or args.json or args.record or args.serve:
+    if command or args.json or args.record or args.serve or wants_save(args):
         raise _usage("--alert-rules only prints the rules: it takes no command, --json, --record or --serve")
     thresholds = AlertThresholds(
         retrans_ratio=args.retrans_ratio, utilization=args.utilization, for_s=args.for_, window_s=args.window
@@ -167,6 +169,7 @@ def _watch(args: argparse.Namespace, command: list[str]) -> int:
         from fabricscope.monitor.exporter import parse_serve
 
         serve = parse_serve(args.serve)
+    check_save_options(args)
     root = _open_root(args.root)
     if command:
         from fabricscope.monitor.command import resolve_command
@@ -177,7 +180,7 @@ def _watch(args: argparse.Namespace, command: list[str]) -> int:
         duration_s=args.duration,
         interfaces=interfaces,
         gpus=not args.no_gpu,
-        keep_records=bool(args.json),
+        keep_records=bool(args.json) or wants_save(args),
     )
     monitor = Monitor(root, config)
     from fabricscope.monitor.output import Outputs

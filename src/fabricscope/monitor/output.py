@@ -21,6 +21,7 @@ from fabricscope.monitor.session import Monitor
 from fabricscope.monitor.summary import RETRANS_RATIO
 from fabricscope.monitor.view import live_table, plain_lines, summary_lines
 from fabricscope.results import Result
+from fabricscope.store.save import save_result, wants_save
 
 __all__ = ["Outputs"]
 
@@ -42,6 +43,8 @@ class Outputs:
         self.monitor = monitor
         self.command = command
         self.json_path: str | None = args.json
+        self.args = args
+        """The flags: ``--save``/``--label`` keep the final Result in the history."""
         self.stream: TextIO = sys.stderr if command else sys.stdout
         self.config: dict[str, Any] = {
             **monitor.config.to_dict(),
@@ -125,9 +128,12 @@ class Outputs:
             summary["command_exit_status"] = command_status
         status = "interrupted" if interrupted else "complete"
         problem: FabricscopeError | None = None
-        if self.json_path:
+        if self.json_path or wants_save(self.args):
+            result = self._result(self.monitor.records, summary, status)
             try:
-                self._result(self.monitor.records, summary, status).save(self.json_path)
+                if self.json_path:
+                    result.save(self.json_path)
+                save_result(self.args, result, what="the monitor result")
             except FabricscopeError as exc:
                 problem = exc
         if self.recorder is not None:
@@ -141,7 +147,7 @@ class Outputs:
                 self.broken = True
                 _silence_stdout()
         if problem is not None:
-            raise RunError(f"--json {self.json_path}: {problem}")
+            raise RunError(f"--json {self.json_path}: {problem}" if self.json_path else str(problem))
 
     def close(self) -> None:
         self._stop_live()
