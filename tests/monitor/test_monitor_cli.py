@@ -170,19 +170,19 @@ def test_recording_is_flushed_every_interval_and_survives_a_kill(tmp_path: Path)
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if path.exists() and path.read_text().count('"type":"interval"') >= 3:
+        if path.exists() and path.read_text().count('"type":"records"') >= 3:
             break
         time.sleep(0.05)
     proc.kill()  # no chance to finish: what is on disk must stand alone
     proc.communicate(timeout=10)
     lines = path.read_text().splitlines()
-    assert sum('"type":"interval"' in line for line in lines) >= 3
+    assert sum('"type":"records"' in line for line in lines) >= 3
     loaded = load_recording(path)
     assert loaded.kind == "monitor" and loaded.status == "interrupted"
     assert loaded.summary["intervals"] >= 3 and any(r["label"] == "lo" for r in loaded.records)
     # A torn last line (killed while writing) is dropped, not an error.
     with path.open("a") as handle:
-        handle.write('{"type":"interval","rec')
+        handle.write('{"type":"records","rec')
     assert load_recording(path).summary["intervals"] == loaded.summary["intervals"]
 
 
@@ -192,7 +192,13 @@ def test_a_finished_recording_loads_with_its_summary(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     loaded = load_recording(path)
     assert loaded.status == "complete" and loaded.summary["bound"] == "unknown"
-    assert json.loads(path.read_text().splitlines()[0])["format"] == "fabricscope-monitor-recording"
+    assert json.loads(path.read_text().splitlines()[0])["format"] == "fabricscope-result-stream"
+    # One loader for every RUN: the recording is a Result to results.load and to the store's commands.
+    from fabricscope.results import load
+
+    assert load(path).kind == "monitor" and len(load(path).records) == len(loaded.records)
+    shown = run_cli(["history", "show", str(path)], timeout=60)
+    assert shown.returncode == 0 and "monitor" in shown.stdout, shown.stderr
 
 
 @pytest.mark.parametrize(

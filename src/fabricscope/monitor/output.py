@@ -95,7 +95,7 @@ class Outputs:
         if self.recorder is not None:
             self.recorder.notes(notes)
             if records:
-                self.recorder.interval(records)
+                self.recorder.records(records)
         self._export()
         if self.command:
             for note in notes:
