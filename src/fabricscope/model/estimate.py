@@ -111,6 +111,7 @@ def job_of(par: ParallelConfig, batch: int) -> Job:
         interleave=par.interleave,
         sequence_parallel=1 if par.sequence_parallel else 0,
         dp_overlap=1 if par.dp_overlap else 0,
+        regather=1 if par.regather_on_recompute else 0,
         ps_servers=par.ps_servers,
     )
 

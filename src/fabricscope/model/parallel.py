@@ -20,9 +20,11 @@ from fabricscope.model.workload import ModelSpec
 T = TypeVar("T", bound=str)
 
 __all__ = [
+    "FRAMEWORKS",
     "KNOBS",
     "PRECISIONS",
     "RECOMPUTE",
+    "Framework",
     "ParallelConfig",
     "Precision",
     "Recompute",
@@ -96,6 +98,63 @@ def check_values(split: _Split) -> None:
         raise InvalidValue("--ps-servers replaces the all-reduce of plain data parallelism: use it with --zero 0")
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Framework:
+    """How a training stack runs a split, as named parameters with their sources (not a derate)."""
+
+    flash_attention: bool
+    """Attention scores never reach memory (FlashAttention); else they are written and read."""
+    dp_overlap: bool
+    """Gradient reduction (and ZeRO 3's gathers) run beside compute; else after it, in turn."""
+    regather_on_recompute: bool
+    """ZeRO 3: recomputation gathers each unit's weights again before the backward gathers them."""
+    source: str
+
+
+FRAMEWORKS: dict[str, Framework] = {
+    "megatron-lm-2021": Framework(
+        flash_attention=False,
+        dp_overlap=False,
+        regather_on_recompute=False,
+        source="Megatron-LM of 2021-22 (Narayanan et al. SC21; Korthikanti et al. 2022): fused softmax that "
+        "writes the scores, gradients all-reduced after the backward (--overlap-grad-reduce came with "
+        "Megatron-Core in 2023)",
+    ),
+    "megatron-core": Framework(
+        flash_attention=True,
+        dp_overlap=True,
+        regather_on_recompute=False,
+        source="Megatron-Core (NVIDIA/Megatron-LM core_r0.5+): FlashAttention through Transformer Engine, "
+        "--overlap-grad-reduce and --overlap-param-gather",
+    ),
+    "deepspeed-pipeline": Framework(
+        flash_attention=False,
+        dp_overlap=False,
+        regather_on_recompute=False,
+        source="DeepSpeed PipelineEngine (deepspeed/runtime/pipe/engine.py): the schedule ends with "
+        "ReduceGrads after the last backward, so gradients are reduced after the pipeline flush; "
+        "Megatron-DeepSpeed of 2021-22 ran Megatron's fused softmax (no FlashAttention)",
+    ),
+    "deepspeed-zero3-2021": Framework(
+        flash_attention=False,
+        dp_overlap=False,
+        regather_on_recompute=True,
+        source="DeepSpeed ZeRO 3 before PR 1188 (June 2021): 'the async version is not async at all, because "
+        "each all_gather calls torch.cuda.synchronize()' (gathers in turn with compute); parameters are "
+        "released after each module's forward, so recomputation fetches them again",
+    ),
+    "pytorch-fsdp": Framework(
+        flash_attention=True,
+        dp_overlap=True,
+        regather_on_recompute=False,
+        source="PyTorch FSDP (Zhao et al. VLDB 2023): backward and forward prefetch overlap each unit's "
+        "all-gather and reduce-scatter with the neighbouring unit's compute; a checkpointed unit is "
+        "gathered once in the backward for its recomputation and its gradients",
+    ),
+}
+"""Training stacks the validation rows name (``framework`` column); each field may be overridden."""
+
+
 @dataclass(kw_only=True, slots=True)
 class _Settings:
     """What a job is run with, whatever its split."""
@@ -107,6 +166,8 @@ class _Settings:
     """Reduce gradients while the last micro-batch's backward runs (DDP buckets, FSDP prefetch)."""
     ps_servers: int = 0
     """Parameter servers (CPU machines with one NIC each) instead of all-reduce; 0 = all-reduce."""
+    regather_on_recompute: bool = False
+    """ZeRO 3: recomputation gathers each unit's weights again (see :data:`FRAMEWORKS`)."""
 
     def __post_init__(self) -> None:
         check_values(cast(_Split, self))
@@ -213,8 +274,11 @@ def check_layout(
             )
         if tp is not None and model.heads % tp:
             raise UsageError(f"{named('tp', tp)} must divide the model's {model.heads} attention heads")
-        if pp is not None and model.layers % (pp * (v or 1)):
-            raise UsageError(f"pp*interleave = {pp * (v or 1)} must divide the model's {model.layers} layers")
+        if pp is not None and pp * (v or 1) > model.layers:
+            raise UsageError(
+                f"pp*interleave = {pp * (v or 1)} is more than the model's {model.layers} layers: every "
+                "(virtual) stage needs a layer"
+            )
     fixed = [(name, value) for name, value in (("tp", tp), ("pp", pp), ("dp", dp)) if value is not None]
     product = 1
     for _, value in fixed:
