@@ -50,7 +50,7 @@ def test_cli_prints_rows_and_writes_records(cli, tmp_path) -> None:
     assert {"id", "published", "predicted", "error_pct"} <= set(data["records"][0])
     training = [r for r in data["records"] if r["file"] == "training.csv"]
     assert len(training) == len(list(csv.DictReader(_training().read_text(encoding="utf-8").splitlines())))
-    assert {r["group"] for r in training} == {"megatron-ptd", "zero-fsdp", "pipeline-engine"}
+    assert {r["group"] for r in training} == {"megatron-ptd", "zero-fsdp", "pipeline-engine", "vision-dp"}
 
 
 def _training():

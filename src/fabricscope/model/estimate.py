@@ -112,6 +112,8 @@ def job_of(par: ParallelConfig, batch: int) -> Job:
         sequence_parallel=1 if par.sequence_parallel else 0,
         dp_overlap=1 if par.dp_overlap else 0,
         regather=1 if par.regather_on_recompute else 0,
+        bucket_bytes=par.bucket_mb * 1e6,
+        cycle_s=par.cycle_ms * 1e-3,
         ps_servers=par.ps_servers,
     )
 

@@ -109,6 +109,10 @@ class Framework:
     regather_on_recompute: bool
     """ZeRO 3: recomputation gathers each unit's weights again before the backward gathers them."""
     source: str
+    bucket_mb: float = 25.0
+    """Gradients reduced per collective (a vision model's unit): PyTorch DDP's ``bucket_cap_mb``."""
+    cycle_ms: float = 0.0
+    """Horovod's cycle time: each cycle all-reduces the gradients that became ready in it."""
 
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -151,6 +155,24 @@ FRAMEWORKS: dict[str, Framework] = {
         "all-gather and reduce-scatter with the neighbouring unit's compute; a checkpointed unit is "
         "gathered once in the backward for its recomputation and its gradients",
     ),
+    "horovod": Framework(
+        flash_attention=False,
+        dp_overlap=True,
+        regather_on_recompute=False,
+        bucket_mb=64.0,
+        cycle_ms=5.0,
+        source="Horovod (Sergeev and Del Balso 2018; docs/tensor-fusion.rst): all-reduces run as gradients "
+        "become ready during the backward, fused into buffers of HOROVOD_FUSION_THRESHOLD = 64 MB, one "
+        "fused all-reduce per cycle (horovod/common/operations.cc: SetCycleTimeMs(5), HOROVOD_CYCLE_TIME)",
+    ),
+    "pytorch-ddp": Framework(
+        flash_attention=True,
+        dp_overlap=True,
+        regather_on_recompute=False,
+        bucket_mb=25.0,
+        source="PyTorch DDP (Li et al. VLDB 2020): gradient buckets of bucket_cap_mb = 25 MB all-reduced "
+        "during the backward",
+    ),
 }
 """Training stacks the validation rows name (``framework`` column); each field may be overridden."""
 
@@ -168,6 +190,10 @@ class _Settings:
     """Parameter servers (CPU machines with one NIC each) instead of all-reduce; 0 = all-reduce."""
     regather_on_recompute: bool = False
     """ZeRO 3: recomputation gathers each unit's weights again (see :data:`FRAMEWORKS`)."""
+    bucket_mb: float = 25.0
+    """Gradients per data-parallel collective of a vision model (DDP's bucket_cap_mb)."""
+    cycle_ms: float = 0.0
+    """Horovod's cycle time (0: buckets only, as DDP)."""
 
     def __post_init__(self) -> None:
         check_values(cast(_Split, self))

@@ -141,6 +141,10 @@ class Job:
     """ZeRO-3: 1 when recomputation gathers a unit's weights again (DeepSpeed releases them after
     every module forward), 0 when the backward's gather serves recomputation too (FSDP units)."""
     ps_servers: Num = 0
+    bucket_bytes: Num = BUCKET_BYTES
+    """Gradient bytes per collective of a vision model (DDP buckets, Horovod's fusion buffer)."""
+    cycle_s: Num = 0.0
+    """Horovod's cycle: every cycle reduces the gradients that became ready in it (0: none)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -275,12 +279,16 @@ def _vision_microbatch(w: Shape, job: Job, dev: Device) -> dict[str, Num]:
     }
 
 
-def _units(w: Shape, job: Job, dev: Device) -> Num:
+def _units(w: Shape, job: Job, dev: Device, backward: Num) -> Num:
     """Data-parallel collectives per pass over one stage's weights: one per transformer layer
-    (an FSDP unit, a gradient bucket); a vision model's gradients in DDP's 25 MB buckets."""
+    (an FSDP unit, a gradient bucket); a vision model's gradients in buckets of ``bucket_bytes``,
+    and with a ``cycle_s`` (Horovod) at least one per cycle of the backward, since each cycle
+    reduces what became ready during it."""
     if w.transformer:
         return stage_layers(w, job)
-    return np.maximum(1.0, np.ceil(w.params * dev.grad_bytes / BUCKET_BYTES))
+    buckets = np.maximum(1.0, np.ceil(w.params * dev.grad_bytes / job.bucket_bytes))
+    cycles = np.where(job.cycle_s > 0, np.ceil(backward / np.where(job.cycle_s > 0, job.cycle_s, 1.0)), 1.0)
+    return np.maximum(buckets, cycles)
 
 
 def _dp_comm(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tuple[Num, Num, Num]:
@@ -368,9 +376,9 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
     # the compute each part runs beside (see _beside): gradients beside the backward of the
     # last micro-batch, weight gathers beside a forward, ZeRO 3's backward gathers and
     # reduce-scatters one after another on the same NICs.
-    units = _units(w, job, dev)
-    reduce, scatter, gather = _per_group(w, job, dev, fab, units)
     forward, backward = mb["fwd"], mb["bwd"] + mb["recompute"]
+    units = _units(w, job, dev, backward)
+    reduce, scatter, gather = _per_group(w, job, dev, fab, units)
 
     def exposed(comm: Num, compute: Num) -> Num:
         return np.where(job.dp_overlap, _beside(units, comm, compute), units * comm)

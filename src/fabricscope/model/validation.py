@@ -303,9 +303,10 @@ numerator of PaLM and Llama 3), seconds per step, tokens per second per GPU, ima
 (all GPUs), and scaling efficiency (throughput over GPUs x the throughput of one GPU)."""
 
 
-def _framework(row: Mapping[str, str]) -> tuple[bool, bool, bool]:
-    """(flash_attention, dp_overlap, regather_on_recompute): the ``framework`` column's named
-    defaults (:data:`FRAMEWORKS`, megatron-lm-2021 when empty), each overridden by its own column."""
+def _framework(row: Mapping[str, str]) -> tuple[bool, bool, bool, float, float]:
+    """(flash_attention, dp_overlap, regather_on_recompute, bucket_mb, cycle_ms): the ``framework`` column's
+    named defaults (:data:`FRAMEWORKS`, megatron-lm-2021 when empty), each overridden by its own
+    column."""
     name = (row.get("framework") or "").strip().lower() or "megatron-lm-2021"
     if name not in FRAMEWORKS:
         raise UsageError(f"framework = {name!r} is not one of {', '.join(FRAMEWORKS)}{closest(name, FRAMEWORKS)}")
@@ -314,6 +315,8 @@ def _framework(row: Mapping[str, str]) -> tuple[bool, bool, bool]:
         _flag(row, "flash_attention", stack.flash_attention),
         _flag(row, "dp_overlap", stack.dp_overlap),
         _flag(row, "regather_on_recompute", stack.regather_on_recompute),
+        stack.bucket_mb,
+        stack.cycle_ms,
     )
 
 
@@ -357,7 +360,7 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
     metric = row["metric"]
     if metric not in TRAINING_METRICS:
         raise ConfigError(f"metric {metric!r} is not one of {', '.join(TRAINING_METRICS)}")
-    flash, overlap, regather = _framework(row)
+    flash, overlap, regather, bucket_mb, cycle_ms = _framework(row)
     model = _row_model(row, batch, flash)
     recompute, sequence_parallel = _recompute(row.get("recompute") or "")
     if model.is_transformer:
@@ -373,6 +376,8 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         sequence_parallel=sequence_parallel,
         dp_overlap=overlap,
         regather_on_recompute=regather,
+        bucket_mb=bucket_mb,
+        cycle_ms=cycle_ms,
         ps_servers=_optional_whole(row, "ps_servers", 0),
         precision=_precision(row, cluster),
     )
