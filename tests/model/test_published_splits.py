@@ -112,3 +112,22 @@ def test_the_shipped_csv_names_its_sources() -> None:
         assert row["source"].strip() and row["group"].strip()
         if int(row["id"][1:]) >= 10:
             assert row["quote"].strip(), row["id"]
+
+
+def test_grouped_query_attention_and_gated_widths_count_in_a_row() -> None:
+    # Llama 3 405B: 8 KV heads and a SwiGLU MLP of 53248 give 405B parameters; without the KV
+    # heads the attention would hold 63B more, without the gate 2/3 of the MLP.
+    (row,) = [r for r in _training_rows() if r["id"] == "t21"]
+    model = validation._row_model(row, 2048, True)
+    assert model.shape_params == pytest.approx(405e9, rel=0.02)
+    assert validation._row_model({**row, "kv_heads": ""}, 2048, True).shape_params == pytest.approx(468e9, rel=0.02)
+    assert validation._row_model({**row, "gated_mlp": "false"}, 2048, True).shape_params < 300e9
+
+
+def test_a_framework_is_named_parameters_with_sources() -> None:
+    from fabricscope.model.parallel import FRAMEWORKS
+
+    for name, stack in FRAMEWORKS.items():
+        assert stack.source.strip(), name
+    # DeepSpeed's pipeline engine reduces after the flush; FSDP overlaps.
+    assert not FRAMEWORKS["deepspeed-pipeline"].dp_overlap and FRAMEWORKS["pytorch-fsdp"].dp_overlap

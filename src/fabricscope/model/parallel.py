@@ -20,6 +20,7 @@ from fabricscope.model.workload import ModelSpec
 T = TypeVar("T", bound=str)
 
 __all__ = [
+    "EMPTY_END_CHUNKS",
     "FRAMEWORKS",
     "KNOBS",
     "PRECISIONS",
@@ -38,6 +39,11 @@ Recompute = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp16", "fp8", "tf32", "fp32"]
 RECOMPUTE: tuple[Recompute, ...] = ("none", "selective", "full")
 PRECISIONS: tuple[Precision, ...] = ("bf16", "fp16", "fp8", "tf32", "fp32")
+EMPTY_END_CHUNKS = 2
+"""(Virtual) stages that may hold no transformer layer: the first, with only the embedding, and
+the last, with only the output layer and loss (Llama 3: 'we reduce one Transformer layer each
+from the first and the last stages ... the first model chunk on the first stage has only the
+embedding')."""
 KNOBS = ("tp", "pp", "dp", "zero", "micro_batch", "recompute", "interleave", "sequence_parallel")
 """The parts of a split the search chooses when the user leaves them open."""
 
@@ -300,10 +306,10 @@ def check_layout(
             )
         if tp is not None and model.heads % tp:
             raise UsageError(f"{named('tp', tp)} must divide the model's {model.heads} attention heads")
-        if pp is not None and pp * (v or 1) > model.layers:
+        if pp is not None and pp * (v or 1) > model.layers + EMPTY_END_CHUNKS:
             raise UsageError(
-                f"pp*interleave = {pp * (v or 1)} is more than the model's {model.layers} layers: every "
-                "(virtual) stage needs a layer"
+                f"pp*interleave = {pp * (v or 1)} is more than the model's {model.layers} layers + "
+                f"{EMPTY_END_CHUNKS}: every (virtual) stage needs a layer, but the first and the last"
             )
     fixed = [(name, value) for name, value in (("tp", tp), ("pp", pp), ("dp", dp)) if value is not None]
     product = 1
