@@ -114,6 +114,8 @@ def job_of(par: ParallelConfig, batch: int) -> Job:
         regather=1 if par.regather_on_recompute else 0,
         bucket_bytes=par.bucket_mb * 1e6,
         cycle_s=par.cycle_ms * 1e-3,
+        unit_tensors=par.unit_tensors,
+        rank_copies=1 if par.rank_copies else 0,
         ps_servers=par.ps_servers,
     )
 

@@ -119,6 +119,10 @@ class Framework:
     """Gradients reduced per collective (a vision model's unit): PyTorch DDP's ``bucket_cap_mb``."""
     cycle_ms: float = 0.0
     """Horovod's cycle time: each cycle all-reduces the gradients that became ready in it."""
+    unit_tensors: int = 1
+    """Data-parallel collectives per transformer layer (1: the layer is one flat FSDP unit)."""
+    rank_copies: bool = False
+    """Gathers and reduce-scatters through the list API: one copy kernel per rank each."""
 
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -149,9 +153,14 @@ FRAMEWORKS: dict[str, Framework] = {
         flash_attention=False,
         dp_overlap=False,
         regather_on_recompute=True,
-        source="DeepSpeed ZeRO 3 before PR 1188 (June 2021): 'the async version is not async at all, because "
-        "each all_gather calls torch.cuda.synchronize()' (gathers in turn with compute); parameters are "
-        "released after each module's forward, so recomputation fetches them again",
+        unit_tensors=4,
+        rank_copies=True,
+        source="DeepSpeed ZeRO 3 as of v0.3.14 (April 2021), deepspeed/runtime/zero/partition_parameters.py "
+        "and stage3.py: each parameter above stage3_param_persistence_threshold (1e5 elements; the four "
+        "weight matrices of a layer) is gathered on its own after torch.cuda.synchronize() and waited for "
+        "(PR 1188: 'the async version is not async at all'), through torch.distributed.all_gather and "
+        "reduce_scatter on lists of one view per rank; parameters are released after each module's "
+        "forward, so recomputation fetches them again",
     ),
     "pytorch-fsdp": Framework(
         flash_attention=True,
@@ -200,6 +209,10 @@ class _Settings:
     """Gradients per data-parallel collective of a vision model (DDP's bucket_cap_mb)."""
     cycle_ms: float = 0.0
     """Horovod's cycle time (0: buckets only, as DDP)."""
+    unit_tensors: int = 1
+    """Data-parallel collectives per transformer layer (see :class:`Framework`)."""
+    rank_copies: bool = False
+    """Each gather and reduce-scatter runs one copy kernel per rank (see :class:`Framework`)."""
 
     def __post_init__(self) -> None:
         check_values(cast(_Split, self))

@@ -68,6 +68,10 @@ def splits(
             precision=req.precision,
             dp_overlap=req.dp_overlap,
             regather_on_recompute=req.regather_on_recompute,
+            bucket_mb=req.bucket_mb,
+            cycle_ms=req.cycle_ms,
+            unit_tensors=req.unit_tensors,
+            rank_copies=req.rank_copies,
             ps_servers=req.ps_servers,
             global_batch=batch,
         )
@@ -132,6 +136,10 @@ def splits(
         sequence_parallel=column("sequence_parallel"),
         dp_overlap=column("dp_overlap"),
         regather=column("regather_on_recompute"),
+        bucket_bytes=req.bucket_mb * 1e6,
+        cycle_s=req.cycle_ms * 1e-3,
+        unit_tensors=req.unit_tensors,
+        rank_copies=1 if req.rank_copies else 0,
         ps_servers=column("ps_servers"),
     )
     return Splits(configs=found, job=job, batch=batch)

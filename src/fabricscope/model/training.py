@@ -145,6 +145,13 @@ class Job:
     """Gradient bytes per collective of a vision model (DDP buckets, Horovod's fusion buffer)."""
     cycle_s: Num = 0.0
     """Horovod's cycle: every cycle reduces the gradients that became ready in it (0: none)."""
+    unit_tensors: Num = 1
+    """Data-parallel collectives per transformer layer: 1 where a layer is one flat unit (FSDP),
+    one per weight matrix where each is gathered on its own (DeepSpeed ZeRO 3 of 2021: 4)."""
+    rank_copies: Num = 0
+    """1 where each gather or reduce-scatter also runs one copy kernel per rank (the list form of
+    ``torch.distributed.all_gather``/``reduce_scatter``, which copies every rank's part between
+    its own tensor and NCCL's flat buffer)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -285,7 +292,7 @@ def _units(w: Shape, job: Job, dev: Device, backward: Num) -> Num:
     and with a ``cycle_s`` (Horovod) at least one per cycle of the backward, since each cycle
     reduces what became ready during it."""
     if w.transformer:
-        return stage_layers(w, job)
+        return stage_layers(w, job) * job.unit_tensors
     buckets = np.maximum(1.0, np.ceil(w.params * dev.grad_bytes / job.bucket_bytes))
     cycles = np.where(job.cycle_s > 0, np.ceil(backward / np.where(job.cycle_s > 0, job.cycle_s, 1.0)), 1.0)
     return np.maximum(buckets, cycles)
@@ -379,6 +386,8 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
     forward, backward = mb["fwd"], mb["bwd"] + mb["recompute"]
     units = _units(w, job, dev, backward)
     reduce, scatter, gather = _per_group(w, job, dev, fab, units)
+    copies = job.rank_copies * job.dp * KERNEL_OVERHEAD_S
+    scatter, gather = scatter + copies, gather + copies
 
     def exposed(comm: Num, compute: Num) -> Num:
         return np.where(job.dp_overlap, _beside(units, comm, compute), units * comm)

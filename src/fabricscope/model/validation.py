@@ -35,6 +35,7 @@ from fabricscope.model.parallel import (
     FRAMEWORKS,
     PRECISIONS,
     RECOMPUTE,
+    Framework,
     ParallelConfig,
     Precision,
     Recompute,
@@ -303,20 +304,19 @@ numerator of PaLM and Llama 3), seconds per step, tokens per second per GPU, ima
 (all GPUs), and scaling efficiency (throughput over GPUs x the throughput of one GPU)."""
 
 
-def _framework(row: Mapping[str, str]) -> tuple[bool, bool, bool, float, float]:
-    """(flash_attention, dp_overlap, regather_on_recompute, bucket_mb, cycle_ms): the ``framework`` column's
-    named defaults (:data:`FRAMEWORKS`, megatron-lm-2021 when empty), each overridden by its own
-    column."""
+def _framework(row: Mapping[str, str]) -> Framework:
+    """The ``framework`` column's named parameters (:data:`FRAMEWORKS`, megatron-lm-2021 when
+    empty), with ``flash_attention``, ``dp_overlap`` and ``regather_on_recompute`` overridden by
+    their own columns."""
     name = (row.get("framework") or "").strip().lower() or "megatron-lm-2021"
     if name not in FRAMEWORKS:
         raise UsageError(f"framework = {name!r} is not one of {', '.join(FRAMEWORKS)}{closest(name, FRAMEWORKS)}")
     stack = FRAMEWORKS[name]
-    return (
-        _flag(row, "flash_attention", stack.flash_attention),
-        _flag(row, "dp_overlap", stack.dp_overlap),
-        _flag(row, "regather_on_recompute", stack.regather_on_recompute),
-        stack.bucket_mb,
-        stack.cycle_ms,
+    return dataclasses.replace(
+        stack,
+        flash_attention=_flag(row, "flash_attention", stack.flash_attention),
+        dp_overlap=_flag(row, "dp_overlap", stack.dp_overlap),
+        regather_on_recompute=_flag(row, "regather_on_recompute", stack.regather_on_recompute),
     )
 
 
@@ -360,8 +360,8 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
     metric = row["metric"]
     if metric not in TRAINING_METRICS:
         raise ConfigError(f"metric {metric!r} is not one of {', '.join(TRAINING_METRICS)}")
-    flash, overlap, regather, bucket_mb, cycle_ms = _framework(row)
-    model = _row_model(row, batch, flash)
+    stack = _framework(row)
+    model = _row_model(row, batch, stack.flash_attention)
     recompute, sequence_parallel = _recompute(row.get("recompute") or "")
     if model.is_transformer:
         _check_params(row, model)
@@ -374,10 +374,12 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         interleave=_optional_whole(row, "interleave", 1),
         recompute=recompute,
         sequence_parallel=sequence_parallel,
-        dp_overlap=overlap,
-        regather_on_recompute=regather,
-        bucket_mb=bucket_mb,
-        cycle_ms=cycle_ms,
+        dp_overlap=stack.dp_overlap,
+        regather_on_recompute=stack.regather_on_recompute,
+        bucket_mb=stack.bucket_mb,
+        cycle_ms=stack.cycle_ms,
+        unit_tensors=stack.unit_tensors,
+        rank_copies=stack.rank_copies,
         ps_servers=_optional_whole(row, "ps_servers", 0),
         precision=_precision(row, cluster),
     )
