@@ -123,6 +123,8 @@ class Framework:
     """Data-parallel collectives per transformer layer (1: the layer is one flat FSDP unit)."""
     rank_copies: bool = False
     """Gathers and reduce-scatters through the list API: one copy kernel per rank each."""
+    pp_scatter_gather: bool = True
+    """Each tensor-parallel rank sends 1/t of a stage's output to the next stage (Megatron)."""
 
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -145,9 +147,12 @@ FRAMEWORKS: dict[str, Framework] = {
         flash_attention=False,
         dp_overlap=False,
         regather_on_recompute=False,
-        source="DeepSpeed PipelineEngine (deepspeed/runtime/pipe/engine.py): the schedule ends with "
+        pp_scatter_gather=False,
+        source="DeepSpeed PipelineEngine (deepspeed/runtime/pipe/engine.py, v0.5): the schedule ends with "
         "ReduceGrads after the last backward, so gradients are reduced after the pipeline flush; "
-        "Megatron-DeepSpeed of 2021-22 ran Megatron's fused softmax (no FlashAttention)",
+        "_exec_send_activations sends each stage output whole from every tensor-parallel rank, "
+        "synchronously (p2p.send: 'Doesnt support async_op true'); Megatron-DeepSpeed of 2021-22 ran "
+        "Megatron's fused softmax (no FlashAttention)",
     ),
     "deepspeed-zero3-2021": Framework(
         flash_attention=False,
@@ -213,6 +218,8 @@ class _Settings:
     """Data-parallel collectives per transformer layer (see :class:`Framework`)."""
     rank_copies: bool = False
     """Each gather and reduce-scatter runs one copy kernel per rank (see :class:`Framework`)."""
+    pp_scatter_gather: bool = True
+    """Tensor-parallel ranks each send 1/t of a stage's output (see :class:`Framework`)."""
 
     def __post_init__(self) -> None:
         check_values(cast(_Split, self))

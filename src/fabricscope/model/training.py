@@ -145,6 +145,9 @@ class Job:
     """Gradient bytes per collective of a vision model (DDP buckets, Horovod's fusion buffer)."""
     cycle_s: Num = 0.0
     """Horovod's cycle: every cycle reduces the gradients that became ready in it (0: none)."""
+    pp_scatter: Num = 1
+    """1: each tensor-parallel rank sends 1/t of a stage's output (Megatron's scatter/gather,
+    Narayanan et al. 2021 section 4.1); 0: every rank sends all of it (DeepSpeed's pipeline engine)."""
     unit_tensors: Num = 1
     """Data-parallel collectives per transformer layer: 1 where a layer is one flat unit (FSDP),
     one per weight matrix where each is gathered on its own (DeepSpeed ZeRO 3 of 2021: 4)."""
@@ -361,7 +364,7 @@ def _beside(units: Num, comm: Num, compute: Num) -> Num:
 
 def _pp_comm(w: Shape, job: Job, dev: Device, fab: Fabric) -> Num:
     """Point-to-point seconds per micro-batch: each stage boundary, both directions, each virtual stage."""
-    message = job.micro_batch * w.seq * w.hidden * dev.act_bytes / job.tp
+    message = job.micro_batch * w.seq * w.hidden * dev.act_bytes / np.where(job.pp_scatter, job.tp, 1)
     # Ranks are ordered tensor, data, pipeline: a pipeline longer than a node crosses nodes,
     # and the slowest boundary paces it.
     across_nodes = job.tp * job.dp * job.pp > fab.gpus_per_node

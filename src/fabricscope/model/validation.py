@@ -380,6 +380,7 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         cycle_ms=stack.cycle_ms,
         unit_tensors=stack.unit_tensors,
         rank_copies=stack.rank_copies,
+        pp_scatter_gather=stack.pp_scatter_gather,
         ps_servers=_optional_whole(row, "ps_servers", 0),
         precision=_precision(row, cluster),
     )
