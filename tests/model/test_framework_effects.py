@@ -83,3 +83,30 @@ def test_horovod_reduces_once_per_cycle_of_the_backward() -> None:
 def test_the_busiest_stage_sets_the_pace(layers: int, pp: int, v: int, busiest: int) -> None:
     shape = training.Shape(transformer=True, layers=layers)
     assert training.stage_layers(shape, training.Job(pp=pp, interleave=v)) == busiest
+
+
+def test_estimate_prices_a_named_stack(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    common = ["estimate", "--model", "megatron-530b", "--cluster", "dgx-a100-hdr", "--nodes", "280", "--tp", "8"]
+    common += ["--pp", "35", "--recompute", "full", "--global-batch", "1920", "--micro-batch", "1"]
+    common += ["--interleave", "1", "--zero", "1"]
+    out = {}
+    for name in ("megatron-core", "deepspeed-pipeline"):
+        path = tmp_path / f"{name}.json"
+        done = cli(*common, "--framework", name, "--json", str(path))
+        assert done.code == 0, done.err
+        out[name] = json.loads(path.read_text())["records"][0]
+    engine, core = out["deepspeed-pipeline"], out["megatron-core"]
+    assert engine["parallel"]["pp_scatter_gather"] is False and core["parallel"]["pp_scatter_gather"] is True
+    assert engine["breakdown"]["pp_comm"] > 4 * core["breakdown"]["pp_comm"]
+    assert engine["step_time_s"] > core["step_time_s"]
+
+
+def test_an_unknown_stack_is_one_error_line(cli) -> None:  # type: ignore[no-untyped-def]
+    from model_helpers import one_error_line
+
+    line = one_error_line(
+        cli("estimate", "--model", "llama-7b", "--cluster", "dgx-a100-hdr", "--framework", "deepspeed-pipelin")
+    )
+    assert "unknown --framework 'deepspeed-pipelin'" in line and "did you mean 'deepspeed-pipeline'" in line

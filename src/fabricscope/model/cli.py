@@ -274,6 +274,12 @@ def _add_estimate(subparsers: Any) -> None:
     _precision_option(p)
     p.add_argument("--no-overlap", action="store_true", help="reduce gradients after the backward pass, not during")
     p.add_argument(
+        "--framework",
+        default=None,
+        help="price the split as this training stack runs it: megatron-lm-2021, megatron-core, deepspeed-pipeline, "
+        "deepspeed-zero3-2021, pytorch-fsdp, horovod or pytorch-ddp (named parameters with sources, docs/model.md)",
+    )
+    p.add_argument(
         "--ps-servers",
         type=options.whole(minimum=0, maximum=MAX_NODES),
         default="0",
@@ -288,11 +294,14 @@ def run_estimate(args: argparse.Namespace) -> int:
 
     from fabricscope.model import report
     from fabricscope.model.estimate import best_split, estimate
-    from fabricscope.model.parallel import PRECISIONS, RECOMPUTE, SplitRequest, as_choice
+    from fabricscope.model.parallel import FRAMEWORKS, PRECISIONS, RECOMPUTE, SplitRequest, as_choice
     from fabricscope.model.workload import load_model
 
     _check_output(args.json)
     model = load_model(args.model)
+    stack = None if args.framework is None else FRAMEWORKS[as_choice(args.framework, tuple(FRAMEWORKS), "--framework")]
+    if stack is not None:
+        model = dataclasses.replace(model, flash_attention=stack.flash_attention)
     cluster = _load_cluster(args)
     precision = (
         cluster.gpu.default_precision
@@ -311,9 +320,19 @@ def run_estimate(args: argparse.Namespace) -> int:
         sequence_parallel=args.sequence_parallel,
         global_batch=args.global_batch or 0,
         precision=precision,
-        dp_overlap=not args.no_overlap,
+        dp_overlap=not args.no_overlap and (stack is None or stack.dp_overlap),
         ps_servers=args.ps_servers,
     )
+    if stack is not None:
+        request = dataclasses.replace(
+            request,
+            regather_on_recompute=stack.regather_on_recompute,
+            bucket_mb=stack.bucket_mb,
+            cycle_ms=stack.cycle_ms,
+            unit_tensors=stack.unit_tensors,
+            rank_copies=stack.rank_copies,
+            pp_scatter_gather=stack.pp_scatter_gather,
+        )
     par = best_split(model, cluster, request)
     result = estimate(model, cluster, par, chosen=tuple(request.open))
     _print(report.estimate_lines(result))
