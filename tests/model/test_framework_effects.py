@@ -110,3 +110,18 @@ def test_an_unknown_stack_is_one_error_line(cli) -> None:  # type: ignore[no-unt
         cli("estimate", "--model", "llama-7b", "--cluster", "dgx-a100-hdr", "--framework", "deepspeed-pipelin")
     )
     assert "unknown --framework 'deepspeed-pipelin'" in line and "did you mean 'deepspeed-pipeline'" in line
+
+
+def test_flashattention_2_reaches_a_third_of_hopper() -> None:
+    # FlashAttention-3 paper: FA2 'achieves only 35% utilization on the H100'; FA3 reaches 75%.
+    from fabricscope.model.hardware import GPU, lookup
+
+    h100 = lookup("gpu", "h100-sxm", GPU)
+    a100 = lookup("gpu", "a100-sxm-80gb", GPU)
+    assert device_for(h100, "bf16", arch_attention=False).attention_eff == 0.35
+    assert device_for(h100, "bf16").attention_eff == 0.75
+    assert device_for(a100, "bf16", arch_attention=False).attention_eff == 0.0  # the matmul efficiency
+    split = dict(tp=8, dp=8, micro_batch=1, global_batch=64, recompute="none")
+    fa2 = _step("llama-7b", "dgx-h100-ndr", 8, hopper_attention=False, **split)
+    fa3 = _step("llama-7b", "dgx-h100-ndr", 8, **split)
+    assert float(fa2.compute) > float(fa3.compute)

@@ -332,6 +332,7 @@ def run_estimate(args: argparse.Namespace) -> int:
             unit_tensors=stack.unit_tensors,
             rank_copies=stack.rank_copies,
             pp_scatter_gather=stack.pp_scatter_gather,
+            hopper_attention=stack.hopper_attention,
         )
     par = best_split(model, cluster, request)
     result = estimate(model, cluster, par, chosen=tuple(request.open))

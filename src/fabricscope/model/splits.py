@@ -73,6 +73,7 @@ def splits(
             unit_tensors=req.unit_tensors,
             rank_copies=req.rank_copies,
             pp_scatter_gather=req.pp_scatter_gather,
+            hopper_attention=req.hopper_attention,
             ps_servers=req.ps_servers,
             global_batch=batch,
         )

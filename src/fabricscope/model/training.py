@@ -174,6 +174,8 @@ class Device:
     cached_fraction: Num = 0.0
     flash: Num = 1.0
     """1 where the GPU runs FlashAttention (Ampere and newer), else 0."""
+    attention_eff: Num = 0.0
+    """Share of peak FLOP/s FlashAttention's kernels reach (0: the matmul efficiency)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -245,7 +247,8 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
     head_dim = h / w.heads
     batch_heads = b * w.heads / t
     dense_attention = _gemm(w.seq, w.seq, head_dim, dev, batch_heads) + _gemm(w.seq, head_dim, w.seq, dev, batch_heads)
-    flash_attention = 0.5 * 4.0 * w.seq * w.seq * head_dim * batch_heads / (dev.peak_flops * dev.matmul_eff)
+    attention_eff = np.where(dev.attention_eff > 0, dev.attention_eff, dev.matmul_eff)
+    flash_attention = 0.5 * 4.0 * w.seq * w.seq * head_dim * batch_heads / (dev.peak_flops * attention_eff)
     flash = w.flash * dev.flash
     attention = np.where(flash, flash_attention, dense_attention)
     attention_bwd = np.where(flash, FLASH_BWD_FACTOR, 2.0) * attention

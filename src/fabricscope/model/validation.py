@@ -382,6 +382,7 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         unit_tensors=stack.unit_tensors,
         rank_copies=stack.rank_copies,
         pp_scatter_gather=stack.pp_scatter_gather,
+        hopper_attention=stack.hopper_attention,
         ps_servers=_optional_whole(row, "ps_servers", 0),
         precision=_precision(row, cluster),
     )
