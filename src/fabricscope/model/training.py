@@ -42,6 +42,13 @@ function prices the one configuration of ``estimate`` and the million of
   ``n`` units of ``c`` seconds beside ``w`` seconds of compute expose
   ``n max(c - w/n, 0) + min(c, w/n)``: never less than ``n c - w``, so a step
   is never shorter than the network time it contains;
+* **framework effects** are named parameters of the job, each from a training stack's source
+  (``parallel.FRAMEWORKS``): gradient reduction beside or after the backward, ZeRO 3 gathers
+  repeated for recomputation, collectives per layer and one copy kernel per rank (DeepSpeed's
+  ZeRO 3 of 2021), whole or scattered pipeline sends, gradient buckets and Horovod's cycle, and
+  FlashAttention's efficiency on the GPU (``Device.attention_eff``);
+* **pipeline stages may be uneven**: the busiest holds ``v ceil(L / (p v))`` layers and sets the
+  pace, the weights and the activations of a GPU;
 * **optimizer**: memory-bound Adam update of the local weights;
 * **data loading**: bytes per step from storage, overlapped with the step;
   what does not fit in the step is a stall.
@@ -468,8 +475,8 @@ def _memory(w: Shape, job: Job, dev: Device, weights: Num, act_layer: Num, score
     section 4.2.3).  What each keeps depends on recomputation: everything (none), everything but
     the attention scores (selective), or only each layer's input (full).  With full
     recomputation only one layer's working activations exist at a time, whatever the number in
-    flight: the one being recomputed and back-propagated (Korthikanti et al. 2022, section 5,
-    "only the input of each layer is stored").
+    flight: the one being recomputed and back-propagated (Korthikanti et al. 2022, section 5:
+    full recomputation stores only each layer's input).
     """
     dp = job.dp
     state = np.select(
