@@ -131,3 +131,30 @@ def test_a_framework_is_named_parameters_with_sources() -> None:
         assert stack.source.strip(), name
     # DeepSpeed's pipeline engine reduces after the flush; FSDP overlaps.
     assert not FRAMEWORKS["deepspeed-pipeline"].dp_overlap and FRAMEWORKS["pytorch-fsdp"].dp_overlap
+
+
+@pytest.mark.parametrize(
+    ("row_id", "column", "value", "fragment"),
+    [
+        ("t40", "framework", "deepspeed-pipelin", "did you mean 'deepspeed-pipeline'"),
+        ("t44", "model", "resnet5", "model = 'resnet5' is not a preset"),
+        ("t21", "kv_heads", "eight", "kv_heads = 'eight' is not a whole number"),
+        ("t21", "interleave", "9", "pp*interleave = 144 is more than the model's 126 layers + 2"),
+        ("t23", "metric", "mfu", "metric 'mfu' is not one of"),
+        ("t23", "micro_batch", "0", "micro_batch = '0' must be a positive number"),
+        ("t23", "interleave", "-1", "interleave = '-1' must be a positive number"),
+    ],
+)
+def test_bad_new_columns_are_one_error_line(cli, write, row_id, column, value, fragment) -> None:  # type: ignore[no-untyped-def]
+    from model_helpers import one_error_line
+
+    rows = [r for r in _training_rows() if r["id"] == row_id]
+    rows[0][column] = value
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    line = one_error_line(cli("validate", str(write("bad.csv", buffer.getvalue()))))
+    assert fragment in line and row_id in line

@@ -346,8 +346,8 @@ def _row_model(row: Mapping[str, str], batch: int, flash: bool) -> ModelSpec:
     )
 
 
-def _optional_whole(row: Mapping[str, str], key: str, default: int) -> int:
-    return int(_number(row, key, whole=True, allow_zero=True)) if (row.get(key) or "").strip() else default
+def _optional_whole(row: Mapping[str, str], key: str, default: int, *, allow_zero: bool = False) -> int:
+    return int(_number(row, key, whole=True, allow_zero=allow_zero)) if (row.get(key) or "").strip() else default
 
 
 def check_training(row: Mapping[str, str], where: str) -> Comparison:
@@ -370,7 +370,7 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         tp=_number(row, "tp", whole=True),
         pp=_number(row, "pp", whole=True),
         dp=_number(row, "dp", whole=True),
-        zero=_optional_whole(row, "zero_stage", 0),
+        zero=_optional_whole(row, "zero_stage", 0, allow_zero=True),
         micro_batch=_optional_whole(row, "micro_batch", 1),
         interleave=_optional_whole(row, "interleave", 1),
         recompute=recompute,
@@ -383,7 +383,7 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         rank_copies=stack.rank_copies,
         pp_scatter_gather=stack.pp_scatter_gather,
         hopper_attention=stack.hopper_attention,
-        ps_servers=_optional_whole(row, "ps_servers", 0),
+        ps_servers=_optional_whole(row, "ps_servers", 0, allow_zero=True),
         precision=_precision(row, cluster),
     )
     check_layout(par, model, gpus=gpus, gpus_per_node=per_node, batch=batch, row=True)
