@@ -66,12 +66,13 @@ def _json_option(p: argparse.ArgumentParser, kind: str) -> None:
     p.add_argument("--json", default=None, metavar="FILE", help=f"write a Result (kind {kind})")
 
 
-def _check_output(path: str | None) -> None:
-    """Refuse, before any work, a --json file that cannot be written."""
+def _check_output(path: str | None, *inputs: str) -> None:
+    """Refuse, before any work, a --json file that cannot be written or is one of the inputs."""
     from fabricscope.results import check_output_path
+    from fabricscope.userfiles import is_path
 
-    if path:
-        check_output_path("--json", path)
+    if path is not None:
+        check_output_path("--json", path, inputs=[name for name in inputs if is_path(name)])
 
 
 def _precision_option(p: argparse.ArgumentParser) -> None:
@@ -91,7 +92,7 @@ def _save(
     records: list[dict[str, Any]],
     summary: dict[str, Any],
 ) -> None:
-    if not path:
+    if path is None:
         return
     from fabricscope.results import Result
 
@@ -147,11 +148,14 @@ def run_predict(args: argparse.Namespace) -> int:
     algo = args.algo.strip().lower()
     if algo not in ALGO_CHOICES:
         raise _usage(f"unknown --algo {args.algo!r}{closest(algo, ALGO_CHOICES)}: use {', '.join(ALGO_CHOICES)}")
-    _check_output(args.json)
+    _check_output(args.json, args.cluster)
     cluster = _load_cluster(args)
     steps = options.sweep_steps(args)
+    names = [c.name for c in ops.parse_ops(args.ops)] if args.ops else ["all_reduce"]
+    named = [c.name for c in ops.parse_ops([o for o in args.ops if o.strip().lower() != "all"])]
     config = BenchConfig(
-        ops=[c.name for c in ops.parse_ops(args.ops)] if args.ops else ["all_reduce"],
+        ops=names,
+        optional_ops=[name for name in names if name not in named],
         min_bytes=steps.min_bytes,
         max_bytes=steps.max_bytes,
         step_bytes=steps.step_bytes,
@@ -160,6 +164,8 @@ def run_predict(args: argparse.Namespace) -> int:
         redops=parse_redops(args.redop),
         root=args.root,
     )
+    for note in config.fit_to_world(cluster.gpus):  # as bench: 'all' on one GPU skips sendrecv, with a note
+        sys.stderr.write(note.lstrip("# ") + "\n")
     sizes = list(config.sizes())
     fab = fabric_of(cluster)
     step = f"{config.step_factor}(factor)" if config.step_factor > 1 else f"{config.step_bytes}(bytes)"
@@ -297,7 +303,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     from fabricscope.model.parallel import FRAMEWORKS, PRECISIONS, RECOMPUTE, SplitRequest, as_choice
     from fabricscope.model.workload import load_model
 
-    _check_output(args.json)
+    _check_output(args.json, args.model, args.cluster)
     model = load_model(args.model)
     stack = None if args.framework is None else FRAMEWORKS[as_choice(args.framework, tuple(FRAMEWORKS), "--framework")]
     if stack is not None:
@@ -412,7 +418,7 @@ def run_plan(args: argparse.Namespace) -> int:
     from fabricscope.model.planner import LATENCY_PROBE_BYTES, plan
     from fabricscope.model.workload import load_model
 
-    _check_output(args.json)
+    _check_output(args.json, args.model)
     model = load_model(args.model)
     target = args.target_util
     budget = args.max_latency_us
@@ -496,7 +502,7 @@ def run_validate(args: argparse.Namespace) -> int:
     from fabricscope.model import report
     from fabricscope.model.validation import default_files, summary, validate_file
 
-    _check_output(args.json)
+    _check_output(args.json, *(str(f) for f in args.files))
     files = list(args.files) or default_files()
     checks = [check for path in files for check in validate_file(path)]
     _print(report.validate_lines(checks))

@@ -108,7 +108,7 @@ def predict_lines(
             lines.append(f"# algorithm {label}")
             current = label
         lines.append(table.format_row(row, check=False))
-    lines.extend(table.footer_lines(dicts, check=False))
+    lines.extend(table.footer_lines(dicts, check=False, predicted=True))
     lines.extend(table.summary_lines(dicts))
     lines.extend(faster_lines(faster))
     lines.append("#")

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from fabricscope.errors import ConfigError, UsageError, closest
+from fabricscope.errors import ConfigError, InvalidValue, UsageError, closest
 from fabricscope.userfiles import read_toml as _read_toml
 
 __all__ = ["FORBID_EXTRA", "InvalidValue", "build", "read_toml", "require"]
@@ -32,14 +32,6 @@ T = TypeVar("T")
 
 FORBID_EXTRA: dict[str, Any] = {"extra": "forbid"}
 """Assign to a config's ``__pydantic_config__``: unknown keys are errors, not ignored."""
-
-
-class InvalidValue(ConfigError, ValueError):
-    """A value a config refuses.
-
-    A usage error for the CLI (exit 2); a ``ValueError`` for pydantic, which then
-    reports the key it was validating.
-    """
 
 
 _ADAPTERS: dict[Any, Any] = {}
