@@ -16,10 +16,9 @@ from fabricscope.model.splits import splits
 from fabricscope.model.workload import load_model
 
 DOES_NOT_FIT = {
-    "t21": "Llama 3 405B: recomputation not stated; without it 8 layers x 16 micro-batches of 8K tokens need 90 GB",
+    "t21": "Llama 3 405B: recomputation not stated; without it 8 layers x 16 micro-batches (x 1 + 15/128 "
+    "for V = 8) of 8K tokens need 98 GB",
     "t22": "as t21",
-    "t37": "ZeRO-3 530B at micro-batch 4 on 640 GPUs: Narayanan et al. moved from 560 to 640 GPUs because it "
-    "did not fit; the model holds two whole layers gathered (10 GB each), DeepSpeed far less",
 }
 """Rows the memory model still rejects, and why (a change that makes them fit shows here)."""
 

@@ -337,6 +337,7 @@ def run_estimate(args: argparse.Namespace) -> int:
             cycle_ms=stack.cycle_ms,
             unit_tensors=stack.unit_tensors,
             rank_copies=stack.rank_copies,
+            live_params=stack.live_params,
             pp_scatter_gather=stack.pp_scatter_gather,
             hopper_attention=stack.hopper_attention,
         )

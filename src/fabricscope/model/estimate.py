@@ -124,6 +124,7 @@ def job_of(par: ParallelConfig, batch: int) -> Job:
         cycle_s=par.cycle_ms * 1e-3,
         unit_tensors=par.unit_tensors,
         rank_copies=1 if par.rank_copies else 0,
+        live_params=par.live_params,
         pp_scatter=1 if par.pp_scatter_gather else 0,
         ps_servers=par.ps_servers,
     )

@@ -123,6 +123,8 @@ class Framework:
     """Data-parallel collectives per transformer layer (1: the layer is one flat FSDP unit)."""
     rank_copies: bool = False
     """Gathers and reduce-scatters through the list API: one copy kernel per rank each."""
+    live_params: float = 0.0
+    """ZeRO 3: gathered parameters held at once (0: the unit in use and the one prefetched)."""
     pp_scatter_gather: bool = True
     """Each tensor-parallel rank sends 1/t of a stage's output to the next stage (Megatron)."""
     hopper_attention: bool = True
@@ -166,12 +168,14 @@ FRAMEWORKS: dict[str, Framework] = {
         hopper_attention=False,
         unit_tensors=4,
         rank_copies=True,
+        live_params=1e9,
         source="DeepSpeed ZeRO 3 as of v0.3.14 (April 2021), deepspeed/runtime/zero/partition_parameters.py "
         "and stage3.py: each parameter above stage3_param_persistence_threshold (1e5 elements; the four "
         "weight matrices of a layer) is gathered on its own after torch.cuda.synchronize() and waited for "
         "(PR 1188: 'the async version is not async at all'), through torch.distributed.all_gather and "
         "reduce_scatter on lists of one view per rank; parameters are released after each module's "
-        "forward, so recomputation fetches them again",
+        "forward, so recomputation fetches them again; prefetching stops at stage3_max_live_parameters "
+        "(1e9)",
     ),
     "pytorch-fsdp": Framework(
         flash_attention=True,
@@ -228,6 +232,8 @@ class _Settings:
     """Data-parallel collectives per transformer layer (see :class:`Framework`)."""
     rank_copies: bool = False
     """Each gather and reduce-scatter runs one copy kernel per rank (see :class:`Framework`)."""
+    live_params: float = 0.0
+    """ZeRO 3: gathered parameters held at once (see :class:`Framework`)."""
     pp_scatter_gather: bool = True
     """Tensor-parallel ranks each send 1/t of a stage's output (see :class:`Framework`)."""
     hopper_attention: bool = True

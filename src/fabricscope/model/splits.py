@@ -72,6 +72,7 @@ def splits(
             cycle_ms=req.cycle_ms,
             unit_tensors=req.unit_tensors,
             rank_copies=req.rank_copies,
+            live_params=req.live_params,
             pp_scatter_gather=req.pp_scatter_gather,
             hopper_attention=req.hopper_attention,
             ps_servers=req.ps_servers,
@@ -142,6 +143,7 @@ def splits(
         cycle_s=req.cycle_ms * 1e-3,
         unit_tensors=req.unit_tensors,
         rank_copies=1 if req.rank_copies else 0,
+        live_params=req.live_params,
         pp_scatter=1 if req.pp_scatter_gather else 0,
         ps_servers=column("ps_servers"),
     )

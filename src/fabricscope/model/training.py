@@ -158,6 +158,9 @@ class Job:
     unit_tensors: Num = 1
     """Data-parallel collectives per transformer layer: 1 where a layer is one flat unit (FSDP),
     one per weight matrix where each is gathered on its own (DeepSpeed ZeRO 3 of 2021: 4)."""
+    live_params: Num = 0
+    """ZeRO 3: gathered parameters allowed at once (DeepSpeed's stage3_max_live_parameters); 0: two
+    units, the one in use and the one prefetched (FSDP)."""
     rank_copies: Num = 0
     """1 where each gather or reduce-scatter also runs one copy kernel per rank (the list form of
     ``torch.distributed.all_gather``/``reduce_scatter``, which copies every rank's part between
@@ -496,7 +499,10 @@ def _memory(w: Shape, job: Job, dev: Device, weights: Num, act_layer: Num, score
         [layers * layer_input * in_flight + act_layer, layers * (act_layer - scores) * in_flight + scores],
         layers * act_layer * in_flight,
     )
-    # ZeRO 3 holds one unit's gathered weights while the next is prefetched (two layers).
-    gathered = np.where(job.zero == 3, 2.0 * w.params / np.maximum(w.layers, 1) / job.tp * dev.act_bytes, 0.0)
+    # ZeRO 3 holds one unit's gathered weights while the next is prefetched (FSDP: two units), or
+    # with a cap on live parameters as many as it allows, at least the unit in use (DeepSpeed).
+    unit = w.params / np.maximum(w.layers, 1) / job.tp / job.unit_tensors
+    live = np.where(job.live_params > 0, np.maximum(job.live_params, unit), 2.0 * unit)
+    gathered = np.where(job.zero == 3, live * dev.act_bytes, 0.0)
     logits = tokens * w.vocab / job.tp * 4.0 * 2.0
     return weights * state + kept + gathered + logits + MEMORY_OVERHEAD_BYTES

@@ -381,6 +381,7 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         cycle_ms=stack.cycle_ms,
         unit_tensors=stack.unit_tensors,
         rank_copies=stack.rank_copies,
+        live_params=stack.live_params,
         pp_scatter_gather=stack.pp_scatter_gather,
         hopper_attention=stack.hopper_attention,
         ps_servers=_optional_whole(row, "ps_servers", 0, allow_zero=True),
