@@ -9,34 +9,53 @@ import json
 import pytest
 from model_helpers import one_error_line
 
-from fabricscope.model.validation import default_files, match_gpu, match_nic, summary, validate_file
+from fabricscope.model.validation import by_group, default_files, match_gpu, match_nic, summary, validate_file
+
+GROUP_MEDIAN_CEILING = {"pcie-node": 15.0, "pipeline-engine": 20.0, "vision-dp": 25.0}
+"""Groups known to miss the 10% median, with the most they may reach: the one kept PCIe row (8 RTX
+5090 without peer-to-peer) is 14.5% low; the model has no host-memory term (docs/model.md).  The
+MT-NLG rows on DeepSpeed's pipeline engine are 16-20% fast: the model matches the part of the step
+that scales with data parallelism but not the engine's per-step constant; the Horovod ResNet-50
+rows over 25 GbE TCP are 20-22% pessimistic (a ResNet-50 backward 20% shorter than the published
+one-GPU rate, sockets at 0.55 of a cloud NIC) (training.csv notes)."""
 
 
-@pytest.mark.parametrize("path", [p for p in default_files() if p.name != "training.csv"], ids=lambda p: p.name)
-def test_shipped_files_meet_the_accuracy_target(path) -> None:
+@pytest.mark.parametrize("path", default_files(), ids=lambda p: p.name)
+def test_shipped_files_meet_the_accuracy_target_in_every_group(path) -> None:
     checks = validate_file(path)
-    stats = summary(checks)
-    assert stats["rows"] >= 9
-    assert stats["median_abs_error_pct"] <= 10.0
-    assert stats["worst_abs_error_pct"] <= 25.0
+    assert summary(checks)["rows"] >= 9
+    for group, stats in by_group(checks, known_off=False).items():
+        assert stats["median_abs_error_pct"] <= GROUP_MEDIAN_CEILING.get(group, 10.0), group
+        assert stats["worst_abs_error_pct"] <= 25.0, group
+    # A row marked as known to be off must really be off: the mark cannot go stale silently.
+    for check in checks:
+        if check.known_off:
+            assert abs(check.error_pct) > 25.0, check.id
 
 
-def test_shipped_data_is_the_shared_data() -> None:
-    """The shipped files hold every shared row unchanged (training.csv adds rows and columns)."""
+def test_shipped_collectives_cover_the_systems_users_ask_about() -> None:
+    path = next(p for p in default_files() if p.name == "collectives.csv")
+    checks = validate_file(path)
+    groups = {c.group for c in checks}
+    assert {"nvlink-node", "ib-multinode", "roce-multinode", "tcp", "pcie-node", "shared-nic"} <= groups
+    roce_nodes = {int(c.detail.split(" on ")[1].split("x")[0]) for c in checks if c.group == "roce-multinode"}
+    assert len(roce_nodes) >= 4  # RoCE at several node counts
+    rows = list(csv.DictReader(path.read_text(encoding="utf-8").splitlines()))
+    assert all(row["source"].strip() and row["notes"].strip() for row in rows)
+
+
+def test_shipped_data_holds_every_shared_row() -> None:
+    """The shipped files grow the shared ones: every shared row is there, with the same values."""
     from pathlib import Path
 
     shared = Path(__file__).resolve().parents[3] / "shared" / "validation"
     if not shared.is_dir():
         pytest.skip("no shared/ checkout beside the repository")
     for path in default_files():
-        if path.name != "training.csv":
-            assert path.read_text(encoding="utf-8") == (shared / path.name).read_text(encoding="utf-8")
-            continue
-        shipped = {row["id"]: row for row in csv.DictReader(path.read_text(encoding="utf-8").splitlines())}
+        ours = {row["id"]: row for row in csv.DictReader(path.read_text(encoding="utf-8").splitlines())}
         for row in csv.DictReader((shared / path.name).read_text(encoding="utf-8").splitlines()):
-            assert {k: shipped[row["id"]][k] for k in row if k != "notes"} == {
-                k: v for k, v in row.items() if k != "notes"
-            }
+            mine = ours[row["id"]]
+            assert {k: mine[k] for k in row} == row, row["id"]
 
 
 def test_cli_prints_rows_and_writes_records(cli, tmp_path) -> None:
@@ -48,13 +67,14 @@ def test_cli_prints_rows_and_writes_records(cli, tmp_path) -> None:
     data = json.loads(out.read_text())
     assert data["kind"] == "validate"
     assert {"id", "published", "predicted", "error_pct"} <= set(data["records"][0])
+    assert len(data["records"]) >= 41
+    groups = data["summary"]["groups"]
+    assert {"nvlink-node", "tcp", "overall"} <= set(groups)
+    assert "error by group (" in done.out
     training = [r for r in data["records"] if r["file"] == "training.csv"]
-    assert len(training) == len(list(csv.DictReader(_training().read_text(encoding="utf-8").splitlines())))
+    kept = [abs(r["error_pct"]) for r in training if not r["known_off"]]
+    assert max(kept) <= 25 and data["summary"]["training.csv"]["rows"] == len(training)
     assert {r["group"] for r in training} == {"megatron-ptd", "zero-fsdp", "pipeline-engine", "vision-dp"}
-
-
-def _training():
-    return next(p for p in default_files() if p.name == "training.csv")
 
 
 def rewrite(path, **columns: str) -> str:
@@ -112,7 +132,7 @@ def test_names_as_papers_write_them() -> None:
         (",busbw_GBps,480.0,", ",busbw_GBps,-5,", "value = '-5' must be a positive number"),
         (",nvlstree,8,latency_us,", ",nvlstree,0,latency_us,", "size_bytes = '0' must be a positive number"),
         ("A100-SXM4-80GB,8,1,NVSwitch", "A100-SXM4-80GB,8,0,NVSwitch", "nodes = '0' must be a positive number"),
-        ("c01,DGX A100,A100-SXM4-80GB", "c01,DGX A100,Z999", "cannot match GPU 'Z999'"),
+        ("c01,nvlink-node,DGX A100,A100-SXM4-80GB", "c01,nvlink-node,DGX A100,Z999", "cannot match GPU 'Z999'"),
     ],
 )
 def test_bad_values_in_a_validation_file(cli, write, old: str, new: str, fragment: str) -> None:
