@@ -313,7 +313,7 @@ def run_estimate(args: argparse.Namespace) -> int:
 
     from fabricscope.model import report, uncertainty
     from fabricscope.model.estimate import best_split, estimate
-    from fabricscope.model.parallel import FRAMEWORKS, PRECISIONS, RECOMPUTE, SplitRequest, as_choice
+    from fabricscope.model.parallel import FRAMEWORKS, PRECISIONS, RECOMPUTE, SplitRequest, as_choice, stack_settings
     from fabricscope.model.workload import load_model
 
     _check_output(args.json, args.model, args.cluster)
@@ -343,17 +343,7 @@ def run_estimate(args: argparse.Namespace) -> int:
         ps_servers=args.ps_servers,
     )
     if stack is not None:
-        request = dataclasses.replace(
-            request,
-            regather_on_recompute=stack.regather_on_recompute,
-            bucket_mb=stack.bucket_mb,
-            cycle_ms=stack.cycle_ms,
-            unit_tensors=stack.unit_tensors,
-            rank_copies=stack.rank_copies,
-            live_params=stack.live_params,
-            pp_scatter_gather=stack.pp_scatter_gather,
-            hopper_attention=stack.hopper_attention,
-        )
+        request = dataclasses.replace(request, **stack_settings(stack))
     par = best_split(model, cluster, request)
     result = estimate(model, cluster, par, chosen=tuple(request.open))
     _print(report.estimate_lines(result))

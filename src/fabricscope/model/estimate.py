@@ -21,7 +21,7 @@ from fabricscope.model.cluster import Cluster
 from fabricscope.model.datapath import TRANSFORMER_READ_BYTES, DataPath, data_path
 from fabricscope.model.fabric import Fabric, fabric_of
 from fabricscope.model.hardware import GPU
-from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, SplitRequest, check_layout
+from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, SplitRequest, check_layout, stack_numbers
 from fabricscope.model.splits import splits
 from fabricscope.model.training import BREAKDOWN, Device, Job, Shape, Step
 from fabricscope.model.workload import ModelSpec
@@ -119,13 +119,7 @@ def job_of(par: ParallelConfig, batch: int) -> Job:
         interleave=par.interleave,
         sequence_parallel=1 if par.sequence_parallel else 0,
         dp_overlap=1 if par.dp_overlap else 0,
-        regather=1 if par.regather_on_recompute else 0,
-        bucket_bytes=par.bucket_mb * 1e6,
-        cycle_s=par.cycle_ms * 1e-3,
-        unit_tensors=par.unit_tensors,
-        rank_copies=1 if par.rank_copies else 0,
-        live_params=par.live_params,
-        pp_scatter=1 if par.pp_scatter_gather else 0,
+        **stack_numbers(par),
         ps_servers=par.ps_servers,
     )
 

@@ -11,7 +11,7 @@ cluster), so a bad ``--zero`` is refused whether or not the rest is searched.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeVar, cast
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 from fabricscope.errors import InvalidValue, UsageError, closest
 from fabricscope.model.workload import ModelSpec
@@ -24,6 +24,7 @@ __all__ = [
     "KNOBS",
     "PRECISIONS",
     "RECOMPUTE",
+    "STACK_FIELDS",
     "Framework",
     "ParallelConfig",
     "Precision",
@@ -32,6 +33,8 @@ __all__ = [
     "as_choice",
     "check_layout",
     "check_values",
+    "stack_numbers",
+    "stack_settings",
 ]
 
 Recompute = Literal["none", "selective", "full"]
@@ -208,6 +211,39 @@ FRAMEWORKS: dict[str, Framework] = {
     ),
 }
 """Training stacks the validation rows name (``framework`` column); each field may be overridden."""
+
+
+STACK_FIELDS = (
+    "regather_on_recompute",
+    "bucket_mb",
+    "cycle_ms",
+    "unit_tensors",
+    "rank_copies",
+    "live_params",
+    "pp_scatter_gather",
+    "hopper_attention",
+)
+"""The fields of a :class:`Framework` that a split's settings carry as they are (flash attention
+belongs to the model, gradient overlap is its own setting)."""
+
+
+def stack_settings(source: Framework | _Settings) -> dict[str, Any]:
+    """The :data:`STACK_FIELDS` of a Framework, a SplitRequest or a ParallelConfig."""
+    return {name: getattr(source, name) for name in STACK_FIELDS}
+
+
+def stack_numbers(source: Framework | _Settings) -> dict[str, float]:
+    """The :data:`STACK_FIELDS` of ``source`` as the numbers of a ``training.Job`` (the attention
+    kernels go to the Device instead)."""
+    return {
+        "regather": 1.0 if source.regather_on_recompute else 0.0,
+        "bucket_bytes": float(source.bucket_mb) * 1e6,
+        "cycle_s": float(source.cycle_ms) * 1e-3,
+        "unit_tensors": float(source.unit_tensors),
+        "rank_copies": 1.0 if source.rank_copies else 0.0,
+        "live_params": float(source.live_params),
+        "pp_scatter": 1.0 if source.pp_scatter_gather else 0.0,
+    }
 
 
 @dataclass(kw_only=True, slots=True)

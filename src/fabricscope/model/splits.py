@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, Recompute, SplitRequest
+from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, Recompute, SplitRequest, stack_numbers, stack_settings
 from fabricscope.model.training import Job
 from fabricscope.model.workload import ModelSpec
 
@@ -67,14 +67,7 @@ def splits(
             **knobs,
             precision=req.precision,
             dp_overlap=req.dp_overlap,
-            regather_on_recompute=req.regather_on_recompute,
-            bucket_mb=req.bucket_mb,
-            cycle_ms=req.cycle_ms,
-            unit_tensors=req.unit_tensors,
-            rank_copies=req.rank_copies,
-            live_params=req.live_params,
-            pp_scatter_gather=req.pp_scatter_gather,
-            hopper_attention=req.hopper_attention,
+            **stack_settings(req),
             ps_servers=req.ps_servers,
             global_batch=batch,
         )
@@ -138,13 +131,7 @@ def splits(
         interleave=column("interleave"),
         sequence_parallel=column("sequence_parallel"),
         dp_overlap=column("dp_overlap"),
-        regather=column("regather_on_recompute"),
-        bucket_bytes=req.bucket_mb * 1e6,
-        cycle_s=req.cycle_ms * 1e-3,
-        unit_tensors=req.unit_tensors,
-        rank_copies=1 if req.rank_copies else 0,
-        live_params=req.live_params,
-        pp_scatter=1 if req.pp_scatter_gather else 0,
+        **stack_numbers(req),
         ps_servers=column("ps_servers"),
     )
     return Splits(configs=found, job=job, batch=batch)

@@ -48,6 +48,7 @@ from fabricscope.model.parallel import (
     Recompute,
     as_choice,
     check_layout,
+    stack_settings,
 )
 from fabricscope.model.predict import predict_op
 from fabricscope.model.workload import PARAMS_TOLERANCE, ModelSpec, model_presets
@@ -418,14 +419,7 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         recompute=recompute,
         sequence_parallel=sequence_parallel,
         dp_overlap=stack.dp_overlap,
-        regather_on_recompute=stack.regather_on_recompute,
-        bucket_mb=stack.bucket_mb,
-        cycle_ms=stack.cycle_ms,
-        unit_tensors=stack.unit_tensors,
-        rank_copies=stack.rank_copies,
-        live_params=stack.live_params,
-        pp_scatter_gather=stack.pp_scatter_gather,
-        hopper_attention=stack.hopper_attention,
+        **stack_settings(stack),
         ps_servers=_optional_whole(row, "ps_servers", 0, allow_zero=True),
         precision=_precision(row, cluster),
     )
