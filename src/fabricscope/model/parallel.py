@@ -10,7 +10,7 @@ cluster), so a bad ``--zero`` is refused whether or not the rest is searched.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal, Protocol, TypeVar, cast
 
 from fabricscope.errors import InvalidValue, UsageError, closest
@@ -106,21 +106,17 @@ def check_values(split: _Split) -> None:
         raise InvalidValue("--ps-servers replaces the all-reduce of plain data parallelism: use it with --zero 0")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Framework:
-    """How a training stack runs a split, as named parameters with their sources (not a derate)."""
+@dataclass(kw_only=True, slots=True)
+class StackParameters:
+    """How a training stack moves data and runs kernels, beyond the split: the named parameters
+    every :class:`Framework` sets (with its source) and every split's settings carry."""
 
-    flash_attention: bool
-    """Attention scores never reach memory (FlashAttention); else they are written and read."""
-    dp_overlap: bool
-    """Gradient reduction (and ZeRO 3's gathers) run beside compute; else after it, in turn."""
-    regather_on_recompute: bool
+    regather_on_recompute: bool = False
     """ZeRO 3: recomputation gathers each unit's weights again before the backward gathers them."""
-    source: str
     bucket_mb: float = 25.0
     """Gradients reduced per collective (a vision model's unit): PyTorch DDP's ``bucket_cap_mb``."""
     cycle_ms: float = 0.0
-    """Horovod's cycle time: each cycle all-reduces the gradients that became ready in it."""
+    """Horovod's cycle time: each cycle all-reduces the gradients that became ready in it (0: none)."""
     unit_tensors: int = 1
     """Data-parallel collectives per transformer layer (1: the layer is one flat FSDP unit)."""
     rank_copies: bool = False
@@ -132,6 +128,17 @@ class Framework:
     hopper_attention: bool = True
     """On Hopper, attention kernels of the FlashAttention-3 class (cuDNN fused attention, FA3: 75% of
     peak); else FlashAttention-2, which reaches 35% of an H100's peak."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Framework(StackParameters):
+    """How a training stack runs a split, as named parameters with their sources (not a derate)."""
+
+    flash_attention: bool
+    """Attention scores never reach memory (FlashAttention); else they are written and read."""
+    dp_overlap: bool
+    """Gradient reduction (and ZeRO 3's gathers) run beside compute; else after it, in turn."""
+    source: str
 
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -213,26 +220,17 @@ FRAMEWORKS: dict[str, Framework] = {
 """Training stacks the validation rows name (``framework`` column); each field may be overridden."""
 
 
-STACK_FIELDS = (
-    "regather_on_recompute",
-    "bucket_mb",
-    "cycle_ms",
-    "unit_tensors",
-    "rank_copies",
-    "live_params",
-    "pp_scatter_gather",
-    "hopper_attention",
-)
-"""The fields of a :class:`Framework` that a split's settings carry as they are (flash attention
-belongs to the model, gradient overlap is its own setting)."""
+STACK_FIELDS = tuple(f.name for f in fields(StackParameters))
+"""The parameters of a stack that a split's settings carry as they are (a Framework's flash
+attention belongs to the model, its gradient overlap is a setting of its own)."""
 
 
-def stack_settings(source: Framework | _Settings) -> dict[str, Any]:
+def stack_settings(source: StackParameters) -> dict[str, Any]:
     """The :data:`STACK_FIELDS` of a Framework, a SplitRequest or a ParallelConfig."""
     return {name: getattr(source, name) for name in STACK_FIELDS}
 
 
-def stack_numbers(source: Framework | _Settings) -> dict[str, float]:
+def stack_numbers(source: StackParameters) -> dict[str, float]:
     """The :data:`STACK_FIELDS` of ``source`` as the numbers of a ``training.Job`` (the attention
     kernels go to the Device instead)."""
     return {
@@ -247,8 +245,8 @@ def stack_numbers(source: Framework | _Settings) -> dict[str, float]:
 
 
 @dataclass(kw_only=True, slots=True)
-class _Settings:
-    """What a job is run with, whatever its split."""
+class _Settings(StackParameters):
+    """What a job is run with, whatever its split (and the stack's parameters, modern by default)."""
 
     global_batch: int = 0
     """Sequences or samples per step; 0 takes the model's."""
@@ -257,22 +255,6 @@ class _Settings:
     """Reduce gradients while the last micro-batch's backward runs (DDP buckets, FSDP prefetch)."""
     ps_servers: int = 0
     """Parameter servers (CPU machines with one NIC each) instead of all-reduce; 0 = all-reduce."""
-    regather_on_recompute: bool = False
-    """ZeRO 3: recomputation gathers each unit's weights again (see :data:`FRAMEWORKS`)."""
-    bucket_mb: float = 25.0
-    """Gradients per data-parallel collective of a vision model (DDP's bucket_cap_mb)."""
-    cycle_ms: float = 0.0
-    """Horovod's cycle time (0: buckets only, as DDP)."""
-    unit_tensors: int = 1
-    """Data-parallel collectives per transformer layer (see :class:`Framework`)."""
-    rank_copies: bool = False
-    """Each gather and reduce-scatter runs one copy kernel per rank (see :class:`Framework`)."""
-    live_params: float = 0.0
-    """ZeRO 3: gathered parameters held at once (see :class:`Framework`)."""
-    pp_scatter_gather: bool = True
-    """Tensor-parallel ranks each send 1/t of a stage's output (see :class:`Framework`)."""
-    hopper_attention: bool = True
-    """FlashAttention-3-class kernels on Hopper, else FlashAttention-2 (see :class:`Framework`)."""
 
     def __post_init__(self) -> None:
         check_values(cast(_Split, self))
