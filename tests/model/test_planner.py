@@ -108,7 +108,7 @@ def test_plan_cli_and_json(cli, tmp_path) -> None:
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [
-        (["--gpus", "12"], ["--gpus 12 must be a multiple of 8"]),
+        (["--gpus", "12"], ["--gpus must be a multiple of 8 (servers of 8 GPUs) or 8 or fewer, got 12"]),
         (["--gpus", "0"], ["--gpus must be a whole number from 1 to 1048576, got '0'"]),
         (["--gpus", "64", "--scenario", "clowd"], ["unknown scenario 'clowd'", "did you mean 'cloud'"]),
         (["--gpus", "64", "--target-util", "80"], ["--target-util must be a share from 0.1% to 100%"]),

@@ -138,7 +138,7 @@ def test_default_precision_follows_the_gpu(cli) -> None:
     assert done.code == 0, done.err
     assert done.out.splitlines()[0].endswith(", fp16")
     line = one_error_line(cli("estimate", "--model", "llama-7b", "--cluster", "v100-100gbe-tcp", "--precision", "bf16"))
-    assert "--precision bf16: v100-sxm2-32gb has no bf16 tensor cores: use --precision fp32 or fp16" in line
+    assert "--precision bf16: v100-sxm2-32gb has no bf16 tensor cores: use fp32 or fp16" in line
     assert cli("plan", "--model", "llama-7b", "--gpus", "16", "--gpu", "v100-sxm2-32gb").code == 0
 
 

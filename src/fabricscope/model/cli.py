@@ -15,6 +15,7 @@ from typing import Any
 
 from fabricscope import options
 from fabricscope.model import hw_cli
+from fabricscope.store.save import add_save_options, check_save_options, save_result, wants_save
 
 __all__ = ["add_parser", "run_calibrate", "run_estimate", "run_plan", "run_predict", "run_validate"]
 
@@ -92,13 +93,18 @@ def _save(
     config: dict[str, Any],
     records: list[dict[str, Any]],
     summary: dict[str, Any],
+    args: argparse.Namespace | None = None,
 ) -> None:
-    if path is None:
+    if path is None and not (args is not None and wants_save(args)):
         return
     from fabricscope.results import Result
 
-    Result(kind=kind, config=config, records=records, summary=summary, env={"argv": list(sys.argv)}).save(path)
-    sys.stderr.write(f"wrote {path}\n")
+    result = Result(kind=kind, config=config, records=records, summary=summary, env={"argv": list(sys.argv)})
+    if path is not None:
+        result.save(path)
+        sys.stderr.write(f"wrote {path}\n")
+    if args is not None:
+        save_result(args, result, what=f"the {kind} result")
 
 
 # --- predict ------------------------------------------------------------------------------
@@ -139,6 +145,7 @@ def _add_predict(subparsers: Any) -> None:
         help="ranks per node (default: the cluster's)",
     )
     _json_option(p, "predict")
+    add_save_options(p)
     p.set_defaults(func=run_predict)
 
 
@@ -156,6 +163,7 @@ def run_predict(args: argparse.Namespace) -> int:
     if algo not in ALGO_CHOICES:
         raise _usage(f"unknown --algo {args.algo!r}{closest(algo, ALGO_CHOICES)}: use {', '.join(ALGO_CHOICES)}")
     _check_output(args.json, args.cluster)
+    check_save_options(args)
     cluster = _load_cluster(args)
     if args.gpus_per_node is not None:
         cluster = cluster.with_gpus_per_node(args.gpus_per_node)
@@ -239,6 +247,7 @@ def run_predict(args: argparse.Namespace) -> int:
         },
         records,
         summary,
+        args,
     )
     return 0
 
@@ -305,6 +314,7 @@ def _add_estimate(subparsers: Any) -> None:
         help="use K parameter servers instead of all-reduce",
     )
     _json_option(p, "estimate")
+    add_save_options(p)
     p.set_defaults(func=run_estimate)
 
 
@@ -317,6 +327,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     from fabricscope.model.workload import load_model
 
     _check_output(args.json, args.model, args.cluster)
+    check_save_options(args)
     model = load_model(args.model)
     stack = None if args.framework is None else FRAMEWORKS[as_choice(args.framework, tuple(FRAMEWORKS), "--framework")]
     if stack is not None:
@@ -363,6 +374,7 @@ def run_estimate(args: argparse.Namespace) -> int:
         },
         [record],
         {"bottleneck": record["bottleneck"], "step_time_s": record["step_time_s"], "uncertainty": sure.record()},
+        args,
     )
     return 0
 
