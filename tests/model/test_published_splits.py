@@ -11,7 +11,7 @@ from fabricscope.model import training, validation
 from fabricscope.model.cluster import load_cluster
 from fabricscope.model.estimate import _device, best_split, estimate, shape_of
 from fabricscope.model.fabric import fabric_of
-from fabricscope.model.parallel import ParallelConfig, SplitRequest
+from fabricscope.model.parallel import ParallelConfig, SplitRequest, stack_settings
 from fabricscope.model.splits import splits
 from fabricscope.model.workload import load_model
 
@@ -157,3 +157,32 @@ def test_bad_new_columns_are_one_error_line(cli, write, row_id, column, value, f
     writer.writerows(rows)
     line = one_error_line(cli("validate", str(write("bad.csv", buffer.getvalue()))))
     assert fragment in line and row_id in line
+
+
+@pytest.mark.parametrize("row", [r for r in _training_rows() if not r["model"]], ids=lambda r: r["id"])
+def test_the_split_search_finds_every_published_split(row: dict[str, str]) -> None:
+    # With the row's micro-batch, interleaving and recomputation fixed (as a user would give them)
+    # and tensor, pipeline and data parallelism left to the search, the published (tp, pp, dp) is a
+    # candidate, and it fits in the sweep's memory unless listed in DOES_NOT_FIT.
+    from fabricscope.model.parallel import SplitRequest
+
+    stack = validation._framework(row)
+    model = validation._row_model(row, int(row["global_batch"]), stack.flash_attention)
+    recompute, sp = validation._recompute(row["recompute"])
+    gpus, per_node = int(row["gpus"]), min(int(row["gpus_per_node"]), int(row["gpus"]))
+    request = SplitRequest(
+        micro_batch=int(row["micro_batch"]),
+        interleave=int(row["interleave"]),
+        recompute=recompute,
+        zero=int(row["zero_stage"]),
+        sequence_parallel=sp if int(row["tp"]) > 1 else None,
+        dp_overlap=stack.dp_overlap,
+        **stack_settings(stack),
+    )
+    cand = splits(model, gpus=gpus, gpus_per_node=per_node, batch=int(row["global_batch"]), request=request)
+    index = _candidate(cand, tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]))
+    cluster = validation._cluster(row, gpus // per_node, per_node)
+    device, _ = _device(cluster, model, validation._precision(row, cluster), arch_attention=stack.hopper_attention)
+    swept = training.step(shape_of(model), cand.job, device, fabric_of(cluster))
+    fits = float(np.asarray(swept.memory_bytes)[index]) <= device.memory_bytes
+    assert fits == (row["id"] not in DOES_NOT_FIT)
