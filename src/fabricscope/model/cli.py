@@ -302,6 +302,12 @@ def _add_estimate(subparsers: Any) -> None:
     _precision_option(p)
     p.add_argument("--no-overlap", action="store_true", help="reduce gradients after the backward pass, not during")
     p.add_argument(
+        "--framework",
+        default=None,
+        help="price the split as this training stack runs it: megatron-lm-2021, megatron-core, deepspeed-pipeline, "
+        "deepspeed-zero3-2021, pytorch-fsdp, horovod or pytorch-ddp (named parameters with sources, docs/model.md)",
+    )
+    p.add_argument(
         "--ps-servers",
         type=options.whole(minimum=0, maximum=MAX_NODES),
         default="0",
@@ -317,12 +323,15 @@ def run_estimate(args: argparse.Namespace) -> int:
 
     from fabricscope.model import report, uncertainty
     from fabricscope.model.estimate import best_split, estimate
-    from fabricscope.model.parallel import PRECISIONS, RECOMPUTE, SplitRequest, as_choice
+    from fabricscope.model.parallel import FRAMEWORKS, PRECISIONS, RECOMPUTE, SplitRequest, as_choice, stack_settings
     from fabricscope.model.workload import load_model
 
     _check_output(args.json, args.model, args.cluster)
     check_save_options(args)
     model = load_model(args.model)
+    stack = None if args.framework is None else FRAMEWORKS[as_choice(args.framework, tuple(FRAMEWORKS), "--framework")]
+    if stack is not None:
+        model = dataclasses.replace(model, flash_attention=stack.flash_attention)
     cluster = _load_cluster(args)
     precision = (
         cluster.gpu.default_precision
@@ -341,9 +350,11 @@ def run_estimate(args: argparse.Namespace) -> int:
         sequence_parallel=args.sequence_parallel,
         global_batch=args.global_batch or 0,
         precision=precision,
-        dp_overlap=not args.no_overlap,
+        dp_overlap=not args.no_overlap and (stack is None or stack.dp_overlap),
         ps_servers=args.ps_servers,
     )
+    if stack is not None:
+        request = dataclasses.replace(request, **stack_settings(stack))
     par = best_split(model, cluster, request)
     result = estimate(model, cluster, par, chosen=tuple(request.open))
     _print(report.estimate_lines(result))
