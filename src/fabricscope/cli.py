@@ -14,7 +14,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from fabricscope import __version__
 from fabricscope.errors import FabricscopeError
@@ -45,7 +45,12 @@ _ARGUMENT = re.compile(r"^argument (?P<flag>[^:\s]+): (?P<rest>.*)$", re.DOTALL)
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with the package's error policy: one line, exit 2, no usage dump."""
+    """argparse with the package's error policy (one line, exit 2, no usage dump), and epilogs
+    (examples) printed as written, for every command and sub-command."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         # argparse says "argument -n/--iters: must be ..."; say "-n/--iters must be ...".
