@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "fabricscope.bench.cli",
     "fabricscope.model.cli",
     "fabricscope.doctor.cli",
+    "fabricscope.dataload.cli",
 )
 """Modules that each register one or more sub-commands, in help order."""
 

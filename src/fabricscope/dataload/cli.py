@@ -1,0 +1,281 @@
+"""``fabricscope dataload``: read throughput of a file or data set, and whether it starves the GPUs.
+
+Only the standard library is imported here; the reader and rich are imported by :func:`run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fabricscope.dataload.reader import Measurement
+    from fabricscope.dataload.verdict import Verdict
+
+__all__ = ["add_parser", "run"]
+
+_EPILOG = """\
+exit status: 0 read (and, with --need, storage keeps up); 1 it would starve the GPUs, or reads
+failed mid-run (what was read is kept); 2 a usage error; 130 interrupted (what was read is kept).
+
+examples:
+  fabricscope dataload /data/shard-000.tar                     # one pass, 1 worker, 1M blocks
+  fabricscope dataload /data/imagenet/train --workers 8 --random --drop-cache
+  fabricscope dataload /data/big.bin --direct --block-size 4M --workers 4 --duration 30
+  fabricscope dataload /data/train --need 2400 --sample-size 110K --json load.json
+"""
+
+_INT_RE = re.compile(r"^\s*\d{1,12}\s*$")
+_NUMBER_RE = re.compile(r"^\s*(\d{1,15}(\.\d{0,15})?|\.\d{1,15})([eE][+-]?\d{1,3})?\s*$")
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "dataload",
+        help="read throughput of a file or data set directory, and whether it would starve the GPUs",
+        description=(
+            "Read a file or every regular file under a directory, as a training input pipeline would, "
+            "and report the rate actually read (page-cache effects and O_DIRECT stated). Given the "
+            "training's need, say whether storage keeps up and by how much."
+        ),
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("path", metavar="PATH", help="a regular file, or a directory of data files")
+    parser.add_argument("--workers", default="1", metavar="K", help="threads reading at once (1 to 256; default 1)")
+    parser.add_argument(
+        "--block-size", default="1M", metavar="S", help="bytes per read, K/M/G binary (512 to 256M; default 1M)"
+    )
+    parser.add_argument("--random", action="store_true", help="shuffle files and blocks (each block read once)")
+    parser.add_argument("--direct", action="store_true", help="bypass the page cache (O_DIRECT)")
+    parser.add_argument(
+        "--drop-cache",
+        action="store_true",
+        help="drop the files' cached pages (posix_fadvise DONTNEED) before each pass",
+    )
+    parser.add_argument(
+        "--duration",
+        default=None,
+        metavar="S",
+        help="repeat passes for S seconds (0.1 s to 7 days); default: one pass",
+    )
+    parser.add_argument("--need", default=None, metavar="SAMPLES_PER_S", help="samples per second training consumes")
+    parser.add_argument("--sample-size", default=None, metavar="BYTES", help="bytes read per sample (with --need)")
+    parser.add_argument("--seed", default=None, metavar="N", help="seed of the --random shuffles")
+    parser.add_argument("--json", default=None, metavar="FILE", help="write the measurement as a Result")
+    parser.set_defaults(func=run)
+
+
+def _usage(message: str) -> Exception:
+    from fabricscope.errors import UsageError
+
+    return UsageError(message)
+
+
+def _quote(text: str, limit: int = 24) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _int(flag: str, text: str, low: int, high: int) -> int:
+    if not _INT_RE.match(text):
+        raise _usage(f"{flag} must be a whole number from {low} to {high}, got {_quote(text)}")
+    value = int(text)
+    if not low <= value <= high:
+        raise _usage(f"{flag} must be {low} to {high}, got {value}")
+    return value
+
+
+def _size(flag: str, text: str, low: int, high: int) -> int:
+    from fabricscope.units import format_size, parse_size
+
+    allowed = f"{format_size(low)} to {format_size(high)}"
+    if len(text) > 24:  # a 400-digit number: say it is out of range, not that it is no whole number
+        raise _usage(f"{flag} {_quote(text)} is too large: allowed {allowed} (K, M, G binary)")
+    value = parse_size(text, what=flag)
+    if not low <= value <= high:
+        raise _usage(f"{flag} must be {allowed}, got {value} B")
+    return value
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from fabricscope.dataload.reader import (
+        DIRECT_ALIGN,
+        MAX_BLOCK_SIZE,
+        MAX_DURATION_S,
+        MAX_WORKERS,
+        MIN_BLOCK_SIZE,
+        MIN_DURATION_S,
+        ReadConfig,
+    )
+    from fabricscope.errors import FabricscopeError
+    from fabricscope.units import parse_duration
+
+    workers = _int("--workers", args.workers, 1, MAX_WORKERS)
+    block_size = _size("--block-size", args.block_size, MIN_BLOCK_SIZE, MAX_BLOCK_SIZE)
+    if args.direct and block_size % DIRECT_ALIGN:
+        raise _usage(
+            f"--block-size {block_size} with --direct must be a multiple of {DIRECT_ALIGN} "
+            "(O_DIRECT reads whole aligned blocks): e.g. 4K, 64K, 1M"
+        )
+    duration = None
+    if args.duration is not None:
+        allowed = f"--duration must be {MIN_DURATION_S:g} s to 7 days (e.g. 30, 500ms, 2m, 1h)"
+        try:
+            duration = parse_duration(args.duration[:25], what="--duration") if len(args.duration) <= 24 else math.inf
+        except FabricscopeError:
+            raise _usage(f"{allowed}, got {_quote(args.duration)}") from None
+        if not MIN_DURATION_S <= duration <= MAX_DURATION_S:
+            raise _usage(f"{allowed}, got {_quote(args.duration)}")
+    seed = _int("--seed", args.seed, 0, 2**32 - 1) if args.seed is not None else None
+    return ReadConfig(
+        workers=workers,
+        block_size=block_size,
+        random=args.random,
+        direct=args.direct,
+        duration_s=duration,
+        drop_cache=args.drop_cache,
+        seed=seed,
+    )
+
+
+def _need(args: argparse.Namespace) -> Any:
+    from fabricscope.dataload.verdict import MAX_SAMPLE_SIZE, MAX_SAMPLES_PER_S, Need
+
+    if args.need is None and args.sample_size is None:
+        return None
+    if args.need is None or args.sample_size is None:
+        given, missing = ("--need", "--sample-size") if args.sample_size is None else ("--sample-size", "--need")
+        raise _usage(f"{given} needs {missing} too: the need is SAMPLES_PER_S x BYTES per sample")
+    if not _NUMBER_RE.match(args.need):
+        raise _usage(f"--need must be a number of samples per second, got {_quote(args.need)}")
+    rate = float(args.need)
+    if not (math.isfinite(rate) and 0 < rate <= MAX_SAMPLES_PER_S):
+        raise _usage(f"--need must be above 0 and at most {MAX_SAMPLES_PER_S:g} samples/s, got {args.need.strip()}")
+    size = _size("--sample-size", args.sample_size, 1, MAX_SAMPLE_SIZE)
+    return Need(samples_per_s=rate, sample_size=size)
+
+
+def _check_json(path: str | None, data: str) -> None:
+    from fabricscope.results import check_output_path
+
+    if path is None:
+        return
+    if not path:
+        raise _usage("--json needs a file name")
+    check_output_path("--json", path)
+    target = os.path.realpath(path)
+    source = os.path.realpath(data)
+    if target == source:
+        raise _usage(f"--json {path} is the file being read: give another file name")
+    if os.path.isdir(source) and target.startswith(source.rstrip(os.sep) + os.sep):
+        raise _usage(f"--json {path} is inside the data set being read: write it outside {data}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from fabricscope.dataload.dataset import scan
+    from fabricscope.dataload.pagecache import available_memory
+    from fabricscope.dataload.reader import read_dataset
+    from fabricscope.dataload.report import notes, to_result
+    from fabricscope.dataload.verdict import judge
+
+    config = _config(args)
+    need = _need(args)
+    _check_json(args.json, args.path)
+    dataset = scan(args.path)
+    sys.stderr.write(
+        f"reading {args.path}: {len(dataset.files)} file(s), {dataset.total_bytes} B; "
+        f"{config.workers} worker(s), {config.block_size} B blocks, "
+        f"{'random' if config.random else 'sequential'}, {'direct' if config.direct else 'buffered'}\n"
+    )
+    if dataset.skipped:
+        skipped = ", ".join(f"{n} {kind}" for kind, n in sorted(dataset.skipped.items()))
+        sys.stderr.write(f"note: skipped what is not a regular file: {skipped}\n")
+    measurement = _measure(dataset, config, read_dataset)
+    if measurement.fallback_files:
+        sys.stderr.write(
+            f"note: the file system refused O_DIRECT ({measurement.fallback_reason}); "
+            "read through the page cache instead\n"
+        )
+    verdict = judge(measurement.bytes_per_s, need) if need is not None and measurement.seconds > 0 else None
+    lines = notes(measurement, memory_available=available_memory())
+    result = to_result(measurement, need=need, verdict=verdict, lines=lines)
+    if args.json:
+        result.save(args.json)
+    _print(measurement, lines, verdict)
+    if measurement.interrupted:
+        return 130
+    if measurement.error_count or (verdict is not None and verdict.starves):
+        return 1
+    return 0
+
+
+def _measure(dataset: Any, config: Any, read_dataset: Any) -> Measurement:
+    total = dataset.total_bytes if config.duration_s is None else None
+    if not sys.stderr.isatty():
+        return read_dataset(dataset, config)  # type: ignore[no-any-return]
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeElapsedColumn, TransferSpeedColumn
+
+    with Progress(
+        "{task.description}",
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("reading", total=total)
+        return read_dataset(dataset, config, progress=lambda done: bar.update(task, completed=done))  # type: ignore[no-any-return]
+
+
+def _rate(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / 1e9:.3f} GB/s ({bytes_per_s / (1 << 20):.1f} MiB/s)"
+
+
+def _print(measurement: Measurement, lines: list[str], verdict: Verdict | None) -> None:
+    config = measurement.config
+    mode = ", ".join(
+        [
+            f"{config.workers} worker(s)",
+            f"{config.block_size} B blocks",
+            "random" if config.random else "sequential",
+            "direct" if config.direct else "buffered",
+        ]
+    )
+    out = [f"# dataload {measurement.dataset.path} ({mode}); GB/s = 1e9 bytes/s"]
+    for one in measurement.passes:
+        cached = "" if one.cached_fraction_before is None else f", {100 * one.cached_fraction_before:.0f}% cached before"
+        state = "" if one.complete else " (stopped mid-pass)"
+        out.append(
+            f"pass {one.index}: {one.bytes} B, {one.files} file(s) in {one.seconds:.3f} s = "
+            f"{_rate(one.bytes_per_s)}{cached}{state}"
+        )
+    seconds = measurement.seconds
+    files_per_s = measurement.files / seconds if seconds > 0 else 0.0
+    out.append(
+        f"total: {measurement.bytes} B, {measurement.files} file(s) in {seconds:.3f} s = "
+        f"{_rate(measurement.bytes_per_s)}, {files_per_s:.1f} files/s"
+    )
+    out.extend(f"note: {line}" for line in lines)
+    if verdict is not None:
+        out.append(_verdict_line(verdict))
+    sys.stdout.write("\n".join(out) + "\n")
+
+
+def _verdict_line(verdict: Verdict) -> str:
+    need = f"need {verdict.needed_bytes_per_s / 1e9:.3f} GB/s"
+    if verdict.starves:
+        return (
+            f"verdict: STARVES the GPUs: {need}, storage delivers {100 * verdict.ratio:.0f}% of it "
+            f"({verdict.samples_per_s:.1f} samples/s); the GPUs would wait {100 * verdict.gpu_wait_fraction:.0f}% "
+            "of the time"
+        )
+    return (
+        f"verdict: keeps up: {need}, storage delivers {verdict.ratio:.2f}x it "
+        f"({verdict.samples_per_s:.1f} samples/s, {100 * verdict.headroom_fraction:.0f}% headroom)"
+    )
