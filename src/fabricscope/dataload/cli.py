@@ -264,7 +264,15 @@ def _print(measurement: Measurement, lines: list[str], verdict: Verdict | None) 
     out.extend(f"note: {line}" for line in lines)
     if verdict is not None:
         out.append(_verdict_line(verdict))
-    sys.stdout.write("\n".join(out) + "\n")
+    try:
+        sys.stdout.write("\n".join(out) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (| head -1): the verdict's exit code stands.  Point stdout
+        # at /dev/null so that the flush at exit does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _verdict_line(verdict: Verdict) -> str:

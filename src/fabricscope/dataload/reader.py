@@ -297,6 +297,7 @@ def _worker(
     rng: random_module.Random,
 ) -> None:
     buf = mmap.mmap(-1, run.config.block_size)  # page-aligned, as O_DIRECT requires
+    buf.write(bytes(run.config.block_size))  # fault its pages in now, not inside the timed reads
     try:
         start.wait()
         while not run.stop.is_set():
@@ -363,7 +364,10 @@ def _one_pass(
     result.files = sum(c.files for c in counters)
     result.complete = not run.stop.is_set() and not run.incomplete
     if progress is not None:
-        progress(done_before + result.bytes)
+        try:
+            progress(done_before + result.bytes)
+        except KeyboardInterrupt:
+            run.measurement.interrupted = True
     return result
 
 
