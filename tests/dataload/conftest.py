@@ -7,7 +7,6 @@ import random
 from pathlib import Path
 
 import pytest
-
 from dataload_helpers import write_random
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import itertools
-import os
 from pathlib import Path
 
 import pytest
-
 from dataload_helpers import data_files, ramfs, write_random
+
 from fabricscope.dataload import pagecache
 from fabricscope.dataload.dataset import scan
 from fabricscope.dataload.reader import ReadConfig, read_dataset
@@ -155,9 +154,7 @@ def test_ctrl_c_keeps_what_was_read(big_file):
         if next(calls) == 3:
             raise KeyboardInterrupt
 
-    measurement = read_dataset(
-        scan(str(big_file)), ReadConfig(block_size=4096, duration_s=30), progress=progress
-    )
+    measurement = read_dataset(scan(str(big_file)), ReadConfig(block_size=4096, duration_s=30), progress=progress)
     assert measurement.interrupted and status(measurement) == "interrupted"
     assert measurement.bytes > 0 and measurement.seconds < 30
     assert measurement.bytes == sum(p.bytes for p in measurement.passes)

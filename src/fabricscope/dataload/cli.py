@@ -249,7 +249,9 @@ def _print(measurement: Measurement, lines: list[str], verdict: Verdict | None) 
     )
     out = [f"# dataload {measurement.dataset.path} ({mode}); GB/s = 1e9 bytes/s"]
     for one in measurement.passes:
-        cached = "" if one.cached_fraction_before is None else f", {100 * one.cached_fraction_before:.0f}% cached before"
+        cached = (
+            "" if one.cached_fraction_before is None else f", {100 * one.cached_fraction_before:.0f}% cached before"
+        )
         state = "" if one.complete else " (stopped mid-pass)"
         out.append(
             f"pass {one.index}: {one.bytes} B, {one.files} file(s) in {one.seconds:.3f} s = "

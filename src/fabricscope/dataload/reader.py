@@ -31,7 +31,7 @@ import random as random_module
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fabricscope.dataload.dataset import DataFile, DataSet, describe_mode
@@ -248,7 +248,7 @@ def _read_extent(run: _Run, extent: _Extent, buf: mmap.mmap, counter: _Counter, 
             with contextlib.suppress(OSError):
                 os.posix_fadvise(fd, extent.start, extent.end - extent.start, advice)
         bs = config.block_size
-        offsets: Iterator[int] | list[int] = range(extent.start, extent.end, bs)
+        offsets: Sequence[int] = range(extent.start, extent.end, bs)
         if config.random:
             offsets = list(offsets)
             rng.shuffle(offsets)
@@ -341,7 +341,11 @@ def _one_pass(
     start = threading.Event()
     threads = [
         threading.Thread(
-            target=_worker, args=(run, work, c, start, random_module.Random(rng.random())), name=f"dataload-{i}", daemon=True)
+            target=_worker,
+            args=(run, work, c, start, random_module.Random(rng.random())),
+            name=f"dataload-{i}",
+            daemon=True,
+        )
         for i, c in enumerate(counters)
     ]
     for thread in threads:

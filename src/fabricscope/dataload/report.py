@@ -169,4 +169,3 @@ def to_result(
         summary=summary,
         status=status(measurement),
     )
-
