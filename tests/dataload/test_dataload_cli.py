@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pty
 import shutil
 import signal
 import subprocess
@@ -101,6 +102,37 @@ def test_ctrl_c_exits_130_with_what_was_read_kept(big_file, tmp_path):
     assert "interrupted: the figures cover what was read before Ctrl-C" in stdout
 
 
+def test_a_terminal_gets_a_progress_bar_on_stderr(big_file, tmp_path):
+    """rich draws the bar when stderr is a terminal; stdout keeps the plain report."""
+    leader, follower = pty.openpty()
+    report = tmp_path / "stdout.txt"
+    with open(report, "w") as stdout:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fabricscope", "dataload", str(big_file), "--duration", "1", "--block-size", "4K"],
+            stdout=stdout,
+            stderr=follower,
+            env=cli_env({"COLUMNS": "100", "TERM": "xterm"}),
+        )
+    os.close(follower)
+    seen = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(leader)
+    assert proc.wait(timeout=60) == 0
+    text = seen.decode(errors="replace")
+    assert "reading" in text and "MiB" in text and "\x1b[" in text  # the bar, drawn with escapes
+    out = report.read_text()
+    assert out.startswith("# dataload ") and "\x1b[" not in out
+
+
 def test_dataload_is_listed_in_help():
     done = run_cli(["--help"])
     assert "dataload" in done.stdout
@@ -117,7 +149,13 @@ def paths(tmp_path, big_file):
     only_special = tmp_path / "special"
     only_special.mkdir()
     os.mkfifo(only_special / "p")
+    (tmp_path / "empty.bin").write_bytes(b"")
+    (tmp_path / "empties").mkdir()
+    (tmp_path / "empties" / "a").write_bytes(b"")
+    (tmp_path / "empties" / "b").write_bytes(b"")
     return {
+        "emptyfile": str(tmp_path / "empty.bin"),
+        "emptyfiles": str(tmp_path / "empties"),
         "file": str(big_file),
         "dir": str(big_file.parent),
         "fifo": str(fifo),
@@ -147,6 +185,9 @@ NINES = "9" * 400
         (["{file}", "--block-size", NINES], ["--block-size '999", "is too large: allowed 512 to 256M"]),
         (["{file}", "--block-size", "1G"], ["--block-size must be 512 to 256M"]),
         (["{file}", "--direct", "--block-size", "6000"], ["--block-size 6000 with --direct", "multiple of 4096"]),
+        (["{file}", "--workers", "256", "--block-size", "256M"], ["needs 68719476736 B of read buffers", "at most 4G"]),
+        (["{emptyfile}"], ["is empty: there is nothing to read"]),
+        (["{emptyfiles}"], ["holds only empty files (2): there is nothing to read"]),
         (["{file}", "--workers", "0"], ["--workers must be 1 to 256, got 0"]),
         (["{file}", "--workers", "100000"], ["--workers must be 1 to 256, got 100000"]),
         (["{file}", "--workers", NINES], ["--workers must be a whole number from 1 to 256, got '999"]),

@@ -167,8 +167,23 @@ def test_ctrl_c_keeps_what_was_read(big_file):
         ({"block_size": 0}, "block size must be 512 B to 256 MiB, got 0 B"),
         ({"block_size": 6000, "direct": True}, "multiple of 4096, got 6000"),
         ({"duration_s": 0.0}, "duration must be 0.1 s to"),
+        ({"workers": 64, "block_size": 128 << 20}, "at most 4 GiB is allowed"),
     ],
 )
 def test_the_config_refuses_impossible_values(kwargs, fragment):
     with pytest.raises(UsageError, match=fragment):
         ReadConfig(**kwargs)
+
+
+def test_many_passes_share_records_and_lose_no_byte(tmp_path):
+    from fabricscope.dataload.report import RECORDS_KEPT, to_result
+
+    small = write_random(tmp_path / "tiny.bin", 8192)
+    measurement = read_dataset(scan(str(small)), ReadConfig(block_size=4096, duration_s=1.0))
+    assert len(measurement.passes) > RECORDS_KEPT  # a tiny file: hundreds of passes in a second
+    result = to_result(measurement)
+    assert len(result.records) == RECORDS_KEPT
+    assert [r["passes"] for r in result.records[:-1]] == [1] * (RECORDS_KEPT - 1)
+    assert sum(r["passes"] for r in result.records) == len(measurement.passes) == result.summary["passes"]
+    assert sum(r["bytes"] for r in result.records) == measurement.bytes == result.summary["bytes"]
+    assert all(r["bytes"] == 8192 for r in result.records[:-1])

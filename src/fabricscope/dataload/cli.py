@@ -29,6 +29,9 @@ examples:
   fabricscope dataload /data/train --need 2400 --sample-size 110K --json load.json
 """
 
+PASSES_PRINTED = 3
+"""Pass lines printed: the first two, then the rest added together."""
+
 _INT_RE = re.compile(r"^\s*\d{1,12}\s*$")
 _NUMBER_RE = re.compile(r"^\s*(\d{1,15}(\.\d{0,15})?|\.\d{1,15})([eE][+-]?\d{1,3})?\s*$")
 
@@ -105,6 +108,7 @@ def _config(args: argparse.Namespace) -> Any:
     from fabricscope.dataload.reader import (
         DIRECT_ALIGN,
         MAX_BLOCK_SIZE,
+        MAX_BUFFER_BYTES,
         MAX_DURATION_S,
         MAX_WORKERS,
         MIN_BLOCK_SIZE,
@@ -116,6 +120,11 @@ def _config(args: argparse.Namespace) -> Any:
 
     workers = _int("--workers", args.workers, 1, MAX_WORKERS)
     block_size = _size("--block-size", args.block_size, MIN_BLOCK_SIZE, MAX_BLOCK_SIZE)
+    if workers * block_size > MAX_BUFFER_BYTES:
+        raise _usage(
+            f"--workers {workers} x --block-size {block_size} needs {workers * block_size} B of read buffers; "
+            f"at most {MAX_BUFFER_BYTES >> 30}G is allowed: fewer workers or smaller blocks"
+        )
     if args.direct and block_size % DIRECT_ALIGN:
         raise _usage(
             f"--block-size {block_size} with --direct must be a multiple of {DIRECT_ALIGN} "
@@ -203,9 +212,9 @@ def run(args: argparse.Namespace) -> int:
     verdict = judge(measurement.bytes_per_s, need) if need is not None and measurement.seconds > 0 else None
     lines = notes(measurement, memory_available=available_memory())
     result = to_result(measurement, need=need, verdict=verdict, lines=lines)
-    if args.json:
-        result.save(args.json)
     _print(measurement, lines, verdict)
+    if args.json:  # after the report: --json /dev/stdout is appended to it
+        result.save(args.json)
     if measurement.interrupted:
         return 130
     if measurement.error_count or (verdict is not None and verdict.starves):
@@ -238,6 +247,8 @@ def _rate(bytes_per_s: float) -> str:
 
 
 def _print(measurement: Measurement, lines: list[str], verdict: Verdict | None) -> None:
+    from fabricscope.dataload.report import group_passes
+
     config = measurement.config
     mode = ", ".join(
         [
@@ -248,13 +259,13 @@ def _print(measurement: Measurement, lines: list[str], verdict: Verdict | None) 
         ]
     )
     out = [f"# dataload {measurement.dataset.path} ({mode}); GB/s = 1e9 bytes/s"]
-    for one in measurement.passes:
-        cached = (
-            "" if one.cached_fraction_before is None else f", {100 * one.cached_fraction_before:.0f}% cached before"
-        )
+    for one in group_passes(measurement.passes, PASSES_PRINTED):
+        fraction = one.cached_fraction_before
+        cached = "" if fraction is None else f", {100 * fraction:.0f}% cached before"
         state = "" if one.complete else " (stopped mid-pass)"
+        name = f"pass {one.first}" if one.count == 1 else f"passes {one.first}-{one.first + one.count - 1}"
         out.append(
-            f"pass {one.index}: {one.bytes} B, {one.files} file(s) in {one.seconds:.3f} s = "
+            f"{name}: {one.bytes} B, {one.files} file(s) in {one.seconds:.3f} s = "
             f"{_rate(one.bytes_per_s)}{cached}{state}"
         )
     seconds = measurement.seconds

@@ -89,6 +89,8 @@ def scan(path: str) -> DataSet:
         raise _stat_error(path, exc) from None
     if stat.S_ISREG(info.st_mode):
         _check_readable(path)
+        if info.st_size == 0:
+            raise UsageError(f"{_short(path)} is empty: there is nothing to read")
         return DataSet(path=path, is_dir=False, files=[DataFile(path, info.st_size)])
     if not stat.S_ISDIR(info.st_mode):
         raise UsageError(
@@ -104,7 +106,10 @@ def scan(path: str) -> DataSet:
             + ": give a file or a directory of data files"
         )
     files.sort(key=lambda f: f.path)
-    return DataSet(path=path, is_dir=True, files=files, skipped=skipped)
+    dataset = DataSet(path=path, is_dir=True, files=files, skipped=skipped)
+    if dataset.total_bytes == 0:
+        raise UsageError(f"{_short(path)} holds only empty files ({len(files)}): there is nothing to read")
+    return dataset
 
 
 def _check_readable(path: str) -> None:

@@ -40,6 +40,7 @@ from fabricscope.errors import UsageError
 __all__ = [
     "DIRECT_ALIGN",
     "MAX_BLOCK_SIZE",
+    "MAX_BUFFER_BYTES",
     "MAX_DURATION_S",
     "MAX_WORKERS",
     "MIN_BLOCK_SIZE",
@@ -55,6 +56,8 @@ DIRECT_ALIGN = 4096
 MIN_BLOCK_SIZE = 512
 MAX_BLOCK_SIZE = 256 << 20
 MAX_WORKERS = 256
+MAX_BUFFER_BYTES = 4 << 30
+"""Read buffers of all workers together (workers x block_size) at most: each worker touches its buffer."""
 MIN_DURATION_S = 0.1
 MAX_DURATION_S = 7 * 86400.0
 
@@ -87,6 +90,11 @@ class ReadConfig:
         if not MIN_BLOCK_SIZE <= self.block_size <= MAX_BLOCK_SIZE:
             raise UsageError(
                 f"block size must be {MIN_BLOCK_SIZE} B to {MAX_BLOCK_SIZE >> 20} MiB, got {self.block_size} B"
+            )
+        if self.workers * self.block_size > MAX_BUFFER_BYTES:
+            raise UsageError(
+                f"{self.workers} workers x {self.block_size} B blocks need {self.workers * self.block_size} B "
+                f"of read buffers; at most {MAX_BUFFER_BYTES >> 30} GiB is allowed: fewer workers or smaller blocks"
             )
         if self.direct and self.block_size % DIRECT_ALIGN:
             raise UsageError(
@@ -204,12 +212,13 @@ class _Run:
         self.lock = threading.Lock()
         self.incomplete = False
 
-    def note_error(self, path: str, exc: OSError) -> None:
+    def note_error(self, path: str, exc: Exception) -> None:
+        reason = (exc.strerror if isinstance(exc, OSError) else None) or f"{type(exc).__name__}: {exc}"
         with self.lock:
             self.measurement.error_count += 1
             self.incomplete = True
             if len(self.measurement.errors) < 5:
-                self.measurement.errors.append(f"{path}: {exc.strerror or exc}")
+                self.measurement.errors.append(f"{path}: {reason}")
 
     def open(self, path: str) -> tuple[int, bool]:
         """Open for reading; O_DIRECT when asked and allowed.  Returns (fd, direct)."""
@@ -297,7 +306,9 @@ def _worker(
     rng: random_module.Random,
 ) -> None:
     buf = mmap.mmap(-1, run.config.block_size)  # page-aligned, as O_DIRECT requires
-    buf.write(bytes(run.config.block_size))  # fault its pages in now, not inside the timed reads
+    zeros = bytes(min(run.config.block_size, 1 << 20))
+    for at in range(0, run.config.block_size, len(zeros)):  # fault its pages in now, not inside the timed reads
+        buf[at : at + len(zeros)] = zeros[: run.config.block_size - at]
     try:
         start.wait()
         while not run.stop.is_set():
@@ -306,7 +317,7 @@ def _worker(
                 return
             try:
                 done = _read_extent(run, extent, buf, counter, rng)
-            except OSError as exc:
+            except Exception as exc:  # an OSError, or a bug: either way this extent was not read
                 run.note_error(extent.file.path, exc)
                 continue
             if not done:

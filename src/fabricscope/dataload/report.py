@@ -6,24 +6,75 @@ system refused O_DIRECT.  :func:`notes` says which happened, from what the
 kernel reported (page residency before each pass, the opens that fell back),
 so the figure printed is the figure measured.
 
-Result records (kind ``dataload``), one per pass: ``path``, ``pass``, ``bytes``,
-``seconds``, ``bytes_per_s``, ``files``, ``complete``, ``cached_fraction_before``,
-``dropped_files``.  The summary holds the totals, the notes and the verdict.
+Result records (kind ``dataload``), one per pass: ``path``, ``pass`` (its index),
+``passes`` (1; a record covers several consecutive passes after the first
+:data:`RECORDS_KEPT`), ``bytes``, ``seconds``, ``bytes_per_s``, ``files``,
+``complete``, ``cached_fraction_before``, ``dropped_files``.  The summary holds the totals, the notes and the verdict.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from fabricscope.dataload.reader import Measurement
+from fabricscope.dataload.reader import Measurement, Pass
 from fabricscope.dataload.verdict import Need, Verdict
 from fabricscope.results import Result
 from fabricscope.units import format_size
 
-__all__ = ["CACHED_THRESHOLD", "notes", "status", "to_result"]
+__all__ = ["CACHED_THRESHOLD", "RECORDS_KEPT", "PassGroup", "group_passes", "notes", "status", "to_result"]
 
 CACHED_THRESHOLD = 0.5
 """A pass that starts with at least this share of its data cached is called a page-cache figure."""
+RECORDS_KEPT = 100
+"""Passes recorded one by one; later ones (a small file read for a long --duration) share one record."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PassGroup:
+    """One pass, or several consecutive passes added together."""
+
+    first: int
+    """Index of the first pass (1-based)."""
+    count: int
+    bytes: int
+    seconds: float
+    files: int
+    complete: bool
+    """Every pass of the group read every file."""
+    cached_fraction_before: float | None
+    """Mean over the passes that know it."""
+    dropped_files: int
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.bytes / self.seconds if self.seconds > 0 else 0.0
+
+
+def group_passes(passes: Sequence[Pass], keep: int) -> list[PassGroup]:
+    """The first passes one by one; when there are more than ``keep``, the rest as one group."""
+    if not passes:
+        return []
+    singles = passes if len(passes) <= keep else passes[: max(1, keep - 1)]
+    groups = [_group([p]) for p in singles]
+    if len(singles) < len(passes):
+        groups.append(_group(passes[len(singles) :]))
+    return groups
+
+
+def _group(passes: Sequence[Pass]) -> PassGroup:
+    known = [p.cached_fraction_before for p in passes if p.cached_fraction_before is not None]
+    return PassGroup(
+        first=passes[0].index,
+        count=len(passes),
+        bytes=sum(p.bytes for p in passes),
+        seconds=sum(p.seconds for p in passes),
+        files=sum(p.files for p in passes),
+        complete=all(p.complete for p in passes),
+        cached_fraction_before=sum(known) / len(known) if known else None,
+        dropped_files=min(p.dropped_files for p in passes),
+    )
 
 
 def _pct(fraction: float) -> str:
@@ -68,14 +119,24 @@ def _cache_notes(measurement: Measurement, memory_available: int | None) -> list
             f"page cache: dropped before each pass with posix_fadvise(DONTNEED) "
             f"({dropped} of {files} file(s) accepted){still}"
         )
-    for one in passes:
-        fraction = one.cached_fraction_before
-        if fraction is not None and fraction >= CACHED_THRESHOLD:
-            hint = "" if config.drop_cache else " (--drop-cache or --direct measures the storage)"
-            out.append(
-                f"page cache: pass {one.index} began with {_pct(fraction)} of the data cached: "
-                f"its rate is mostly memory's, not the storage's{hint}"
-            )
+    cached = [
+        (p.index, p.cached_fraction_before)
+        for p in passes
+        if p.cached_fraction_before is not None and p.cached_fraction_before >= CACHED_THRESHOLD
+    ]
+    hint = "" if config.drop_cache else " (--drop-cache or --direct measures the storage)"
+    if len(cached) == 1:
+        out.append(
+            f"page cache: pass {cached[0][0]} began with {_pct(cached[0][1])} of the data cached: "
+            f"its rate is mostly memory's, not the storage's{hint}"
+        )
+    elif cached:
+        low, high = min(f for _, f in cached), max(f for _, f in cached)
+        spread = _pct(low) if low == high else f"{_pct(low)} to {_pct(high)}"
+        out.append(
+            f"page cache: {len(cached)} of {len(passes)} passes (the first: pass {cached[0][0]}) began with "
+            f"{spread} of the data cached: their rate is mostly memory's, not the storage's{hint}"
+        )
     first = passes[0].cached_fraction_before if passes else None
     if first is None and len(passes) > 1 and memory_available is not None and data < memory_available:
         out.append(
@@ -120,7 +181,8 @@ def to_result(
     records: list[dict[str, Any]] = [
         {
             "path": dataset.path,
-            "pass": one.index,
+            "pass": one.first,
+            "passes": one.count,
             "bytes": one.bytes,
             "seconds": one.seconds,
             "bytes_per_s": one.bytes_per_s,
@@ -129,7 +191,7 @@ def to_result(
             "cached_fraction_before": one.cached_fraction_before,
             "dropped_files": one.dropped_files,
         }
-        for one in measurement.passes
+        for one in group_passes(measurement.passes, RECORDS_KEPT)
     ]
     seconds = measurement.seconds
     summary: dict[str, Any] = {
