@@ -6,15 +6,13 @@ Only the standard library is imported here; the reader and rich are imported by 
 from __future__ import annotations
 
 import argparse
-import math
 import os
-import re
 import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fabricscope.dataload.reader import Measurement
-    from fabricscope.dataload.verdict import Verdict
+    from fabricscope.dataload.reader import Measurement, ReadConfig
+    from fabricscope.dataload.verdict import Need, Verdict
 
 __all__ = ["add_parser", "run"]
 
@@ -32,11 +30,20 @@ examples:
 PASSES_PRINTED = 3
 """Pass lines printed: the first two, then the rest added together."""
 
-_INT_RE = re.compile(r"^\s*\d{1,12}\s*$")
-_NUMBER_RE = re.compile(r"^\s*(\d{1,15}(\.\d{0,15})?|\.\d{1,15})([eE][+-]?\d{1,3})?\s*$")
-
 
 def add_parser(subparsers: Any) -> None:
+    from fabricscope import options
+
+    # The bounds live with the reader and the verdict (both import only the standard library).
+    from fabricscope.dataload.reader import (
+        MAX_BLOCK_SIZE,
+        MAX_DURATION_S,
+        MAX_WORKERS,
+        MIN_BLOCK_SIZE,
+        MIN_DURATION_S,
+    )
+    from fabricscope.dataload.verdict import MAX_SAMPLE_SIZE, MAX_SAMPLES_PER_S, MIN_SAMPLES_PER_S
+
     parser = subparsers.add_parser(
         "dataload",
         help="read throughput of a file or data set directory, and whether it would starve the GPUs",
@@ -49,9 +56,19 @@ def add_parser(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("path", metavar="PATH", help="a regular file, or a directory of data files")
-    parser.add_argument("--workers", default="1", metavar="K", help="threads reading at once (1 to 256; default 1)")
     parser.add_argument(
-        "--block-size", default="1M", metavar="S", help="bytes per read, K/M/G binary (512 to 256M; default 1M)"
+        "--workers",
+        type=options.whole(minimum=1, maximum=MAX_WORKERS),
+        default=1,
+        metavar="K",
+        help=f"threads reading at once, each its own part (1 to {MAX_WORKERS}; default 1)",
+    )
+    parser.add_argument(
+        "--block-size",
+        type=options.size(minimum=MIN_BLOCK_SIZE, maximum=MAX_BLOCK_SIZE),
+        default=1 << 20,
+        metavar="S",
+        help="bytes per read, K/M/G binary (512 to 256M; default 1M; a multiple of 4K with --direct)",
     )
     parser.add_argument("--random", action="store_true", help="shuffle files and blocks (each block read once)")
     parser.add_argument("--direct", action="store_true", help="bypass the page cache (O_DIRECT)")
@@ -62,14 +79,29 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--duration",
+        type=options.seconds(minimum=MIN_DURATION_S, maximum=MAX_DURATION_S),
         default=None,
         metavar="S",
         help="repeat passes for S seconds (0.1 s to 7 days); default: one pass",
     )
-    parser.add_argument("--need", default=None, metavar="SAMPLES_PER_S", help="samples per second training consumes")
-    parser.add_argument("--sample-size", default=None, metavar="BYTES", help="bytes read per sample (with --need)")
-    parser.add_argument("--seed", default=None, metavar="N", help="seed of the --random shuffles")
-    parser.add_argument("--json", default=None, metavar="FILE", help="write the measurement as a Result")
+    parser.add_argument(
+        "--need",
+        type=options.number(minimum=MIN_SAMPLES_PER_S, maximum=MAX_SAMPLES_PER_S, unit="samples/s"),
+        default=None,
+        metavar="SAMPLES_PER_S",
+        help="samples per second training consumes, over all the GPUs this storage feeds",
+    )
+    parser.add_argument(
+        "--sample-size",
+        type=options.size(minimum=1, maximum=MAX_SAMPLE_SIZE),
+        default=None,
+        metavar="BYTES",
+        help="bytes read from storage per sample (with --need)",
+    )
+    parser.add_argument(
+        "--seed", type=options.whole(minimum=0, maximum=2**32 - 1), default=None, metavar="N", help="seed of --random"
+    )
+    parser.add_argument("--json", default=None, metavar="FILE", help="write the measurement as a Result (- stdout)")
     parser.set_defaults(func=run)
 
 
@@ -79,109 +111,39 @@ def _usage(message: str) -> Exception:
     return UsageError(message)
 
 
-def _quote(text: str, limit: int = 24) -> str:
-    return repr(text if len(text) <= limit else text[:limit] + "...")
+def _config(args: argparse.Namespace) -> ReadConfig:
+    from fabricscope.dataload.reader import DIRECT_ALIGN, MAX_BUFFER_BYTES, ReadConfig
 
-
-def _int(flag: str, text: str, low: int, high: int) -> int:
-    if not _INT_RE.match(text):
-        raise _usage(f"{flag} must be a whole number from {low} to {high}, got {_quote(text)}")
-    value = int(text)
-    if not low <= value <= high:
-        raise _usage(f"{flag} must be {low} to {high}, got {value}")
-    return value
-
-
-def _size(flag: str, text: str, low: int, high: int) -> int:
-    from fabricscope.units import format_size, parse_size
-
-    allowed = f"{format_size(low)} to {format_size(high)}"
-    if len(text) > 24:  # a 400-digit number: say it is out of range, not that it is no whole number
-        raise _usage(f"{flag} {_quote(text)} is too large: allowed {allowed} (K, M, G binary)")
-    value = parse_size(text, what=flag)
-    if not low <= value <= high:
-        raise _usage(f"{flag} must be {allowed}, got {value} B")
-    return value
-
-
-def _config(args: argparse.Namespace) -> Any:
-    from fabricscope.dataload.reader import (
-        DIRECT_ALIGN,
-        MAX_BLOCK_SIZE,
-        MAX_BUFFER_BYTES,
-        MAX_DURATION_S,
-        MAX_WORKERS,
-        MIN_BLOCK_SIZE,
-        MIN_DURATION_S,
-        ReadConfig,
-    )
-    from fabricscope.errors import FabricscopeError
-    from fabricscope.units import parse_duration
-
-    workers = _int("--workers", args.workers, 1, MAX_WORKERS)
-    block_size = _size("--block-size", args.block_size, MIN_BLOCK_SIZE, MAX_BLOCK_SIZE)
-    if workers * block_size > MAX_BUFFER_BYTES:
+    if args.workers * args.block_size > MAX_BUFFER_BYTES:
         raise _usage(
-            f"--workers {workers} x --block-size {block_size} needs {workers * block_size} B of read buffers; "
-            f"at most {MAX_BUFFER_BYTES >> 30}G is allowed: fewer workers or smaller blocks"
+            f"--workers {args.workers} x --block-size {args.block_size} needs {args.workers * args.block_size} B "
+            f"of read buffers; at most {MAX_BUFFER_BYTES >> 30}G is allowed: fewer workers or smaller blocks"
         )
-    if args.direct and block_size % DIRECT_ALIGN:
+    if args.direct and args.block_size % DIRECT_ALIGN:
         raise _usage(
-            f"--block-size {block_size} with --direct must be a multiple of {DIRECT_ALIGN} "
+            f"--block-size {args.block_size} with --direct must be a multiple of {DIRECT_ALIGN} "
             "(O_DIRECT reads whole aligned blocks): e.g. 4K, 64K, 1M"
         )
-    duration = None
-    if args.duration is not None:
-        allowed = f"--duration must be {MIN_DURATION_S:g} s to 7 days (e.g. 30, 500ms, 2m, 1h)"
-        try:
-            duration = parse_duration(args.duration[:25], what="--duration") if len(args.duration) <= 24 else math.inf
-        except FabricscopeError:
-            raise _usage(f"{allowed}, got {_quote(args.duration)}") from None
-        if not MIN_DURATION_S <= duration <= MAX_DURATION_S:
-            raise _usage(f"{allowed}, got {_quote(args.duration)}")
-    seed = _int("--seed", args.seed, 0, 2**32 - 1) if args.seed is not None else None
     return ReadConfig(
-        workers=workers,
-        block_size=block_size,
+        workers=args.workers,
+        block_size=args.block_size,
         random=args.random,
         direct=args.direct,
-        duration_s=duration,
+        duration_s=args.duration,
         drop_cache=args.drop_cache,
-        seed=seed,
+        seed=args.seed,
     )
 
 
-def _need(args: argparse.Namespace) -> Any:
-    from fabricscope.dataload.verdict import MAX_SAMPLE_SIZE, MAX_SAMPLES_PER_S, Need
+def _need(args: argparse.Namespace) -> Need | None:
+    from fabricscope.dataload.verdict import Need
 
     if args.need is None and args.sample_size is None:
         return None
     if args.need is None or args.sample_size is None:
         given, missing = ("--need", "--sample-size") if args.sample_size is None else ("--sample-size", "--need")
         raise _usage(f"{given} needs {missing} too: the need is SAMPLES_PER_S x BYTES per sample")
-    if not _NUMBER_RE.match(args.need):
-        raise _usage(f"--need must be a number of samples per second, got {_quote(args.need)}")
-    rate = float(args.need)
-    if not (math.isfinite(rate) and 0 < rate <= MAX_SAMPLES_PER_S):
-        raise _usage(f"--need must be above 0 and at most {MAX_SAMPLES_PER_S:g} samples/s, got {args.need.strip()}")
-    size = _size("--sample-size", args.sample_size, 1, MAX_SAMPLE_SIZE)
-    return Need(samples_per_s=rate, sample_size=size)
-
-
-def _check_json(path: str | None, data: str) -> None:
-    from fabricscope.results import check_output_path
-
-    if path is None:
-        return
-    if not path:
-        raise _usage("--json needs a file name")
-    check_output_path("--json", path)
-    target = os.path.realpath(path)
-    source = os.path.realpath(data)
-    if target == source:
-        raise _usage(f"--json {path} is the file being read: give another file name")
-    if os.path.isdir(source) and target.startswith(source.rstrip(os.sep) + os.sep):
-        raise _usage(f"--json {path} is inside the data set being read: write it outside {data}")
+    return Need(samples_per_s=args.need, sample_size=args.sample_size)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -190,10 +152,12 @@ def run(args: argparse.Namespace) -> int:
     from fabricscope.dataload.reader import read_dataset
     from fabricscope.dataload.report import notes, to_result
     from fabricscope.dataload.verdict import judge
+    from fabricscope.results import check_output_path
 
     config = _config(args)
     need = _need(args)
-    _check_json(args.json, args.path)
+    if args.json is not None:
+        check_output_path("--json", args.json, inputs=[args.path])
     dataset = scan(args.path)
     sys.stderr.write(
         f"reading {args.path}: {len(dataset.files)} file(s), {dataset.total_bytes} B; "

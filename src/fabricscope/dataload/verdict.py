@@ -17,8 +17,9 @@ from typing import Any
 
 from fabricscope.errors import UsageError
 
-__all__ = ["MAX_SAMPLES_PER_S", "MAX_SAMPLE_SIZE", "Need", "Verdict", "judge"]
+__all__ = ["MAX_SAMPLES_PER_S", "MAX_SAMPLE_SIZE", "MIN_SAMPLES_PER_S", "Need", "Verdict", "judge"]
 
+MIN_SAMPLES_PER_S = 0.001
 MAX_SAMPLES_PER_S = 1e9
 MAX_SAMPLE_SIZE = 1 << 40
 
@@ -33,8 +34,10 @@ class Need:
     """Bytes read from storage per sample."""
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.samples_per_s) and 0 < self.samples_per_s <= MAX_SAMPLES_PER_S):
-            raise UsageError(f"samples per second must be above 0 and at most {MAX_SAMPLES_PER_S:g}")
+        if not (math.isfinite(self.samples_per_s) and MIN_SAMPLES_PER_S <= self.samples_per_s <= MAX_SAMPLES_PER_S):
+            raise UsageError(
+                f"samples per second must be {MIN_SAMPLES_PER_S:g} to {MAX_SAMPLES_PER_S:g}, got {self.samples_per_s:g}"
+            )
         if not 1 <= self.sample_size <= MAX_SAMPLE_SIZE:
             raise UsageError(f"sample size must be 1 B to 1 TiB, got {self.sample_size} B")
 
