@@ -175,6 +175,7 @@ NINES = "9" * 400
     [
         (["{missing}"], ["no-such: no such file or directory"]),
         (["{long}"], ["the name is too long"]),
+        (["{file}/x"], ["a part of the path is not a directory"]),
         (["{fifo}"], ["is a FIFO", "regular file or a directory"]),
         (["{zero}"], ["is a character device", "regular file or a directory"]),
         (["/dev/zero"], ["/dev/zero is a character device"]),
