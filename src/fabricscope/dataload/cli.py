@@ -153,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
     from fabricscope.dataload.report import notes, to_result
     from fabricscope.dataload.verdict import judge
     from fabricscope.results import check_output_path
+    from fabricscope.units import format_size
 
     config = _config(args)
     need = _need(args)
@@ -161,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     dataset = scan(args.path)
     sys.stderr.write(
         f"reading {args.path}: {len(dataset.files)} file(s), {dataset.total_bytes} B; "
-        f"{config.workers} worker(s), {config.block_size} B blocks, "
+        f"{config.workers} worker(s), {format_size(config.block_size)} blocks, "
         f"{'random' if config.random else 'sequential'}, {'direct' if config.direct else 'buffered'}\n"
     )
     if dataset.skipped:
@@ -211,13 +212,16 @@ def _rate(bytes_per_s: float) -> str:
 
 
 def _print(measurement: Measurement, lines: list[str], verdict: Verdict | None) -> None:
-    from fabricscope.dataload.report import group_passes
-
     config = measurement.config
+    from fabricscope.dataload.report import group_passes
+    from fabricscope.units import format_size
+
+    # A direct read bypasses the cache: what it held before says nothing about the figure.
+    show_cache = not config.direct or measurement.fallback_files > 0
     mode = ", ".join(
         [
             f"{config.workers} worker(s)",
-            f"{config.block_size} B blocks",
+            f"{format_size(config.block_size)} blocks",
             "random" if config.random else "sequential",
             "direct" if config.direct else "buffered",
         ]
@@ -225,7 +229,7 @@ def _print(measurement: Measurement, lines: list[str], verdict: Verdict | None) 
     out = [f"# dataload {measurement.dataset.path} ({mode}); GB/s = 1e9 bytes/s"]
     for one in group_passes(measurement.passes, PASSES_PRINTED):
         fraction = one.cached_fraction_before
-        cached = "" if fraction is None else f", {100 * fraction:.0f}% cached before"
+        cached = "" if fraction is None or not show_cache else f", {100 * fraction:.0f}% cached before"
         state = "" if one.complete else " (stopped mid-pass)"
         name = f"pass {one.first}" if one.count == 1 else f"passes {one.first}-{one.first + one.count - 1}"
         out.append(
