@@ -124,7 +124,7 @@ def _cache_notes(measurement: Measurement, memory_available: int | None) -> list
         for p in passes
         if p.cached_fraction_before is not None and p.cached_fraction_before >= CACHED_THRESHOLD
     ]
-    hint = "" if config.drop_cache else " (--drop-cache or --direct measures the storage)"
+    hint = "" if config.drop_cache or config.direct else " (--drop-cache or --direct measures the storage)"
     if len(cached) == 1:
         out.append(
             f"page cache: pass {cached[0][0]} began with {_pct(cached[0][1])} of the data cached: "
