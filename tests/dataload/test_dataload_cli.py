@@ -187,8 +187,14 @@ NINES = "9" * 400
         (["{file}", "--block-size", "12Q"], ["invalid size '12Q'", "K, M, G"]),
         (["{file}", "--block-size", NINES], ["--block-size", "has too many digits"]),
         (["{file}", "--block-size", "1G"], ["--block-size must be a size from 512 to 256M, got '1G'"]),
-        (["{file}", "--direct", "--block-size", "6000"], ["--block-size 6000 with --direct", "multiple of 4096"]),
-        (["{file}", "--workers", "256", "--block-size", "256M"], ["needs 68719476736 B of read buffers", "at most 4G"]),
+        (
+            ["{file}", "--direct", "--block-size", "6000"],
+            ["direct reads need a block size", "multiple of 4096", "6000"],
+        ),
+        (
+            ["{file}", "--workers", "256", "--block-size", "256M"],
+            ["256 workers x 256M blocks need 64G of read buffers; at most 4G"],
+        ),
         (["{file}", "--workers", "0"], ["--workers must be a whole number from 1 to 256, got '0'"]),
         (["{file}", "--workers", "100000"], ["--workers must be a whole number from 1 to 256, got '100000'"]),
         (["{file}", "--workers", NINES], ["--workers must be a whole number from 1 to 256, got '999"]),

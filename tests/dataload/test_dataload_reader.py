@@ -165,9 +165,9 @@ def test_ctrl_c_keeps_what_was_read(big_file):
     [
         ({"workers": 0}, "workers must be 1 to 256, got 0"),
         ({"block_size": 0}, "block size must be 512 B to 256 MiB, got 0 B"),
-        ({"block_size": 6000, "direct": True}, "multiple of 4096, got 6000"),
+        ({"block_size": 6000, "direct": True}, "multiple of 4096 .*, got 6000"),
         ({"duration_s": 0.0}, "duration must be 0.1 s to"),
-        ({"workers": 64, "block_size": 128 << 20}, "at most 4 GiB is allowed"),
+        ({"workers": 64, "block_size": 128 << 20}, "at most 4G is allowed"),
     ],
 )
 def test_the_config_refuses_impossible_values(kwargs, fragment):

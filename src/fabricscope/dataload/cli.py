@@ -112,18 +112,9 @@ def _usage(message: str) -> Exception:
 
 
 def _config(args: argparse.Namespace) -> ReadConfig:
-    from fabricscope.dataload.reader import DIRECT_ALIGN, MAX_BUFFER_BYTES, ReadConfig
+    from fabricscope.dataload.reader import ReadConfig
 
-    if args.workers * args.block_size > MAX_BUFFER_BYTES:
-        raise _usage(
-            f"--workers {args.workers} x --block-size {args.block_size} needs {args.workers * args.block_size} B "
-            f"of read buffers; at most {MAX_BUFFER_BYTES >> 30}G is allowed: fewer workers or smaller blocks"
-        )
-    if args.direct and args.block_size % DIRECT_ALIGN:
-        raise _usage(
-            f"--block-size {args.block_size} with --direct must be a multiple of {DIRECT_ALIGN} "
-            "(O_DIRECT reads whole aligned blocks): e.g. 4K, 64K, 1M"
-        )
+    # Each flag is checked alone by its converter; what depends on two (buffers, alignment) by ReadConfig.
     return ReadConfig(
         workers=args.workers,
         block_size=args.block_size,

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from fabricscope.dataload.dataset import DataFile, DataSet, describe_mode
 from fabricscope.errors import UsageError
+from fabricscope.units import format_size
 
 __all__ = [
     "DIRECT_ALIGN",
@@ -93,12 +94,14 @@ class ReadConfig:
             )
         if self.workers * self.block_size > MAX_BUFFER_BYTES:
             raise UsageError(
-                f"{self.workers} workers x {self.block_size} B blocks need {self.workers * self.block_size} B "
-                f"of read buffers; at most {MAX_BUFFER_BYTES >> 30} GiB is allowed: fewer workers or smaller blocks"
+                f"{self.workers} workers x {format_size(self.block_size)} blocks need "
+                f"{format_size(self.workers * self.block_size)} of read buffers; at most "
+                f"{format_size(MAX_BUFFER_BYTES)} is allowed: use fewer workers or smaller blocks"
             )
         if self.direct and self.block_size % DIRECT_ALIGN:
             raise UsageError(
-                f"direct reads need a block size that is a multiple of {DIRECT_ALIGN}, got {self.block_size}"
+                f"direct reads need a block size that is a multiple of {DIRECT_ALIGN} (O_DIRECT reads whole "
+                f"aligned blocks: e.g. 4K, 64K, 1M), got {self.block_size}"
             )
         if self.duration_s is not None and not MIN_DURATION_S <= self.duration_s <= MAX_DURATION_S:
             raise UsageError(
