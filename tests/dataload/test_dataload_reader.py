@@ -202,3 +202,20 @@ def test_grouping_passes():
     assert rest.bytes == 2480 and rest.seconds == 124 and rest.bytes_per_s == 20 and rest.files == 248
     assert not rest.complete and groups[0].complete
     assert rest.cached_fraction_before == pytest.approx(sum(range(3, 251)) / 250 / 248)
+
+
+@pytest.mark.parametrize("in_memory", [1 << 20, 8])
+def test_random_order_reads_every_block_once(monkeypatch, in_memory):
+    """Shuffled as a list, or (large extents) along an affine permutation: each offset exactly once."""
+    import random
+
+    from fabricscope.dataload import reader
+
+    monkeypatch.setattr(reader, "SHUFFLE_IN_MEMORY", in_memory)
+    bs = 4096
+    start, end = 3 * bs, 3 * bs + 997 * bs + 123  # 998 blocks, the last one short
+    order = list(reader._shuffled(start, end, bs, random.Random(11)))
+    assert sorted(order) == list(range(start, end, bs))
+    assert order != sorted(order)
+    steps = [b - a for a, b in itertools.pairwise(order)]
+    assert sum(1 for step in steps if step == bs) < len(steps) // 10  # not a sequential walk

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import mmap
 import os
 import queue
@@ -31,7 +32,7 @@ import random as random_module
 import stat
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from fabricscope.dataload.dataset import DataFile, DataSet, describe_mode
@@ -170,8 +171,6 @@ class _Extent:
     file: DataFile
     start: int
     end: int
-    last: bool
-    """The extent that ends the file: reading it to its end counts the file as read."""
 
 
 def _extents(dataset: DataSet, config: ReadConfig, rng: random_module.Random) -> list[_Extent]:
@@ -187,7 +186,7 @@ def _extents(dataset: DataSet, config: ReadConfig, rng: random_module.Random) ->
         start = 0
         while True:
             end = min(item.size, start + per)
-            out.append(_Extent(item, start, end, end >= item.size))
+            out.append(_Extent(item, start, end))
             if end >= item.size:
                 break
             start = end
@@ -214,6 +213,14 @@ class _Run:
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.incomplete = False
+        self.parts_left: dict[str, int] = {}
+        """Extents of each file not yet read; a file is read when its count reaches 0."""
+
+    def extent_done(self, extent: _Extent, counter: _Counter) -> None:
+        with self.lock:
+            self.parts_left[extent.file.path] -= 1
+            if self.parts_left[extent.file.path] == 0:
+                counter.files += 1
 
     def note_error(self, path: str, exc: Exception) -> None:
         reason = (exc.strerror if isinstance(exc, OSError) else None) or f"{type(exc).__name__}: {exc}"
@@ -244,6 +251,27 @@ class _Run:
                 self.measurement.fallback_reason = exc.strerror or str(exc)
 
 
+SHUFFLE_IN_MEMORY = 1 << 20
+"""Blocks of one extent shuffled as a list; a larger extent walks a random affine permutation instead."""
+
+
+def _shuffled(start: int, end: int, bs: int, rng: random_module.Random) -> Iterable[int]:
+    """The block offsets of [start, end) in a random order, each exactly once."""
+    n = -(-(end - start) // bs)
+    if n <= SHUFFLE_IN_MEMORY:
+        order = list(range(n))
+        rng.shuffle(order)
+        return (start + i * bs for i in order)
+    # i -> (a*i + c) mod n is a permutation when gcd(a, n) == 1; a large random a scatters
+    # neighbours far apart, which is all a storage benchmark needs (no list of n offsets in memory).
+    while True:
+        a = rng.randrange(n // 3, n)
+        if math.gcd(a, n) == 1:
+            break
+    c = rng.randrange(n)
+    return (start + ((a * i + c) % n) * bs for i in range(n))
+
+
 def _read_extent(run: _Run, extent: _Extent, buf: mmap.mmap, counter: _Counter, rng: random_module.Random) -> bool:
     """Read one extent; True when it was read to its end."""
     config = run.config
@@ -260,10 +288,9 @@ def _read_extent(run: _Run, extent: _Extent, buf: mmap.mmap, counter: _Counter, 
             with contextlib.suppress(OSError):
                 os.posix_fadvise(fd, extent.start, extent.end - extent.start, advice)
         bs = config.block_size
-        offsets: Sequence[int] = range(extent.start, extent.end, bs)
+        offsets: Iterable[int] = range(extent.start, extent.end, bs)
         if config.random:
-            offsets = list(offsets)
-            rng.shuffle(offsets)
+            offsets = _shuffled(extent.start, extent.end, bs, rng)
         view = memoryview(buf)
         deadline = run.deadline
         for offset in offsets:
@@ -305,6 +332,7 @@ def _worker(
     run: _Run,
     work: queue.SimpleQueue[_Extent | None],
     counter: _Counter,
+    ready: threading.Barrier,
     start: threading.Event,
     rng: random_module.Random,
 ) -> None:
@@ -313,6 +341,10 @@ def _worker(
     for at in range(0, run.config.block_size, len(zeros)):  # fault its pages in now, not inside the timed reads
         buf[at : at + len(zeros)] = zeros[: run.config.block_size - at]
     try:
+        try:
+            ready.wait()
+        except threading.BrokenBarrierError:  # interrupted before the start
+            return
         start.wait()
         while not run.stop.is_set():
             extent = work.get()
@@ -325,8 +357,7 @@ def _worker(
                 continue
             if not done:
                 return
-            if extent.last:
-                counter.files += 1
+            run.extent_done(extent, counter)
     finally:
         buf.close()
 
@@ -349,14 +380,16 @@ def _one_pass(
     work: queue.SimpleQueue[_Extent | None] = queue.SimpleQueue()
     for extent in _extents(dataset, config, rng):
         work.put(extent)
+        run.parts_left[extent.file.path] = run.parts_left.get(extent.file.path, 0) + 1
     for _ in range(config.workers):
         work.put(None)
     counters = [_Counter() for _ in range(config.workers)]
+    ready = threading.Barrier(config.workers + 1)
     start = threading.Event()
     threads = [
         threading.Thread(
             target=_worker,
-            args=(run, work, c, start, random_module.Random(rng.random())),
+            args=(run, work, c, ready, start, random_module.Random(rng.random())),
             name=f"dataload-{i}",
             daemon=True,
         )
@@ -365,8 +398,10 @@ def _one_pass(
     for thread in threads:
         thread.start()
     t0 = time.perf_counter()
-    start.set()
     try:
+        ready.wait()  # every worker has its buffer: the clock starts with the reads
+        t0 = time.perf_counter()
+        start.set()
         for thread in threads:
             while thread.is_alive():
                 thread.join(0.1)
@@ -375,6 +410,8 @@ def _one_pass(
     except KeyboardInterrupt:
         run.stop.set()
         run.measurement.interrupted = True
+        ready.abort()
+        start.set()
         for thread in threads:
             thread.join()
     result.seconds = time.perf_counter() - t0
