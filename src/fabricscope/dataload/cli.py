@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,8 @@ __all__ = ["add_parser", "run"]
 
 _EPILOG = """\
 exit status: 0 read (and, with --need, storage keeps up); 1 it would starve the GPUs, or reads
-failed mid-run (what was read is kept); 2 a usage error; 130 interrupted (what was read is kept).
+failed mid-run (what was read is kept); 2 a usage error; 130 interrupted by Ctrl-C, 143 stopped by
+SIGTERM (what was read is kept, reported and written to --json).
 
 examples:
   fabricscope dataload /data/shard-000.tar                     # one pass, 1 worker, 1M blocks
@@ -159,7 +161,12 @@ def run(args: argparse.Namespace) -> int:
     if dataset.skipped:
         skipped = ", ".join(f"{n} {kind}" for kind, n in sorted(dataset.skipped.items()))
         sys.stderr.write(f"note: skipped what is not a regular file: {skipped}\n")
-    measurement = _measure(dataset, config, read_dataset)
+    stopped_by: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: _stop(stopped_by, signum))
+    try:
+        measurement = _measure(dataset, config, read_dataset)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if measurement.fallback_files:
         sys.stderr.write(
             f"note: the file system refused O_DIRECT ({measurement.fallback_reason}); "
@@ -172,10 +179,16 @@ def run(args: argparse.Namespace) -> int:
     if args.json:  # after the report: --json /dev/stdout is appended to it
         result.save(args.json)
     if measurement.interrupted:
-        return 130
+        return 128 + (stopped_by[0] if stopped_by else signal.SIGINT)
     if measurement.error_count or (verdict is not None and verdict.starves):
         return 1
     return 0
+
+
+def _stop(stopped_by: list[int], signum: int) -> None:
+    """SIGTERM (a scheduler's time limit, kill) stops the reads as Ctrl-C does: what was read is kept."""
+    stopped_by.append(signum)
+    raise KeyboardInterrupt
 
 
 def _measure(dataset: Any, config: Any, read_dataset: Any) -> Measurement:

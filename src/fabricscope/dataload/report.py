@@ -101,7 +101,7 @@ def notes(measurement: Measurement, *, memory_available: int | None = None) -> l
             f"{measurement.error_count} read(s) failed mid-run and were not counted; first: {measurement.errors[0]}"
         )
     if measurement.interrupted:
-        out.append("interrupted: the figures cover what was read before Ctrl-C")
+        out.append("interrupted: the figures cover what was read before the stop (Ctrl-C or SIGTERM)")
     return out
 
 
