@@ -13,6 +13,14 @@ from pathlib import Path
 
 import pytest
 
+MEMORY_FILE_SYSTEMS = ("tmpfs", "ramfs")
+
+
+def fs_type(path: Path) -> str:
+    """The file system type of path, as stat -f names it (ext2/ext3, xfs, tmpfs...)."""
+    done = subprocess.run(["stat", "-f", "-c", "%T", str(path)], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
 
 def write_random(path: Path, size: int) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
