@@ -38,7 +38,7 @@ from fabricscope.model import hardware, planner, training  # noqa: E402
 from fabricscope.model.estimate import device_for, job_of, shape_of  # noqa: E402
 from fabricscope.model.fabric import take  # noqa: E402
 from fabricscope.model.hardware import GPU  # noqa: E402
-from fabricscope.model.splits import layouts  # noqa: E402
+from fabricscope.model.splits import splits as layouts  # noqa: E402
 from fabricscope.model.workload import load_model  # noqa: E402
 
 WIDE = planner.Scenario(

@@ -9,7 +9,9 @@ per-iteration samples so statistics can be recomputed later.
 Format history (bump ``VERSION`` and add a line when the layout changes)::
 
     1 - first version: format, version, kind, created, status, host, env,
-        config, records, summary, error.
+        config, records, summary, error.  Collective records may carry ``cv``
+        (coefficient of variation of their samples) since fabricscope 0.2; a
+        reader treats a missing ``cv`` as unknown.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ __all__ = [
     "Result",
     "atomic_write_text",
     "check_output_path",
+    "coefficient_of_variation",
     "load",
     "mark_unfinished",
     "percentile",
@@ -75,12 +78,28 @@ COLLECTIVE_FIELDS = (
 
 
 def percentile(sorted_values: list[float], pct: float) -> float:
-    """Nearest-rank percentile of an already sorted list (as nccl-tests' ``-I`` stats)."""
+    """The ``pct`` percentile of an already sorted list, as nccl-tests computes it: ``sorted[n * pct / 100]``.
+
+    nccl-tests' per-iteration statistics take the element at index
+    ``floor(n * pct / 100)`` (so p50 of 20 samples is ``sorted[10]``, the upper
+    median), clamped to the last element.
+    """
     if not sorted_values:
         return math.nan
     n = len(sorted_values)
-    index = min(n - 1, max(0, math.ceil(n * pct / 100.0) - 1))
+    index = min(n - 1, max(0, int(n * pct // 100)))
     return sorted_values[index]
+
+
+def coefficient_of_variation(values: list[float]) -> float | None:
+    """Sample standard deviation over mean (None below two values or with a zero mean)."""
+    if len(values) < 2:
+        return None
+    mean = math.fsum(values) / len(values)
+    if mean == 0:
+        return None
+    variance = math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return math.sqrt(variance) / mean
 
 
 @dataclass(kw_only=True, slots=True)
@@ -111,6 +130,8 @@ class CollectiveRecord:
     p50_us: float | None = None
     p99_us: float | None = None
     max_us: float | None = None
+    cv: float | None = None
+    """Coefficient of variation of the samples (standard deviation / mean)."""
     algorithm: str | None = None
     """Predicted records: the algorithm the model chose (ring, tree, ...)."""
 
@@ -123,6 +144,7 @@ class CollectiveRecord:
             self.p50_us = percentile(ordered, 50)
             self.p99_us = percentile(ordered, 99)
             self.max_us = ordered[-1]
+            self.cv = coefficient_of_variation(self.samples_us)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

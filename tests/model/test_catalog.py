@@ -126,31 +126,3 @@ def test_command_module_imports_only_the_standard_library() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
-
-
-@pytest.mark.parametrize(
-    "module",
-    [
-        "cluster",
-        "collective_cost",
-        "datapath",
-        "estimate",
-        "fabric",
-        "hardware",
-        "splits",
-        "parallel",
-        "planner",
-        "predict",
-        "report",
-        "training",
-        "schema",
-        "validation",
-        "workload",
-        "cli",
-        "hw_cli",
-    ],
-)
-def test_public_names_exist(module: str) -> None:
-    mod = __import__(f"fabricscope.model.{module}", fromlist=["__all__"])
-    for name in mod.__all__:
-        assert hasattr(mod, name), f"{module}.{name}"

@@ -31,7 +31,9 @@ __all__ = ["add_parser", "build_config", "run"]
 
 _EPILOG = """\
 ops: all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter, or all
-datatypes: float half bfloat16 double int8 uint8 int32 int64, or all; reductions: sum prod min max avg, or all
+datatypes: float half bfloat16 double int8 uint8 int32 int64, or all
+  (aliases: float32 fp32 float16 fp16 float64 fp64 bf16 char int)
+reductions: sum prod min max avg, or all
 
 Without a launcher, bench spawns --nproc local ranks (gloo on CPU, NCCL on GPUs).
 Under torchrun, mpirun (Open MPI, MPICH/Intel MPI) or srun it joins that world.
@@ -240,6 +242,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--backend nccl needs CUDA GPUs and none is visible here; use --backend gloo or auto")
     from fabricscope.bench.worker import CONFIG_VARIABLE
 
+    _note_oversubscription(config.nproc, config.backend)
     master_addr = config.master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
     launch.check_master_reachable(
         launch.World(
@@ -270,6 +273,19 @@ def _mark_failed(json_path: str | None, message: str) -> None:
 
     if json_path and not written_through(json_path):
         mark_unfinished(json_path, "failed", message)
+
+
+def _note_oversubscription(nproc: int, backend: str) -> None:
+    """Say when CPU ranks outnumber the cores they may run on: their times then include waiting."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    if nproc > cores and (backend == "gloo" or not _gpu_count()):
+        sys.stderr.write(
+            f"note: {nproc} ranks on {cores} CPU core(s): ranks take turns on the cores (oversubscribed), "
+            "so the times include waiting for a core\n"
+        )
 
 
 def _env_port() -> int | None:

@@ -1,4 +1,4 @@
-"""Sub-commands of the model: predict, estimate, plan, validate, hw.
+"""Sub-commands of the model: predict, estimate, plan, validate, calibrate, hw.
 
 Parse, call the library, print.  Only the standard library is imported here;
 numpy, pydantic and the model modules are imported inside the handlers so
@@ -16,7 +16,7 @@ from typing import Any
 from fabricscope import options
 from fabricscope.model import hw_cli
 
-__all__ = ["add_parser", "run_estimate", "run_plan", "run_predict", "run_validate"]
+__all__ = ["add_parser", "run_calibrate", "run_estimate", "run_plan", "run_predict", "run_validate"]
 
 RAW = argparse.RawDescriptionHelpFormatter
 
@@ -26,6 +26,7 @@ def add_parser(subparsers: Any) -> None:
     _add_estimate(subparsers)
     _add_plan(subparsers)
     _add_validate(subparsers)
+    _add_calibrate(subparsers)
     hw_cli.add_parser(subparsers)
 
 
@@ -131,6 +132,12 @@ def _add_predict(subparsers: Any) -> None:
         default="auto",
         help="all_reduce algorithm: auto (NCCL's choice), ring, tree, hier, nvls, sharp",
     )
+    p.add_argument(
+        "--gpus-per-node",
+        type=options.whole(minimum=1, maximum=MAX_NODES),
+        default=None,
+        help="ranks per node (default: the cluster's)",
+    )
     _json_option(p, "predict")
     p.set_defaults(func=run_predict)
 
@@ -141,7 +148,7 @@ def run_predict(args: argparse.Namespace) -> int:
     from fabricscope.bench.output import op_summary
     from fabricscope.dtypes import parse_dtypes, parse_redops
     from fabricscope.errors import closest
-    from fabricscope.model import report
+    from fabricscope.model import report, uncertainty
     from fabricscope.model.fabric import fabric_of
     from fabricscope.model.predict import ALGO_CHOICES, predict_op
 
@@ -150,9 +157,14 @@ def run_predict(args: argparse.Namespace) -> int:
         raise _usage(f"unknown --algo {args.algo!r}{closest(algo, ALGO_CHOICES)}: use {', '.join(ALGO_CHOICES)}")
     _check_output(args.json, args.cluster)
     cluster = _load_cluster(args)
+    if args.gpus_per_node is not None:
+        cluster = cluster.with_gpus_per_node(args.gpus_per_node)
     steps = options.sweep_steps(args)
+    names = [c.name for c in ops.parse_ops(args.ops)] if args.ops else ["all_reduce"]
+    named = [c.name for c in ops.parse_ops([o for o in args.ops if o.strip().lower() != "all"])]
     config = BenchConfig(
-        ops=[c.name for c in ops.parse_ops(args.ops)] if args.ops else ["all_reduce"],
+        ops=names,
+        optional_ops=[name for name in names if name not in named],
         min_bytes=steps.min_bytes,
         max_bytes=steps.max_bytes,
         step_bytes=steps.step_bytes,
@@ -161,6 +173,8 @@ def run_predict(args: argparse.Namespace) -> int:
         redops=parse_redops(args.redop),
         root=args.root,
     )
+    for note in config.fit_to_world(cluster.gpus):  # as bench: 'all' on one GPU skips sendrecv, with a note
+        sys.stderr.write(note.lstrip("# ") + "\n")
     sizes = list(config.sizes())
     fab = fabric_of(cluster)
     step = f"{config.step_factor}(factor)" if config.step_factor > 1 else f"{config.step_bytes}(bytes)"
@@ -168,6 +182,7 @@ def run_predict(args: argparse.Namespace) -> int:
     summary: dict[str, Any] = {}
     if algo != "auto" and any(name != "all_reduce" for name in config.ops):
         sys.stderr.write(f"note: --algo {algo} applies to all_reduce; other ops run as NCCL runs them\n")
+    sure = uncertainty.for_collectives(cluster)
     for name in config.ops:
         op = ops.get(name)
         prediction = predict_op(
@@ -180,6 +195,7 @@ def run_predict(args: argparse.Namespace) -> int:
             gpus_per_node=cluster.gpus_per_node,
             nodes=cluster.nodes,
             algo=algo,
+            calibrated=cluster.spec.calibration.get(name),
         )
         _print(
             report.predict_lines(
@@ -201,6 +217,8 @@ def run_predict(args: argparse.Namespace) -> int:
             **op_summary([r.to_dict() for r in prediction.records]),
             "sizes_faster_than_nccl_choice": len(prediction.faster),
         }
+    _print(sure.lines("these times"))
+    summary["uncertainty"] = sure.record()
     _save(
         args.json,
         "predict",
@@ -287,7 +305,7 @@ def _add_estimate(subparsers: Any) -> None:
 def run_estimate(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from fabricscope.model import report
+    from fabricscope.model import report, uncertainty
     from fabricscope.model.estimate import best_split, estimate
     from fabricscope.model.parallel import PRECISIONS, RECOMPUTE, SplitRequest, as_choice
     from fabricscope.model.workload import load_model
@@ -318,6 +336,8 @@ def run_estimate(args: argparse.Namespace) -> int:
     par = best_split(model, cluster, request)
     result = estimate(model, cluster, par, chosen=tuple(request.open))
     _print(report.estimate_lines(result))
+    sure = uncertainty.for_training(cluster)
+    _print(sure.lines("this step time", prefix=""))
     record = result.record()
     _save(
         args.json,
@@ -331,7 +351,7 @@ def run_estimate(args: argparse.Namespace) -> int:
             "cluster_spec": _spec_dict(cluster),
         },
         [record],
-        {"bottleneck": record["bottleneck"], "step_time_s": record["step_time_s"]},
+        {"bottleneck": record["bottleneck"], "step_time_s": record["step_time_s"], "uncertainty": sure.record()},
     )
     return 0
 
@@ -388,9 +408,9 @@ def _add_plan(subparsers: Any) -> None:
 def run_plan(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from fabricscope.model import report
+    from fabricscope.model import report, uncertainty
     from fabricscope.model.parallel import PRECISIONS, as_choice
-    from fabricscope.model.planner import LATENCY_PROBE_BYTES, plan
+    from fabricscope.model.planner import LATENCY_PROBE_BYTES, cluster_of, plan
     from fabricscope.model.workload import load_model
 
     _check_output(args.json, args.model)
@@ -410,6 +430,12 @@ def run_plan(args: argparse.Namespace) -> int:
     )
     seconds = time.perf_counter() - start
     _print(report.plan_lines(result, top=args.top, seconds=seconds))
+    sure = None
+    if result.recommended is not None and result.recommended.parallel is not None:
+        per_node = min(8, result.gpus)
+        chosen = cluster_of(result.recommended.network, result.gpu, per_node, max(result.gpus // per_node, 1))
+        sure = uncertainty.for_training(chosen)
+        _print(sure.lines("the recommended network's utilization", prefix=""))
 
     def record(option: Any, role: str) -> dict[str, Any]:
         net = option.network
@@ -453,6 +479,7 @@ def run_plan(args: argparse.Namespace) -> int:
             "seconds": seconds,
             "recommended": records[-1] if result.recommended is not None else None,
             "notes": result.notes,
+            "uncertainty": sure.record() if sure is not None else None,
         },
     )
     return 0
@@ -475,12 +502,73 @@ def _add_validate(subparsers: Any) -> None:
 
 def run_validate(args: argparse.Namespace) -> int:
     from fabricscope.model import report
-    from fabricscope.model.validation import default_files, summary, validate_file
+    from fabricscope.model.validation import by_group, default_files, summary, validate_file
 
     _check_output(args.json, *(str(f) for f in args.files))
     files = list(args.files) or default_files()
     checks = [check for path in files for check in validate_file(path)]
     _print(report.validate_lines(checks))
-    per_file = {name: summary([c for c in checks if c.file == name]) for name in dict.fromkeys(c.file for c in checks)}
+    per_file: dict[str, Any] = {
+        name: summary([c for c in checks if c.file == name]) for name in dict.fromkeys(c.file for c in checks)
+    }
+    per_file["groups"] = by_group(checks)
     _save(args.json, "validate", {"files": [str(f) for f in files]}, [c.record() for c in checks], per_file)
+    return 0
+
+
+# --- calibrate ------------------------------------------------------------------------------------
+
+_CALIBRATE_EPILOG = """\
+examples:
+  fabricscope bench --nproc 2 -b 64K -e 64M --json two.json
+  fabricscope calibrate two.json -o mine.toml
+  fabricscope predict --cluster mine.toml --nodes 1 --gpus-per-node 4 -b 64K -e 64M
+"""
+
+
+def _add_calibrate(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "calibrate",
+        help="fit latency and bandwidth per op and hop to bench results; write a cluster file predict uses",
+        description=(
+            "Fit time = latency + bytes / bandwidth per collective (robust least squares) to bench or imported "
+            "nccl-tests results, per hop inside and between nodes, and write a cluster TOML whose [calibration] "
+            "terms predict other rank and node counts."
+        ),
+        epilog=_CALIBRATE_EPILOG,
+        formatter_class=RAW,
+    )
+    p.add_argument("runs", nargs="+", metavar="RUN", help="result files of kind bench or import")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="cluster TOML to write")
+    p.add_argument(
+        "--cluster",
+        default="lab-8gpu-100g-nvme",
+        help="what the runs do not measure (GPU, NICs, storage): a preset or file (default lab-8gpu-100g-nvme)",
+    )
+    p.set_defaults(func=run_calibrate)
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from fabricscope.model.calibrate import calibrate, cluster_toml, load_runs
+    from fabricscope.model.cluster import load_cluster
+    from fabricscope.results import atomic_write_text, check_output_path
+    from fabricscope.userfiles import is_path
+
+    check_output_path("-o", args.output, inputs=[*args.runs, *([args.cluster] if is_path(args.cluster) else [])])
+    base = load_cluster(args.cluster)
+    runs = load_runs(args.runs)
+    fitted = calibrate(runs)
+    lines = [
+        f"{'op':<15} {'points':>6} {'base_us':>8} {'hop_us':>8} {'busbw GB/s':>11} {'net hop_us':>10} "
+        f"{'net GB/s':>9} {'fit error':>9}"
+    ]
+    for op, terms in fitted.items():
+        lines.append(
+            f"{op:<15} {terms.points:>6} {terms.base_us:>8.1f} {terms.intra_hop_us:>8.1f} "
+            f"{terms.intra_busbw_gbps:>11.3g} {terms.inter_hop_us:>10.1f} {terms.inter_busbw_gbps:>9.3g} "
+            f"{terms.residual_pct:>8.1f}%"
+        )
+    _print(lines)
+    atomic_write_text(args.output, cluster_toml(base, fitted, runs))
+    sys.stderr.write(f"wrote {args.output}\n")
     return 0

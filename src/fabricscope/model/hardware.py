@@ -15,7 +15,8 @@ from importlib import resources
 from typing import Any, ClassVar, Literal, TypeVar
 
 from fabricscope.errors import UsageError, closest
-from fabricscope.model.schema import FORBID_EXTRA, build, read_toml, require
+from fabricscope.schema import FORBID_EXTRA, build, require
+from fabricscope.userfiles import read_toml
 
 __all__ = [
     "GPU",

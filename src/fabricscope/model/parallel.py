@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar, cast
 
-from fabricscope.errors import UsageError, closest
-from fabricscope.model.schema import InvalidValue
+from fabricscope.errors import InvalidValue, UsageError, closest
 from fabricscope.model.workload import ModelSpec
 
 T = TypeVar("T", bound=str)

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 
-from fabricscope.errors import UsageError
+from fabricscope.errors import InvalidValue, UsageError
 from fabricscope.model import collective_cost as coll
 from fabricscope.model import hardware, training
 from fabricscope.model.cluster import Cluster, ClusterSpec, NetworkSpec, Topology, TransportName, resolve
@@ -32,9 +32,10 @@ from fabricscope.model.estimate import device_for, shape_of
 from fabricscope.model.fabric import Fabric, fabric_columns, take
 from fabricscope.model.hardware import GPU, NIC, Transport
 from fabricscope.model.parallel import Precision, SplitRequest
-from fabricscope.model.schema import FORBID_EXTRA, InvalidValue, build, read_toml, require
 from fabricscope.model.splits import Splits, splits
 from fabricscope.model.workload import ModelSpec
+from fabricscope.schema import FORBID_EXTRA, build, require
+from fabricscope.userfiles import read_toml
 
 __all__ = ["LATENCY_PROBE_BYTES", "Network", "Plan", "Scenario", "plan", "scenarios", "search_space"]
 

@@ -7,6 +7,13 @@ from its hardware description alone, predicts the row's metric and reports the
 error.  Optional columns are used when present: ``micro_batch``,
 ``interleave``, ``flash_attention`` and ``dp_overlap`` for training rows.
 
+Every row belongs to a ``group`` (its column; a file without one puts every
+row in a group named after the file's kind).  ``validate`` reports the error of
+each group as well as overall: a model that is right on average can still be
+far off on one kind of system (TCP clusters, PCIe-only nodes), and a group is
+the unit the uncertainty of ``predict`` is taken from.  Training rows use the
+same mechanism.
+
 Training rows without ``flash_attention`` and ``dp_overlap`` columns are taken
 as Megatron-LM runs of 2021-22, the source of the shipped rows: attention
 scores materialized in memory (no FlashAttention) and gradients all-reduced
@@ -36,7 +43,16 @@ from fabricscope.model.workload import PARAMS_TOLERANCE, ModelSpec
 from fabricscope.ops import get as get_op
 from fabricscope.userfiles import read_text
 
-__all__ = ["Comparison", "default_files", "match_gpu", "match_nic", "summary", "validate_file"]
+__all__ = [
+    "KNOWN_OFF",
+    "Comparison",
+    "by_group",
+    "default_files",
+    "match_gpu",
+    "match_nic",
+    "summary",
+    "validate_file",
+]
 
 COLLECTIVE_COLUMNS = (
     "id",
@@ -81,6 +97,10 @@ class Comparison:
     published: float
     predicted: float
     detail: str = ""
+    group: str = ""
+    """Kind of system the row measures (``nvlink-node``, ``tcp``, ...); errors are reported per group."""
+    known_off: bool = False
+    """The row's ``notes`` say it ``stays off:`` and why (what the model lacks)."""
 
     @property
     def error_pct(self) -> float:
@@ -96,6 +116,8 @@ class Comparison:
             "predicted": self.predicted,
             "error_pct": self.error_pct,
             "detail": self.detail,
+            "group": self.group,
+            "known_off": self.known_off,
         }
 
 
@@ -105,7 +127,8 @@ def default_files() -> list[Any]:
     return sorted((p for p in folder.iterdir() if p.name.endswith(".csv")), key=lambda p: p.name)
 
 
-_GPU_FAMILIES = ("v100", "a100", "h100", "h200", "h20", "b200", "l40s", "mi300x", "4090")
+_GPU_FAMILIES = ("v100", "a100", "a800", "h100", "h200", "h800", "h20", "b200", "l40s", "mi300x", "4090", "5090")
+_FORM_FACTORS = ("pcie", "sxm")
 
 
 def match_gpu(text: str) -> str:
@@ -117,6 +140,11 @@ def match_gpu(text: str) -> str:
     if family is None:
         raise UsageError(f"cannot match GPU {text!r} to the catalog ({', '.join(hardware.entries('gpu'))})")
     names = [n for n in hardware.entries("gpu") if family in n]
+    form = next((f for f in _FORM_FACTORS if f in low), None)
+    if form is not None and any(form in n for n in names):
+        names = [n for n in names if form in n]
+    elif form is None or form == "sxm":
+        names = [n for n in names if "pcie" not in n] or names
     memory = re.search(r"(\d+)\s*gb", low)
     for name in names:
         if memory and f"{memory.group(1)}gb" in name:
@@ -239,7 +267,24 @@ def check_collective(row: Mapping[str, str], where: str) -> Comparison:
         published=published,
         predicted=predicted,
         detail=f"{op.name} {size} B on {nodes}x{cluster.gpus_per_node} {cluster.gpu.name}: {record.algorithm}",
+        group=_group(row, "collectives"),
+        known_off=KNOWN_OFF in (row.get("notes") or ""),
     )
+
+
+KNOWN_OFF = "stays off:"
+"""A row whose ``notes`` contain this is one the model is known to miss; the note says what it lacks."""
+GROUP_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+
+
+def _group(row: Mapping[str, str], kind: str) -> str:
+    """The row's ``group`` column (lower-case words joined by '-'), or the file's kind."""
+    text = (row.get("group") or "").strip().lower()
+    if not text:
+        return kind
+    if not GROUP_NAME.fullmatch(text) or text == "overall":
+        raise UsageError(f"group = {text[:40]!r} must be 1-40 lower-case letters, digits and '-' (not 'overall')")
+    return text
 
 
 def _flag(row: Mapping[str, str], key: str, default: bool) -> bool:
@@ -332,6 +377,8 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         published=published,
         predicted=predicted,
         detail=f"{gpus}x {cluster.gpu.name} tp{par.tp} pp{par.pp} dp{par.dp} {par.recompute}: {result.bottleneck}",
+        group=_group(row, "training"),
+        known_off=KNOWN_OFF in (row.get("notes") or ""),
     )
 
 
@@ -364,6 +411,19 @@ def validate_file(path: Any) -> list[Comparison]:
                 f"{where}: line {number} ({kind} row {row.get('id', '?')}): invalid value ({exc})"
             ) from None
     return checks
+
+
+def by_group(checks: Iterable[Comparison], *, known_off: bool = True) -> dict[str, dict[str, float]]:
+    """:func:`summary` of every group, in the order groups first appear, then ``overall``;
+    without the rows marked as known to be off when ``known_off`` is false."""
+    rows = [c for c in checks if known_off or not c.known_off]
+    groups: dict[str, list[Comparison]] = {}
+    for check in rows:
+        groups.setdefault(check.group, []).append(check)
+    found = {name: summary(members) for name, members in groups.items()}
+    if rows:
+        found["overall"] = summary(rows)
+    return found
 
 
 def summary(checks: Iterable[Comparison]) -> dict[str, float]:

@@ -1,4 +1,8 @@
-"""Reading TOML files into typed configs, with messages that name the file and the key.
+"""Validating user-written data into typed configs, with messages that name the file and the key.
+
+One way for every user file (cluster and model descriptions, doctor
+expectations, scenario tables): :mod:`fabricscope.userfiles` reads the file
+safely, :func:`build` validates the parsed table into a config class.
 
 Every config is a ``@dataclass(kw_only=True, slots=True)`` that validates its own
 values in ``__post_init__`` by raising :class:`InvalidValue`.  ``build`` hands a
@@ -19,27 +23,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import types
-from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from fabricscope.errors import ConfigError, UsageError, closest
-from fabricscope.userfiles import read_toml as _read_toml
+from fabricscope.errors import ConfigError, InvalidValue, UsageError, closest
 
-__all__ = ["FORBID_EXTRA", "InvalidValue", "build", "read_toml", "require"]
+__all__ = ["FORBID_EXTRA", "build", "require"]
 
 T = TypeVar("T")
 
 FORBID_EXTRA: dict[str, Any] = {"extra": "forbid"}
 """Assign to a config's ``__pydantic_config__``: unknown keys are errors, not ignored."""
-
-
-class InvalidValue(ConfigError, ValueError):
-    """A value a config refuses.
-
-    A usage error for the CLI (exit 2); a ``ValueError`` for pydantic, which then
-    reports the key it was validating.
-    """
 
 
 _ADAPTERS: dict[Any, Any] = {}
@@ -52,18 +46,6 @@ def _adapter(cls: Any) -> Any:
 
         _ADAPTERS[cls] = TypeAdapter(cls)
     return _ADAPTERS[cls]
-
-
-def read_toml(path: str | Path, *, presets: Iterable[str] = (), what: str = "") -> dict[str, Any]:
-    """Parse a user's TOML file; a missing ``NAME.toml`` whose NAME is one of ``presets`` says to
-    drop the ``.toml`` (``--cluster dgx-h100-ndr.toml`` meant the preset ``dgx-h100-ndr``)."""
-    try:
-        return _read_toml(path)
-    except ConfigError:
-        stem = Path(path).name.removesuffix(".toml").lower()
-        if stem in presets and not Path(path).exists():
-            raise ConfigError(f"{path}: no such file (did you mean the {what} preset '{stem}'?)") from None
-        raise
 
 
 def require(key: str, value: Any, allowed: str, ok: Callable[[float], bool]) -> None:
