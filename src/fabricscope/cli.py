@@ -26,6 +26,9 @@ COMMAND_MODULES = (
     "fabricscope.model.cli",
     "fabricscope.doctor.cli",
     "fabricscope.dataload.cli",
+    "fabricscope.monitor.cli",
+    "fabricscope.store.cli",
+    "fabricscope.report.cli",
 )
 """Modules that each register one or more sub-commands, in help order."""
 
@@ -71,6 +74,16 @@ def _remember_parsers(parser: argparse.ArgumentParser) -> None:
                 _remember_parsers(child)
 
 
+def _in_flag_terms(exc: FabricscopeError, parser: argparse.ArgumentParser) -> str:
+    """A library error about a parameter, reworded with the flag that set it (``gpus`` -> ``--gpus``)."""
+    key = getattr(exc, "key", None)
+    if key:
+        for action in parser._actions:
+            if action.dest == key and action.option_strings:
+                return f"{action.option_strings[-1]} {exc.reason}"  # type: ignore[attr-defined]
+    return str(exc)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -84,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
         return code
     except FabricscopeError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.write(f"error: {_in_flag_terms(exc, getattr(args, '_parser', parser))}\n")
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")

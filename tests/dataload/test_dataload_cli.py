@@ -134,6 +134,15 @@ def test_a_terminal_gets_a_progress_bar_on_stderr(big_file, tmp_path):
     assert out.startswith("# dataload ") and "\x1b[" not in out
 
 
+def test_save_keeps_the_measurement_in_the_history(big_file, tmp_path):
+    home = tmp_path / "home"
+    done = run_cli(["dataload", str(big_file), "--label", "nvme-cold"], env={"FABRICSCOPE_HOME": str(home)})
+    assert done.returncode == 0, done.stderr
+    assert "saved the measurement as run 1" in done.stderr
+    listed = run_cli(["history"], env={"FABRICSCOPE_HOME": str(home)})
+    assert "dataload" in listed.stdout and "nvme-cold" in listed.stdout
+
+
 def test_dataload_is_listed_in_help():
     done = run_cli(["--help"])
     assert "dataload" in done.stdout

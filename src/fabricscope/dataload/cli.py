@@ -11,6 +11,8 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
+from fabricscope.store.save import add_save_options, check_save_options, save_result
+
 if TYPE_CHECKING:
     from fabricscope.dataload.reader import Measurement, ReadConfig
     from fabricscope.dataload.verdict import Need, Verdict
@@ -104,6 +106,7 @@ def add_parser(subparsers: Any) -> None:
         "--seed", type=options.whole(minimum=0, maximum=2**32 - 1), default=None, metavar="N", help="seed of --random"
     )
     parser.add_argument("--json", default=None, metavar="FILE", help="write the measurement as a Result (- stdout)")
+    add_save_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -152,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
     need = _need(args)
     if args.json is not None:
         check_output_path("--json", args.json, inputs=[args.path])
+    check_save_options(args)
     dataset = scan(args.path)
     sys.stderr.write(
         f"reading {args.path}: {len(dataset.files)} file(s), {dataset.total_bytes} B; "
@@ -178,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
     _print(measurement, lines, verdict)
     if args.json:  # after the report: --json /dev/stdout is appended to it
         result.save(args.json)
+    save_result(args, result, what="the measurement")
     if measurement.interrupted:
         return 128 + (stopped_by[0] if stopped_by else signal.SIGINT)
     if measurement.error_count or (verdict is not None and verdict.starves):

@@ -15,6 +15,7 @@ from typing import Any
 
 from fabricscope import options
 from fabricscope.model import hw_cli
+from fabricscope.store.save import add_save_options, check_save_options, save_result, wants_save
 
 __all__ = ["add_parser", "run_calibrate", "run_estimate", "run_plan", "run_predict", "run_validate"]
 
@@ -92,13 +93,18 @@ def _save(
     config: dict[str, Any],
     records: list[dict[str, Any]],
     summary: dict[str, Any],
+    args: argparse.Namespace | None = None,
 ) -> None:
-    if path is None:
+    if path is None and not (args is not None and wants_save(args)):
         return
     from fabricscope.results import Result
 
-    Result(kind=kind, config=config, records=records, summary=summary, env={"argv": list(sys.argv)}).save(path)
-    sys.stderr.write(f"wrote {path}\n")
+    result = Result(kind=kind, config=config, records=records, summary=summary, env={"argv": list(sys.argv)})
+    if path is not None:
+        result.save(path)
+        sys.stderr.write(f"wrote {path}\n")
+    if args is not None:
+        save_result(args, result, what=f"the {kind} result")
 
 
 # --- predict ------------------------------------------------------------------------------
@@ -139,6 +145,7 @@ def _add_predict(subparsers: Any) -> None:
         help="ranks per node (default: the cluster's)",
     )
     _json_option(p, "predict")
+    add_save_options(p)
     p.set_defaults(func=run_predict)
 
 
@@ -156,6 +163,7 @@ def run_predict(args: argparse.Namespace) -> int:
     if algo not in ALGO_CHOICES:
         raise _usage(f"unknown --algo {args.algo!r}{closest(algo, ALGO_CHOICES)}: use {', '.join(ALGO_CHOICES)}")
     _check_output(args.json, args.cluster)
+    check_save_options(args)
     cluster = _load_cluster(args)
     if args.gpus_per_node is not None:
         cluster = cluster.with_gpus_per_node(args.gpus_per_node)
@@ -239,6 +247,7 @@ def run_predict(args: argparse.Namespace) -> int:
         },
         records,
         summary,
+        args,
     )
     return 0
 
@@ -293,12 +302,19 @@ def _add_estimate(subparsers: Any) -> None:
     _precision_option(p)
     p.add_argument("--no-overlap", action="store_true", help="reduce gradients after the backward pass, not during")
     p.add_argument(
+        "--framework",
+        default=None,
+        help="price the split as this training stack runs it: megatron-lm-2021, megatron-core, deepspeed-pipeline, "
+        "deepspeed-zero3-2021, pytorch-fsdp, horovod or pytorch-ddp (named parameters with sources, docs/model.md)",
+    )
+    p.add_argument(
         "--ps-servers",
         type=options.whole(minimum=0, maximum=MAX_NODES),
         default="0",
         help="use K parameter servers instead of all-reduce",
     )
     _json_option(p, "estimate")
+    add_save_options(p)
     p.set_defaults(func=run_estimate)
 
 
@@ -307,11 +323,15 @@ def run_estimate(args: argparse.Namespace) -> int:
 
     from fabricscope.model import report, uncertainty
     from fabricscope.model.estimate import best_split, estimate
-    from fabricscope.model.parallel import PRECISIONS, RECOMPUTE, SplitRequest, as_choice
+    from fabricscope.model.parallel import FRAMEWORKS, PRECISIONS, RECOMPUTE, SplitRequest, as_choice, stack_settings
     from fabricscope.model.workload import load_model
 
     _check_output(args.json, args.model, args.cluster)
+    check_save_options(args)
     model = load_model(args.model)
+    stack = None if args.framework is None else FRAMEWORKS[as_choice(args.framework, tuple(FRAMEWORKS), "--framework")]
+    if stack is not None:
+        model = dataclasses.replace(model, flash_attention=stack.flash_attention)
     cluster = _load_cluster(args)
     precision = (
         cluster.gpu.default_precision
@@ -330,9 +350,11 @@ def run_estimate(args: argparse.Namespace) -> int:
         sequence_parallel=args.sequence_parallel,
         global_batch=args.global_batch or 0,
         precision=precision,
-        dp_overlap=not args.no_overlap,
+        dp_overlap=not args.no_overlap and (stack is None or stack.dp_overlap),
         ps_servers=args.ps_servers,
     )
+    if stack is not None:
+        request = dataclasses.replace(request, **stack_settings(stack))
     par = best_split(model, cluster, request)
     result = estimate(model, cluster, par, chosen=tuple(request.open))
     _print(report.estimate_lines(result))
@@ -352,6 +374,7 @@ def run_estimate(args: argparse.Namespace) -> int:
         },
         [record],
         {"bottleneck": record["bottleneck"], "step_time_s": record["step_time_s"], "uncertainty": sure.record()},
+        args,
     )
     return 0
 

@@ -196,13 +196,13 @@ class Cluster:
     def with_nodes(self, nodes: int) -> Cluster:
         """The same cluster with another node count."""
         if nodes < 1:
-            raise UsageError(f"--nodes must be at least 1, got {nodes}")
+            raise InvalidValue(f"must be at least 1, got {nodes}", key="nodes")
         return resolve(dataclasses.replace(self.spec, nodes=nodes), name=self.name, source=self.name)
 
     def with_gpus_per_node(self, gpus_per_node: int) -> Cluster:
         """The same cluster with another number of GPUs (ranks) per node."""
         if gpus_per_node < 1:
-            raise UsageError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
+            raise InvalidValue(f"must be at least 1, got {gpus_per_node}", key="gpus_per_node")
         spec = dataclasses.replace(self.spec, gpus_per_node=gpus_per_node)
         return resolve(spec, name=self.name, source=self.name)
 

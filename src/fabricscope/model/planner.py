@@ -290,21 +290,22 @@ def plan(
     sc = scenario(scenario_name)
     gpu = hardware.lookup("gpu", gpu_name or sc.gpu, GPU)
     if gpus < 1:
-        raise UsageError(f"--gpus must be at least 1, got {gpus}")
+        raise InvalidValue(f"must be at least 1, got {gpus}", key="gpus")
     per_node = min(8, gpus)
     if gpus % per_node:
-        raise UsageError(f"--gpus {gpus} must be a multiple of 8 (servers of 8 GPUs) or 8 or fewer")
+        raise InvalidValue(f"must be a multiple of 8 (servers of 8 GPUs) or 8 or fewer, got {gpus}", key="gpus")
     target = sc.target_util if target_util is None else target_util
     if not 0 < target <= 1:
-        raise UsageError(f"--target-util must be in (0, 1], got {target}")
+        raise InvalidValue(f"must be in (0, 1], got {target}", key="target_util")
+    if max_latency_us is not None and not max_latency_us > 0:
+        # 0 is the scenarios' "no budget"; a caller who asks for a budget gives a positive one.
+        raise InvalidValue(f"must be positive, got {max_latency_us}", key="max_latency_us")
     budget = sc.max_latency_us if max_latency_us is None else max_latency_us
-    if budget < 0:
-        raise UsageError(f"--max-latency-us must not be negative, got {budget}")
     precision = precision or cast(Precision, gpu.default_precision)
     gpu.peak_flops(precision)
     nodes = gpus // per_node
     if global_batch < 0:
-        raise UsageError(f"--global-batch must be at least 1, got {global_batch}")
+        raise InvalidValue(f"must be at least 1, got {global_batch}", key="global_batch")
     cand = splits(
         model, gpus=gpus, gpus_per_node=per_node, batch=global_batch, request=SplitRequest(precision=precision)
     )

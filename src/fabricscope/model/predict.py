@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fabricscope.dtypes import DTYPES
-from fabricscope.errors import UsageError
+from fabricscope.errors import InvalidValue, UsageError
 from fabricscope.model import collective_cost as model
 from fabricscope.model.cluster import CalibratedOp
 from fabricscope.model.fabric import Fabric
@@ -128,7 +128,7 @@ def predict_op(
             seconds, labels = model.choose(found, chosen)
         seconds = np.broadcast_to(seconds, moved.shape)
         if not np.all(np.isfinite(seconds)):
-            raise UsageError(f"--algo {algo} cannot run on this cluster: {_why_not(algo, nodes, gpus_per_node)}")
+            raise InvalidValue(f"{algo} cannot run on this cluster: {_why_not(algo, nodes, gpus_per_node)}", key="algo")
         if chosen is None and found:
             best, best_labels = model.choose(found, plain=True)
             best = np.broadcast_to(best, moved.shape)

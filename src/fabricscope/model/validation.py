@@ -23,6 +23,7 @@ after the backward pass (Megatron-LM added ``--overlap-grad-reduce`` later).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import re
 import statistics
@@ -37,9 +38,20 @@ from fabricscope.model import hardware
 from fabricscope.model.cluster import ClusterSpec, IntraFabric, NetworkSpec, TransportName, resolve
 from fabricscope.model.estimate import estimate
 from fabricscope.model.fabric import fabric_of
-from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, Recompute, check_layout
+from fabricscope.model.parallel import (
+    FRAMEWORKS,
+    PRECISIONS,
+    RECOMPUTE,
+    Framework,
+    ParallelConfig,
+    Precision,
+    Recompute,
+    as_choice,
+    check_layout,
+    stack_settings,
+)
 from fabricscope.model.predict import predict_op
-from fabricscope.model.workload import PARAMS_TOLERANCE, ModelSpec
+from fabricscope.model.workload import PARAMS_TOLERANCE, ModelSpec, model_presets
 from fabricscope.ops import get as get_op
 from fabricscope.userfiles import read_text
 
@@ -322,53 +334,122 @@ def _check_params(row: Mapping[str, str], model: ModelSpec) -> None:
         )
 
 
+TRAINING_METRICS = (
+    "tflops_per_gpu",
+    "model_tflops_per_gpu",
+    "iteration_s",
+    "tokens_per_s_per_gpu",
+    "images_per_s",
+    "scaling_efficiency",
+)
+"""What a training row may publish: TFLOP/s as Narayanan et al. count them (eq. 3, recomputation
+included when it ran), model TFLOP/s (6 x matmul parameters + attention per token, the MFU
+numerator of PaLM and Llama 3), seconds per step, tokens per second per GPU, images per second
+(all GPUs), and scaling efficiency (throughput over GPUs x the throughput of one GPU)."""
+
+
+def _framework(row: Mapping[str, str]) -> Framework:
+    """The ``framework`` column's named parameters (:data:`FRAMEWORKS`, megatron-lm-2021 when
+    empty), with ``flash_attention``, ``dp_overlap`` and ``regather_on_recompute`` overridden by
+    their own columns."""
+    name = (row.get("framework") or "").strip().lower() or "megatron-lm-2021"
+    if name not in FRAMEWORKS:
+        raise UsageError(f"framework = {name!r} is not one of {', '.join(FRAMEWORKS)}{closest(name, FRAMEWORKS)}")
+    stack = FRAMEWORKS[name]
+    return dataclasses.replace(
+        stack,
+        flash_attention=_flag(row, "flash_attention", stack.flash_attention),
+        dp_overlap=_flag(row, "dp_overlap", stack.dp_overlap),
+        regather_on_recompute=_flag(row, "regather_on_recompute", stack.regather_on_recompute),
+    )
+
+
+def _row_model(row: Mapping[str, str], batch: int, flash: bool) -> ModelSpec:
+    """The row's workload: a preset named in ``model`` (a vision row), or its transformer shape."""
+    name = (row.get("model") or "").strip().lower()
+    if name:
+        presets = model_presets()
+        if name not in presets:
+            raise UsageError(f"model = {name!r} is not a preset{closest(name, presets)}: use {', '.join(presets)}")
+        return dataclasses.replace(presets[name], global_batch=batch)
+    gated = _flag(row, "gated_mlp", False)
+    return ModelSpec(
+        name=row["id"],
+        layers=_number(row, "layers", whole=True),
+        hidden=_number(row, "hidden", whole=True),
+        heads=_number(row, "heads", whole=True),
+        kv_heads=_number(row, "kv_heads", whole=True) if (row.get("kv_heads") or "").strip() else 0,
+        ffn=_number(row, "ffn", whole=True) if (row.get("ffn") or "").strip() else 0,
+        gated_mlp=gated,
+        tied_embeddings=not gated,
+        seq=_number(row, "seq_len", whole=True),
+        vocab=_number(row, "vocab", whole=True),
+        flash_attention=flash,
+        global_batch=batch,
+    )
+
+
+def _optional_whole(row: Mapping[str, str], key: str, default: int, *, allow_zero: bool = False) -> int:
+    return int(_number(row, key, whole=True, allow_zero=allow_zero)) if (row.get(key) or "").strip() else default
+
+
 def check_training(row: Mapping[str, str], where: str) -> Comparison:
     gpus, per_node = _number(row, "gpus", whole=True), _number(row, "gpus_per_node", whole=True)
     if gpus % per_node and gpus > per_node:
         raise UsageError(f"gpus = {gpus} must be a multiple of gpus_per_node = {per_node} (whole nodes)")
     per_node = min(per_node, gpus)
     cluster = _cluster(row, gpus // per_node, per_node)
-    layers, hidden, seq, vocab = (_number(row, key, whole=True) for key in ("layers", "hidden", "seq_len", "vocab"))
     batch = _number(row, "global_batch", whole=True)
     published = _number(row, "value")
-    model = ModelSpec(
-        name=row["id"],
-        layers=layers,
-        hidden=hidden,
-        heads=_number(row, "heads", whole=True),
-        seq=seq,
-        vocab=vocab,
-        flash_attention=_flag(row, "flash_attention", False),
-        global_batch=batch,
-    )
+    metric = row["metric"]
+    if metric not in TRAINING_METRICS:
+        raise ConfigError(f"metric {metric!r} is not one of {', '.join(TRAINING_METRICS)}")
+    stack = _framework(row)
+    model = _row_model(row, batch, stack.flash_attention)
     recompute, sequence_parallel = _recompute(row.get("recompute") or "")
-    _check_params(row, model)
+    if model.is_transformer:
+        _check_params(row, model)
     par = ParallelConfig(
         tp=_number(row, "tp", whole=True),
         pp=_number(row, "pp", whole=True),
         dp=_number(row, "dp", whole=True),
-        zero=int(row.get("zero_stage") or 0),
-        micro_batch=int(row.get("micro_batch") or 1),
-        interleave=int(row.get("interleave") or 1),
+        zero=_optional_whole(row, "zero_stage", 0, allow_zero=True),
+        micro_batch=_optional_whole(row, "micro_batch", 1),
+        interleave=_optional_whole(row, "interleave", 1),
         recompute=recompute,
         sequence_parallel=sequence_parallel,
-        dp_overlap=_flag(row, "dp_overlap", False),
+        dp_overlap=stack.dp_overlap,
+        **stack_settings(stack),
+        ps_servers=_optional_whole(row, "ps_servers", 0, allow_zero=True),
+        precision=_precision(row, cluster),
     )
     check_layout(par, model, gpus=gpus, gpus_per_node=per_node, batch=batch, row=True)
     result = estimate(model, cluster, par, what_ifs=False)
     step = result.step_s
-    metric = row["metric"]
     if metric == "iteration_s":
         predicted = step
     elif metric == "tflops_per_gpu":
         # Counted as the papers count: Narayanan et al. eq. 3, with recomputation when it ran.
+        s, n, h, v = model.seq, model.layers, model.hidden, model.vocab
         if par.recompute == "full":
-            flops = 96 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+            flops = 96 * batch * s * n * h**2 * (1 + s / (6 * h) + v / (16 * n * h))
         else:
-            flops = 72 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (12 * layers * hidden))
+            flops = 72 * batch * s * n * h**2 * (1 + s / (6 * h) + v / (12 * n * h))
         predicted = flops / gpus / step / 1e12
-    else:
-        raise ConfigError(f"metric {metric!r} is not one of tflops_per_gpu, iteration_s")
+    elif metric == "model_tflops_per_gpu":
+        predicted = result.tflops_per_gpu
+    elif metric == "tokens_per_s_per_gpu":
+        predicted = batch * model.seq / step / gpus
+    elif metric == "images_per_s":
+        predicted = result.samples_per_s
+    else:  # scaling_efficiency: against the same job on one GPU, with the same per-GPU batch
+        one = estimate(
+            model,
+            _cluster(row, 1, 1),
+            dataclasses.replace(par, tp=1, pp=1, dp=1, zero=0, ps_servers=0, global_batch=batch // gpus),
+            what_ifs=False,
+        )
+        predicted = result.samples_per_s / (gpus * one.samples_per_s)
     return Comparison(
         id=row["id"],
         file=Path(where).name,
@@ -380,6 +461,14 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         group=_group(row, "training"),
         known_off=KNOWN_OFF in (row.get("notes") or ""),
     )
+
+
+def _precision(row: Mapping[str, str], cluster: Any) -> Precision:
+    """The ``precision`` column, or bf16 where the GPU has it (fp16 on V100)."""
+    text = (row.get("precision") or "").strip().lower()
+    if text:
+        return as_choice(text, PRECISIONS, "precision")
+    return "bf16" if float(cluster.gpu.tflops_bf16) > 0 else "fp16"
 
 
 def validate_file(path: Any) -> list[Comparison]:
