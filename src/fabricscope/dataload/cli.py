@@ -57,7 +57,6 @@ def add_parser(subparsers: Any) -> None:
             "training's need, say whether storage keeps up and by how much."
         ),
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("path", metavar="PATH", help="a regular file, or a directory of data files")
     parser.add_argument(
