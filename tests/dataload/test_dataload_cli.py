@@ -143,6 +143,16 @@ def test_save_keeps_the_measurement_in_the_history(big_file, tmp_path):
     assert "dataload" in listed.stdout and "nvme-cold" in listed.stdout
 
 
+def test_a_file_name_cannot_drive_the_terminal(disk_dir):
+    hostile = disk_dir / "x\x1b[2J\x1b[31mred\nnext.bin"
+    hostile.write_bytes(os.urandom(10000))
+    done = run_cli(["dataload", str(hostile)])
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout + done.stderr
+    assert "\\x1b[2J" in done.stdout and "\\n" in done.stdout
+    assert len(done.stderr.splitlines()) == 1  # "reading ...": the name's newline is shown, not obeyed
+
+
 def test_dataload_is_listed_in_help():
     done = run_cli(["--help"])
     assert "dataload" in done.stdout

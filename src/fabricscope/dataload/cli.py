@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from fabricscope.store.save import add_save_options, check_save_options, save_result
 
 if TYPE_CHECKING:
+    from fabricscope.dataload.dataset import DataSet
     from fabricscope.dataload.reader import Measurement, ReadConfig
     from fabricscope.dataload.verdict import Need, Verdict
 
@@ -144,7 +145,6 @@ def _need(args: argparse.Namespace) -> Need | None:
 def run(args: argparse.Namespace) -> int:
     from fabricscope.dataload.dataset import scan
     from fabricscope.dataload.pagecache import available_memory
-    from fabricscope.dataload.reader import read_dataset
     from fabricscope.dataload.report import notes, to_result
     from fabricscope.dataload.verdict import judge
     from fabricscope.results import check_output_path
@@ -156,24 +156,24 @@ def run(args: argparse.Namespace) -> int:
         check_output_path("--json", args.json, inputs=[args.path])
     check_save_options(args)
     dataset = scan(args.path)
-    sys.stderr.write(
+    _log(
         f"reading {args.path}: {len(dataset.files)} file(s), {dataset.total_bytes} B; "
         f"{config.workers} worker(s), {format_size(config.block_size)} blocks, "
-        f"{'random' if config.random else 'sequential'}, {'direct' if config.direct else 'buffered'}\n"
+        f"{'random' if config.random else 'sequential'}, {'direct' if config.direct else 'buffered'}"
     )
     if dataset.skipped:
         skipped = ", ".join(f"{n} {kind}" for kind, n in sorted(dataset.skipped.items()))
-        sys.stderr.write(f"note: skipped what is not a regular file: {skipped}\n")
+        _log(f"note: skipped what is not a regular file: {skipped}")
     stopped_by: list[int] = []
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: _stop(stopped_by, signum))
     try:
-        measurement = _measure(dataset, config, read_dataset)
+        measurement = _measure(dataset, config)
     finally:
         signal.signal(signal.SIGTERM, previous)
     if measurement.fallback_files:
-        sys.stderr.write(
+        _log(
             f"note: the file system refused O_DIRECT ({measurement.fallback_reason}); "
-            "read through the page cache instead\n"
+            "read through the page cache instead"
         )
     verdict = judge(measurement.bytes_per_s, need) if need is not None and measurement.seconds > 0 else None
     lines = notes(measurement, memory_available=available_memory())
@@ -195,10 +195,19 @@ def _stop(stopped_by: list[int], signum: int) -> None:
     raise KeyboardInterrupt
 
 
-def _measure(dataset: Any, config: Any, read_dataset: Any) -> Measurement:
+def _log(line: str) -> None:
+    """One line on stderr; a file name cannot send control characters to the terminal."""
+    from fabricscope.cli import printable
+
+    sys.stderr.write(printable(line) + "\n")
+
+
+def _measure(dataset: DataSet, config: ReadConfig) -> Measurement:
+    from fabricscope.dataload.reader import read_dataset
+
     total = dataset.total_bytes if config.duration_s is None else None
     if not sys.stderr.isatty():
-        return read_dataset(dataset, config)  # type: ignore[no-any-return]
+        return read_dataset(dataset, config)
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeElapsedColumn, TransferSpeedColumn
 
@@ -212,7 +221,7 @@ def _measure(dataset: Any, config: Any, read_dataset: Any) -> Measurement:
         transient=True,
     ) as bar:
         task = bar.add_task("reading", total=total)
-        return read_dataset(dataset, config, progress=lambda done: bar.update(task, completed=done))  # type: ignore[no-any-return]
+        return read_dataset(dataset, config, progress=lambda done: bar.update(task, completed=done))
 
 
 def _rate(bytes_per_s: float) -> str:
@@ -253,8 +262,10 @@ def _print(measurement: Measurement, lines: list[str], verdict: Verdict | None) 
     out.extend(f"note: {line}" for line in lines)
     if verdict is not None:
         out.append(_verdict_line(verdict))
+    from fabricscope.cli import printable
+
     try:
-        sys.stdout.write("\n".join(out) + "\n")
+        sys.stdout.write("".join(printable(line) + "\n" for line in out))
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader went away (| head -1): the verdict's exit code stands.  Point stdout
