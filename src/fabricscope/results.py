@@ -217,6 +217,7 @@ class Result:
         for key, kind in (("kind", str), ("records", list), ("config", dict)):
             if not isinstance(data.get(key), kind):
                 raise ResultFormatError(f"{source}: field {key!r} is missing or not a {kind.__name__}")
+        _check_records(data["records"], source)
         status = data.get("status", "complete")
         if status not in STATUSES:
             raise ResultFormatError(f"{source}: status {status!r} is not one of {', '.join(STATUSES)}")
@@ -252,12 +253,37 @@ def mark_unfinished(path: str | os.PathLike[str], status: str, error: str) -> bo
     return True
 
 
+_NUMERIC = ("size_bytes", "busbw_gbps")
+"""Fields of a collective record that every command reads as numbers."""
+_OPTIONAL_NUMERIC = ("count", "time_us", "algbw_gbps", "min_us", "p50_us", "p99_us", "max_us")
+"""Fields that may be missing (null), but are numbers when given."""
+
+
+def _check_records(records: list[Any], source: str) -> None:
+    """Every record is an object; a collective record's figures are finite numbers."""
+    for index, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise ResultFormatError(f"{source}: record {index} is not a JSON object")
+        if "op" not in record or "busbw_gbps" not in record:
+            continue
+        for key in (*_NUMERIC, *(k for k in _OPTIONAL_NUMERIC if record.get(k) is not None)):
+            value = record.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ResultFormatError(
+                    f"{source}: record {index} ({record.get('op')!r}) has {key} = {value!r}: it must be a number"
+                )
+
+
 def _json_default(value: Any) -> Any:
     if hasattr(value, "to_dict"):
         return value.to_dict()
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"cannot store {type(value).__name__} in a result")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
 
 
 def load(path: str | os.PathLike[str]) -> Result:
@@ -270,7 +296,7 @@ def load(path: str | os.PathLike[str]) -> Result:
     if text.lstrip().startswith('{"type":"header"'):
         return _from_stream(text, source)
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise ResultFormatError(
             f"{source}: corrupt result file (invalid JSON at line {exc.lineno}, column {exc.colno})"
@@ -371,7 +397,7 @@ def _from_stream(text: str, source: str) -> Result:
         if len(line) > _MAX_STREAM_LINE:
             raise ResultFormatError(f"{source}: line {number} is longer than {_MAX_STREAM_LINE >> 20} MiB")
         try:
-            item = json.loads(line)
+            item = json.loads(line, parse_constant=_no_constant)
         except (json.JSONDecodeError, RecursionError, ValueError):
             if number >= len(lines) - 1:  # the last line, torn by a kill mid-write
                 break
@@ -467,6 +493,11 @@ def check_output_path(flag: str, path: str, *, inputs: Iterable[str | os.PathLik
         return
     if written_through(path):
         return
+    if _is_database(path):
+        raise UsageError(
+            f"{flag} {shown} is a SQLite database (fabricscope's history, perhaps): "
+            "writing a result over it would destroy it; give another name"
+        )
     if info is not None and stat.S_ISREG(info.st_mode) and not info.st_mode & 0o222:
         raise UsageError(f"{flag} {shown} is read-only: fabricscope does not replace it (make it writable first)")
     folder = os.path.dirname(os.path.realpath(path))
@@ -481,6 +512,23 @@ def check_output_path(flag: str, path: str, *, inputs: Iterable[str | os.PathLik
         raise UsageError(f"{flag} {shown}: cannot create a file in {folder} ({exc.strerror or exc})") from None
     with contextlib.suppress(OSError):
         os.unlink(probe)
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _is_database(path: str) -> bool:
+    """Whether ``path`` (or the database it is the journal of) is a SQLite database."""
+    real = os.path.realpath(path)
+    candidates = [real] + [real[: -len(s)] for s in ("-wal", "-shm", "-journal") if real.endswith(s)]
+    for name in candidates:
+        try:
+            with open(name, "rb") as handle:
+                if stat.S_ISREG(os.fstat(handle.fileno()).st_mode) and handle.read(16) == _SQLITE_MAGIC:
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 def _hold_fifo(flag: str, path: str) -> None:
@@ -519,12 +567,24 @@ def written_through(path: str | os.PathLike[str]) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null: later writes, and Python's flush at exit, go nowhere."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 def _write_stream(path: str, text: str) -> None:
     """Append to a stream without ever waiting forever for its reader."""
     data = text.encode("utf-8")
     key = os.path.realpath(path) if path != STDOUT else ""
     if path == STDOUT:
-        sys.stdout.flush()
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _silence_stdout()
+            return
         fd, own = sys.stdout.fileno(), False
     elif key in _held:
         fd, own = _held[key], False
@@ -545,6 +605,11 @@ def _write_stream(path: str, text: str) -> None:
                 data = data[os.write(fd, data) :]
             except BlockingIOError:
                 continue
+            except BrokenPipeError:
+                if path == STDOUT or _STREAMS.match(os.path.abspath(path)):
+                    _silence_stdout()  # our own reader went away (| head): not a failure of the run
+                    return
+                raise RunError(f"cannot write {shorten(path)}: no process reads it any more") from None
             except OSError as exc:
                 raise RunError(f"cannot write {shorten(path)}: {exc.strerror or exc}") from None
     finally:
