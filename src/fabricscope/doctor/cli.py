@@ -7,9 +7,13 @@ imported by :func:`run`, and torch only in fleet mode.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import traceback
 from typing import TYPE_CHECKING, Any
+
+from fabricscope.doctor.invocation import DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:
     from fabricscope.doctor.expect import Expectations
@@ -31,8 +35,6 @@ examples:
   torchrun --nnodes 4 --nproc-per-node 1 ... -m fabricscope doctor --expect fleet.toml
   srun -N 16 --ntasks-per-node 1 fabricscope doctor    # rank 0 prints what differs across nodes
 """
-
-DEFAULT_TIMEOUT_S = 60.0
 
 
 def add_parser(subparsers: Any) -> None:
@@ -67,24 +69,6 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _usage(message: str) -> Exception:
-    from fabricscope.errors import UsageError
-
-    return UsageError(message)
-
-
-def _nproc(value: str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        raise _usage(f"--nproc must be a whole number, got {value!r}") from None
-    if number < 1:
-        raise _usage(f"--nproc must be at least 1, got {number}")
-    return number
-
-
 def run(args: argparse.Namespace) -> int:
     """The command: a verdict (0, 1, 2), a usage error (2, raised), or 3 when the doctor could not complete."""
     from fabricscope.doctor.findings import DoctorIncomplete
@@ -98,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(exc, DoctorIncomplete):
             raise
         raise DoctorIncomplete(str(exc)) from None
-    except BrokenPipeError:  # the reader went away (| head): the command line handles it
+    except BrokenPipeError:  # the reader went away before the report: no verdict to keep
         raise
     except Exception as exc:  # a bug: show where, and say there is no verdict
         traceback.print_exc(file=sys.stderr)
@@ -111,24 +95,33 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from fabricscope import launch
     from fabricscope.doctor.expect import load_expectations
-    from fabricscope.units import parse_duration
+    from fabricscope.doctor.invocation import check_outputs, parse_nproc, parse_timeout
+    from fabricscope.errors import UsageError
 
     if args.list:
         return _list_checks()
-    nproc = _nproc(args.nproc)
-    timeout_s = parse_duration(args.timeout, what="--timeout") if args.timeout else DEFAULT_TIMEOUT_S
-    expect = load_expectations(args.expect) if args.expect else None
+    nproc = parse_nproc(args.nproc)
+    timeout_s = parse_timeout(args.timeout)
+    if args.expect is not None and not args.expect.strip():
+        raise UsageError("--expect needs a file name, got an empty one")
+    expect = load_expectations(args.expect) if args.expect is not None else None
     world = launch.detect()
     if world is not None and world.world_size > 1:
         from fabricscope.doctor.fleet_run import run_rank
 
         if nproc is not None and world.rank == 0:
             sys.stderr.write(f"warning: --nproc is ignored: {world.launcher} started {world.world_size} ranks\n")
-        return run_rank(args, world, expect, timeout_s)
+        check_outputs(args, [world.rank])
+        code = run_rank(args, world, expect, timeout_s)
+        if world.rank != 0:
+            _leave(code)
+        return code
     if nproc is not None and nproc > 1:
         from fabricscope.doctor.fleet_run import spawn_fleet
 
+        check_outputs(args, range(nproc))
         return spawn_fleet(args, nproc, timeout_s)
+    check_outputs(args, [0])
     return _run_single(args, expect)
 
 
@@ -137,19 +130,17 @@ def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
     from fabricscope.doctor.diagnosis import diagnose, doctor_result, expand_placeholders, open_root
     from fabricscope.doctor.findings import DoctorIncomplete
     from fabricscope.doctor.fleet import node_facts
+    from fabricscope.doctor.invocation import print_report
     from fabricscope.doctor.probe import node_env
     from fabricscope.doctor.report import make_console, render_findings, verdict_line
     from fabricscope.errors import FabricscopeError
     from fabricscope.metadata import collect_env
-    from fabricscope.results import check_output_path
 
     root_path = expand_placeholders(args.root, rank=0, local_rank=0)
     root = open_root(root_path)
     capture = expand_placeholders(args.capture, rank=0, local_rank=0) if args.capture else None
     if capture:
         check_capture_target(capture)
-    if args.json:
-        check_output_path("--json", args.json)
     env = node_env(root, live=args.live_env)
     report = diagnose(root, env=env, expect=expect)
     node = report.node
@@ -174,16 +165,34 @@ def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
         except FabricscopeError as exc:
             problem = DoctorIncomplete(f"--json {args.json}: {exc}; no verdict")
     console = make_console()
-    render_findings(
-        console,
-        report.findings,
-        title=f"fabricscope doctor: {node.hostname} (root {node.root}; NCCL variables from {node.env_source})",
-        verbose=args.verbose,
-    )
-    console.print(verdict_line(report.findings, node.hostname))
+
+    def render() -> None:
+        render_findings(
+            console,
+            report.findings,
+            title=f"fabricscope doctor: {node.hostname} (root {node.root}; NCCL variables from {node.env_source})",
+            verbose=args.verbose,
+        )
+        console.print(verdict_line(report.findings, node.hostname))
+
+    print_report(render)  # a closed stdout (| head -1) keeps the verdict below
     if problem is not None:
         raise problem
     return report.exit_code
+
+
+def _leave(code: int) -> None:
+    """A rank other than 0 that is done: exit at once, before rank 0 does.
+
+    Rank 0 exits with the fleet's verdict; a launcher that sees it exit 1 or 2
+    ends the ranks still running and reports them as failed too, so the
+    others must not linger in Python's (and torch's) teardown.
+    """
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    os._exit(code)
 
 
 def _list_checks() -> int:
@@ -192,16 +201,3 @@ def _list_checks() -> int:
     for check in CHECKS:
         sys.stdout.write(f"{check.id:<20} {check.title}\n{'':<20} reads: {check.reads}\n")
     return 0
-
-
-def child_argv(args: argparse.Namespace, timeout_s: float) -> list[str]:
-    """The doctor flags a spawned rank gets: everything but --nproc."""
-    argv = ["--root", args.root, "--timeout", f"{timeout_s:g}"]
-    for flag, value in (("--expect", args.expect), ("--json", args.json), ("--capture", args.capture)):
-        if value is not None:
-            argv += [flag, value]
-    if args.verbose:
-        argv.append("--verbose")
-    if args.live_env:
-        argv.append("--live-env")
-    return argv

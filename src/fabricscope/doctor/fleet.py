@@ -7,6 +7,10 @@ its host, then probes, then sends its report, so rank 0 can name the host of
 a rank that died or hung while probing.  A rank that cannot probe (its tree is
 missing) sends a report that says so instead of exiting: under a launcher a
 rank that exits with an error takes the whole job, and the fleet report, down.
+But a rank that cannot reach the store, or whose rank 0 stops (SIGSTOP, a
+hang) before it has gathered the reports, exits with 3: then there is no fleet
+report to save, and a rank that exited 0 would leave the launcher waiting
+forever on a frozen rank 0.
 
 Ranks of one machine (same hostname and boot id) that saw the same values
 count as one node, so ``torchrun --nproc-per-node 8`` on four hosts compares
@@ -16,14 +20,15 @@ do not split them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from fabricscope.doctor.checks.base import (
     compute_nic_devices,
@@ -51,6 +56,8 @@ __all__ = [
     "group_reports",
     "node_facts",
 ]
+
+_T = TypeVar("_T")
 
 
 def _tally(values: Sequence[object]) -> str:
@@ -331,8 +338,24 @@ class Store(Protocol):
     def get(self, key: str) -> bytes: ...
 
 
+_GATHER_MARGIN_S = 10.0
+"""Seconds rank 0 gets beyond the timeout of its gathering (reading the reports of a large fleet)."""
+_FAREWELL_S = 5.0
+"""Seconds rank 0 waits, before it leaves, for the others to read that it has gathered (its store dies with it)."""
+_POLL_S = 0.05
+
+
 class Rendezvous:
-    """The exchange of one fleet run: each rank announces its host, then sends its report; rank 0 gathers."""
+    """The exchange of one fleet run through the launcher's store.
+
+    Each rank announces its host, probes, sends its report.  Rank 0 then
+    gathers every report, tells the others it has them, and prints the
+    fleet; the others wait, within the timeout, first for rank 0's own report
+    (so that a rank 0 stopped or hung while probing is noticed) and then for
+    rank 0 to have gathered.  A rank that cannot reach the store, or whose
+    rank 0 never gets there, raises :class:`DoctorIncomplete` (exit 3): the
+    launcher then ends the others instead of waiting forever on a frozen rank 0.
+    """
 
     def __init__(self, world: World, store: Store) -> None:
         self.world = world
@@ -342,6 +365,8 @@ class Rendezvous:
     @classmethod
     def connect(cls, world: World, timeout_s: float) -> Rendezvous:
         """Reach the launcher's store (rank 0 hosts it unless torchrun's agent does)."""
+        # A store that cannot be reached is one line of ours, not torch's C++ log with its stack frames.
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
         try:
             from torch.distributed import TCPStore  # type: ignore[attr-defined]
         except ImportError:
@@ -362,29 +387,93 @@ class Rendezvous:
         except (RuntimeError, OSError) as exc:
             raise DoctorIncomplete(
                 f"rank {world.rank}: cannot reach the rendezvous store at {world.master_addr}:{world.master_port} "
-                f"({exc})"
+                f"within {timeout_s:g} s ({_first_line(exc)}); is rank 0 running?"
             ) from None
         return cls(world, store)
 
+    def _store(self, doing: str, action: Callable[[], _T]) -> _T:
+        try:
+            return action()
+        except (RuntimeError, OSError) as exc:  # torch's DistError is a RuntimeError
+            raise DoctorIncomplete(
+                f"rank {self.world.rank}: lost the rendezvous store at "
+                f"{self.world.master_addr}:{self.world.master_port} while {doing} ({_first_line(exc)})"
+            ) from None
+
+    def _has(self, key: str, doing: str) -> bool:
+        return self._store(doing, lambda: self.store.check([self.prefix + key]))
+
+    def _set(self, key: str, value: str, doing: str) -> None:
+        self._store(doing, lambda: self.store.set(self.prefix + key, value))
+
+    def _get(self, key: str, doing: str) -> str:
+        return self._store(doing, lambda: self.store.get(self.prefix + key)).decode("utf-8")
+
+    def _wait(self, keys: Sequence[str], timeout_s: float, doing: str) -> bool:
+        """Whether every key is set within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while not all(self._has(k, doing) for k in keys):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_POLL_S)
+        return True
+
     def announce(self, hostname: str) -> None:
         """Say which host this rank runs on, before probing (so a rank that hangs can be named)."""
-        self.store.set(f"{self.prefix}host/{self.world.rank}", hostname)
+        self._set(f"host/{self.world.rank}", hostname, "announcing its host")
 
     def send(self, payload: str) -> None:
-        self.store.set(f"{self.prefix}report/{self.world.rank}", payload)
+        self._set(f"report/{self.world.rank}", payload, "sending its report")
 
     def gather(self, timeout_s: float) -> tuple[list[str], dict[int, str | None]]:
         """Rank 0: every report received within ``timeout_s``, and the ranks that sent none (with their host)."""
-        keys = [f"{self.prefix}report/{rank}" for rank in range(self.world.world_size)]
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and not all(self.store.check([k]) for k in keys):
-            time.sleep(0.05)
+        doing = "gathering the reports"
+        keys = [f"report/{rank}" for rank in range(self.world.world_size)]
+        self._wait(keys, timeout_s, doing)
         received: list[str] = []
         missing: dict[int, str | None] = {}
         for rank, key in enumerate(keys):
-            if self.store.check([key]):
-                received.append(self.store.get(key).decode("utf-8"))
+            if self._has(key, doing):
+                received.append(self._get(key, doing))
                 continue
-            host_key = f"{self.prefix}host/{rank}"
-            missing[rank] = self.store.get(host_key).decode("utf-8") if self.store.check([host_key]) else None
+            host_key = f"host/{rank}"
+            missing[rank] = self._get(host_key, doing) if self._has(host_key, doing) else None
+        self._set("gathered", "1", "saying it has the reports")
         return received, missing
+
+    def farewell(self, reported: Sequence[int]) -> None:
+        """Rank 0, before it leaves: give the ranks that reported a moment to read that it has gathered.
+
+        Where rank 0 hosts the store, the store dies with it.  Nothing here can
+        change the verdict already printed: a store lost now is not an error.
+        """
+        others = [f"bye/{rank}" for rank in reported if rank != self.world.rank]
+        with contextlib.suppress(DoctorIncomplete):
+            self._wait(others, _FAREWELL_S, "waiting for the others to leave")
+
+    def await_rank0(self, timeout_s: float) -> None:
+        """Every other rank, once its report is sent: wait for rank 0's report, then for rank 0 to gather.
+
+        Rank 0 gets ``timeout_s`` for its probe, as every rank does, then its
+        gathering's ``timeout_s`` and a margin; past either, raise.
+        """
+        doing = "waiting for rank 0"
+        if not self._wait(["report/0"], timeout_s, doing):
+            raise DoctorIncomplete(
+                f"rank {self.world.rank}: rank 0 sent no report within {timeout_s:g} s "
+                "(it is stopped, hung or dead): no fleet report"
+            )
+        gather_s = timeout_s + _GATHER_MARGIN_S
+        if not self._wait(["gathered"], gather_s, doing):
+            raise DoctorIncomplete(
+                f"rank {self.world.rank}: rank 0 did not gather the reports within {gather_s:g} s "
+                "(it is stopped, hung or dead): no fleet report"
+            )
+        with contextlib.suppress(DoctorIncomplete):  # rank 0 stops waiting for this soon enough
+            self._set(f"bye/{self.world.rank}", "1", "leaving")
+
+
+def _first_line(exc: BaseException) -> str:
+    """The message of a torch error without the C++ stack frames that may follow it."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
