@@ -9,7 +9,9 @@ line imports this module while it registers its flags.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
@@ -33,6 +35,7 @@ MAX_LOCAL_RANKS = 1024
 MIN_TIMEOUT_S = 1.0
 MAX_TIMEOUT_S = 7 * 86400.0
 """``--timeout`` bounds, as bench's: under a second no rendezvous completes; a week is no health check."""
+_DURATION = re.compile(r"^\s*[0-9.]+\s*(?:ms|s|m|h)?\s*$", re.IGNORECASE)
 
 
 def parse_nproc(value: str | None) -> int | None:
@@ -59,7 +62,12 @@ def parse_timeout(value: str | None) -> float:
 
     if value is None:
         return DEFAULT_TIMEOUT_S
-    seconds = parse_duration(value, what="--timeout")
+    try:
+        seconds = parse_duration(value, what="--timeout")
+    except UsageError:
+        if not _DURATION.match(value):
+            raise  # not a duration at all: the parser says what one looks like
+        seconds = math.nan  # 0, or beyond float: out of range, said once below
     if not MIN_TIMEOUT_S <= seconds <= MAX_TIMEOUT_S:
         raise UsageError(
             f"--timeout must be between {MIN_TIMEOUT_S:g} s and {MAX_TIMEOUT_S / 86400:g} days, got {value!r}"
