@@ -187,7 +187,8 @@ def test_ctrl_c_while_starting_up_is_quiet(tmp_path):
 
 
 def test_closed_stdout_stops_every_rank_at_one_row(tmp_path):
-    # `fabricscope bench | head`: rank 0 cannot print any more; all ranks stop together, quietly.
+    # `fabricscope bench | head`: rank 0 cannot print any more; all ranks stop together, quietly,
+    # and the exit code is the verdict of what was measured (0 here), as for every command.
     out = tmp_path / "p.json"
     proc = start_cli(["bench", "-b", "1K", "-e", "1M", "--json", str(out)])
     proc.stdout.readline()
@@ -195,8 +196,8 @@ def test_closed_stdout_stops_every_rank_at_one_row(tmp_path):
     proc.wait(timeout=60)
     stderr = proc.stderr.read()
     proc.stderr.close()
-    assert proc.returncode == 130
-    assert stderr.strip().splitlines() == [
-        line for line in stderr.strip().splitlines() if line.startswith("interrupted (its output was closed)")
-    ]
-    assert load(out).status == "interrupted"
+    assert proc.returncode == 0, stderr
+    assert stderr.strip() == ""
+    result = load(out)
+    assert result.status == "interrupted" and result.error == "its output was closed"
+    assert 0 < len(result.records) < 2 * 11

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -28,10 +29,18 @@ COMMAND_MODULES = (
 """Modules that each register one or more sub-commands, in help order."""
 
 
+_ARGUMENT = re.compile(r"^argument (?P<flag>[^:\s]+): (?P<rest>.*)$", re.DOTALL)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with the package's error policy: one line, exit 2, no usage dump."""
 
     def error(self, message: str) -> NoReturn:
+        # argparse says "argument -n/--iters: must be ..."; say "-n/--iters must be ...".
+        match = _ARGUMENT.match(message)
+        if match:
+            rest = match["rest"]
+            message = f"{match['flag']} {rest}" if rest.startswith("must ") else f"{match['flag']}: {rest}"
         sys.stderr.write(f"error: {message} (see '{self.prog} --help')\n")
         raise SystemExit(2)
 
@@ -47,12 +56,25 @@ def build_parser() -> Parser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_parser(subparsers)
+    _remember_parsers(parser)
     return parser
+
+
+def _remember_parsers(parser: argparse.ArgumentParser) -> None:
+    """Let every (sub-)command's namespace name its own parser, so that an unknown option
+    points to that command's help, not the top level's."""
+    parser.set_defaults(_parser=parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _remember_parsers(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

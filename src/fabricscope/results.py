@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fabricscope.errors import ResultFormatError, RunError, UsageError
+from fabricscope.userfiles import read_json
 
 __all__ = [
     "COLLECTIVE_FIELDS",
@@ -46,6 +47,9 @@ __all__ = [
 FORMAT = "fabricscope-result"
 VERSION = 1
 STATUSES = ("complete", "partial", "failed", "interrupted")
+
+MAX_RESULT_BYTES = 1 << 30
+"""Largest result file :func:`load` reads (a long ``--duration`` run keeps every sample)."""
 
 COLLECTIVE_FIELDS = (
     "op",
@@ -208,20 +212,8 @@ def _json_default(value: Any) -> Any:
 
 def load(path: str | os.PathLike[str]) -> Result:
     """Read a Result file; any problem is a :class:`ResultFormatError` naming the file."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ResultFormatError(f"{source}: no such result file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ResultFormatError(f"{source}: cannot read result file ({exc})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ResultFormatError(
-            f"{source}: corrupt result file (invalid JSON at line {exc.lineno}, column {exc.colno})"
-        ) from None
-    return Result.from_dict(data, source=source)
+    data = read_json(path, what="result file", max_bytes=MAX_RESULT_BYTES, error=ResultFormatError)
+    return Result.from_dict(data, source=str(path))
 
 
 def check_output_path(flag: str, path: str) -> None:

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 
 from fabricscope.errors import UsageError
 
 __all__ = [
     "GB",
+    "MAX_SIZE",
     "bytes_per_s_to_gbps",
     "format_size",
     "gbps",
@@ -29,33 +31,65 @@ __all__ = [
 GB = 1e9
 """Bytes in a GB, as nccl-tests reports bandwidth (1e9, not 2**30)."""
 
-_BINARY = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_DECIMAL = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)
-_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGTkmgt])(bit/s|bits/s|bit|bps|b/s|b|Bps|B/s|B)?\s*$")
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$", re.IGNORECASE)
+_BINARY = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+_DECIMAL = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
+_MAX_DIGITS = 30
+"""Digits accepted in a number: a size, rate or duration never needs more; 400 digits is a typo."""
+
+# One grammar for every number with a unit: a decimal number (an exponent only where
+# the caller allows it), an optional prefix, an optional unit.
+_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
+_SIZE_RE = re.compile(rf"^\s*{_NUMBER}\s*([KMGTP]?)(i?[Bb])?\s*$", re.IGNORECASE)
+_RATE_RE = re.compile(rf"^\s*{_NUMBER}\s*([KMGTPkmgtp])(bit/s|bits/s|bit|bps|b/s|b|Bps|B/s|B)?\s*$")
+_DURATION_RE = re.compile(r"^\s*((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
+_SECONDS = {"ms": Fraction(1, 1000), "s": Fraction(1), "m": Fraction(60), "h": Fraction(3600), "d": Fraction(86400)}
+
+MAX_SIZE = 1 << 60
+"""Largest size any command accepts (an exbibyte): beyond it a size is a typo."""
+
+
+def _exact(number: str, what: str, text: object) -> Fraction:
+    """The exact value of a decimal number string (no float rounding above 2**53)."""
+    if len(number.replace(".", "").lstrip("0")) > _MAX_DIGITS:
+        raise UsageError(f"{what} {_quote(text)} has too many digits (at most {_MAX_DIGITS})")
+    return Fraction(number)
+
+
+def _quote(text: object) -> str:
+    shown = repr(str(text))
+    return shown if len(shown) <= 60 else shown[:28] + "..." + shown[-28:]
 
 
 def parse_size(text: str | int, *, what: str = "size") -> int:
-    """Parse ``"8"``, ``"64K"``, ``"1M"``, ``"1.5G"`` into bytes (binary suffixes).
+    """Parse ``"8"``, ``"64K"``, ``"1M"``, ``"1.5G"`` into bytes (binary suffixes), exactly.
 
-    Raises :class:`UsageError` naming ``what`` for anything else, including
-    negative numbers and sizes that are not a whole number of bytes.
+    ``B``, ``KB``, ``KiB`` mean bytes; a lowercase ``b`` means bits and is refused
+    (``1Gb`` is not 1 GiB).  Raises :class:`UsageError` naming ``what`` for anything
+    else, including negative numbers, sizes that are not a whole number of bytes
+    and sizes above :data:`MAX_SIZE`.
     """
     if isinstance(text, int) and not isinstance(text, bool):
-        if text < 0:
+        value = Fraction(text)
+        if value < 0:
             raise UsageError(f"{what} must not be negative, got {text}")
-        return text
-    match = _SIZE_RE.match(str(text))
-    if not match:
-        raise UsageError(
-            f"invalid {what} {str(text)!r}: use a number of bytes with an optional "
-            "binary suffix K, M, G or T (for example 8, 64K, 1M, 8G)"
-        )
-    number, suffix, _ = match.groups()
-    value = float(number) * _BINARY[suffix.upper()]
-    if not value.is_integer():
-        raise UsageError(f"invalid {what} {text!r}: it is not a whole number of bytes")
+    else:
+        match = _SIZE_RE.match(str(text))
+        if not match:
+            raise UsageError(
+                f"invalid {what} {_quote(text)}: use a number of bytes with an optional "
+                "binary suffix K, M, G or T (for example 8, 64K, 1M, 8G)"
+            )
+        number, suffix, unit = match.groups()
+        if unit and unit.endswith("b"):
+            raise UsageError(
+                f"invalid {what} {_quote(text)}: a lowercase b means bits, and sizes are bytes: "
+                f"write {number}{suffix.upper()} or {number}{suffix.upper()}B"
+            )
+        value = _exact(number, what, text) * _BINARY[suffix.upper()]
+    if value.denominator != 1:
+        raise UsageError(f"invalid {what} {_quote(text)}: it is not a whole number of bytes")
+    if value > MAX_SIZE:
+        raise UsageError(f"{what} {_quote(text)} is too large (at most {MAX_SIZE} bytes, 1024P)")
     return int(value)
 
 
@@ -68,38 +102,48 @@ def parse_rate(text: str | float, *, what: str = "rate") -> float:
     (``GB/s``, ``GBps``) is bytes.  A number is taken as bits per second.
     """
     if isinstance(text, (int, float)) and not isinstance(text, bool):
-        value = float(text)
+        if isinstance(text, float) and not math.isfinite(text):
+            raise UsageError(f"{what} must be a positive number, got {text!r}")
+        value = Fraction(text)
     else:
         match = _RATE_RE.match(str(text))
         if not match:
             raise UsageError(
-                f"invalid {what} {str(text)!r}: give a rate with its decimal prefix, in bits "
+                f"invalid {what} {_quote(text)}: give a rate with its decimal prefix, in bits "
                 "(10G, 200Gbps, 400Gb/s) or bytes (50GB/s)"
             )
         number, prefix, unit = match.groups()
-        value = float(number) * _DECIMAL[prefix.upper()] * (8 if unit and unit.startswith("B") else 1)
-    if value <= 0 or not math.isfinite(value):
-        raise UsageError(f"{what} must be a positive number, got {text!r}")
-    return value
+        value = _exact(number, what, text) * _DECIMAL[prefix.upper()] * (8 if unit and unit.startswith("B") else 1)
+    if value <= 0 or value > 10**21:
+        raise UsageError(f"{what} must be a positive rate up to 1000 Pbit/s, got {_quote(text)}")
+    return float(value)
 
 
 def parse_duration(text: str | float, *, what: str = "duration") -> float:
-    """Parse ``"30"``, ``"30s"``, ``"500ms"``, ``"2m"`` into seconds (must be > 0)."""
+    """Parse ``"30"``, ``"30s"``, ``"500ms"``, ``"2m"``, ``"1h"``, ``"1e3"`` into seconds (must be > 0)."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
-        seconds = float(text)
+        if isinstance(text, float) and not math.isfinite(text):
+            raise UsageError(f"{what} must be a positive number of seconds, got {text!r}")
+        seconds = Fraction(text)
     else:
         match = _DURATION_RE.match(str(text))
         if not match:
             raise UsageError(
-                f"invalid {what} {str(text)!r}: use seconds, optionally with a unit "
-                "ms, s, m or h (for example 30, 500ms, 2m)"
+                f"invalid {what} {_quote(text)}: use seconds, optionally with a unit "
+                "ms, s, m, h or d (for example 30, 500ms, 2m)"
             )
-        number, unit = match.groups()
-        scale = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[(unit or "s").lower()]
-        seconds = float(number) * scale
-    if seconds <= 0 or not math.isfinite(seconds):
-        raise UsageError(f"{what} must be a positive number of seconds, got {text!r}")
-    return seconds
+        number, unit = match.group(1), match.group(2) or "s"
+        mantissa = number.lower().split("e")[0]
+        _exact(mantissa, what, text)
+        exponent = int(number.lower().split("e")[1]) if "e" in number.lower() else 0
+        if abs(exponent) > _MAX_DIGITS:
+            raise UsageError(f"{what} {_quote(text)} is out of range")
+        seconds = Fraction(number) * _SECONDS[unit.lower()]
+    if seconds <= 0:
+        raise UsageError(f"{what} must be a positive number of seconds, got {_quote(text)}")
+    if seconds > 10**12:
+        raise UsageError(f"{what} {_quote(text)} is out of range")
+    return float(seconds)
 
 
 def format_size(n_bytes: int) -> str:

@@ -1,32 +1,197 @@
-"""Reading user-written files (cluster and model descriptions, doctor expectations).
+"""Reading user-written files safely: the one reader behind every file argument.
 
-One reader for every TOML file a user hands fabricscope, so that every
-command words a missing, unreadable or malformed file the same way: one
-:class:`~fabricscope.errors.ConfigError` line that names the file.
+Cluster and model descriptions, doctor expectations, validation CSVs, result
+files and nccl-tests logs all come in through :func:`read_text` (or
+:func:`read_toml` / :func:`read_json` on top of it), so that every command treats
+a hostile or careless file the same way:
+
+- only regular files are read: a FIFO, a device (a link to ``/dev/zero``), a
+  socket or a directory is refused at once (opened non-blocking, so a FIFO with
+  no writer never blocks);
+- at most ``max_bytes`` are read (a cluster file is kilobytes; a file that
+  grows while it is read is cut off there and refused);
+- a name too long for the system, a link loop, a missing or unreadable file,
+  text that is not UTF-8: one line naming the file and what is wrong;
+- a UTF-8 byte-order mark (a spreadsheet's export) is dropped;
+- TOML and JSON nested deeper than :data:`MAX_DEPTH` levels, and TOML integers
+  outside the 64 bits the TOML standard allows, are refused instead of
+  overflowing the parser's stack or a later float conversion.
+
+Every problem is one :class:`~fabricscope.errors.ConfigError` (or the error class
+the caller names, for result files) and so one ``error:`` line and exit 2.
 """
 
 from __future__ import annotations
 
+import errno
+import json
+import os
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any
 
-from fabricscope.errors import ConfigError
+from fabricscope.errors import ConfigError, UsageError
 
-__all__ = ["read_toml"]
+__all__ = ["MAX_DEPTH", "MAX_TEXT_BYTES", "check_depth", "is_path", "read_json", "read_text", "read_toml", "shorten"]
+
+MAX_TEXT_BYTES = 4 << 20
+"""Default cap on a user-written file (cluster, model, expectations, CSV): 4 MiB."""
+
+MAX_DEPTH = 64
+"""Deepest nesting of tables and arrays accepted in a user file."""
+
+_INT64 = 1 << 63
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
-def read_toml(path: str | Path) -> dict[str, Any]:
-    """Parse a TOML file; any problem is one ConfigError naming the file (and line)."""
+def _describe_mode(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _open_error(path: str, exc: OSError, what: str) -> str:
+    shown = shorten(path)
+    if exc.errno == errno.ENOENT:
+        return f"{shown}: no such {what}"
+    if exc.errno == errno.ENAMETOOLONG:
+        return (
+            f"{shown}: file name too long ({len(path)} characters; this system allows 255 per name and 4096 per path)"
+        )
+    if exc.errno == errno.ELOOP:
+        return f"{shown}: too many levels of symbolic links"
+    if exc.errno == errno.ENOTDIR:
+        return f"{shown}: a part of the path is not a directory"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"{shown}: permission denied (cannot read the {what})"
+    return f"{shown}: cannot read the {what} ({exc.strerror or exc})"
+
+
+def shorten(path: str, limit: int = 200) -> str:
+    """A path as shown in a message: very long names are cut in the middle."""
+    return path if len(path) <= limit else f"{path[:80]}...{path[-80:]}"
+
+
+def is_path(text: str, *, suffix: str = ".toml") -> bool:
+    """Whether a "preset or file" argument names a file: it ends in ``suffix``, holds a
+    ``/``, or something exists under that name (a FIFO or device included, so that
+    the reader, not a preset lookup, says what is wrong with it)."""
+    if text.endswith(suffix) or os.sep in text:
+        return True
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, not a TOML file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read ({exc})") from None
+        return os.path.lexists(text)
+    except (OSError, ValueError):
+        return False
+
+
+def read_text(
+    path: str | os.PathLike[str],
+    *,
+    what: str = "file",
+    max_bytes: int = MAX_TEXT_BYTES,
+    error: type[UsageError] = ConfigError,
+) -> str:
+    """Read a user's text file: regular files only, at most ``max_bytes``, UTF-8 (BOM dropped).
+
+    ``what`` names the file in messages ("cluster file", "result file"); any
+    problem raises ``error`` (a :class:`UsageError`, exit 2) with one line.
+    """
+    name = os.fspath(path)
+    if name == "":
+        raise error(f"an empty name is not a {what}: give a path")
     try:
-        return tomllib.loads(text)
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise error(_open_error(name, exc, what)) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{shorten(name)}: is {_describe_mode(info.st_mode)}, not a regular {what}")
+        if info.st_size > max_bytes:
+            raise error(f"{shorten(name)}: {info.st_size} bytes is too large for a {what} (at most {max_bytes})")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= max_bytes:
+            try:
+                chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            except OSError as exc:
+                raise error(_open_error(name, exc, what)) from None
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > max_bytes:
+            raise error(f"{shorten(name)}: more than {max_bytes} bytes, too large for a {what}")
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise error(
+            f"{shorten(name)}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+            f"a {what} is a text file"
+        ) from None
+
+
+def check_depth(value: Any, *, source: str, error: type[UsageError] = ConfigError) -> None:
+    """Refuse data nested deeper than :data:`MAX_DEPTH` or holding integers outside 64 bits.
+
+    Walks iteratively, so it cannot itself overflow the stack.
+    """
+    stack: list[tuple[Any, int, str]] = [(value, 0, "")]
+    while stack:
+        item, depth, key = stack.pop()
+        if depth > MAX_DEPTH:
+            raise error(f"{source}: nested more than {MAX_DEPTH} levels deep (at {key or 'the top'})")
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1, f"{key}.{k}" if key else str(k)) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1, f"{key}[{i}]") for i, v in enumerate(item))
+        elif isinstance(item, int) and not isinstance(item, bool) and not -_INT64 <= item < _INT64:
+            digits = len(str(abs(item)))
+            raise error(f"{source}: {key or 'a value'} has {digits} digits; whole numbers must fit in 64 bits")
+
+
+def read_toml(path: str | Path, *, what: str = "file", max_bytes: int = MAX_TEXT_BYTES) -> dict[str, Any]:
+    """Parse a user's TOML file; any problem is one ConfigError naming the file (and line)."""
+    text = read_text(path, what=what, max_bytes=max_bytes)
+    source = shorten(os.fspath(path))
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: malformed TOML: {exc}") from None
+        raise ConfigError(f"{source}: malformed TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as exc:  # an integer of thousands of digits
+        raise ConfigError(f"{source}: malformed TOML: {exc}") from None
+    check_depth(data, source=source)
+    return data
+
+
+def read_json(
+    path: str | os.PathLike[str],
+    *,
+    what: str = "JSON file",
+    max_bytes: int = MAX_TEXT_BYTES,
+    error: type[UsageError] = ConfigError,
+) -> Any:
+    """Parse a JSON file through :func:`read_text`; malformed or too deep data is one ``error`` line."""
+    text = read_text(path, what=what, max_bytes=max_bytes, error=error)
+    source = shorten(os.fspath(path))
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{source}: corrupt {what} (invalid JSON at line {exc.lineno}, column {exc.colno})") from None
+    except RecursionError:
+        raise error(f"{source}: nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as exc:  # an integer of thousands of digits
+        raise error(f"{source}: corrupt {what} ({exc})") from None
+    check_depth(data, source=source, error=error)
+    return data

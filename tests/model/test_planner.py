@@ -109,11 +109,14 @@ def test_plan_cli_and_json(cli, tmp_path) -> None:
     ("args", "fragments"),
     [
         (["--gpus", "12"], ["--gpus 12 must be a multiple of 8"]),
-        (["--gpus", "0"], ["--gpus must be at least 1, got 0"]),
+        (["--gpus", "0"], ["--gpus must be a whole number from 1 to 1048576, got '0'"]),
         (["--gpus", "64", "--scenario", "clowd"], ["unknown scenario 'clowd'", "did you mean 'cloud'"]),
-        (["--gpus", "64", "--target-util", "80"], ["--target-util must be between 0 and 1"]),
+        (["--gpus", "64", "--target-util", "80"], ["--target-util must be a share from 0.1% to 100%"]),
         (["--gpus", "64", "--gpu", "h100"], ["unknown GPU 'h100'", "h100-sxm"]),
-        (["--gpus", "64", "--max-latency-us", "-5"], ["--max-latency-us must be at least 0"]),
+        (
+            ["--gpus", "64", "--max-latency-us", "-5"],
+            ["--max-latency-us must be a number from 0.001 to 1e+09 us, got '-5'"],
+        ),
     ],
 )
 def test_bad_plan_input(cli, args: list[str], fragments: list[str]) -> None:
@@ -182,6 +185,6 @@ def test_plan_takes_a_global_batch(cli, tmp_path) -> None:
     data = json.loads(out.read_text())
     assert data["config"]["global_batch"] == 256
     assert all(r["parallel"]["global_batch"] == 256 for r in data["records"])
-    assert "--global-batch must be at least 1" in one_error_line(
+    assert "--global-batch must be a whole number from 1 to" in one_error_line(
         cli("plan", "--model", "llama-7b", "--gpus", "64", "--global-batch", "0")
     )

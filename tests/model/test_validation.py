@@ -74,7 +74,7 @@ def test_bad_validation_files(cli, write) -> None:
     line = one_error_line(cli("validate", str(write("bad.csv", broken))))
     assert "line 4" in line and "t03" in line
     line = one_error_line(cli("validate", "/no/such.csv"))
-    assert "no such file" in line
+    assert "no such validation CSV" in line
 
 
 def test_names_as_papers_write_them() -> None:

@@ -15,6 +15,18 @@ import os
 import sys
 from typing import Any
 
+from fabricscope import options
+from fabricscope.bench.config import (
+    AVERAGE_MODES,
+    BACKENDS,
+    MAX_CHECK_ITERS,
+    MAX_ITERS,
+    MAX_LOCAL_RANKS,
+    MAX_RANKS,
+    MAX_TIMEOUT_S,
+    MIN_TIMEOUT_S,
+)
+
 __all__ = ["add_parser", "build_config", "run"]
 
 _EPILOG = """\
@@ -50,22 +62,40 @@ def add_parser(subparsers: Any) -> None:
         help="collectives to run, by name or comma-separated (default all_reduce; 'all' for every op)",
     )
     sizes = parser.add_argument_group("sizes (nccl-tests flags; K/M/G are binary)")
-    sizes.add_argument("-b", "--minbytes", default="8", help="first size (default 8)")
-    sizes.add_argument("-e", "--maxbytes", default="32M", help="last size (default 32M)")
-    sizes.add_argument(
-        "-i", "--stepbytes", default=None, help="increment when -f is 1 (default 1M); -i alone means -f 1"
-    )
-    sizes.add_argument("-f", "--stepfactor", default=None, help="multiply the size by this (default 2; 1 uses -i)")
+    options.add_sweep_options(sizes)
     timing = parser.add_argument_group("timing and checking")
-    timing.add_argument("-n", "--iters", default="20", help="timed iterations per size (default 20)")
-    timing.add_argument("-w", "--warmup_iters", default="1", help="warmup iterations per size (default 1)")
-    timing.add_argument("-c", "--check", default="1", help="correctness-check iterations, 0 = off (default 1)")
     timing.add_argument(
-        "-a", "--average", default="1", help="combine ranks' times: 0 rank0, 1 avg, 2 min, 3 max (default 1)"
+        "-n",
+        "--iters",
+        type=options.whole(minimum=1, maximum=MAX_ITERS),
+        default="20",
+        help="timed iterations per size (default 20)",
+    )
+    timing.add_argument(
+        "-w",
+        "--warmup_iters",
+        type=options.whole(minimum=0, maximum=MAX_ITERS),
+        default="1",
+        help="warmup iterations per size (default 1)",
+    )
+    timing.add_argument(
+        "-c",
+        "--check",
+        type=options.whole(minimum=0, maximum=MAX_CHECK_ITERS),
+        default="1",
+        help="correctness-check iterations, 0 = off (default 1)",
+    )
+    timing.add_argument(
+        "-a",
+        "--average",
+        type=options.choice(AVERAGE_MODES),
+        default="1",
+        help="combine ranks' times: 0 rank0, 1 avg, 2 min, 3 max (default 1)",
     )
     timing.add_argument(
         "-N",
         "--run_cycles",
+        type=options.whole(minimum=0, maximum=MAX_ITERS),
         default="1",
         help="repeat the sweep N times (default 1); 0 = until interrupted (one op, datatype and reduction)",
     )
@@ -74,32 +104,43 @@ def add_parser(subparsers: Any) -> None:
     data.add_argument(
         "-o", "--op", dest="redop", default="sum", help="reduction: sum prod min max avg or all (default sum)"
     )
-    data.add_argument("-r", "--root", default="0", help="root rank of broadcast/reduce/gather/scatter (default 0)")
+    data.add_argument(
+        "-r",
+        "--root",
+        type=options.whole(minimum=0, maximum=MAX_RANKS),
+        default="0",
+        help="root rank of broadcast/reduce/gather/scatter (default 0)",
+    )
     launching = parser.add_argument_group("launch and output")
     launching.add_argument(
-        "--nproc", default=None, help="local ranks to spawn when no launcher is used (default one per GPU, else 2)"
+        "--nproc",
+        type=options.whole(
+            minimum=1,
+            maximum=MAX_LOCAL_RANKS,
+            hint="for more ranks, start them on several nodes with torchrun, mpirun or srun",
+        ),
+        default=None,
+        help=f"local ranks to spawn when no launcher is used (default one per GPU, else 2; at most {MAX_LOCAL_RANKS})",
     )
-    launching.add_argument("--backend", default="auto", help="auto (NCCL on CUDA, else gloo), gloo or nccl")
+    launching.add_argument(
+        "--backend", default="auto", choices=BACKENDS, help="auto (NCCL on CUDA, else gloo), gloo or nccl"
+    )
     launching.add_argument(
         "-T",
         "--timeout",
+        type=options.seconds(minimum=MIN_TIMEOUT_S, maximum=MAX_TIMEOUT_S),
         default="300",
         help="time any collective may take: seconds, or with ms/s/m/h (default 300; 1 s to 7 days)",
     )
     launching.add_argument(
         "--master-addr", default=None, help="rendezvous host (default MASTER_ADDR or the launcher's)"
     )
-    launching.add_argument("--master-port", default=None, help="rendezvous port (default MASTER_PORT or derived)")
+    launching.add_argument(
+        "--master-port", type=options.port(), default=None, help="rendezvous port (default MASTER_PORT or derived)"
+    )
     launching.add_argument("--json", default=None, metavar="FILE", help="write a Result (rewritten after every row)")
     launching.add_argument("--csv", default=None, metavar="FILE", help="write a flat CSV table")
     parser.set_defaults(func=run)
-
-
-def _int(value: str, flag: str) -> int:
-    try:
-        return int(str(value), 10)
-    except ValueError:
-        raise _usage(f"{flag} must be a whole number, got {value!r}") from None
 
 
 def _min_busbw() -> float | None:
@@ -123,37 +164,32 @@ def build_config(args: argparse.Namespace) -> Any:
     from fabricscope import ops as ops_registry
     from fabricscope.bench.config import BenchConfig
     from fabricscope.dtypes import parse_dtypes, parse_redops
-    from fabricscope.units import parse_duration, parse_size
 
     ops = [c.name for c in ops_registry.parse_ops(args.ops)] if args.ops else ["all_reduce"]
     named = [c.name for c in ops_registry.parse_ops([o for o in args.ops if o.strip().lower() != "all"])]
     optional = [op for op in ops if op not in named] if args.ops else []
-    if args.stepfactor is None:
-        # As nccl-tests: -i alone means a fixed increment.
-        factor = 1 if args.stepbytes is not None else 2
-    else:
-        factor = _int(args.stepfactor, "-f (stepfactor)")
+    steps = options.sweep_steps(args)
     return BenchConfig(
         ops=ops,
-        min_bytes=parse_size(args.minbytes, what="-b (minbytes)"),
-        max_bytes=parse_size(args.maxbytes, what="-e (maxbytes)"),
-        step_bytes=parse_size(args.stepbytes if args.stepbytes is not None else "1M", what="-i (stepbytes)"),
-        step_factor=factor,
-        iters=_int(args.iters, "-n (iters)"),
-        warmup_iters=_int(args.warmup_iters, "-w (warmup_iters)"),
-        check=_int(args.check, "-c (check)"),
+        min_bytes=steps.min_bytes,
+        max_bytes=steps.max_bytes,
+        step_bytes=steps.step_bytes,
+        step_factor=steps.step_factor,
+        iters=args.iters,
+        warmup_iters=args.warmup_iters,
+        check=args.check,
         dtypes=[d.name for d in parse_dtypes(args.datatype)],
         redops=parse_redops(args.redop),
-        root=_int(args.root, "-r (root)"),
-        average=_int(args.average, "-a (average)"),
-        run_cycles=_int(args.run_cycles, "-N (run_cycles)"),
-        nproc=_int(args.nproc, "--nproc") if args.nproc is not None else _default_nproc(),
+        root=args.root,
+        average=args.average,
+        run_cycles=args.run_cycles,
+        nproc=args.nproc if args.nproc is not None else _default_nproc(),
         backend=args.backend,
-        timeout_s=parse_duration(args.timeout, what="--timeout"),
+        timeout_s=args.timeout,
         json_path=args.json,
         csv_path=args.csv,
         master_addr=args.master_addr,
-        master_port=_int(args.master_port, "--master-port") if args.master_port is not None else None,
+        master_port=args.master_port,
         optional_ops=optional,
         min_busbw_gbps=_min_busbw(),
         argv=list(sys.argv),
@@ -231,7 +267,10 @@ def _env_port() -> int | None:
     """``MASTER_PORT`` from the environment for spawned ranks, checked as --master-port is."""
     from fabricscope.errors import UsageError
 
-    port = _int(os.environ.get("MASTER_PORT", "").strip() or "0", "MASTER_PORT")
-    if port and not 0 < port < 65536:
-        raise UsageError(f"MASTER_PORT must be between 1 and 65535, got {port}")
-    return port or None
+    text = os.environ.get("MASTER_PORT", "").strip()
+    if not text:
+        return None
+    try:
+        return options.port()(text)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"MASTER_PORT {exc}") from None

@@ -5,17 +5,51 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from enum import IntEnum
+from typing import Any, Literal
 
 from fabricscope import ops as ops_registry
 from fabricscope.dtypes import DTYPES, REDOPS
 from fabricscope.errors import UsageError
 
-__all__ = ["AVERAGE_MODES", "BACKENDS", "MAX_LOCAL_RANKS", "MAX_TIMEOUT_S", "MIN_TIMEOUT_S", "BenchConfig"]
+__all__ = [
+    "AVERAGE_MODES",
+    "BACKENDS",
+    "MAX_CHECK_ITERS",
+    "MAX_ITERS",
+    "MAX_LOCAL_RANKS",
+    "MAX_RANKS",
+    "MAX_SWEEP_ROWS",
+    "MAX_TIMEOUT_S",
+    "MIN_TIMEOUT_S",
+    "Average",
+    "Backend",
+    "BenchConfig",
+]
 
-BACKENDS = ("auto", "gloo", "nccl")
-AVERAGE_MODES = {0: "rank0", 1: "avg", 2: "min", 3: "max"}
-"""nccl-tests ``-a``: how each row's time is combined across ranks."""
+Backend = Literal["auto", "gloo", "nccl"]
+BACKENDS: tuple[Backend, ...] = ("auto", "gloo", "nccl")
+
+
+class Average(IntEnum):
+    """nccl-tests ``-a``: how each row's time is combined across ranks."""
+
+    RANK0 = 0
+    AVG = 1
+    MIN = 2
+    MAX = 3
+
+
+AVERAGE_MODES = {mode.value: mode.name.lower() for mode in Average}
+"""``-a`` value -> the name printed in the header (``rank0``, ``avg``, ``min``, ``max``)."""
+MAX_ITERS = 1_000_000
+"""``-n``, ``-w`` and ``-N`` bound: every timed iteration keeps a sample, so a million is plenty."""
+MAX_CHECK_ITERS = 1000
+"""``-c`` bound: each check iteration re-runs the collective and checks every element."""
+MAX_RANKS = 1 << 24
+"""Largest rank number a flag may name (``-r``)."""
+MAX_SWEEP_ROWS = 100_000
+"""Most sizes in one sweep (``-b 0 -e 1T -i 1`` would be a trillion rows)."""
 MAX_LOCAL_RANKS = 1024
 """``--nproc`` bound: more ranks than this on one machine is a typo, not a benchmark."""
 MIN_TIMEOUT_S = 1.0
@@ -45,13 +79,13 @@ class BenchConfig:
     redops: list[str] = field(default_factory=lambda: ["sum"])
     root: int = 0
     """``-r``: root rank of broadcast, reduce, gather and scatter."""
-    average: int = 1
+    average: Average = Average.AVG
     """``-a``: 0 rank 0's time, 1 the mean over ranks, 2 the minimum, 3 the maximum."""
     run_cycles: int = 1
     """``-N``: repeat the sweep; 0 repeats until interrupted."""
     nproc: int = 2
     """Local ranks to spawn when no launcher started us."""
-    backend: str = "auto"
+    backend: Backend = "auto"
     timeout_s: float = 300.0
     """Bound on every collective; a dead or hung rank ends the run after this."""
     json_path: str | None = None
@@ -110,6 +144,17 @@ class BenchConfig:
             )
         if self.average not in AVERAGE_MODES:
             raise UsageError(f"-a (average) must be one of 0 (rank 0), 1 (avg), 2 (min), 3 (max); got {self.average}")
+        self.average = Average(self.average)
+        _at_most(self.iters, MAX_ITERS, "-n (iters)")
+        _at_most(self.warmup_iters, MAX_ITERS, "-w (warmup_iters)")
+        _at_most(self.run_cycles, MAX_ITERS, "-N (run_cycles)")
+        _at_most(self.check, MAX_CHECK_ITERS, "-c (check)")
+        rows = self.sweep_rows()
+        if rows > MAX_SWEEP_ROWS:
+            raise UsageError(
+                f"the sweep from -b {self.min_bytes} to -e {self.max_bytes} has {rows} sizes, more than "
+                f"{MAX_SWEEP_ROWS}: use a larger -i or a step factor (-f 2)"
+            )
         if self.backend not in BACKENDS:
             raise UsageError(f"unknown backend {self.backend!r}: allowed are {', '.join(BACKENDS)}")
         if not MIN_TIMEOUT_S <= self.timeout_s <= MAX_TIMEOUT_S:
@@ -126,6 +171,20 @@ class BenchConfig:
             raise UsageError(f"NCCL_TESTS_MIN_BW must be a bandwidth in GB/s, got {self.min_busbw_gbps}")
         if self.master_port is not None and not 0 < self.master_port < 65536:
             raise UsageError(f"--master-port must be between 1 and 65535, got {self.master_port}")
+
+    def sweep_rows(self) -> int:
+        """How many sizes one sweep has, computed without listing them."""
+        if self.step_factor > 1:
+            rows, size = 0, self.min_bytes
+            while size <= self.max_bytes and rows <= MAX_SWEEP_ROWS:
+                rows += 1
+                if size == 0:
+                    break
+                size *= self.step_factor
+            return rows
+        if self.step_bytes <= 0:
+            return 1
+        return (self.max_bytes - self.min_bytes) // self.step_bytes + 1
 
     def sizes(self) -> Iterator[int]:
         """Sizes of one sweep, exactly as nccl-tests steps them."""
@@ -172,6 +231,11 @@ class BenchConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BenchConfig:
         return cls(**data)
+
+
+def _at_most(value: int, maximum: int, name: str) -> None:
+    if value > maximum:
+        raise UsageError(f"{name} must be at most {maximum}, got {value}")
 
 
 def _at_least(value: int, minimum: int, name: str) -> None:

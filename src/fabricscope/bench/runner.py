@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from fabricscope.bench.config import BenchConfig
+from fabricscope.bench.config import Average, BenchConfig
 from fabricscope.dtypes import DTYPES, DType
 from fabricscope.errors import RunError
 from fabricscope.launch.heartbeat import Heartbeat, describe_exception
@@ -26,7 +26,12 @@ __all__ = ["CollectiveFailed", "Interrupted", "StopFlag", "Sweep"]
 
 
 class Interrupted(Exception):
-    """Ctrl-C or SIGTERM asked the run to stop."""
+    """The run was asked to stop: by Ctrl-C or SIGTERM, or because rank 0's stdout was closed."""
+
+    def __init__(self, *, output_closed: bool = False) -> None:
+        super().__init__("output closed" if output_closed else "signal")
+        self.output_closed = output_closed
+        """Every rank stopped because rank 0's reader went away, not because of a signal."""
 
 
 class CollectiveFailed(Exception):
@@ -190,12 +195,15 @@ class Sweep:
         torch, dist = self.torch, self.dist
 
         def vote() -> int:
-            flag = torch.tensor([1 if self.stop.is_set else 0], dtype=torch.int64, device=self.device)
+            # 0 go on, 1 stop quietly (rank 0's stdout closed), 2 a signal: the strongest wins.
+            mine = 2 if self.stop.now else 1 if self.stop.is_set else 0
+            flag = torch.tensor([mine], dtype=torch.int64, device=self.device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             return int(flag.item())
 
-        if self._guarded("agreeing to go on", 1, vote):
-            raise Interrupted
+        agreed = self._guarded("agreeing to go on", 1, vote)
+        if agreed:
+            raise Interrupted(output_closed=agreed == 1)
 
     def _sync(self) -> None:
         if self.cuda:
@@ -299,16 +307,16 @@ class Sweep:
         torch, dist = self.torch, self.dist
         values = torch.tensor([mean_s, *samples], dtype=torch.float64, device=self.device)
         mode = self.config.average
-        if mode == 0:
+        if mode is Average.RANK0:
             dist.broadcast(values, 0)
-        elif mode == 1:
+        elif mode is Average.AVG:
             dist.all_reduce(values, op=dist.ReduceOp.SUM)
             values /= self.nranks
         else:
             every = [torch.empty_like(values) for _ in range(self.nranks)]
             dist.all_gather(every, values)
             means = [float(v[0].item()) for v in every]
-            pick = min if mode == 2 else max
+            pick = min if mode is Average.MIN else max
             values = every[pick(range(self.nranks), key=means.__getitem__)]
         combined = values.tolist()
         return combined[0], combined[1:]

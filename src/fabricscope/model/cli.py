@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from fabricscope import options
 from fabricscope.model import hw_cli
 
 __all__ = ["add_parser", "run_estimate", "run_plan", "run_predict", "run_validate"]
@@ -30,6 +31,13 @@ def add_parser(subparsers: Any) -> None:
 
 # --- argument helpers -----------------------------------------------------------------
 
+MAX_NODES = 1 << 20
+"""Largest ``--nodes``/``--gpus`` accepted: far beyond any cluster, small enough for exact arithmetic."""
+MAX_SPLIT = 1 << 20
+"""Largest parallel degree or batch a flag may name."""
+
+_COUNT = options.whole(minimum=1, maximum=MAX_SPLIT)
+
 
 def _usage(message: str) -> Exception:
     from fabricscope.errors import UsageError
@@ -37,43 +45,21 @@ def _usage(message: str) -> Exception:
     return UsageError(message)
 
 
-def _int(value: str | None, flag: str, *, minimum: int = 1) -> int:
-    text = str(value).strip()
-    try:
-        # Decimal first, so that "08" is 8; then 0x.. and 0b.. as Python writes them.
-        number = int(text, 10) if text.lstrip("+-").isdigit() else int(text, 0)
-    except ValueError:
-        raise _usage(f"{flag} must be a whole number, got {value!r}") from None
-    if number < minimum:
-        raise _usage(f"{flag} must be at least {minimum}, got {number}")
-    return number
-
-
-def _given(value: str | None, flag: str, *, minimum: int = 1) -> int | None:
-    """A whole-number flag the user may leave out (None: open to the search)."""
-    return None if value is None else _int(value, flag, minimum=minimum)
-
-
-def _float(value: str | None, flag: str, *, minimum: float = 0.0) -> float:
-    try:
-        number = float(str(value))
-    except ValueError:
-        raise _usage(f"{flag} must be a number, got {value!r}") from None
-    if not number >= minimum or number != number:
-        raise _usage(f"{flag} must be at least {minimum:g}, got {value}")
-    return number
-
-
 def _cluster_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", required=True, help="cluster preset or TOML file (see 'fabricscope hw clusters')")
-    p.add_argument("--nodes", default=None, help="number of nodes (default: the cluster's)")
+    p.add_argument(
+        "--nodes",
+        type=options.whole(minimum=1, maximum=MAX_NODES),
+        default=None,
+        help="number of nodes (default: the cluster's)",
+    )
 
 
 def _load_cluster(args: argparse.Namespace) -> Any:
     from fabricscope.model.cluster import load_cluster
 
     cluster = load_cluster(args.cluster)
-    return cluster if args.nodes is None else cluster.with_nodes(_int(args.nodes, "--nodes"))
+    return cluster if args.nodes is None else cluster.with_nodes(args.nodes)
 
 
 def _json_option(p: argparse.ArgumentParser, kind: str) -> None:
@@ -133,13 +119,12 @@ def _add_predict(subparsers: Any) -> None:
     )
     p.add_argument("ops", nargs="*", metavar="OP", help="collectives (default all_reduce; 'all' for every op)")
     _cluster_options(p)
-    p.add_argument("-b", "--minbytes", default="8", help="first size (default 8; K/M/G are binary)")
-    p.add_argument("-e", "--maxbytes", default="32M", help="last size (default 32M)")
-    p.add_argument("-i", "--stepbytes", default=None, help="increment when -f is 1 (default 1M)")
-    p.add_argument("-f", "--stepfactor", default=None, help="multiply the size by this (default 2)")
+    options.add_sweep_options(p)
     p.add_argument("-d", "--datatype", default="float", help="datatype or all (default float)")
     p.add_argument("-o", "--op", dest="redop", default="sum", help="reduction (default sum)")
-    p.add_argument("-r", "--root", default="0", help="root rank of rooted ops (default 0)")
+    p.add_argument(
+        "-r", "--root", type=options.whole(minimum=0, maximum=MAX_NODES), default="0", help="root rank (default 0)"
+    )
     p.add_argument(
         "--algo",
         default="auto",
@@ -158,27 +143,22 @@ def run_predict(args: argparse.Namespace) -> int:
     from fabricscope.model import report
     from fabricscope.model.fabric import fabric_of
     from fabricscope.model.predict import ALGO_CHOICES, predict_op
-    from fabricscope.units import parse_size
 
     algo = args.algo.strip().lower()
     if algo not in ALGO_CHOICES:
         raise _usage(f"unknown --algo {args.algo!r}{closest(algo, ALGO_CHOICES)}: use {', '.join(ALGO_CHOICES)}")
     _check_output(args.json)
     cluster = _load_cluster(args)
-    factor = (
-        (1 if args.stepbytes is not None else 2)
-        if args.stepfactor is None
-        else _int(args.stepfactor, "-f (stepfactor)")
-    )
+    steps = options.sweep_steps(args)
     config = BenchConfig(
         ops=[c.name for c in ops.parse_ops(args.ops)] if args.ops else ["all_reduce"],
-        min_bytes=parse_size(args.minbytes, what="-b (minbytes)"),
-        max_bytes=parse_size(args.maxbytes, what="-e (maxbytes)"),
-        step_bytes=parse_size(args.stepbytes if args.stepbytes is not None else "1M", what="-i (stepbytes)"),
-        step_factor=factor,
+        min_bytes=steps.min_bytes,
+        max_bytes=steps.max_bytes,
+        step_bytes=steps.step_bytes,
+        step_factor=steps.step_factor,
         dtypes=[d.name for d in parse_dtypes(args.datatype)],
         redops=parse_redops(args.redop),
-        root=_int(args.root, "-r (root)", minimum=0),
+        root=args.root,
     )
     sizes = list(config.sizes())
     fab = fabric_of(cluster)
@@ -275,14 +255,16 @@ def _add_estimate(subparsers: Any) -> None:
     )
     p.add_argument("--model", required=True, help="model preset or TOML file (see 'fabricscope hw models')")
     _cluster_options(p)
-    p.add_argument("--tp", default=None, help="tensor-parallel size (inside a node)")
-    p.add_argument("--pp", default=None, help="pipeline stages")
-    p.add_argument("--dp", default=None, help="data-parallel size")
-    p.add_argument("--zero", default=None, help="ZeRO stage 0-3 (3 = FSDP)")
-    p.add_argument("--micro-batch", default=None, help="micro-batch size")
-    p.add_argument("--global-batch", default=None, help="sequences or samples per step (default: the model's)")
+    p.add_argument("--tp", type=_COUNT, default=None, help="tensor-parallel size (inside a node)")
+    p.add_argument("--pp", type=_COUNT, default=None, help="pipeline stages")
+    p.add_argument("--dp", type=_COUNT, default=None, help="data-parallel size")
+    p.add_argument("--zero", type=options.whole(minimum=0, maximum=3), default=None, help="ZeRO stage 0-3 (3 = FSDP)")
+    p.add_argument("--micro-batch", type=_COUNT, default=None, help="micro-batch size")
+    p.add_argument(
+        "--global-batch", type=_COUNT, default=None, help="sequences or samples per step (default: the model's)"
+    )
     p.add_argument("--recompute", default=None, help="activation recomputation: none, selective, full")
-    p.add_argument("--interleave", default=None, help="virtual pipeline stages per GPU")
+    p.add_argument("--interleave", type=_COUNT, default=None, help="virtual pipeline stages per GPU")
     p.add_argument(
         "--sequence-parallel",
         action=argparse.BooleanOptionalAction,
@@ -291,7 +273,12 @@ def _add_estimate(subparsers: Any) -> None:
     )
     _precision_option(p)
     p.add_argument("--no-overlap", action="store_true", help="reduce gradients after the backward pass, not during")
-    p.add_argument("--ps-servers", default="0", help="use K parameter servers instead of all-reduce")
+    p.add_argument(
+        "--ps-servers",
+        type=options.whole(minimum=0, maximum=MAX_NODES),
+        default="0",
+        help="use K parameter servers instead of all-reduce",
+    )
     _json_option(p, "estimate")
     p.set_defaults(func=run_estimate)
 
@@ -314,18 +301,18 @@ def run_estimate(args: argparse.Namespace) -> int:
     )
     cluster.gpu.peak_flops(precision)
     request = SplitRequest(
-        tp=_given(args.tp, "--tp"),
-        pp=_given(args.pp, "--pp"),
-        dp=_given(args.dp, "--dp"),
-        zero=_given(args.zero, "--zero", minimum=0),
-        micro_batch=_given(args.micro_batch, "--micro-batch"),
+        tp=args.tp,
+        pp=args.pp,
+        dp=args.dp,
+        zero=args.zero,
+        micro_batch=args.micro_batch,
         recompute=None if args.recompute is None else as_choice(args.recompute, RECOMPUTE, "--recompute"),
-        interleave=_given(args.interleave, "--interleave"),
+        interleave=args.interleave,
         sequence_parallel=args.sequence_parallel,
-        global_batch=_given(args.global_batch, "--global-batch") or 0,
+        global_batch=args.global_batch or 0,
         precision=precision,
         dp_overlap=not args.no_overlap,
-        ps_servers=_int(args.ps_servers, "--ps-servers", minimum=0),
+        ps_servers=args.ps_servers,
     )
     par = best_split(model, cluster, request)
     result = estimate(model, cluster, par, chosen=tuple(request.open))
@@ -369,14 +356,30 @@ def _add_plan(subparsers: Any) -> None:
         formatter_class=RAW,
     )
     p.add_argument("--model", required=True, help="model preset or TOML file")
-    p.add_argument("--gpus", required=True, help="number of GPUs (servers of 8)")
+    p.add_argument(
+        "--gpus", required=True, type=options.whole(minimum=1, maximum=MAX_NODES), help="number of GPUs (servers of 8)"
+    )
     p.add_argument("--gpu", default=None, help="GPU type (default: the scenario's; see 'fabricscope hw gpus')")
     p.add_argument("--scenario", default="research-medium", help="buyer scenario (default research-medium)")
-    p.add_argument("--target-util", default=None, help="GPU utilization to reach, 0-1 (default: the scenario's)")
-    p.add_argument("--max-latency-us", default=None, help="latency budget of a small all-reduce across the job")
-    p.add_argument("--global-batch", default=None, help="sequences or samples per step (default: the model's)")
+    p.add_argument(
+        "--target-util",
+        type=options.fraction(minimum=0.001),
+        default=None,
+        help="GPU utilization to reach, 0.8 or 80%% (default: the scenario's)",
+    )
+    p.add_argument(
+        "--max-latency-us",
+        type=options.number(minimum=0.001, maximum=1e9, unit="us"),
+        default=None,
+        help="latency budget of a small all-reduce across the job, in microseconds",
+    )
+    p.add_argument(
+        "--global-batch", type=_COUNT, default=None, help="sequences or samples per step (default: the model's)"
+    )
     _precision_option(p)
-    p.add_argument("--top", default="12", help="frontier rows to print (default 12)")
+    p.add_argument(
+        "--top", type=options.whole(minimum=1, maximum=10_000), default="12", help="frontier rows to print (default 12)"
+    )
     _json_option(p, "plan")
     p.set_defaults(func=run_plan)
 
@@ -391,23 +394,21 @@ def run_plan(args: argparse.Namespace) -> int:
 
     _check_output(args.json)
     model = load_model(args.model)
-    target = _float(args.target_util, "--target-util") if args.target_util is not None else None
-    if target is not None and not 0 < target <= 1:
-        raise _usage(f"--target-util must be between 0 and 1 (a fraction), got {args.target_util}")
-    budget = _float(args.max_latency_us, "--max-latency-us") if args.max_latency_us is not None else None
+    target = args.target_util
+    budget = args.max_latency_us
     start = time.perf_counter()
     result = plan(
         model,
-        gpus=_int(args.gpus, "--gpus"),
+        gpus=args.gpus,
         gpu_name=args.gpu,
         scenario_name=args.scenario.strip().lower(),
         target_util=target,
         max_latency_us=budget,
         precision=None if args.precision is None else as_choice(args.precision, PRECISIONS, "--precision"),
-        global_batch=_given(args.global_batch, "--global-batch") or 0,
+        global_batch=args.global_batch or 0,
     )
     seconds = time.perf_counter() - start
-    _print(report.plan_lines(result, top=_int(args.top, "--top"), seconds=seconds))
+    _print(report.plan_lines(result, top=args.top, seconds=seconds))
 
     def record(option: Any, role: str) -> dict[str, Any]:
         net = option.network

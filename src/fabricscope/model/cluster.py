@@ -38,6 +38,7 @@ from fabricscope.errors import ConfigError, UsageError
 from fabricscope.model import hardware
 from fabricscope.model.hardware import GPU, NIC, GPULink, PCIe, Storage, Transport
 from fabricscope.model.schema import FORBID_EXTRA, build, read_toml, require
+from fabricscope.userfiles import is_path, shorten
 
 __all__ = [
     "Cluster",
@@ -240,7 +241,7 @@ def presets() -> dict[str, str]:
 def load_cluster(text: str) -> Cluster:
     """A preset name or a TOML file path; unknown names suggest the closest preset."""
     path = Path(text)
-    if text.endswith(".toml") or path.is_file():
+    if is_path(text):
         source = str(path)
         data = read_toml(path, presets=presets(), what="cluster")
         name = path.stem
@@ -248,7 +249,7 @@ def load_cluster(text: str) -> Cluster:
         name = text.strip().lower()
         if name not in presets():
             raise UsageError(
-                f"unknown cluster {text!r}{hardware.suggest(text, presets())}: use a preset "
+                f"unknown cluster {shorten(text)!r}{hardware.suggest(text, presets())}: use a preset "
                 f"({', '.join(presets())}) or the path of a cluster TOML file"
             )
         source = f"{name}.toml"

@@ -34,6 +34,7 @@ from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, Recompute, che
 from fabricscope.model.predict import predict_op
 from fabricscope.model.workload import PARAMS_TOLERANCE, ModelSpec
 from fabricscope.ops import get as get_op
+from fabricscope.userfiles import read_text
 
 __all__ = ["Comparison", "default_files", "match_gpu", "match_nic", "summary", "validate_file"]
 
@@ -337,17 +338,10 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
 def validate_file(path: Any) -> list[Comparison]:
     """Predict every row of one validation CSV (a collectives or a training file)."""
     where = str(path)
-    try:
-        text = (
-            path.read_text(encoding="utf-8") if hasattr(path, "read_text") else Path(path).read_text(encoding="utf-8")
-        )
-    except FileNotFoundError:
-        raise UsageError(f"{where}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{where}: cannot read ({exc})") from None
+    text = read_text(str(path), what="validation CSV")
     rows = list(csv.DictReader(text.splitlines()))
     if not rows:
-        raise ConfigError(f"{where}: no rows (expected the columns of shared/validation/*.csv)")
+        raise ConfigError(f"{where}: no rows (expected the columns described in docs/model.md, section Validation)")
     columns = set(rows[0])
     if set(TRAINING_COLUMNS) <= columns:
         check, kind = check_training, "training"

@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Literal
 from fabricscope.errors import UsageError
 from fabricscope.model import hardware
 from fabricscope.model.schema import FORBID_EXTRA, InvalidValue, build, read_toml, require
+from fabricscope.userfiles import is_path, shorten
 
 __all__ = ["PARAMS_TOLERANCE", "ModelSpec", "load_model", "model_presets"]
 
@@ -185,13 +186,13 @@ def model_presets() -> dict[str, ModelSpec]:
 def load_model(text: str) -> ModelSpec:
     """A preset name or the path of a model TOML file."""
     path = Path(text)
-    if text.endswith(".toml") or path.is_file():
+    if is_path(text):
         data = read_toml(path, presets=_presets(), what="model")
         return build(ModelSpec, {"name": path.stem, **data}, source=str(path))
     name = text.strip().lower()
     if name not in _presets():
         raise UsageError(
-            f"unknown model {text!r}{hardware.suggest(text, _presets())}: use a preset "
+            f"unknown model {shorten(text)!r}{hardware.suggest(text, _presets())}: use a preset "
             f"({', '.join(_presets())}) or the path of a model TOML file"
         )
     return build(ModelSpec, {"name": name, **_presets()[name]}, source=f"models.toml [{name}]")

@@ -1,0 +1,212 @@
+"""One rank's life, shared by every multi-process command (bench, pairs, doctor's fleet).
+
+- :func:`guard_startup` / :func:`finish_process`: a Ctrl-C before anything is
+  measured leaves quietly (exit 130); a rank always leaves without running
+  backend destructors, which can block on a dead peer.
+- :func:`stop_when_orphaned` / :func:`orphaned`: a rank whose launcher died
+  (a killed torchrun agent) stops instead of running on forever.
+- :func:`join_group`: import torch, pick the backend and device, form the
+  process group over our own rendezvous store, and exchange every rank's
+  host, pid and device, so that failures can name them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from fabricscope.errors import MissingDependencyError, RunError, UsageError
+from fabricscope.launch.heartbeat import Peer, describe_exception
+from fabricscope.launch.world import World, check_master_reachable
+
+__all__ = [
+    "Group",
+    "finish_process",
+    "guard_startup",
+    "import_torch",
+    "join_group",
+    "orphaned",
+    "say",
+    "stop_when_orphaned",
+]
+
+
+def say(rank: int, message: str) -> None:
+    """One line on stderr, prefixed with the rank unless it is rank 0."""
+    prefix = "" if rank == 0 else f"[rank {rank}] "
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"{prefix}{message}\n")
+        sys.stderr.flush()
+
+
+def finish_process(code: int) -> None:
+    """Leave without running backend destructors, which can block on a dead peer."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    os._exit(code)
+
+
+_startup_rank: int | None = None
+"""This process's rank once known: rank 0 says it was interrupted while starting up."""
+
+
+def _leave_before_measuring(signum: int, frame: Any) -> None:
+    """Ctrl-C or SIGTERM while starting up: nothing is measured yet, so say so and go."""
+    for other in (signal.SIGINT, signal.SIGTERM):  # the launcher forwards the same Ctrl-C: say it once
+        signal.signal(other, signal.SIG_IGN)
+    if _startup_rank == 0:
+        with contextlib.suppress(Exception):
+            sys.stderr.write("interrupted while starting up: nothing was measured\n")
+    finish_process(130)
+
+
+def guard_startup(rank: int | None = None) -> None:
+    """Until the command installs its own handlers, Ctrl-C and SIGTERM leave quietly (exit 130)."""
+    global _startup_rank
+    if rank is not None:
+        _startup_rank = rank
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _leave_before_measuring)
+
+
+_parent_pid: int | None = None
+"""The launcher this rank was started by (see :func:`stop_when_orphaned`)."""
+
+
+def orphaned() -> bool:
+    """Whether this rank's launcher has died since it started."""
+    return _parent_pid is not None and os.getppid() != _parent_pid
+
+
+def stop_when_orphaned(interval_s: float = 1.0) -> None:
+    """Stop this rank (SIGTERM to itself: a clean stop) when its launcher dies.
+
+    Ranks that fabricscope spawns die with it by the kernel's parent-death
+    signal; ranks of torchrun, mpirun or srun would otherwise run on forever
+    when their agent is killed (SIGKILL leaves it no time to stop them).  The
+    thread sleeps a second between looks, which adds no measurable noise.
+    """
+    global _parent_pid
+    parent = _parent_pid = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="fabricscope-parent-watch", daemon=True).start()
+
+
+def import_torch(command: str = "bench") -> tuple[Any, Any]:
+    """torch and torch.distributed, or a one-line MissingDependencyError naming the command."""
+    # c10d logs failed store and socket calls with C++ stack traces; every
+    # failure is reported once, by us, in one line.  A user's own setting wins.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        raise MissingDependencyError(f"fabricscope {command} needs torch: pip install 'fabricscope[torch]'") from None
+    if not dist.is_available():
+        raise MissingDependencyError("this torch build has no torch.distributed support")
+    return torch, dist
+
+
+def _backend(requested: str, torch: Any) -> str:
+    has_cuda = bool(torch.cuda.is_available())
+    if requested == "auto":
+        return "nccl" if has_cuda else "gloo"
+    if requested == "nccl" and not has_cuda:
+        raise UsageError("--backend nccl needs CUDA GPUs and none is visible here; use --backend gloo or auto")
+    return requested
+
+
+def _device(backend: str, world: World, torch: Any) -> Any:
+    if backend != "nccl":
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    if world.local_rank >= count:
+        raise UsageError(
+            f"local rank {world.local_rank} has no GPU of its own: this node has {count}; "
+            "start at most one rank per GPU"
+        )
+    torch.cuda.set_device(world.local_rank)
+    return torch.device("cuda", world.local_rank)
+
+
+def _device_label(device: Any, torch: Any, local_rank: int) -> str:
+    """``device  0 [0000:18:00] NVIDIA H100 ...`` as nccl-tests prints it, or the CPU."""
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        pci = [getattr(props, f"pci_{part}_id", 0) for part in ("domain", "bus", "device")]
+        return f"{device.index:2d} [{pci[0]:04x}:{pci[1]:02x}:{pci[2]:02x}] {props.name}"
+    return f"{local_rank:2d} [cpu] CPU (gloo)"
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A formed torch.distributed world, as a command's ranks use it."""
+
+    torch: Any
+    dist: Any
+    backend: str
+    """``gloo`` or ``nccl``."""
+    device: Any
+    world: World
+    peers: tuple[Peer, ...]
+    """Every rank's host, pid and device label, indexed by rank."""
+
+
+def join_group(world: World, *, backend: str, timeout_s: float, command: str = "bench") -> Group:
+    """Form the process group of ``world`` and exchange every rank's details.
+
+    Local problems (no torch, no GPU for this rank, an unreachable rendezvous)
+    are raised before the other ranks wait for this one.
+    """
+    torch, dist = import_torch(command)
+    chosen = _backend(backend, torch)
+    device = _device(chosen, world, torch)
+    check_master_reachable(world, min(timeout_s, 60.0))
+    timeout = timedelta(seconds=timeout_s)
+    hosts_store = world.rank == 0 and not world.agent_store
+    try:
+        store = dist.TCPStore(
+            world.master_addr,
+            world.master_port,
+            world.world_size,
+            is_master=hosts_store,
+            timeout=timeout,
+            wait_for_workers=False,
+        )
+        dist.init_process_group(
+            chosen,
+            store=dist.PrefixStore("fabricscope/pg", store),
+            rank=world.rank,
+            world_size=world.world_size,
+            timeout=timeout,
+            # NCCL: bind the communicator to this rank's GPU now, not lazily.
+            **({"device_id": device} if chosen == "nccl" else {}),
+        )
+    except (RuntimeError, ValueError) as exc:
+        raise UsageError(
+            f"could not form the {world.world_size}-rank world at {world.master_addr}:{world.master_port}: "
+            f"{describe_exception(exc)}"
+        ) from None
+    me = [world.rank, socket.gethostname(), os.getpid(), _device_label(device, torch, world.local_rank)]
+    gathered: list[Any] = [None] * world.world_size
+    try:
+        dist.all_gather_object(gathered, me)
+    except RuntimeError as exc:
+        raise RunError(f"ranks could not exchange their details: {describe_exception(exc)}") from None
+    peers = tuple(Peer(rank=r, host=h, pid=p, device=d) for r, h, p, d in gathered)
+    return Group(torch=torch, dist=dist, backend=chosen, device=device, world=world, peers=peers)
