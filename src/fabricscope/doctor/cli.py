@@ -13,7 +13,8 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from fabricscope.doctor.invocation import DEFAULT_TIMEOUT_S
+from fabricscope import options
+from fabricscope.doctor.invocation import DEFAULT_TIMEOUT_S, MAX_LOCAL_RANKS, MAX_TIMEOUT_S, MIN_TIMEOUT_S
 
 if TYPE_CHECKING:
     from fabricscope.doctor.expect import Expectations
@@ -24,6 +25,7 @@ _EPILOG = """\
 exit status: 0 all ok (info included), 1 warnings, 2 failures; 3 the doctor could not
 complete (a report that fails while written, a crash): no verdict. A usage error (a --json
 path that cannot be written included) is also 2, with one 'error:' line and no report.
+The exit status is the verdict also when stdout closes early (doctor | head -1).
 
 examples:
   fabricscope doctor                                   # this node
@@ -57,12 +59,24 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="with --root: check this shell's NCCL_* variables, not the ones the capture recorded",
     )
-    parser.add_argument("--nproc", default=None, metavar="N", help="fleet mode: spawn N local ranks")
+    parser.add_argument(
+        "--nproc",
+        type=options.whole(
+            minimum=1,
+            maximum=MAX_LOCAL_RANKS,
+            hint="for more ranks, start them on several nodes with torchrun, mpirun or srun",
+        ),
+        default=None,
+        metavar="N",
+        help=f"fleet mode: spawn N local ranks (at most {MAX_LOCAL_RANKS})",
+    )
     parser.add_argument(
         "--timeout",
-        default=None,
+        type=options.seconds(minimum=MIN_TIMEOUT_S, maximum=MAX_TIMEOUT_S),
+        default=f"{DEFAULT_TIMEOUT_S:g}",
         metavar="S",
-        help=f"fleet mode: seconds to wait for every rank ({DEFAULT_TIMEOUT_S:g})",
+        help=f"fleet mode: time to wait for every rank: seconds, or with ms/s/m/h (default {DEFAULT_TIMEOUT_S:g}; "
+        "1 s to 7 days)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="one row per finding, ok ones included")
     parser.add_argument("--list", action="store_true", help="list the checks and what each reads, then exit")
@@ -95,13 +109,13 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from fabricscope import launch
     from fabricscope.doctor.expect import load_expectations
-    from fabricscope.doctor.invocation import check_outputs, parse_nproc, parse_timeout
+    from fabricscope.doctor.invocation import check_outputs
     from fabricscope.errors import UsageError
 
     if args.list:
         return _list_checks()
-    nproc = parse_nproc(args.nproc)
-    timeout_s = parse_timeout(args.timeout)
+    nproc: int | None = args.nproc
+    timeout_s: float = args.timeout
     if args.expect is not None and not args.expect.strip():
         raise UsageError("--expect needs a file name, got an empty one")
     expect = load_expectations(args.expect) if args.expect is not None else None

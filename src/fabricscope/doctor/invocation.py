@@ -9,9 +9,7 @@ line imports this module while it registers its flags.
 from __future__ import annotations
 
 import argparse
-import math
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
@@ -24,8 +22,6 @@ __all__ = [
     "MIN_TIMEOUT_S",
     "check_outputs",
     "child_argv",
-    "parse_nproc",
-    "parse_timeout",
     "print_report",
 ]
 
@@ -34,45 +30,9 @@ MAX_LOCAL_RANKS = 1024
 """``--nproc`` bound, as bench's: more ranks than this on one machine is a typo, not a fleet."""
 MIN_TIMEOUT_S = 1.0
 MAX_TIMEOUT_S = 7 * 86400.0
-"""``--timeout`` bounds, as bench's: under a second no rendezvous completes; a week is no health check."""
-_DURATION = re.compile(r"^\s*[0-9.]+\s*(?:ms|s|m|h)?\s*$", re.IGNORECASE)
+"""``--timeout`` bounds, as bench's: under a second no rendezvous completes; a week is no health check.
 
-
-def parse_nproc(value: str | None) -> int | None:
-    """``--nproc``: None when not given, else a whole number from 1 to :data:`MAX_LOCAL_RANKS`."""
-    if value is None:
-        return None
-    try:
-        number = int(value, 10)
-    except ValueError:
-        raise UsageError(f"--nproc must be a whole number, got {value!r}") from None
-    if number < 1:
-        raise UsageError(f"--nproc must be at least 1, got {number}")
-    if number > MAX_LOCAL_RANKS:
-        raise UsageError(
-            f"--nproc {number} is more local ranks than one machine runs: at most {MAX_LOCAL_RANKS}; "
-            "for more, start ranks on several nodes with torchrun, mpirun or srun"
-        )
-    return number
-
-
-def parse_timeout(value: str | None) -> float:
-    """``--timeout``: seconds (``30``, ``2m``) from :data:`MIN_TIMEOUT_S` to :data:`MAX_TIMEOUT_S`."""
-    from fabricscope.units import parse_duration
-
-    if value is None:
-        return DEFAULT_TIMEOUT_S
-    try:
-        seconds = parse_duration(value, what="--timeout")
-    except UsageError:
-        if not _DURATION.match(value):
-            raise  # not a duration at all: the parser says what one looks like
-        seconds = math.nan  # 0, or beyond float: out of range, said once below
-    if not MIN_TIMEOUT_S <= seconds <= MAX_TIMEOUT_S:
-        raise UsageError(
-            f"--timeout must be between {MIN_TIMEOUT_S:g} s and {MAX_TIMEOUT_S / 86400:g} days, got {value!r}"
-        )
-    return seconds
+The converters of :mod:`fabricscope.options` apply both bounds while the flags are parsed."""
 
 
 def check_outputs(args: argparse.Namespace, ranks: Sequence[int], env: Mapping[str, str] | None = None) -> None:
