@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
-from doctor_helpers import FIXTURES
+from doctor_helpers import FIXTURES, cli
 
 from fabricscope.doctor.expect import Expectations, load_expectations, parse_expectations
 from fabricscope.errors import ConfigError
@@ -37,25 +38,25 @@ def test_defaults_and_case_insensitive_choices() -> None:
         ({"nic": {"count": "eight"}}, "f.toml: nic.count must be a whole number from 0 to 1024, got 'eight'"),
         ({"nic": {"count": True}}, "f.toml: nic.count must be a whole number"),
         ({"nic": {"rate": 400}}, "f.toml: nic.rate must be a rate with its decimal prefix in quotes"),
-        ({"nic": {"rate": "fast"}}, "invalid f.toml: nic.rate 'fast'"),
-        ({"nic": {"rate": "400"}}, "invalid f.toml: nic.rate '400': give a rate with its decimal prefix"),
+        ({"nic": {"rate": "fast"}}, "f.toml: nic.rate must be a rate with its decimal prefix in quotes"),
+        ({"nic": {"rate": "400"}}, "400Gb/s), bytes with a capital B (50GB/s = 400 Gb/s), got '400'"),
         ({"nic": {"rate": "400"}}, "(a bare number would be bits per second)"),
         ({"nic": {"rate": "400M"}}, "f.toml: nic.rate must be from 1 to 3200 Gb/s per NIC, got 0.4 Gb/s"),
         ({"nic": {"rate": "400T"}}, "f.toml: nic.rate must be from 1 to 3200 Gb/s per NIC"),
         ({"nic": {"devices": "mlx5_0"}}, 'f.toml: nic.devices must be a list of names like ["mlx5_0"'),
         ({"nic": {"devices": ["mlx5_0", "mlx5_1 "]}}, "f.toml: nic.devices holds 'mlx5_1 '"),
         ({"nic": {"devices": ["=mlx5_0"]}}, "f.toml: nic.devices holds '=mlx5_0'"),
-        ({"nic": {"mtu": 10}}, "f.toml: nic.mtu must be from 68 to 65536, got 10"),
+        ({"nic": {"mtu": 10}}, "f.toml: nic.mtu must be a whole number from 68 to 65536, got 10"),
         ({"nic": {"link_layer": "RoCE"}}, "f.toml: nic.link_layer must be one of InfiniBand, Ethernet, got 'RoCE'"),
         ({"pcie": {"width": 3}}, "f.toml: pcie.width must be one of 1, 2, 4, 8, 12, 16, 32, got 3"),
-        ({"pcie": {"gen": 9}}, "f.toml: pcie.gen must be from 1 to 7, got 9"),
+        ({"pcie": {"gen": 9}}, "f.toml: pcie.gen must be a whole number from 1 to 7, got 9"),
         (
             {"gpu": {"nic_distance": "PIXX"}},
             "must be one of PIX, PXB, PHB, NODE, SYS, got 'PIXX' (did you mean 'PIX'?)",
         ),
         ({"gpu": 8}, "f.toml: gpu must be a table"),
-        ({"tcp": {"buffer_max": "lots"}}, "invalid f.toml: tcp.buffer_max 'lots'"),
-        ({"tcp": {"buffer_max": "16"}}, 'f.toml: tcp.buffer_max "16" needs a binary suffix K, M, G or T'),
+        ({"tcp": {"buffer_max": "lots"}}, "f.toml: tcp.buffer_max must be bytes as a whole number"),
+        ({"tcp": {"buffer_max": "16"}}, "f.toml: tcp.buffer_max needs a binary suffix K, M, G or T in quotes"),
         ({"tcp": {"buffer_max": 16}}, "f.toml: tcp.buffer_max must be at least 64K (65536 bytes), got 16 bytes"),
         ({"tcp": {"buffer_max": "16B"}}, "f.toml: tcp.buffer_max must be at least 64K"),
         ({"tcp": {"buffer_max": 1.5}}, "f.toml: tcp.buffer_max must be bytes as a whole number"),
@@ -105,3 +106,81 @@ def test_python_construction_is_validated_in_the_same_place() -> None:
         Expectations(gpu_nic_distance="near")
     names = ("mlx5_0", "mlx5_1:1", "eth2")
     assert Expectations(compute_devices=names).compute_devices == names
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"pcie": {"width": True}}, "f.toml: pcie.width must be one of 1, 2, 4, 8, 12, 16, 32, got true"),
+        ({"nic": {"count": 8.0}}, "f.toml: nic.count must be a whole number from 0 to 1024, got 8.0"),
+        ({"nic": {"count": "8"}}, "f.toml: nic.count must be a whole number from 0 to 1024, got '8'"),
+        ({"nic": {"mtu": 10**30}}, "f.toml: nic.mtu must be a whole number from 68 to 65536, got 1000000000000"),
+        ({"nic": {"devices": []}}, 'f.toml: nic.devices must be a list of names like ["mlx5_0", "mlx5_1:1", "eth2"]'),
+        ({"nic": {"devices": [3]}}, "f.toml: nic.devices holds 3: give an RDMA device (mlx5_0), a port (mlx5_0:1)"),
+        ({"gpu": {"count": -1}}, "f.toml: gpu.count must be a whole number from 0 to 1024, got -1"),
+        ({"tcp": {"buffer_max": True}}, "f.toml: tcp.buffer_max must be bytes as a whole number"),
+        ({"nic": {"link_layer": 4}}, "f.toml: nic.link_layer must be one of InfiniBand, Ethernet, got 4"),
+    ],
+)
+def test_strict_types_and_bounds(data: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_expectations(data, "f.toml")
+    assert str(info.value).startswith(message)
+    assert "\n" not in str(info.value)
+
+
+def test_the_file_model_is_the_one_validation() -> None:
+    from typing import get_args
+
+    from fabricscope.doctor.expect import ExpectFile
+    from fabricscope.doctor.inventory import DISTANCES
+
+    distance = ExpectFile.model_fields["gpu"].annotation
+    assert distance is not None
+    section = next(a for a in get_args(distance) if a is not type(None))
+    choices = get_args(next(a for a in get_args(section.model_fields["nic_distance"].annotation) if get_args(a)))
+    assert choices == DISTANCES
+    assert Expectations(link_layer="ethernet", gpu_nic_distance="pxb").link_layer == "Ethernet"  # as from a file
+    with pytest.raises(ConfigError, match=r"^Expectations: pcie\.width must be one of 1, 2, 4, 8, 12, 16, 32, got 3$"):
+        Expectations(pcie_width=3)
+
+
+@pytest.fixture
+def hostile(tmp_path: Path) -> dict[str, Path]:
+    """--expect files as a careless or hostile user gives them."""
+    files: dict[str, Path] = {}
+    files["huge-int"] = tmp_path / "huge-int.toml"
+    files["huge-int"].write_text("[nic]\ncount = " + "9" * 400 + "\n")
+    files["deep"] = tmp_path / "deep.toml"
+    files["deep"].write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    files["deep-tables"] = tmp_path / "deep-tables.toml"
+    files["deep-tables"].write_text("a = " + "{b = " * 5000 + "1" + "}" * 5000 + "\n")
+    files["fifo"] = tmp_path / "fifo.toml"
+    os.mkfifo(files["fifo"])
+    files["zero"] = tmp_path / "zero.toml"
+    files["zero"].symlink_to("/dev/zero")
+    files["folder"] = tmp_path / "folder.toml"
+    files["folder"].mkdir()
+    files["long"] = tmp_path / ("x" * 5000 + ".toml")
+    return files
+
+
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [
+        ("huge-int", "huge-int.toml"),
+        ("deep", "deep.toml"),
+        ("deep-tables", "deep-tables.toml"),
+        ("fifo", "a FIFO"),
+        ("zero", "a character device"),
+        ("folder", "a directory"),
+        ("long", "file name too long"),
+    ],
+)
+def test_a_hostile_expect_file_is_one_error_line(hostile: dict[str, Path], name: str, fragment: str) -> None:
+    result = cli("--root", str(FIXTURES / "healthy-ib-8gpu"), "--expect", str(hostile[name]), timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: --expect ") and fragment in line, line
+    assert "Traceback" not in result.stderr
