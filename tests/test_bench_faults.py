@@ -5,6 +5,7 @@ seconds, names the rank and host at fault, keeps every row measured before,
 and leaves no process behind.
 """
 
+import csv
 import json
 import os
 import signal
@@ -37,8 +38,8 @@ def _wait_exit(proc, within):
 
 @pytest.mark.parametrize("victim", [1, 0])
 def test_killed_rank_is_named_and_rows_are_kept(tmp_path, victim):
-    out = tmp_path / "k.json"
-    proc = start_cli([*ENDLESS, "--json", str(out)])
+    out, flat = tmp_path / "k.json", tmp_path / "k.csv"
+    proc = start_cli([*ENDLESS, "--json", str(out), "--csv", str(flat)])
     data = wait_for_records(out, 6)
     pids = _rank_pids(data)
     os.kill(pids[victim], signal.SIGKILL)
@@ -53,8 +54,15 @@ def test_killed_rank_is_named_and_rows_are_kept(tmp_path, victim):
         assert result.status == "failed" and "rank 1" in result.error
     else:
         assert "rank 0" in stderr and "rendezvous store" in stderr
-        result = load(out)  # rank 0 died mid-run: the file still holds every row it finished
+        # Rank 0 died mid-run: the file still holds every row it finished, and the
+        # launcher, which outlived it, says why the run did not finish.
+        result = load(out)
+        assert result.status == "failed"
+        assert result.error == f"rank 0 (pid {pids[0]} on {host}) was killed by SIGKILL"
     assert len(result.records) >= 6
+    # The CSV is written as rows finish, so it holds them too (perhaps one row more than the JSON).
+    rows = list(csv.DictReader(flat.read_text().splitlines()))
+    assert len(rows) >= len(result.records) - 2 and rows[0]["op"] == "all_reduce"
     assert len(table_rows(stdout)) * 2 >= len(result.records)
     assert "Traceback" not in stderr
     assert_gone(list(pids.values()))
@@ -84,6 +92,22 @@ def test_frozen_rank_is_named_within_the_timeout(tmp_path, victim):
     assert len(load(out).records) >= 4
     assert "Traceback" not in stderr
     assert_gone(list(pids.values()))
+
+
+def test_a_killed_launcher_leaves_an_interrupted_result(tmp_path):
+    # SIGKILL to `fabricscope bench` itself: its ranks stop (parent-death signal) and
+    # rank 0 marks the file interrupted, saying why, with every finished row.
+    out = tmp_path / "l.json"
+    proc = start_cli([*ENDLESS, "--json", str(out)])
+    data = wait_for_records(out, 4)
+    pids = _rank_pids(data)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert_gone(list(pids.values()), within=20)
+    result = load(out)
+    assert result.status == "interrupted", result.error
+    assert result.error == "its launcher died"
+    assert len(result.records) >= 4
 
 
 def test_ctrl_c_stops_cleanly_and_keeps_rows(tmp_path):

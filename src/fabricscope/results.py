@@ -15,31 +15,38 @@ Format history (bump ``VERSION`` and add a line when the layout changes)::
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
 import re
 import secrets
+import select
 import socket
 import stat
+import sys
+import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from fabricscope.errors import ResultFormatError, RunError, UsageError
-from fabricscope.userfiles import read_json
+from fabricscope.userfiles import read_json, shorten
 
 __all__ = [
     "COLLECTIVE_FIELDS",
     "FORMAT",
     "STATUSES",
+    "STDOUT",
     "VERSION",
     "CollectiveRecord",
     "Result",
     "atomic_write_text",
     "check_output_path",
     "load",
+    "mark_unfinished",
     "percentile",
     "written_through",
 ]
@@ -202,6 +209,24 @@ class Result:
         )
 
 
+def mark_unfinished(path: str | os.PathLike[str], status: str, error: str) -> bool:
+    """Give a result file that a killed process left ``partial`` the status and reason it lacks.
+
+    For a process that outlived the one that wrote the file (a launcher whose rank 0
+    was killed).  A file that is not partial, or cannot be read or written, is left
+    alone; returns whether the file was changed.
+    """
+    try:
+        result = load(path)
+        if result.status != "partial":
+            return False
+        result.status, result.error = status, error
+        result.save(path)
+    except (ResultFormatError, RunError):
+        return False
+    return True
+
+
 def _json_default(value: Any) -> Any:
     if hasattr(value, "to_dict"):
         return value.to_dict()
@@ -216,30 +241,94 @@ def load(path: str | os.PathLike[str]) -> Result:
     return Result.from_dict(data, source=str(path))
 
 
-def check_output_path(flag: str, path: str) -> None:
-    """Refuse, before any work, an output file that cannot be written.
+STDOUT = "-"
+"""An output path of ``-`` means standard output, as most tools read it."""
 
-    Raises :class:`UsageError` (one line, exit 2) when ``path`` is a folder,
-    its folder does not exist, or a file cannot be created there (read-only,
-    no permission, a pseudo file system): checked by creating and removing a
-    probe file, since ``os.access`` says yes to root everywhere.  A stream or
-    device (``/dev/stdout``, ``/dev/null``) is accepted: it is written through.
+_STREAM_TIMEOUT_S = 30.0
+"""Longest wait for a stream's reader (a FIFO, a pipe) to take what we write."""
+
+_held: dict[str, int] = {}
+"""FIFOs opened by :func:`check_output_path`, kept open so that their reader stays."""
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _inside(path: str, folder: str) -> bool:
+    real, top = os.path.realpath(path), os.path.realpath(folder)
+    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
+
+
+def check_output_path(flag: str, path: str, *, inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
+    """Refuse, before any work, an output file that cannot or must not be written.
+
+    Raises :class:`UsageError` (one line, exit 2) when ``path`` is empty, too long,
+    a folder, in a folder that does not exist, a read-only file, one of the
+    command's ``inputs`` (or inside an input folder, such as doctor's ``--root``),
+    a FIFO nobody reads, or a file that cannot be created (checked by creating and
+    removing a probe file, since ``os.access`` says yes to root everywhere).  ``-``
+    and streams or devices (``/dev/stdout``, ``/dev/null``) are written through.
     """
-    if os.path.isdir(path):
+    if path == "":
+        raise UsageError(f"{flag} needs a file name, got an empty one (use - for standard output)")
+    if path == STDOUT:
+        return
+    shown = shorten(path)
+    try:
+        info: os.stat_result | None = os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise UsageError(
+                f"{flag} {shown}: file name too long ({len(path)} characters; this system allows 255 per name)"
+            ) from None
+        info = None
+    if info is not None and stat.S_ISDIR(info.st_mode):
         example = os.path.join(path, "result.csv" if flag == "--csv" else "result.json")
-        raise UsageError(f"{flag} {path} is a folder: give a file name, e.g. {example}")
+        raise UsageError(f"{flag} {shown} is a folder: give a file name, e.g. {example}")
+    for source in inputs:
+        name = os.fspath(source)
+        if os.path.isdir(name) and _inside(path, name):
+            raise UsageError(f"{flag} {shown} is inside {shorten(name)}, an input of this command: write it elsewhere")
+        if _same_file(path, name):
+            raise UsageError(f"{flag} {shown} is also an input of this command: writing it would destroy it")
+    if info is not None and stat.S_ISFIFO(info.st_mode):
+        _hold_fifo(flag, path)
+        return
     if written_through(path):
         return
+    if info is not None and stat.S_ISREG(info.st_mode) and not info.st_mode & 0o222:
+        raise UsageError(f"{flag} {shown} is read-only: fabricscope does not replace it (make it writable first)")
     folder = os.path.dirname(os.path.realpath(path))
     if not os.path.isdir(folder):
-        raise UsageError(f"{flag} {path}: the folder {folder} does not exist")
+        raise UsageError(f"{flag} {shown}: the folder {shorten(folder)} does not exist")
+    if len(os.path.basename(path)) > 255 - 40:  # room for the temporary name written beside it
+        raise UsageError(f"{flag} {shown}: file name too long ({len(os.path.basename(path))} characters)")
     probe = os.path.join(folder, f".fabricscope-probe.{os.getpid()}.{secrets.token_hex(4)}")
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except OSError as exc:
-        raise UsageError(f"{flag} {path}: cannot create a file in {folder} ({exc.strerror or exc})") from None
+        raise UsageError(f"{flag} {shown}: cannot create a file in {folder} ({exc.strerror or exc})") from None
     with contextlib.suppress(OSError):
         os.unlink(probe)
+
+
+def _hold_fifo(flag: str, path: str) -> None:
+    """Open a FIFO for writing now, without blocking: refuse one that nobody reads."""
+    key = os.path.realpath(path)
+    if key in _held:
+        return
+    try:
+        _held[key] = os.open(path, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise UsageError(
+                f"{flag} {shorten(path)} is a FIFO that no process is reading: start its reader first"
+            ) from None
+        raise UsageError(f"{flag} {shorten(path)}: cannot open the FIFO ({exc.strerror or exc})") from None
 
 
 _STREAMS = re.compile(r"/dev/std(out|err)$|/dev/fd/|/proc/[^/]+/fd/")
@@ -249,18 +338,51 @@ _STREAMS = re.compile(r"/dev/std(out|err)$|/dev/fd/|/proc/[^/]+/fd/")
 def written_through(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a stream or device: written in place (appended), never replaced.
 
-    That is ``/dev/stdout`` and the like (``> out.txt`` must keep the table already
-    there), and anything that is not a regular file: a pipe, a device, a socket.
-    ``os.stat`` follows ``/dev/stdout`` -> ``/proc/self/fd/1`` to a pipe, which
-    ``realpath`` cannot name.
+    That is ``-`` and ``/dev/stdout`` and the like (``> out.txt`` must keep the
+    table already there), and anything that is not a regular file: a pipe, a
+    device, a socket.  ``os.stat`` follows ``/dev/stdout`` -> ``/proc/self/fd/1``
+    to a pipe, which ``realpath`` cannot name.
     """
-    if _STREAMS.match(os.path.abspath(path)):
+    if os.fspath(path) == STDOUT or _STREAMS.match(os.path.abspath(path)):
         return True
     try:
         mode = os.stat(path).st_mode
     except OSError:
         return False
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _write_stream(path: str, text: str) -> None:
+    """Append to a stream without ever waiting forever for its reader."""
+    data = text.encode("utf-8")
+    key = os.path.realpath(path) if path != STDOUT else ""
+    if path == STDOUT:
+        sys.stdout.flush()
+        fd, own = sys.stdout.fileno(), False
+    elif key in _held:
+        fd, own = _held[key], False
+    else:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            why = "no process is reading it" if exc.errno == errno.ENXIO else exc.strerror or str(exc)
+            raise RunError(f"cannot write {shorten(path)}: {why}") from None
+        own = True
+    try:
+        deadline = time.monotonic() + _STREAM_TIMEOUT_S
+        while data:
+            _, ready, _ = select.select([], [fd], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise RunError(f"cannot write {shorten(path)}: its reader took nothing for {_STREAM_TIMEOUT_S:g} s")
+            try:
+                data = data[os.write(fd, data) :]
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                raise RunError(f"cannot write {shorten(path)}: {exc.strerror or exc}") from None
+    finally:
+        if own:
+            os.close(fd)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -272,13 +394,13 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     untouched and a :class:`RunError` says why.
     """
     if written_through(path):
-        try:
-            with open(path, "a", encoding="utf-8") as handle:
-                handle.write(text)
-        except OSError as exc:
-            raise RunError(f"cannot write {path}: {exc.strerror or exc}") from None
+        _write_stream(os.fspath(path), text)
         return
     target = Path(os.path.realpath(path))
+    try:
+        mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        mode = None
     directory = target.parent
     tmp_name = None
     try:
@@ -289,6 +411,8 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        if mode is not None:  # a replaced file keeps its mode
+            os.chmod(tmp_name, mode)
         os.replace(tmp_name, target)
         tmp_name = None
     except OSError as exc:

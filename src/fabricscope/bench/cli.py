@@ -260,7 +260,16 @@ def run(args: argparse.Namespace) -> int:
         grace_s=config.timeout_s + 15.0,
         master_addr=master_addr,
         master_port=config.master_port or _env_port(),
+        on_rank_killed=lambda message: _mark_failed(config.json_path, message),
     )
+
+
+def _mark_failed(json_path: str | None, message: str) -> None:
+    """Rank 0 cannot mark its file any more when it was the one killed: the launcher does."""
+    from fabricscope.results import mark_unfinished, written_through
+
+    if json_path and not written_through(json_path):
+        mark_unfinished(json_path, "failed", message)
 
 
 def _env_port() -> int | None:

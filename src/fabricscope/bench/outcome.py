@@ -46,7 +46,7 @@ class Ending:
     write_error: str | None = None
     """The first failure to write a result file, if any."""
     reason: str = ""
-    """For ``peer_failed`` and ``run_error``: what failed, in one line."""
+    """For ``peer_failed`` and ``run_error``: what failed, in one line; for ``signal``, why if known."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +87,7 @@ def decide(ending: Ending) -> Verdict:
     if ending.kind == "complete":
         return Verdict("complete", None, tuple(verdicts), found)
     if ending.kind == "signal":
-        why = "interrupted by a signal"
+        why = ending.reason or "interrupted by a signal"
         return Verdict("interrupted", why, (f"interrupted ({why}): {_kept(ending, 'measured so far')}",), 130)
     if ending.kind == "stdout_closed":
         return Verdict("interrupted", "its output was closed", tuple(verdicts), found)

@@ -85,6 +85,10 @@ class Output:
             self._shared_terminal = self.out.isatty()
             self._start_progress(progress_total)
         self._save()
+        self._csv_streamed = bool(config.csv_path) and not written_through(config.csv_path or "")
+        """A CSV file is written as rows finish (a header now, rows appended); a stream gets it at the end."""
+        if self._csv_streamed:
+            self._write_csv_text(self._csv_lines([], header=True), replace=True)
 
     # --- table ------------------------------------------------------------------
 
@@ -157,6 +161,8 @@ class Output:
         # every few seconds (finish() always writes the rest).
         if len(self.result.records) < _SAVE_EVERY_ROW_UP_TO or time.monotonic() - self._saved_at > _SAVE_INTERVAL_S:
             self._save()
+        if self._csv_streamed:
+            self._write_csv_text(self._csv_lines(dicts, header=False), replace=False)
         if self._progress is not None:
             self._progress.advance(self._task)
 
@@ -187,7 +193,8 @@ class Output:
         self.result.status = status
         self.result.error = error
         self._save(final=True)
-        self._write_csv()
+        if self.config.csv_path and not self._csv_streamed:
+            self._write_csv_text(self._csv_lines(self.result.records, header=True), replace=True)
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
@@ -203,18 +210,30 @@ class Output:
         except RunError as exc:
             self._write_failed(str(exc))
 
-    def _write_csv(self) -> None:
-        if not self.config.csv_path:
-            return
+    def _csv_lines(self, records: Sequence[dict[str, Any]], *, header: bool) -> str:
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        writer.writeheader()
-        for record in self.result.records:
+        if header:
+            writer.writeheader()
+        for record in records:
             writer.writerow({**record, "ranks": len(self.peers), "backend": self.backend})
+        return buffer.getvalue()
+
+    def _write_csv_text(self, text: str, *, replace: bool) -> None:
+        """Replace the CSV file (atomically) or append rows to it; a failure is reported, not raised."""
+        path = self.config.csv_path
+        if not path:
+            return
         try:
-            atomic_write_text(self.config.csv_path, buffer.getvalue())
+            if replace:
+                atomic_write_text(path, text)
+            else:
+                with open(path, "a", encoding="utf-8", newline="") as handle:
+                    handle.write(text)
         except RunError as exc:
             self._write_failed(str(exc))
+        except OSError as exc:
+            self._write_failed(f"cannot write {path}: {exc.strerror or exc}")
 
     def _write_failed(self, message: str) -> None:
         if message not in self.write_errors:

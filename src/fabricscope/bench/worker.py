@@ -231,7 +231,10 @@ def _stop_interrupted(
     world: launch.World, output: Any, heartbeat: Heartbeat, wrong: int, *, output_closed: bool = False
 ) -> int:
     heartbeat.mark_stopped()
-    return _end(world, output, Ending(kind="stdout_closed" if output_closed else "signal", wrong=wrong))
+    if output_closed:
+        return _end(world, output, Ending(kind="stdout_closed", wrong=wrong))
+    why = "its launcher died" if rank.orphaned() else ""
+    return _end(world, output, Ending(kind="signal", wrong=wrong, reason=why))
 
 
 def _row_count(config: BenchConfig) -> int:

@@ -10,8 +10,8 @@ itself is gone, the rank hosting it (rank 0) is.
 
 The same thread is a watchdog: if the main thread stays inside one phase
 longer than its deadline (a backend call that ignores its timeout), it calls
-``on_stall`` and ends the process; and when a spawned rank's launcher dies,
-the rank exits rather than linger.
+``on_stall`` and ends the process.  (A rank whose launcher dies stops through
+:func:`fabricscope.launch.rank.stop_when_orphaned`.)
 """
 
 from __future__ import annotations
@@ -75,7 +75,6 @@ class Heartbeat:
         self._deadline: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fabricscope-heartbeat", daemon=True)
-        self._parent_pid = int(os.environ.get("FABRICSCOPE_PARENT_PID", "0") or 0)
         self._store: Any = None
         self._lock = threading.Lock()
         self._left = False
@@ -127,8 +126,6 @@ class Heartbeat:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
-            if self._parent_pid and os.getppid() != self._parent_pid:
-                os._exit(1)
             deadline = self._deadline
             if deadline is not None and time.monotonic() > deadline and self._on_stall is not None:
                 self._on_stall(f"rank {self._rank} stayed in {self._phase} past its deadline")

@@ -88,13 +88,14 @@ def orphaned() -> bool:
     return _parent_pid is not None and os.getppid() != _parent_pid
 
 
-def stop_when_orphaned(interval_s: float = 1.0) -> None:
+def stop_when_orphaned(interval_s: float = 1.0, grace_s: float = 15.0) -> None:
     """Stop this rank (SIGTERM to itself: a clean stop) when its launcher dies.
 
     Ranks that fabricscope spawns die with it by the kernel's parent-death
     signal; ranks of torchrun, mpirun or srun would otherwise run on forever
     when their agent is killed (SIGKILL leaves it no time to stop them).  The
-    thread sleeps a second between looks, which adds no measurable noise.
+    thread sleeps a second between looks, which adds no measurable noise.  A rank
+    that has not stopped ``grace_s`` later (stuck in a call) ends itself.
     """
     global _parent_pid
     parent = _parent_pid = os.getppid()
@@ -103,6 +104,8 @@ def stop_when_orphaned(interval_s: float = 1.0) -> None:
         while os.getppid() == parent:
             time.sleep(interval_s)
         os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_s)
+        finish_process(130)
 
     threading.Thread(target=watch, name="fabricscope-parent-watch", daemon=True).start()
 

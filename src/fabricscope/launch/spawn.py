@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from fabricscope.errors import RunError
 from fabricscope.launch.world import free_port
@@ -28,13 +28,18 @@ _STRAGGLER_S = 6.0
 
 
 def _set_parent_death_signal() -> None:
-    """In the child: die with the parent, so no rank outlives a killed launcher."""
+    """In the child: stop with the parent, so no rank outlives a killed launcher.
+
+    SIGTERM, not SIGKILL: the rank stops as on Ctrl-C and rank 0 marks its result
+    interrupted (its launcher died), keeping every row; a rank that cannot act on
+    it ends itself a few seconds later (:func:`fabricscope.launch.rank.stop_when_orphaned`).
+    """
     with contextlib.suppress(Exception):
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
         pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 _RANK_BOOTSTRAP = """\
@@ -60,6 +65,7 @@ def spawn(
     grace_s: float,
     master_addr: str | None = None,
     master_port: int | None = None,
+    on_rank_killed: Callable[[str], None] | None = None,
 ) -> int:
     """Start ``nproc`` local ranks running ``python -m <module_args>`` (quiet on an early Ctrl-C) and supervise them.
 
@@ -67,7 +73,8 @@ def spawn(
     named on stderr; the others get ``grace_s`` to notice and stop on their
     own, then are killed.  Ctrl-C is forwarded to every rank, which stops
     cleanly; after a grace period stragglers are killed.  No rank outlives
-    this function.
+    this function.  ``on_rank_killed`` hears (once) the message naming a rank
+    killed by a signal, so the command can record it where rank 0 no longer can.
     """
     addr = master_addr or "127.0.0.1"
     port = master_port or free_port()
@@ -85,7 +92,6 @@ def spawn(
             MASTER_ADDR=addr,
             MASTER_PORT=str(port),
             FABRICSCOPE_LAUNCHER="spawn",
-            FABRICSCOPE_PARENT_PID=str(os.getpid()),
         )
         env.pop("TORCHELASTIC_RUN_ID", None)
         children.append(
@@ -105,7 +111,7 @@ def spawn(
         # scheduler (SIGTERM): forward the stop to the ranks and keep results.
         signal.signal(sig, _raise_interrupt)
     try:
-        return _supervise(children, host, grace_s)
+        return _supervise(children, host, grace_s, on_rank_killed)
     except KeyboardInterrupt:
         for child in children:
             if child.poll() is None:
@@ -123,7 +129,12 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _supervise(children: list[subprocess.Popen[bytes]], host: str, grace_s: float) -> int:
+def _supervise(
+    children: list[subprocess.Popen[bytes]],
+    host: str,
+    grace_s: float,
+    on_rank_killed: Callable[[str], None] | None = None,
+) -> int:
     """Wait for every rank; after a failure, give the others time to notice, then kill them.
 
     Rank 0 keeps the results, so while it runs the others get ``grace_s``
@@ -144,7 +155,11 @@ def _supervise(children: list[subprocess.Popen[bytes]], host: str, grace_s: floa
             failure_code = code if code > 0 else 1
             if code < 0:
                 name = signal.Signals(-code).name
-                sys.stderr.write(f"error: rank {rank} (pid {child.pid} on {host}) was killed by {name}\n")
+                message = f"rank {rank} (pid {child.pid} on {host}) was killed by {name}"
+                sys.stderr.write(f"error: {message}\n")
+                if on_rank_killed is not None:
+                    with contextlib.suppress(Exception):
+                        on_rank_killed(message)
             deadline = time.monotonic() + grace_s
         if not running:
             break

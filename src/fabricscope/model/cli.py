@@ -66,12 +66,13 @@ def _json_option(p: argparse.ArgumentParser, kind: str) -> None:
     p.add_argument("--json", default=None, metavar="FILE", help=f"write a Result (kind {kind})")
 
 
-def _check_output(path: str | None) -> None:
-    """Refuse, before any work, a --json file that cannot be written."""
+def _check_output(path: str | None, *inputs: str) -> None:
+    """Refuse, before any work, a --json file that cannot be written or is one of the inputs."""
     from fabricscope.results import check_output_path
+    from fabricscope.userfiles import is_path
 
-    if path:
-        check_output_path("--json", path)
+    if path is not None:
+        check_output_path("--json", path, inputs=[name for name in inputs if is_path(name)])
 
 
 def _precision_option(p: argparse.ArgumentParser) -> None:
@@ -91,7 +92,7 @@ def _save(
     records: list[dict[str, Any]],
     summary: dict[str, Any],
 ) -> None:
-    if not path:
+    if path is None:
         return
     from fabricscope.results import Result
 
@@ -147,7 +148,7 @@ def run_predict(args: argparse.Namespace) -> int:
     algo = args.algo.strip().lower()
     if algo not in ALGO_CHOICES:
         raise _usage(f"unknown --algo {args.algo!r}{closest(algo, ALGO_CHOICES)}: use {', '.join(ALGO_CHOICES)}")
-    _check_output(args.json)
+    _check_output(args.json, args.cluster)
     cluster = _load_cluster(args)
     steps = options.sweep_steps(args)
     config = BenchConfig(
@@ -291,7 +292,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     from fabricscope.model.parallel import PRECISIONS, RECOMPUTE, SplitRequest, as_choice
     from fabricscope.model.workload import load_model
 
-    _check_output(args.json)
+    _check_output(args.json, args.model, args.cluster)
     model = load_model(args.model)
     cluster = _load_cluster(args)
     precision = (
@@ -392,7 +393,7 @@ def run_plan(args: argparse.Namespace) -> int:
     from fabricscope.model.planner import LATENCY_PROBE_BYTES, plan
     from fabricscope.model.workload import load_model
 
-    _check_output(args.json)
+    _check_output(args.json, args.model)
     model = load_model(args.model)
     target = args.target_util
     budget = args.max_latency_us
@@ -476,7 +477,7 @@ def run_validate(args: argparse.Namespace) -> int:
     from fabricscope.model import report
     from fabricscope.model.validation import default_files, summary, validate_file
 
-    _check_output(args.json)
+    _check_output(args.json, *(str(f) for f in args.files))
     files = list(args.files) or default_files()
     checks = [check for path in files for check in validate_file(path)]
     _print(report.validate_lines(checks))
