@@ -127,6 +127,7 @@ def test_json_verdict_is_the_printed_verdict(tree: str, args: list[str], env: di
         (["--root", HEALTHY, "--timeout", "0.5"], ["--timeout must be a duration from 1 s to 7 days", "got '0.5'"]),
         (["--root", HEALTHY, "--timeout", "9" * 400], ["--timeout must be a duration from 1 s to 7 days", "got '999"]),
         (["--root", HEALTHY, "--json", ""], ["--json needs a file name, got an empty one"]),
+        (["--root", "/", "--json", "/proc/x.json"], ["--json /proc/x.json is inside /proc, an input"]),
         (["--root", HEALTHY, "--capture", ""], ["--capture needs a folder name, got an empty one"]),
         (["--root", HEALTHY, "--expect", ""], ["--expect needs a file name, got an empty one"]),
         (["--root", HEALTHY, "--bogus"], ["unrecognized arguments: --bogus"]),
@@ -276,21 +277,23 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path: Path
     before = expect.read_bytes()
     assert_one_line_error(
         cli("--root", HEALTHY, "--expect", str(expect), "--json", str(expect)),
-        f"--json {expect} is the --expect file",
+        f"--json {expect} is also an input of this command: writing it would destroy it",
     )
     link = tmp_path / "link.json"
     link.symlink_to(expect)
-    assert_one_line_error(cli("--root", HEALTHY, "--expect", str(expect), "--json", str(link)), "is the --expect file")
+    assert_one_line_error(cli("--root", HEALTHY, "--expect", str(expect), "--json", str(link)), "is also an input")
     assert expect.read_bytes() == before
     tree = tmp_path / "node"
     shutil.copytree(HEALTHY, tree, symlinks=True)
     conf = tree / "etc/nccl.conf"
     conf_before = conf.read_bytes()
-    assert_one_line_error(cli("--root", str(tree), "--json", str(conf)), f"--json {conf} is inside --root {tree}")
+    assert_one_line_error(cli("--root", str(tree), "--json", str(conf)), f"--json {conf} is inside {tree}, an input")
     assert conf.read_bytes() == conf_before
-    assert_one_line_error(cli("--root", str(tree), "--json", str(tree / "node.json")), "is inside --root")
+    assert_one_line_error(cli("--root", str(tree), "--json", str(tree / "node.json")), f"is inside {tree}, an input")
     assert not (tree / "node.json").exists()
-    assert_one_line_error(cli("--root", str(tree), "--capture", str(tree / "cap")), "--capture", "is inside --root")
+    assert_one_line_error(
+        cli("--root", str(tree), "--capture", str(tree / "cap")), f"--capture {tree}/cap is inside {tree}, which the"
+    )
     assert not (tree / "cap").exists()
 
 
@@ -299,12 +302,12 @@ def test_an_output_inside_a_rank_s_root_is_refused_before_any_rank(tmp_path: Pat
         shutil.copytree(HEALTHY, tmp_path / f"node{rank}", symlinks=True)
     target = tmp_path / "node1/fleet.json"
     result = cli("--nproc", "2", "--root", str(tmp_path / "node{rank}"), "--json", str(target))
-    assert_one_line_error(result, f"--json {target} is inside --root {tmp_path}/node1")
+    assert_one_line_error(result, f"--json {target} is inside {tmp_path}/node1, an input of this command")
 
 
 def test_on_the_live_root_an_nccl_conf_file_is_not_an_output(tmp_path: Path) -> None:
     conf = tmp_path / "my-nccl.conf"
     conf.write_text("NCCL_DEBUG=WARN\n")
     result = cli("--root", "/", "--json", str(conf), env={"NCCL_CONF_FILE": str(conf)})
-    assert_one_line_error(result, f"--json {conf} is {conf}, which NCCL (and the doctor) reads settings from")
+    assert_one_line_error(result, f"--json {conf} is also an input of this command")
     assert conf.read_text() == "NCCL_DEBUG=WARN\n"

@@ -39,65 +39,49 @@ def check_outputs(args: argparse.Namespace, ranks: Sequence[int], env: Mapping[s
     """Refuse, before any work, an output that cannot be written or would overwrite what the doctor reads.
 
     ``ranks`` are the ranks whose ``--root`` and ``--capture`` (``{rank}``
-    expanded) are checked.  An output may not be the ``--expect`` file, lie
-    inside a captured tree that is read (``--root DIR``), or, on the live
-    root, be a file NCCL reads its settings from (or lie under ``/sys`` or
-    ``/proc``).  An empty name is refused, not ignored.
+    expanded) are checked.  The inputs are the ``--expect`` file, each
+    captured tree read (``--root DIR``), and on the live root ``/sys``,
+    ``/proc`` and the files NCCL reads its settings from; ``--json`` goes
+    through the one output check (:func:`fabricscope.results.check_output_path`),
+    and ``--capture`` may not be empty or lie inside an input folder.
     """
     from fabricscope.doctor.diagnosis import expand_placeholders
     from fabricscope.results import check_output_path
 
-    outputs: list[tuple[str, str]] = []
+    roots = {expand_placeholders(args.root, rank=r, local_rank=r) for r in ranks}
+    inputs = _inputs(args.expect, sorted(roots), os.environ if env is None else env)
     if args.json is not None:
-        if not args.json.strip():
-            raise UsageError("--json needs a file name, got an empty one")
-        check_output_path("--json", args.json)
-        outputs.append(("--json", args.json))
-    if args.capture is not None:
-        if not args.capture.strip():
-            raise UsageError("--capture needs a folder name, got an empty one")
-        outputs += [("--capture", expand_placeholders(args.capture, rank=r, local_rank=r)) for r in ranks]
-    for flag, path in outputs:
-        if args.expect is not None and _same_file(path, args.expect):
-            raise UsageError(f"{flag} {path} is the --expect file: the output would replace its input; give another")
-        for rank in ranks:
-            root = expand_placeholders(args.root, rank=rank, local_rank=rank)
-            reason = _reads(root, path, os.environ if env is None else env)
-            if reason is not None:
-                raise UsageError(f"{flag} {path} {reason}: the output would change what the doctor reads; give another")
+        check_output_path("--json", args.json, inputs=inputs)
+    if args.capture is None:
+        return
+    if not args.capture.strip():
+        raise UsageError("--capture needs a folder name, got an empty one")
+    for rank in ranks:
+        capture = expand_placeholders(args.capture, rank=rank, local_rank=rank)
+        folder = next((f for f in inputs if os.path.isdir(f) and _inside(capture, f)), None)
+        if folder is not None:
+            raise UsageError(f"--capture {capture} is inside {folder}, which the doctor reads: capture elsewhere")
 
 
-def _real(path: str) -> str:
-    return os.path.realpath(os.path.abspath(path))
-
-
-def _same_file(a: str, b: str) -> bool:
-    if _real(a) == _real(b):
-        return True
-    try:
-        return os.path.samefile(a, b)  # hard links
-    except (OSError, ValueError):
-        return False
-
-
-def _inside(path: str, folder: str) -> bool:
-    real, top = _real(path), _real(folder)
-    return real == top or real.startswith(top.rstrip("/") + "/")
-
-
-def _reads(root: str, path: str, env: Mapping[str, str]) -> str | None:
-    """Why writing ``path`` would change what the doctor reads under ``root``, or None."""
+def _inputs(expect: str | None, roots: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """What the doctor reads: the --expect file, captured trees, and on the live root what NCCL reads there."""
     from fabricscope.doctor.nccl_settings import conf_files
     from fabricscope.doctor.probe import passwd_home
 
-    if _real(root) != "/":
-        return f"is inside --root {root}" if _inside(path, root) else None
-    for pseudo in ("/sys", "/proc"):
-        if _inside(path, pseudo):
-            return f"is inside {pseudo}, which the doctor reads"
-    read = [*conf_files(env, passwd_home()), env.get("NCCL_TOPO_FILE") or ""]
-    same = next((f for f in read if f and _same_file(path, f)), None)
-    return None if same is None else f"is {same}, which NCCL (and the doctor) reads settings from"
+    inputs = [expect] if expect else []
+    for root in roots:
+        if os.path.realpath(root) != "/":
+            inputs.append(root)
+            continue
+        inputs += ["/sys", "/proc", *conf_files(env, passwd_home())]
+        if env.get("NCCL_TOPO_FILE"):
+            inputs.append(env["NCCL_TOPO_FILE"])
+    return inputs
+
+
+def _inside(path: str, folder: str) -> bool:
+    real, top = os.path.realpath(path), os.path.realpath(folder)
+    return real == top or real.startswith(top.rstrip("/") + "/")
 
 
 def child_argv(args: argparse.Namespace, timeout_s: float) -> list[str]:
