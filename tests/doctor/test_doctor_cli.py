@@ -311,3 +311,11 @@ def test_on_the_live_root_an_nccl_conf_file_is_not_an_output(tmp_path: Path) -> 
     result = cli("--root", "/", "--json", str(conf), env={"NCCL_CONF_FILE": str(conf)})
     assert_one_line_error(result, f"--json {conf} is also an input of this command")
     assert conf.read_text() == "NCCL_DEBUG=WARN\n"
+
+
+def test_json_dash_is_stdout_and_the_report_moves_to_stderr() -> None:
+    result = cli("--root", DEGRADED, "--json", "-")
+    assert result.returncode == 2, result.stderr
+    assert json.loads(result.stdout)["summary"]["verdict"] == "fail"  # stdout holds the JSON alone
+    assert result.stderr.strip().splitlines()[-1].startswith("verdict: FAIL (exit 2) on gpu-node-07")
+    assert not (REPO / "-").exists()

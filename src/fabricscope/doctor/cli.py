@@ -149,6 +149,7 @@ def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
     from fabricscope.doctor.report import make_console, render_findings, verdict_line
     from fabricscope.errors import FabricscopeError
     from fabricscope.metadata import collect_env
+    from fabricscope.results import STDOUT
 
     root_path = expand_placeholders(args.root, rank=0, local_rank=0)
     root = open_root(root_path)
@@ -178,7 +179,7 @@ def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
             result.save(args.json)
         except FabricscopeError as exc:
             problem = DoctorIncomplete(f"--json {args.json}: {exc}; no verdict")
-    console = make_console()
+    console = make_console(stderr=args.json == STDOUT)  # --json -: stdout is the JSON's
 
     def render() -> None:
         render_findings(
