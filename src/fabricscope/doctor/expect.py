@@ -32,10 +32,11 @@ model, so values are checked in one place.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
+from pydantic import BeforeValidator, Field, ValidationInfo
 
 from fabricscope.doctor.inventory import DISTANCES
 from fabricscope.errors import ConfigError, UsageError
@@ -65,13 +66,48 @@ _UNITS = {"units": True}
 """Validation context of a file: rates and sizes are written with their units there (``"400G"``, ``"16M"``)."""
 
 
+def _with_units(read: Callable[[Any], Any]) -> Any:
+    """A before-validator: in a file (context ``units``) the value is written with its unit and ``read``
+    converts it (``"400G"`` -> 400.0 Gb/s); from Python it is already a number."""
+
+    def convert(value: Any, info: ValidationInfo) -> Any:
+        return read(value) if info.context and info.context.get("units") else value
+
+    return convert
+
+
+def _read_rate(value: Any) -> float:
+    wrong = ValueError(f"must be {_RATE_HELP}, got {value!r} (a bare number would be bits per second)")
+    if not isinstance(value, str):
+        raise wrong
+    try:
+        return parse_rate(value, what="nic.rate") / 1e9
+    except UsageError:
+        raise wrong from None
+
+
+def _read_size(value: Any) -> int:
+    wrong = ValueError(f"must be {_SIZE_HELP}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise wrong
+    if isinstance(value, str) and _BARE_NUMBER.match(value):
+        raise ValueError(
+            f'needs a binary suffix K, M, G or T in quotes ("{value.strip()}M" is {value.strip()} MiB; '
+            f'a number of bytes goes without quotes), got "{value}"'
+        )
+    try:
+        return parse_size(value, what="tcp.buffer_max")
+    except UsageError:
+        raise wrong from None
+
+
 def _whole(low: int, high: int) -> Any:
     return Field(default=None, ge=low, le=high, description=f"a whole number from {low} to {high}")
 
 
 class NicSection(StrictModel):
     count: int | None = _whole(0, 1024)
-    rate: float | None = Field(
+    rate: Annotated[float | None, BeforeValidator(_with_units(_read_rate))] = Field(
         default=None,
         ge=RATE_GBPS[0],
         le=RATE_GBPS[1],
@@ -85,19 +121,6 @@ class NicSection(StrictModel):
     devices: list[Annotated[str, Field(pattern=_DEVICE, description=_DEVICE_HELP)]] | None = Field(
         default=None, min_length=1, description='a list of names like ["mlx5_0", "mlx5_1:1", "eth2"]'
     )
-
-    @field_validator("rate", mode="before")
-    @classmethod
-    def _rate(cls, value: Any, info: ValidationInfo) -> Any:
-        if not info.context or not info.context.get("units"):
-            return value
-        wrong = ValueError(f"must be {_RATE_HELP}, got {value!r} (a bare number would be bits per second)")
-        if not isinstance(value, str):
-            raise wrong
-        try:
-            return parse_rate(value, what="nic.rate") / 1e9
-        except UsageError:
-            raise wrong from None
 
 
 class PcieSection(StrictModel):
@@ -115,30 +138,12 @@ class GpuSection(StrictModel):
 
 
 class TcpSection(StrictModel):
-    buffer_max: int | None = Field(
+    buffer_max: Annotated[int | None, BeforeValidator(_with_units(_read_size))] = Field(
         default=None,
         ge=MIN_BUFFER_BYTES,
         description=f"at least 64K ({MIN_BUFFER_BYTES} bytes)",
         json_schema_extra={"unit": "bytes", "hint": _UNIT_MISTAKE},
     )
-
-    @field_validator("buffer_max", mode="before")
-    @classmethod
-    def _size(cls, value: Any, info: ValidationInfo) -> Any:
-        if not info.context or not info.context.get("units"):
-            return value
-        wrong = ValueError(f"must be {_SIZE_HELP}, got {value!r}")
-        if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise wrong
-        if isinstance(value, str) and _BARE_NUMBER.match(value):
-            raise ValueError(
-                f'needs a binary suffix K, M, G or T in quotes ("{value.strip()}M" is {value.strip()} MiB; '
-                f'a number of bytes goes without quotes), got "{value}"'
-            )
-        try:
-            return parse_size(value, what="tcp.buffer_max")
-        except UsageError:
-            raise wrong from None
 
 
 class ExpectFile(StrictModel):
