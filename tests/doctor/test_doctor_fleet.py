@@ -247,8 +247,8 @@ def test_a_rank_that_cannot_probe_still_reports_and_a_silent_rank_is_named_with_
     store = DictStore()
     args = fleet_args(str(tmp_path / "node{rank}"), json=str(tmp_path / "fleet.json"))
 
-    def world(rank: int) -> World:
-        return World(rank, 4, rank, 4, "127.0.0.1", 1, "env")
+    def world(rank: int) -> World:  # the launcher hosts the store: the others leave before rank 0
+        return World(rank, 4, rank, 4, "127.0.0.1", 1, "torchrun", agent_store=True)
 
     Rendezvous(world(3), store).announce("gpu-node-99")  # rank 3 announces itself and never reports
     others: dict[int, object] = {}
@@ -301,12 +301,30 @@ def test_a_rank_whose_rank_0_never_reports_fails_in_one_line() -> None:
     assert str(info.value) == (
         "rank 2: lost the rendezvous store at 10.0.0.1:29500 while announcing its host (Broken pipe)"
     )
+    frozen = Rendezvous(World(1, 2, 1, 2, "10.0.0.1", 29500, "env"), FrozenStore(), timeout_s=0.2)
+    with pytest.raises(DoctorIncomplete) as info:
+        frozen.send("{}")
+    assert str(info.value) == (
+        "rank 1: the rendezvous store at 10.0.0.1:29500 did not answer within 0.2 s while sending its report "
+        "(its host, rank 0 or the launcher, is stopped or hung)"
+    )
 
 
-def stop_rank_0(launcher: subprocess.Popen[str], mark: str) -> int:
-    """SIGSTOP the process of rank 0 as soon as it exists (found by ``mark`` in its environment); its pid."""
+class FrozenStore(DictStore):
+    """A store whose host is stopped: a request is taken and never answered (torch's timeout does not fire)."""
+
+    def set(self, key: str, value: str) -> None:
+        threading.Event().wait()
+
+
+def stop_rank_0(launcher: subprocess.Popen[str], mark: str, *, when_it_prints: bool = False) -> int:
+    """SIGSTOP the process of rank 0 (found by ``mark`` in its environment) as soon as it exists, or once it
+    starts printing the fleet report; its pid."""
     wanted = {f"FABRICSCOPE_TEST_MARK={mark}".encode(), b"RANK=0"}
-    while launcher.poll() is None:
+    if when_it_prints:
+        assert launcher.stdout is not None
+        assert launcher.stdout.read(1)  # rank 0 has the reports and is printing: the others have sent theirs
+    while launcher.poll() is None or when_it_prints:
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
                 environ = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
@@ -319,14 +337,16 @@ def stop_rank_0(launcher: subprocess.Popen[str], mark: str) -> int:
     raise AssertionError("the launcher ended before rank 0 started")
 
 
-def run_with_frozen_rank_0(argv: list[str]) -> tuple[subprocess.CompletedProcess[str], int]:
+def run_with_frozen_rank_0(
+    argv: list[str], *, when_it_prints: bool = False
+) -> tuple[subprocess.CompletedProcess[str], int]:
     mark = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "RANK", "WORLD_SIZE", "MASTER_"))}
     env.update(FABRICSCOPE_TEST_MARK=mark, COLUMNS="200")
     env.pop("FABRICSCOPE_LAUNCHER", None)
     launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
     try:
-        pid = stop_rank_0(launcher, mark)
+        pid = stop_rank_0(launcher, mark, when_it_prints=when_it_prints)
         out, err = launcher.communicate(timeout=180)  # without the fix: forever
     finally:
         if launcher.poll() is None:
@@ -335,9 +355,12 @@ def run_with_frozen_rank_0(argv: list[str]) -> tuple[subprocess.CompletedProcess
     return subprocess.CompletedProcess(argv, launcher.returncode, out, err), pid
 
 
-def assert_one_line_per_rank(stderr: str, ranks: set[int], what: str) -> None:
+def assert_one_line_per_rank(stderr: str, ranks: set[int], what: str, *, some: bool = False) -> None:
+    """One ``error: rank N: ...`` line for each of ``ranks`` (``some``: for at least one of them)."""
     mine = [line for line in stderr.splitlines() if line.startswith("error: ")]
-    assert {int(line.split()[2].rstrip(":")) for line in mine} == ranks, stderr
+    named = [int(line.split()[2].rstrip(":")) for line in mine]
+    assert len(named) == len(set(named)), stderr
+    assert (set(named) <= ranks and named) if some else set(named) == ranks, stderr
     assert all(what in line for line in mine), stderr
     assert "frame #" not in stderr and "Exception raised from" not in stderr and "TCPStore.cpp" not in stderr
     assert "src/fabricscope" not in stderr, stderr  # no traceback of ours (torchrun prints its own)
@@ -363,6 +386,19 @@ def test_under_torchrun_ranks_end_when_rank_0_is_frozen() -> None:
     # The agent hosts the store: ranks 1 and 2 reach it, wait for rank 0's report, give up and exit 3;
     # torchrun then ends the job (a stopped rank 0 ignores its SIGTERM: torchrun kills it 30 s later).
     assert result.returncode == 1, result.stderr
-    assert_one_line_per_rank(result.stderr, {1, 2}, "rank 0 sent no report within 3 s (it is stopped, hung or dead)")
+    # The first rank to give up ends the job: torchrun stops the other one (SIGTERM) before it may say so.
+    what = "rank 0 sent no report within 3 s (it is stopped, hung or dead)"
+    assert_one_line_per_rank(result.stderr, {1, 2}, what, some=True)
     assert "exitcode  : 3" in result.stderr
+    assert not Path(f"/proc/{pid}").exists()
+
+
+@pytest.mark.multiprocess
+def test_spawned_ranks_end_when_rank_0_freezes_while_it_prints() -> None:
+    root = str(FIXTURES / "healthy-ib-8gpu")
+    argv = [sys.executable, "-m", "fabricscope", "doctor", "--nproc", "3", "--root", root, "--timeout", "3"]
+    result, pid = run_with_frozen_rank_0(argv, when_it_prints=True)
+    assert result.returncode == 3, result.stderr
+    # The others sent their reports; rank 0 hosts the store and stopped answering: they say so and give up.
+    assert_one_line_per_rank(result.stderr, {1, 2}, "did not answer within 3 s")
     assert not Path(f"/proc/{pid}").exists()

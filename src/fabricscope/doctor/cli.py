@@ -11,7 +11,7 @@ import contextlib
 import os
 import sys
 import traceback
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from fabricscope import options
 from fabricscope.doctor.invocation import DEFAULT_TIMEOUT_S, MAX_LOCAL_RANKS, MAX_TIMEOUT_S, MIN_TIMEOUT_S
@@ -109,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from fabricscope import launch
     from fabricscope.doctor.expect import load_expectations
+    from fabricscope.doctor.findings import DoctorIncomplete
     from fabricscope.doctor.invocation import check_outputs
     from fabricscope.errors import UsageError
 
@@ -126,10 +127,12 @@ def _run(args: argparse.Namespace) -> int:
         if nproc is not None and world.rank == 0:
             sys.stderr.write(f"warning: --nproc is ignored: {world.launcher} started {world.world_size} ranks\n")
         check_outputs(args, [world.rank])
-        code = run_rank(args, world, expect, timeout_s)
-        if world.rank != 0:
-            _leave(code)
-        return code
+        try:
+            code = run_rank(args, world, expect, timeout_s)
+        except DoctorIncomplete as exc:  # a store that never answers may hold a thread for good: leave at once
+            sys.stderr.write(f"error: {exc}\n")
+            _leave(exc.exit_code)
+        _leave(code)
     if nproc is not None and nproc > 1:
         from fabricscope.doctor.fleet_run import spawn_fleet
 
@@ -196,12 +199,13 @@ def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
     return report.exit_code
 
 
-def _leave(code: int) -> None:
-    """A rank other than 0 that is done: exit at once, before rank 0 does.
+def _leave(code: int) -> NoReturn:
+    """A rank of a fleet that is done: exit at once, without Python's (and torch's) teardown.
 
-    Rank 0 exits with the fleet's verdict; a launcher that sees it exit 1 or 2
-    ends the ranks still running and reports them as failed too, so the
-    others must not linger in Python's (and torch's) teardown.
+    Under torchrun rank 0 exits with the fleet's verdict after the others; a
+    launcher that sees it exit 1 or 2 ends the ranks still running and reports
+    them as failed too, so they must not linger.  A rank whose store never
+    answered has a thread blocked in it for good, which teardown could wait on.
     """
     with contextlib.suppress(Exception):
         sys.stdout.flush()

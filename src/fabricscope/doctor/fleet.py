@@ -8,7 +8,7 @@ a rank that died or hung while probing.  A rank that cannot probe (its tree is
 missing) sends a report that says so instead of exiting: under a launcher a
 rank that exits with an error takes the whole job, and the fleet report, down.
 But a rank that cannot reach the store, or whose rank 0 stops (SIGSTOP, a
-hang) before it has gathered the reports, exits with 3: then there is no fleet
+hang) before the fleet report is out, exits with 3: then there is no fleet
 report to save, and a rank that exited 0 would leave the launcher waiting
 forever on a frozen rank 0.
 
@@ -23,12 +23,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from fabricscope.doctor.checks.base import (
     compute_nic_devices,
@@ -338,10 +340,10 @@ class Store(Protocol):
     def get(self, key: str) -> bytes: ...
 
 
-_GATHER_MARGIN_S = 10.0
-"""Seconds rank 0 gets beyond the timeout of its gathering (reading the reports of a large fleet)."""
+_FINISH_MARGIN_S = 10.0
+"""Seconds rank 0 gets beyond the timeout of its gathering to print and save the fleet report."""
 _FAREWELL_S = 5.0
-"""Seconds rank 0 waits, before it leaves, for the others to read that it has gathered (its store dies with it)."""
+"""Seconds rank 0 waits, before it leaves, for the others to read that it is done and exit."""
 _POLL_S = 0.05
 
 
@@ -349,17 +351,24 @@ class Rendezvous:
     """The exchange of one fleet run through the launcher's store.
 
     Each rank announces its host, probes, sends its report.  Rank 0 then
-    gathers every report, tells the others it has them, and prints the
-    fleet; the others wait, within the timeout, first for rank 0's own report
-    (so that a rank 0 stopped or hung while probing is noticed) and then for
-    rank 0 to have gathered.  A rank that cannot reach the store, or whose
-    rank 0 never gets there, raises :class:`DoctorIncomplete` (exit 3): the
-    launcher then ends the others instead of waiting forever on a frozen rank 0.
+    gathers every report, prints the fleet and says it is done; the others
+    wait, within the timeout, first for rank 0's own report (so that a rank 0
+    stopped or hung while probing is noticed) and then for rank 0 to be done,
+    say goodbye and exit at once.  A rank that cannot reach the store, or
+    whose rank 0 never gets there, raises :class:`DoctorIncomplete` (exit 3):
+    the launcher then ends the others instead of waiting forever on a frozen
+    rank 0.  Rank 0 leaves last: it waits for the goodbyes, and for the
+    processes of this machine that said goodbye to be gone, so that a
+    launcher that sees rank 0 exit with the fleet's verdict (1 or 2) finds no
+    other rank still running to stop (and report as failed).
     """
 
-    def __init__(self, world: World, store: Store) -> None:
+    def __init__(self, world: World, store: Store, timeout_s: float = 60.0) -> None:
         self.world = world
         self.store = store
+        self.timeout_s = timeout_s
+        """The longest any one store operation may take: a frozen store host never answers (torch's own
+        timeout does not cover a server that accepted the request and stopped)."""
         self.prefix = f"fabricscope/doctor/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
 
     @classmethod
@@ -389,16 +398,35 @@ class Rendezvous:
                 f"rank {world.rank}: cannot reach the rendezvous store at {world.master_addr}:{world.master_port} "
                 f"within {timeout_s:g} s ({_first_line(exc)}); is rank 0 running?"
             ) from None
-        return cls(world, store)
+        return cls(world, store, timeout_s)
 
     def _store(self, doing: str, action: Callable[[], _T]) -> _T:
-        try:
-            return action()
-        except (RuntimeError, OSError) as exc:  # torch's DistError is a RuntimeError
+        """``action`` on the store, within :attr:`timeout_s`, in a daemon thread that may stay blocked for good."""
+        outcome: list[tuple[bool, Any]] = []
+
+        def call() -> None:
+            try:
+                outcome.append((True, action()))
+            except BaseException as exc:  # handed to the caller below
+                outcome.append((False, exc))
+
+        worker = threading.Thread(target=call, name="fabricscope-doctor-store", daemon=True)
+        worker.start()
+        worker.join(self.timeout_s)
+        where = f"{self.world.master_addr}:{self.world.master_port}"
+        if not outcome:
+            raise _NoAnswer(
+                f"rank {self.world.rank}: the rendezvous store at {where} did not answer within "
+                f"{self.timeout_s:g} s while {doing} (its host, rank 0 or the launcher, is stopped or hung)"
+            )
+        done, value = outcome[0]
+        if done:
+            return cast(_T, value)
+        if isinstance(value, (RuntimeError, OSError)):  # torch's DistError is a RuntimeError
             raise DoctorIncomplete(
-                f"rank {self.world.rank}: lost the rendezvous store at "
-                f"{self.world.master_addr}:{self.world.master_port} while {doing} ({_first_line(exc)})"
+                f"rank {self.world.rank}: lost the rendezvous store at {where} while {doing} ({_first_line(value)})"
             ) from None
+        raise value
 
     def _has(self, key: str, doing: str) -> bool:
         return self._store(doing, lambda: self.store.check([self.prefix + key]))
@@ -438,24 +466,42 @@ class Rendezvous:
                 continue
             host_key = f"host/{rank}"
             missing[rank] = self._get(host_key, doing) if self._has(host_key, doing) else None
-        self._set("gathered", "1", "saying it has the reports")
         return received, missing
 
-    def farewell(self, reported: Sequence[int]) -> None:
-        """Rank 0, before it leaves: give the ranks that reported a moment to read that it has gathered.
+    def finish(self, reported: Sequence[int]) -> None:
+        """Rank 0, once the fleet report is out: say so, and wait (briefly) for the ranks that reported to read it.
 
-        Where rank 0 hosts the store, the store dies with it.  Nothing here can
-        change the verdict already printed: a store lost now is not an error.
+        Where rank 0 hosts the store, it dies with rank 0, so the others must
+        have read this first; they leave after rank 0.  Where torchrun's agent
+        hosts it, the others leave first: rank 0 also waits for the processes
+        of this machine that said goodbye to be gone.  Nothing here can change
+        the verdict already printed: a store lost now is not an error.
         """
-        others = [f"bye/{rank}" for rank in reported if rank != self.world.rank]
+        doing = "waiting for the others to leave"
+        deadline = time.monotonic() + _FAREWELL_S
         with contextlib.suppress(DoctorIncomplete):
-            self._wait(others, _FAREWELL_S, "waiting for the others to leave")
+            self._set("done", "1", "saying it is done")
+            byes = [f"bye/{rank}" for rank in reported if rank != self.world.rank]
+            self._wait(byes, _FAREWELL_S, doing)
+            if not self.world.agent_store:
+                return
+            here = _machine()
+            pids = []
+            for key in byes:
+                machine, _, pid = (self._get(key, doing) if self._has(key, doing) else "").rpartition(" ")
+                if machine == here and pid.isdigit() and int(pid) != os.getpid():
+                    pids.append(int(pid))
+            while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+                time.sleep(_POLL_S)
 
     def await_rank0(self, timeout_s: float) -> None:
-        """Every other rank, once its report is sent: wait for rank 0's report, then for rank 0 to gather.
+        """Every other rank, once its report is sent: return once rank 0 is done (the caller then exits at once).
 
         Rank 0 gets ``timeout_s`` for its probe, as every rank does, then its
-        gathering's ``timeout_s`` and a margin; past either, raise.
+        gathering's ``timeout_s`` and a margin to print; past either, raise.
+        Where rank 0 hosts the store, also wait for rank 0 to exit (its store
+        closes): a rank 0 that freezes on its way out stops answering, and
+        this rank raises instead of leaving the launcher waiting on it.
         """
         doing = "waiting for rank 0"
         if not self._wait(["report/0"], timeout_s, doing):
@@ -463,14 +509,51 @@ class Rendezvous:
                 f"rank {self.world.rank}: rank 0 sent no report within {timeout_s:g} s "
                 "(it is stopped, hung or dead): no fleet report"
             )
-        gather_s = timeout_s + _GATHER_MARGIN_S
-        if not self._wait(["gathered"], gather_s, doing):
+        finish_s = timeout_s + _FINISH_MARGIN_S
+        if not self._wait(["done"], finish_s, doing):
             raise DoctorIncomplete(
-                f"rank {self.world.rank}: rank 0 did not gather the reports within {gather_s:g} s "
-                "(it is stopped, hung or dead): no fleet report"
+                f"rank {self.world.rank}: rank 0 did not finish the fleet report within {finish_s:g} s "
+                "(it is stopped, hung or dead)"
             )
         with contextlib.suppress(DoctorIncomplete):  # rank 0 stops waiting for this soon enough
-            self._set(f"bye/{self.world.rank}", "1", "leaving")
+            self._set(f"bye/{self.world.rank}", f"{_machine()} {os.getpid()}", "leaving")
+        if not self.world.agent_store:
+            self._await_exit_of_rank0(timeout_s)
+
+    def _await_exit_of_rank0(self, timeout_s: float) -> None:
+        """Until rank 0's store closes (rank 0 exited); raise if it stops answering (frozen) or never closes."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                self._has("done", "waiting for rank 0 to exit")
+            except _NoAnswer:
+                raise
+            except DoctorIncomplete:
+                return  # refused or reset: rank 0 has exited
+            time.sleep(_POLL_S)
+        raise DoctorIncomplete(f"rank {self.world.rank}: rank 0 did not exit within {timeout_s:g} s of the report")
+
+
+class _NoAnswer(DoctorIncomplete):
+    """The store took a request and never answered: its host is stopped or hung."""
+
+
+def _machine() -> str:
+    """This machine: its boot id (two hosts may share a name), else its hostname."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            return handle.read().strip() or socket.gethostname()
+    except OSError:
+        return socket.gethostname()
+
+
+def _running(pid: int) -> bool:
+    """Whether a process of this machine still runs (a zombie, exited and not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(") ", 1)[1][:1] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def _first_line(exc: BaseException) -> str:

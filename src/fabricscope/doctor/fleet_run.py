@@ -100,7 +100,7 @@ def run_rank(
 ) -> int:
     """Probe this rank's node, send the report to rank 0; rank 0 prints the fleet and returns its exit code.
 
-    Other ranks return 0 once rank 0 has gathered the reports, also when they
+    Other ranks return 0 once rank 0 has the fleet report out, also when they
     could not probe (rank 0 reports that): the fleet's verdict is rank 0's.
     A rank that cannot reach the rendezvous store, or whose rank 0 never
     gets the report out (stopped, hung, dead), raises
@@ -128,7 +128,7 @@ def run_rank(
             problem = DoctorIncomplete(f"--json {args.json}: {exc}")
     console = make_console(stderr=args.json == STDOUT)  # --json -: stdout is the JSON's
     print_report(lambda: render_fleet(console, nodes, differences, fleet))  # a closed stdout keeps the verdict
-    link.farewell([rank for rank in range(world.world_size) if rank not in missing])
+    link.finish([rank for rank in range(world.world_size) if rank not in missing])
     if problem is not None:
         raise problem
     return exit_code(everything)
