@@ -115,7 +115,42 @@ def test_bad_rank():
         ("node[01-03]", ["node01", "node02", "node03"]),
         ("gpu[7,9-10],cpu1", ["gpu7", "gpu9", "gpu10", "cpu1"]),
         ("a[1-2]-ib", ["a1-ib", "a2-ib"]),
+        # Several bracket groups in one name (Slurm's scontrol show hostnames expands the product,
+        # leftmost slowest), and commas inside brackets that do not separate hosts.
+        ("rack[1-2]-n[01-02]", ["rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"]),
+        ("tux[1-3,7],gpu5", ["tux1", "tux2", "tux3", "tux7", "gpu5"]),
+        ("n[08-10]", ["n08", "n09", "n10"]),
+        ("lx[10-11],lx[20-21]", ["lx10", "lx11", "lx20", "lx21"]),
+        ("r[1-2]n[1,3]g", ["r1n1g", "r1n3g", "r2n1g", "r2n3g"]),
     ],
 )
 def test_expand_hostlist(text, hosts):
     assert expand_hostlist(text) == hosts
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [("node[1-3", "is not closed"), ("node[a-b]", "malformed Slurm hostlist range"), ("n[0-99999999]", "more than")],
+)
+def test_malformed_hostlists(text, fragment):
+    with pytest.raises(UsageError, match=fragment):
+        expand_hostlist(text)
+
+
+def test_slurm_local_size_and_master_with_two_bracket_groups():
+    env = {
+        "SLURM_PROCID": "3",
+        "SLURM_NTASKS": "8",
+        "SLURM_STEP_ID": "0",
+        "SLURM_JOB_ID": "77",
+        "SLURM_STEP_NODELIST": "rack[1-2]-n[01-02]",
+        "SLURM_LOCALID": "1",
+    }
+    world = detect(env)
+    assert world is not None and world.master_addr == "rack1-n01" and world.local_world_size == 2
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "9" * 400, "1.5"])
+def test_malformed_launcher_variables_are_refused_not_ignored(value):
+    with pytest.raises(UsageError, match=r"the launcher's WORLD_SIZE=.* is not a whole number"):
+        detect({"RANK": "0", "WORLD_SIZE": value})

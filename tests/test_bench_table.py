@@ -92,7 +92,7 @@ def test_summary_names_peak_and_half_peak_size():
         _rec(65536, "out", 12.0),
     ]
     lines = table.summary_lines(records)
-    assert lines[0] == "# Peak bus bandwidth   : 12 GB/s at 65536 B (out-of-place)"
+    assert lines[0] == "# Peak bus bandwidth   : 12 GB/s at 65536 B (out of place)"
     assert lines[1] == "# Half of peak from    : 4096 B"
 
 

@@ -76,12 +76,39 @@ def test_measured_and_predicted_records_share_the_fields():
     assert "samples_us" not in predicted
 
 
-def test_percentile_nearest_rank():
+def test_percentile_as_nccl_tests_indexes_it():
+    # nccl-tests takes sorted[n * pct / 100]: the upper median for even n.
     values = sorted(float(v) for v in range(1, 101))
-    assert percentile(values, 50) == 50
-    assert percentile(values, 99) == 99
+    assert percentile(values, 50) == 51
+    assert percentile(values, 99) == 100
     assert percentile(values, 100) == 100
     assert percentile([5.0], 99) == 5.0
+    twenty = [float(v) for v in range(20)]
+    assert percentile(twenty, 50) == twenty[10]
+    assert percentile([1.0, 2.0, 3.0], 50) == 2.0
+
+
+def test_coefficient_of_variation_is_kept_with_the_samples():
+    from fabricscope.results import CollectiveRecord, coefficient_of_variation
+
+    assert coefficient_of_variation([2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]) == pytest.approx(2.138 / 5, rel=1e-3)
+    assert coefficient_of_variation([3.0]) is None
+    record = CollectiveRecord(
+        op="all_reduce",
+        size_bytes=8,
+        count=2,
+        dtype="float",
+        redop="sum",
+        root=-1,
+        placement="out",
+        time_us=10.0,
+        algbw_gbps=0.0,
+        busbw_gbps=0.0,
+        wrong=0,
+        samples_us=[9.0, 10.0, 11.0],
+    )
+    assert record.cv == pytest.approx(0.1)
+    assert record.p50_us == 10.0
 
 
 @pytest.mark.parametrize(

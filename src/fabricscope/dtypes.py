@@ -61,7 +61,10 @@ def parse_dtypes(text: str) -> list[DType]:
         return list(DTYPES.values())
     name = _DTYPE_ALIASES.get(name, name)
     if name not in DTYPES:
-        raise UsageError(f"unknown datatype {text!r}{closest(name, DTYPES)}: allowed are {', '.join(DTYPES)} or all")
+        raise UsageError(
+            f"unknown datatype {text!r}{closest(name, [*DTYPES, *_DTYPE_ALIASES])}: allowed are "
+            f"{', '.join(DTYPES)} or all (aliases: {', '.join(_DTYPE_ALIASES)})"
+        )
     return [DTYPES[name]]
 
 

@@ -5,9 +5,12 @@ Hierarchy::
     FabricscopeError            anything fabricscope raises on purpose (exit 1)
     ├── UsageError              a user mistake: a bad flag, size, op or value (exit 2)
     │   ├── ConfigError         a user-written file (cluster, model, expectations) is invalid
+    │   │   └── InvalidValue    a value a typed config refuses (also a ValueError, so that
+    │   │                       pydantic reports the key it was validating)
     │   └── ResultFormatError   a result file is corrupt, foreign or of an unknown version
     ├── MissingDependencyError  an optional dependency (torch, nvidia-ml-py) is not installed (exit 2)
     └── RunError                a failure while running: a rank died or hung, a disk filled up (exit 1)
+        └── DoctorIncomplete    (fabricscope.doctor.findings) the doctor reached no verdict (exit 3)
 
 Messages quote the offending value and say what is allowed.  The CLI prints
 ``error: <message>`` on stderr and exits with ``exit_code``; it never shows a
@@ -22,6 +25,7 @@ from collections.abc import Iterable
 __all__ = [
     "ConfigError",
     "FabricscopeError",
+    "InvalidValue",
     "MissingDependencyError",
     "ResultFormatError",
     "RunError",
@@ -44,6 +48,24 @@ class UsageError(FabricscopeError):
 
 class ConfigError(UsageError):
     """A user-written file is malformed or holds an invalid value."""
+
+
+class InvalidValue(ConfigError, ValueError):
+    """A value a typed config or a library function refuses.
+
+    A usage error for the CLI (exit 2); a ``ValueError`` for pydantic, which then
+    reports the key it was validating.  With ``key`` (the parameter's name, e.g.
+    ``gpus``) the message reads "gpus must be ..." in the library, and the CLI
+    names its own flag instead ("--gpus must be ..."): the library never names
+    command-line flags.
+    """
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(f"{key} {message}" if key else message)
+        self.key = key
+        """The parameter the value was given for, or None."""
+        self.reason = message
+        """The message without the parameter's name."""
 
 
 class ResultFormatError(UsageError):

@@ -587,7 +587,12 @@ def get(name: str) -> Collective:
 
 
 def parse_ops(names: list[str]) -> list[Collective]:
-    """Op names from the command line; ``all`` (or nothing) means every op... see callers."""
+    """The ops named on the command line, in order, each once.
+
+    Names may be comma-separated and use aliases (``allreduce``, ``all_reduce_perf``);
+    ``all`` adds every op not already named.  An empty list gives an empty list:
+    the caller picks its default (``bench`` and ``predict`` run all_reduce).
+    """
     chosen: list[Collective] = []
     for name in names:
         for part in name.split(","):

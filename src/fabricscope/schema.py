@@ -1,150 +1,165 @@
-"""Validating user-written TOML files: pydantic models in strict mode, one precise line per mistake.
+"""Validating user-written data into typed configs, with messages that name the file and the key.
 
-A file's shape is a :class:`StrictModel` (sections are nested models) whose
-fields carry their bounds (``Field(ge=..., le=...)``, ``Literal`` choices) and,
-in ``description``, what is allowed, as a phrase.  :func:`validate` checks
-parsed TOML (from :func:`fabricscope.userfiles.read_toml`, the one safe reader)
-and turns the first problem into one :class:`~fabricscope.errors.ConfigError`
-that names the file, the key, what is allowed and what was found::
+One way for every user file (cluster and model descriptions, doctor
+expectations, scenario tables): :mod:`fabricscope.userfiles` reads the file
+safely, :func:`build` validates the parsed table into a config class.
 
-    fleet.toml: nic.mtu must be a whole number from 68 to 65536, got 10
-    fleet.toml: unknown key nic.speed (did you mean 'rate'?); allowed in [nic]: count, rate, mtu
-    fleet.toml: gpu.nic_distance must be one of PIX, PXB, got 'PIXX' (did you mean 'PIX'?)
+Every config is a ``@dataclass(kw_only=True, slots=True)`` that validates its own
+values in ``__post_init__`` by raising :class:`InvalidValue`.  ``build`` hands a
+parsed TOML table to pydantic, which checks types, refuses unknown keys and
+knows where in the file a value sits; the first problem becomes one
+:class:`~fabricscope.errors.ConfigError` line such as::
 
-Strict mode takes no ``"8"`` or ``true`` for a number, no ``8.0`` for a whole
-number.  A ``Field``'s ``json_schema_extra`` may add a ``unit`` (shown after
-the value found) and a ``hint`` (shown after the message).  A validator that
-raises ``ValueError("must be ...")`` has its message put after the key.
+    cluster.toml: network.transport = 'rdma-gdrr' is not allowed (did you mean
+    'rdma-gdr'?): use 'tcp-socket', 'rdma' or 'rdma-gdr'
+
+The same dataclasses are built directly from command-line flags; there an
+:class:`InvalidValue` is simply a usage error (exit 2).  pydantic is imported
+only when a file is read.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import types
-from collections.abc import Mapping
-from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic.fields import FieldInfo
-from pydantic_core import PydanticCustomError
+from fabricscope.errors import ConfigError, InvalidValue, UsageError, closest
 
-from fabricscope.errors import ConfigError, closest
+__all__ = ["FORBID_EXTRA", "build", "require"]
 
-__all__ = ["StrictModel", "any_case", "no_bool", "validate"]
+T = TypeVar("T")
 
-M = TypeVar("M", bound=BaseModel)
-
-
-class StrictModel(BaseModel):
-    """Base of a user file's models: strict types, unknown keys refused, values frozen once read."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+FORBID_EXTRA: dict[str, Any] = {"extra": "forbid"}
+"""Assign to a config's ``__pydantic_config__``: unknown keys are errors, not ignored."""
 
 
-def any_case(allowed: tuple[str, ...]) -> Any:
-    """A before-validator: a choice written in any case (``ethernet``) is the allowed spelling (``Ethernet``)."""
-
-    def canonical(value: Any) -> Any:
-        if isinstance(value, str):
-            return next((a for a in allowed if a.lower() == value.lower()), value)
-        return value
-
-    return canonical
+_ADAPTERS: dict[Any, Any] = {}
 
 
-def no_bool(value: Any) -> Any:
-    """A before-validator for numeric choices: ``true`` is not 1 (pydantic's ``Literal[1]`` takes it)."""
-    if isinstance(value, bool):
-        raise PydanticCustomError("bool_type", "a boolean is not a number")
-    return value
+def _adapter(cls: Any) -> Any:
+    """pydantic's validator for ``cls``, built once (building one takes milliseconds)."""
+    if cls not in _ADAPTERS:
+        from pydantic import TypeAdapter
+
+        _ADAPTERS[cls] = TypeAdapter(cls)
+    return _ADAPTERS[cls]
 
 
-def validate(model: type[M], data: Mapping[str, Any], *, source: str, context: Any = None) -> M:
-    """``data`` as a ``model``; the first problem is a ConfigError ``"<source>: <key> ..."``."""
+def require(key: str, value: Any, allowed: str, ok: Callable[[float], bool]) -> None:
+    """Raise InvalidValue ``"<key> must be <allowed>, got <value>"`` unless ``value`` is a finite
+    number for which ``ok`` holds (NaN and infinities are never allowed)."""
+    if not (math.isfinite(value) and ok(value)):
+        raise InvalidValue(f"{key} must be {allowed}, got {value!r}")
+
+
+def _is_control(char: str) -> bool:
+    return (ord(char) < 0x20 and char != "\t") or 0x7F <= ord(char) < 0xA0
+
+
+_KINDS = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}
+
+
+def _wrong_type(hint: Any, value: Any) -> str | None:
+    """Why ``value`` (from TOML) cannot be a ``hint``, or None when it can (or when pydantic decides).
+
+    Stricter than pydantic's lax mode, as the doctor's expectations reader: no ``true`` for a
+    number, no ``"2"`` for a number, no ``32.0`` for a whole number, no ``1`` for a boolean.
+    """
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = [a for a in get_args(hint) if a is not type(None)]
+        if value is None or len(options) != 1:
+            return None
+        return _wrong_type(options[0], value)
+    if origin is Literal:
+        return None if isinstance(value, str) or not all(isinstance(a, str) for a in get_args(hint)) else "a string"
+    if origin is list:
+        if not isinstance(value, list):
+            return "a list"
+        (item,) = get_args(hint) or (Any,)
+        return next((f"a list of {why}s" for v in value if (why := _wrong_type(item, v)) is not None), None)
+    if hint is bool:
+        return None if isinstance(value, bool) else _KINDS[bool]
+    if hint is int:
+        return None if isinstance(value, int) and not isinstance(value, bool) else _KINDS[int]
+    if hint is float:
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else _KINDS[float]
+    if hint is str:
+        if not isinstance(value, str):
+            return _KINDS[str]
+        # Escape codes in a name would reach the terminal raw (colours, cursor moves, a title change).
+        return "a string without control characters" if any(_is_control(c) for c in value) else None
+    return None
+
+
+def _check_types(cls: Any, data: Mapping[str, Any], prefix: str = "") -> None:
+    """Raise InvalidValue for the first value of the wrong TOML type (unknown keys are pydantic's)."""
+    hints = get_type_hints(cls)
+    for key, value in data.items():
+        hint = hints.get(key)
+        if hint is None:
+            continue
+        name = f"{prefix}{key}"
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            if isinstance(value, Mapping):
+                _check_types(hint, value, f"{name}.")
+            continue
+        why = _wrong_type(hint, value)
+        if why is not None:
+            shown = str(value).lower() if isinstance(value, bool) else repr(value)
+            raise InvalidValue(f"{name} = {shown}: must be {why}")
+
+
+def build(cls: type[T], data: Mapping[str, Any], *, source: str) -> T:
+    """Validate ``data`` (a TOML table) into ``cls``; errors name ``source`` and the key."""
+    from pydantic import ValidationError
+
     try:
-        return model.model_validate(dict(data), context=context)
+        _check_types(cls, data)
+        result: T = _adapter(cls).validate_python(dict(data))
     except ValidationError as exc:
-        raise ConfigError(f"{source}: {_describe(model, exc.errors()[0])}") from None
+        raise ConfigError(f"{source}: {_describe(cls, exc.errors()[0])}") from None
+    except UsageError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return result
 
 
-def _shown(value: Any) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()  # as TOML writes it
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:28]}...{text[-28:]}"
+def _field_names(cls: type[Any], path: tuple[Any, ...]) -> list[str]:
+    """Keys allowed at ``path`` inside ``cls`` (following nested dataclass fields)."""
+    current: Any = cls
+    for part in path:
+        if not (isinstance(current, type) and dataclasses.is_dataclass(current)):
+            return []
+        hints = get_type_hints(current)
+        current = hints.get(str(part))
+        if get_origin(current) is not None:
+            current = next((a for a in get_args(current) if dataclasses.is_dataclass(a)), None)
+    if isinstance(current, type) and dataclasses.is_dataclass(current):
+        return [f.name for f in dataclasses.fields(current) if f.init]
+    return []
 
 
-def _unwrap(annotation: Any) -> Any:
-    """``X | None`` -> ``X``."""
-    if get_origin(annotation) in (Union, types.UnionType):
-        options = [a for a in get_args(annotation) if a is not type(None)]
-        return options[0] if len(options) == 1 else annotation
-    return annotation
-
-
-def _is_model(annotation: Any) -> bool:
-    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
-
-
-def _walk(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[type[BaseModel], Any, list[str]]:
-    """The model holding the last named key of ``loc``, that key's field (None if unknown), and the names used."""
-    current: type[BaseModel] = model
-    names: list[str] = []
-    info = None
-    for index, part in enumerate(loc):
-        if not isinstance(part, str):
-            break  # a list index: the error is in an item of the field
-        info = current.model_fields.get(part)
-        names.append(part)
-        inner = _unwrap(info.annotation) if info is not None else None
-        if info is None or not _is_model(inner) or index == len(loc) - 1:
-            break
-        current = cast("type[BaseModel]", inner)
-    return current, info, names
-
-
-def _describe(model: type[BaseModel], error: Mapping[str, Any]) -> str:
+def _describe(cls: type[Any], error: Mapping[str, Any]) -> str:
     loc = tuple(error.get("loc") or ())
-    kind = str(error.get("type", ""))
+    key = ".".join(str(part) for part in loc)
+    kind = error.get("type", "")
     value = error.get("input")
-    holder, info, names = _walk(model, loc)
-    key = ".".join(names)
-    if kind == "extra_forbidden":
-        return _unknown(holder, names, is_top=holder is model)
-    annotation = _unwrap(info.annotation) if info is not None else None
-    if _is_model(annotation):
-        return f"{key} must be a table ([{key}] with keys), got {_shown(value)}"
+    ctx = error.get("ctx") or {}
+    if kind == "missing":
+        return f"missing key '{key}'"
+    if kind == "unexpected_keyword_argument":
+        allowed = _field_names(cls, loc[:-1])
+        hint = closest(str(loc[-1]), allowed)
+        return f"unknown key '{key}'{hint}: allowed keys are {', '.join(allowed)}"
+    if kind == "literal_error":
+        options = [part.strip(" '") for part in str(ctx.get("expected", "")).replace(" or ", ",").split(",")]
+        hint = closest(str(value), options)
+        return f"{key} = {value!r} is not allowed{hint}: use {ctx.get('expected')}"
     if kind == "value_error":
-        reason = str((error.get("ctx") or {}).get("error") or error.get("msg"))
-        if isinstance(loc[-1], int):
-            return f"{key} holds {_shown(value)}, which {reason}"
-        return f"{key} {reason}" if reason.startswith(("must", "is ", "needs")) else f"{key}: {reason}"
-    if info is None or not info.description:
-        return f"{key}: {error.get('msg', 'invalid value')}"
-    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-    unit = f" {extra['unit']}" if "unit" in extra else ""
-    hint = f": {extra['hint']}" if "hint" in extra else ""
-    if isinstance(loc[-1], int):
-        item = _item_description(annotation)
-        return f"{key} holds {_shown(value)}: " + (f"give {item}" if item else f"{key} must be {info.description}")
-    suggestion = ""
-    if get_origin(annotation) is Literal and isinstance(value, str):
-        suggestion = closest(value, [str(a) for a in get_args(annotation)])
-    return f"{key} must be {info.description}, got {_shown(value)}{unit}{suggestion}{hint}"
-
-
-def _item_description(annotation: Any) -> str | None:
-    """The description of a list's items (``list[Annotated[str, Field(description=...)]]``), if any."""
-    items = get_args(annotation)
-    metadata = get_args(items[0])[1:] if items else ()
-    return next((m.description for m in metadata if isinstance(m, FieldInfo) and m.description), None)
-
-
-def _unknown(holder: type[BaseModel], names: list[str], *, is_top: bool) -> str:
-    name = names[-1]
-    allowed = list(holder.model_fields)
-    hint = closest(name, allowed)
-    if is_top and all(_is_model(_unwrap(f.annotation)) for f in holder.model_fields.values()):
-        listed = ", ".join(f"[{a}]" for a in allowed)
-        return f"unknown section [{name}]{hint}; allowed sections: {listed}"
-    where = f"in [{'.'.join(names[:-1])}]" if len(names) > 1 else "keys"
-    return f"unknown key {'.'.join(names)}{hint}; allowed {where}: {', '.join(allowed)}"
+        reason = ctx.get("error") or error.get("msg")
+        return f"{key}: {reason}" if key else str(reason)
+    message = str(error.get("msg", "invalid value"))
+    return f"{key} = {value!r}: {message[0].lower()}{message[1:]}" if key else message

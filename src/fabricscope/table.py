@@ -120,8 +120,13 @@ def pair_rows(records: Iterable[Mapping[str, Any]]) -> list[Row]:
     ]
 
 
-def footer_lines(records: Sequence[Mapping[str, Any]], *, check: bool, min_busbw: float | None = None) -> list[str]:
+def footer_lines(
+    records: Sequence[Mapping[str, Any]], *, check: bool, min_busbw: float | None = None, predicted: bool = False
+) -> list[str]:
     """``Out of bounds values`` and ``Avg bus bandwidth``.
+
+    A prediction checked nothing: its out-of-bounds line says ``N/A`` (the line
+    stays, since tools that read nccl-tests output look for it).
 
     Out of bounds values counts the failed checks, one per row and placement
     with wrong elements, as nccl-tests counts them (a row wrong in both
@@ -136,8 +141,9 @@ def footer_lines(records: Sequence[Mapping[str, Any]], *, check: bool, min_busbw
     verdict = ""
     if min_busbw is not None:
         verdict = "OK" if average >= 0.9 * min_busbw else "FAILED"
+    bounds = "N/A (a prediction checks nothing)" if predicted else "%d %s" % (failed, "FAILED" if failed else "OK")
     return [
-        "# %-20s : %d %s" % ("Out of bounds values", failed, "FAILED" if failed else "OK"),
+        "# %-20s : %s" % ("Out of bounds values", bounds),
         "# %-20s : %s %s" % ("Avg bus bandwidth", _g(average), verdict),
     ]
 
@@ -180,11 +186,16 @@ def op_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def summary_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
-    """fabricscope's own lines: peak busbw and where it occurs; where half of it is reached."""
+    """fabricscope's own lines: peak busbw and where it occurs; where half of it is reached.
+
+    They follow nccl-tests' footer, so they must not contain the markers that
+    parsers of nccl-tests output search for (SuperBench takes the table from the
+    last line holding ``out-of-place``): the placement is written "out of place".
+    """
     summary = op_summary(records)
     if not summary:
         return []
-    placement = "out-of-place" if summary["peak_placement"] == "out" else "in-place"
+    placement = "out of place" if summary["peak_placement"] == "out" else "in place"
     lines = [
         "# %-20s : %.4g GB/s at %d B (%s)"
         % ("Peak bus bandwidth", summary["peak_busbw_gbps"], summary["peak_size_bytes"], placement)

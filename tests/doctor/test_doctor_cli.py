@@ -145,8 +145,8 @@ def test_malformed_and_unknown_expect_keys(tmp_path: Path) -> None:
     unknown.write_text('[nic]\ncount = 8\nlinklayer = "InfiniBand"\n')
     assert_one_line_error(
         cli("--root", HEALTHY, "--expect", str(unknown)),
-        f"{unknown}: unknown key nic.linklayer (did you mean 'link_layer'?)",
-        "allowed in [nic]: count, rate, mtu, link_layer, devices",
+        f"{unknown}: unknown key 'nic.linklayer' (did you mean 'link_layer'?)",
+        "allowed keys are count, rate, mtu, link_layer, devices",
     )
     wrong = tmp_path / "wrong.toml"
     wrong.write_text('[gpu]\nnic_distance = "near"\n')

@@ -26,12 +26,15 @@ from fabricscope.bench.config import (
     MAX_TIMEOUT_S,
     MIN_TIMEOUT_S,
 )
+from fabricscope.store.save import add_save_options, check_save_options, wants_save
 
 __all__ = ["add_parser", "build_config", "run"]
 
 _EPILOG = """\
 ops: all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter, or all
-datatypes: float half bfloat16 double int8 uint8 int32 int64, or all; reductions: sum prod min max avg, or all
+datatypes: float half bfloat16 double int8 uint8 int32 int64, or all
+  (aliases: float32 fp32 float16 fp16 float64 fp64 bf16 char int)
+reductions: sum prod min max avg, or all
 
 Without a launcher, bench spawns --nproc local ranks (gloo on CPU, NCCL on GPUs).
 Under torchrun, mpirun (Open MPI, MPICH/Intel MPI) or srun it joins that world.
@@ -140,6 +143,7 @@ def add_parser(subparsers: Any) -> None:
     )
     launching.add_argument("--json", default=None, metavar="FILE", help="write a Result (rewritten after every row)")
     launching.add_argument("--csv", default=None, metavar="FILE", help="write a flat CSV table")
+    add_save_options(launching)
     parser.set_defaults(func=run)
 
 
@@ -193,6 +197,8 @@ def build_config(args: argparse.Namespace) -> Any:
         optional_ops=optional,
         min_busbw_gbps=_min_busbw(),
         argv=list(sys.argv),
+        save=wants_save(args),
+        label=args.label,
     )
 
 
@@ -221,6 +227,7 @@ def run(args: argparse.Namespace) -> int:
     from fabricscope import launch
     from fabricscope.errors import MissingDependencyError, UsageError
 
+    check_save_options(args)
     config = build_config(args)
     world = launch.detect(master_addr=config.master_addr, master_port=config.master_port)
     if world is None or world.rank == 0:
@@ -240,6 +247,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--backend nccl needs CUDA GPUs and none is visible here; use --backend gloo or auto")
     from fabricscope.bench.worker import CONFIG_VARIABLE
 
+    _note_oversubscription(config.nproc, config.backend)
     master_addr = config.master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
     launch.check_master_reachable(
         launch.World(
@@ -270,6 +278,19 @@ def _mark_failed(json_path: str | None, message: str) -> None:
 
     if json_path and not written_through(json_path):
         mark_unfinished(json_path, "failed", message)
+
+
+def _note_oversubscription(nproc: int, backend: str) -> None:
+    """Say when CPU ranks outnumber the cores they may run on: their times then include waiting."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    if nproc > cores and (backend == "gloo" or not _gpu_count()):
+        sys.stderr.write(
+            f"note: {nproc} ranks on {cores} CPU core(s): ranks take turns on the cores (oversubscribed), "
+            "so the times include waiting for a core\n"
+        )
 
 
 def _env_port() -> int | None:

@@ -210,9 +210,10 @@ def _fit_to_memory(config: BenchConfig, world: launch.World, torch: Any, dist: A
     if device.type == "cuda":
         free = int(torch.cuda.mem_get_info(device)[0])
     else:
-        import psutil
+        from fabricscope.memory import available_bytes
 
-        free = int(psutil.virtual_memory().available) // max(world.local_world_size, 1)
+        # The host's available memory, or less in a container (its cgroup limit).
+        free = available_bytes() // max(world.local_world_size, 1)
     budget = torch.tensor([free], dtype=torch.int64, device=device)
     dist.all_reduce(budget, op=dist.ReduceOp.MIN)
     limit = max(0, (int(budget.item()) - _RESERVE_BYTES) // 2)

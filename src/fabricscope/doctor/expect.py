@@ -20,141 +20,164 @@
     [tcp]
     buffer_max = "16M"          # rmem/wmem maxima at least this: binary suffix in quotes, or bytes; default: the BDP
 
-Every key is optional.  The file's shape is one pydantic model in strict mode
-(:class:`ExpectFile`, bounds in ``Field``), read through the one safe reader
-(:func:`fabricscope.userfiles.read_toml`: regular files only, size and depth
-capped): unknown sections and keys, wrong types and values out of range are
-one :class:`~fabricscope.errors.ConfigError` naming the file, the key and what
-is allowed.  :class:`Expectations` built from Python is checked by the same
-model, so values are checked in one place.
+Every key is optional.  The file's shape is four typed sections (:class:`ExpectFile`),
+validated the one way every user file is (:func:`fabricscope.schema.build`:
+strict TOML types, unknown keys refused with the closest name) after the one
+safe reader (:func:`fabricscope.userfiles.read_toml`: regular files only, size
+and depth capped).  Each section checks its own values (``check``, run by ``ExpectFile``),
+and :class:`Expectations` built from Python is checked by the same sections:
+values are checked in one place, whether they come from a file or from Python.
+Every problem is one :class:`~fabricscope.errors.ConfigError` naming the file,
+the key, what is allowed and what was found.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
-
-from pydantic import BeforeValidator, Field, ValidationInfo
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from fabricscope.doctor.inventory import DISTANCES
-from fabricscope.errors import ConfigError, UsageError
-from fabricscope.schema import StrictModel, any_case, no_bool, validate
+from fabricscope.errors import ConfigError, InvalidValue, UsageError, closest
+from fabricscope.schema import FORBID_EXTRA, build
 from fabricscope.units import parse_rate, parse_size
 from fabricscope.userfiles import read_toml
 
-__all__ = ["LINK_LAYERS", "ExpectFile", "Expectations", "load_expectations", "parse_expectations"]
+__all__ = [
+    "LINK_LAYERS",
+    "ExpectFile",
+    "Expectations",
+    "GpuSection",
+    "NicSection",
+    "PcieSection",
+    "TcpSection",
+    "load_expectations",
+    "parse_expectations",
+]
 
 LINK_LAYERS = ("InfiniBand", "Ethernet")
 PCIE_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
 RATE_GBPS = (1.0, 3200.0)
 """A compute NIC's rate must lie in this range (Gb/s): a value outside it is a unit mistake."""
-_DEVICE = r"^[^\s,:=^]+(?::[1-9][0-9]{0,2})?$"
+_DEVICE = re.compile(r"^[^\s,:=^]+(?::[1-9][0-9]{0,2})?$")
 _BARE_NUMBER = re.compile(r"^\s*(?:\d+(?:\.\d*)?|\.\d+)\s*$")
 """A size in quotes needs its suffix (``"16M"``): a bare ``"16"`` is refused, as a bare ``nic.rate`` is."""
 MIN_BUFFER_BYTES = 64 << 10
 """The smallest tcp.buffer_max taken: the largest TCP window without window scaling; less is a unit mistake."""
+_DEVICE_EXAMPLE = '["mlx5_0", "mlx5_1:1", "eth2"]'
 _SIZE_HELP = 'bytes as a whole number (16777216) or a size with its binary suffix in quotes ("16M", "512K")'
 _RATE_HELP = (
     "a rate with its decimal prefix in quotes: bits with b, bps, b/s or nothing (400G, 400Gbps, 400Gb/s), "
     "bytes with a capital B (50GB/s = 400 Gb/s)"
 )
-_DEVICE_HELP = "an RDMA device (mlx5_0), a port (mlx5_0:1) or a netdev name (eth2)"
-_UNIT_MISTAKE = 'a unit mistake? give a size with its binary suffix in quotes ("16M")'
-_UNITS = {"units": True}
-"""Validation context of a file: rates and sizes are written with their units there (``"400G"``, ``"16M"``)."""
 
 
-def _with_units(read: Callable[[Any], Any]) -> Any:
-    """A before-validator: in a file (context ``units``) the value is written with its unit and ``read``
-    converts it (``"400G"`` -> 400.0 Gb/s); from Python it is already a number."""
-
-    def convert(value: Any, info: ValidationInfo) -> Any:
-        return read(value) if info.context and info.context.get("units") else value
-
-    return convert
+def _whole(key: str, value: int | None, low: int, high: int) -> None:
+    if value is not None and not low <= value <= high:
+        raise InvalidValue(f"must be a whole number from {low} to {high}, got {value}", key=key)
 
 
-def _read_rate(value: Any) -> float:
-    wrong = ValueError(f"must be {_RATE_HELP}, got {value!r} (a bare number would be bits per second)")
-    if not isinstance(value, str):
-        raise wrong
-    try:
-        return parse_rate(value, what="nic.rate") / 1e9
-    except UsageError:
-        raise wrong from None
+def _choice(key: str, value: Any, allowed: tuple[Any, ...]) -> Any:
+    """``value`` in its allowed spelling (choices are matched without regard to case), or InvalidValue."""
+    if value is None:
+        return None
+    found = next((a for a in allowed if str(a).lower() == str(value).lower() and type(a) is type(value)), None)
+    if found is None:
+        hint = closest(str(value), [str(a) for a in allowed])
+        raise InvalidValue(f"must be one of {', '.join(str(a) for a in allowed)}, got {value!r}{hint}", key=key)
+    return found
 
 
-def _read_size(value: Any) -> int:
-    wrong = ValueError(f"must be {_SIZE_HELP}, got {value!r}")
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise wrong
-    if isinstance(value, str) and _BARE_NUMBER.match(value):
-        raise ValueError(
-            f'needs a binary suffix K, M, G or T in quotes ("{value.strip()}M" is {value.strip()} MiB; '
-            f'a number of bytes goes without quotes), got "{value}"'
-        )
-    try:
-        return parse_size(value, what="tcp.buffer_max")
-    except UsageError:
-        raise wrong from None
+@dataclass(kw_only=True, slots=True)
+class NicSection:
+    """``[nic]``: the compute NICs."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    count: int | None = None
+    rate: float | None = None
+    """Per NIC, Gb/s (written with its prefix in a file: ``"400G"``)."""
+    mtu: int | None = None
+    link_layer: str | None = None
+    devices: list[str] | None = None
+
+    def check(self) -> None:
+        _whole("nic.count", self.count, 0, 1024)
+        low, high = RATE_GBPS
+        if self.rate is not None and not low <= self.rate <= high:
+            raise InvalidValue(
+                f"must be from {low:g} to {high:g} Gb/s per NIC, got {self.rate:g} Gb/s: {_RATE_HELP}", key="nic.rate"
+            )
+        _whole("nic.mtu", self.mtu, 68, 65536)
+        self.link_layer = _choice("nic.link_layer", self.link_layer, LINK_LAYERS)
+        if self.devices is not None:
+            if not self.devices:
+                raise InvalidValue(f"must be a list of names like {_DEVICE_EXAMPLE}, got []", key="nic.devices")
+            bad = next((d for d in self.devices if not _DEVICE.match(d)), None)
+            if bad is not None:
+                raise InvalidValue(
+                    f"holds {bad!r}: give an RDMA device (mlx5_0), a port (mlx5_0:1) or a netdev name (eth2)",
+                    key="nic.devices",
+                )
 
 
-def _whole(low: int, high: int) -> Any:
-    return Field(default=None, ge=low, le=high, description=f"a whole number from {low} to {high}")
+@dataclass(kw_only=True, slots=True)
+class PcieSection:
+    """``[pcie]``: every GPU and compute NIC."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    gen: int | None = None
+    width: int | None = None
+
+    def check(self) -> None:
+        _whole("pcie.gen", self.gen, 1, 7)
+        _choice("pcie.width", self.width, PCIE_WIDTHS)
 
 
-class NicSection(StrictModel):
-    count: int | None = _whole(0, 1024)
-    rate: Annotated[float | None, BeforeValidator(_with_units(_read_rate))] = Field(
-        default=None,
-        ge=RATE_GBPS[0],
-        le=RATE_GBPS[1],
-        description=f"from {RATE_GBPS[0]:g} to {RATE_GBPS[1]:g} Gb/s per NIC",
-        json_schema_extra={"unit": "Gb/s", "hint": _RATE_HELP},
-    )
-    mtu: int | None = _whole(68, 65536)
-    link_layer: Annotated[Literal["InfiniBand", "Ethernet"] | None, BeforeValidator(any_case(LINK_LAYERS))] = Field(
-        default=None, description=f"one of {', '.join(LINK_LAYERS)}"
-    )
-    devices: list[Annotated[str, Field(pattern=_DEVICE, description=_DEVICE_HELP)]] | None = Field(
-        default=None, min_length=1, description='a list of names like ["mlx5_0", "mlx5_1:1", "eth2"]'
-    )
+@dataclass(kw_only=True, slots=True)
+class GpuSection:
+    """``[gpu]``."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    count: int | None = None
+    nic_distance: str | None = None
+    """The farthest a GPU's nearest compute NIC may be: one of :data:`DISTANCES`."""
+
+    def check(self) -> None:
+        _whole("gpu.count", self.count, 0, 1024)
+        self.nic_distance = _choice("gpu.nic_distance", self.nic_distance, DISTANCES)
 
 
-class PcieSection(StrictModel):
-    gen: int | None = _whole(1, 7)
-    width: Annotated[Literal[1, 2, 4, 8, 12, 16, 32] | None, BeforeValidator(no_bool)] = Field(
-        default=None, description=f"one of {', '.join(str(w) for w in PCIE_WIDTHS)}"
-    )
+@dataclass(kw_only=True, slots=True)
+class TcpSection:
+    """``[tcp]``."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    buffer_max: int | None = None
+    """Bytes (written as a number, or with its binary suffix in quotes in a file: ``"16M"``)."""
+
+    def check(self) -> None:
+        if self.buffer_max is not None and self.buffer_max < MIN_BUFFER_BYTES:
+            raise InvalidValue(
+                f"must be at least 64K ({MIN_BUFFER_BYTES} bytes), got {self.buffer_max} bytes: a unit mistake? "
+                'give a size with its binary suffix in quotes ("16M")',
+                key="tcp.buffer_max",
+            )
 
 
-class GpuSection(StrictModel):
-    count: int | None = _whole(0, 1024)
-    nic_distance: Annotated[
-        Literal["PIX", "PXB", "PHB", "NODE", "SYS"] | None, BeforeValidator(any_case(DISTANCES))
-    ] = Field(default=None, description=f"one of {', '.join(DISTANCES)}")
-
-
-class TcpSection(StrictModel):
-    buffer_max: Annotated[int | None, BeforeValidator(_with_units(_read_size))] = Field(
-        default=None,
-        ge=MIN_BUFFER_BYTES,
-        description=f"at least 64K ({MIN_BUFFER_BYTES} bytes)",
-        json_schema_extra={"unit": "bytes", "hint": _UNIT_MISTAKE},
-    )
-
-
-class ExpectFile(StrictModel):
+@dataclass(kw_only=True, slots=True)
+class ExpectFile:
     """The ``--expect`` file: four optional sections."""
 
-    nic: NicSection | None = None
-    """The compute NICs."""
-    pcie: PcieSection | None = None
-    """Every GPU and compute NIC."""
-    gpu: GpuSection | None = None
-    tcp: TcpSection | None = None
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    nic: NicSection = field(default_factory=NicSection)
+    pcie: PcieSection = field(default_factory=PcieSection)
+    gpu: GpuSection = field(default_factory=GpuSection)
+    tcp: TcpSection = field(default_factory=TcpSection)
+
+    def __post_init__(self) -> None:
+        """Each section's values; here, so that a message names the key as the file does (``nic.mtu``)."""
+        for section in (self.nic, self.pcie, self.gpu, self.tcp):
+            section.check()
 
 
 @dataclass(kw_only=True, slots=True)
@@ -181,14 +204,13 @@ class Expectations:
     """The file these came from, for messages."""
 
     def __post_init__(self) -> None:
-        """Checked by :class:`ExpectFile`, as a file is; choices take their canonical spelling."""
+        """Checked by the sections of :class:`ExpectFile`, as a file is; choices take their allowed spelling."""
         sections: dict[str, dict[str, Any]] = {}
         for (section, key), name in _FIELDS.items():
             value = getattr(self, name)
             if value is not None:
                 sections.setdefault(section, {})[key] = list(value) if isinstance(value, tuple) else value
-        checked = validate(ExpectFile, sections, source=self.source or "Expectations")
-        for name, value in _flat(checked).items():
+        for name, value in _flat(build(ExpectFile, sections, source=self.source or "Expectations")).items():
             setattr(self, name, value)
 
     def to_dict(self) -> dict[str, Any]:
@@ -208,21 +230,60 @@ _FIELDS = {
     ("tcp", "buffer_max"): "tcp_buffer_bytes",
 }
 """Each key of the file and the :class:`Expectations` field it fills."""
-_EMPTY = {"nic": NicSection(), "pcie": PcieSection(), "gpu": GpuSection(), "tcp": TcpSection()}
 
 
 def _flat(checked: ExpectFile) -> dict[str, Any]:
     """The :class:`Expectations` fields of a checked file (lists as tuples)."""
     values: dict[str, Any] = {}
     for (section, key), name in _FIELDS.items():
-        value = getattr(getattr(checked, section) or _EMPTY[section], key)
+        value = getattr(getattr(checked, section), key)
         values[name] = tuple(value) if isinstance(value, list) else value
     return values
 
 
+def _read_rate(value: Any) -> float:
+    wrong = InvalidValue(
+        f"must be {_RATE_HELP}, got {value!r} (a bare number would be bits per second)", key="nic.rate"
+    )
+    if not isinstance(value, str):
+        raise wrong
+    try:
+        return parse_rate(value, what="nic.rate") / 1e9
+    except UsageError:
+        raise wrong from None
+
+
+def _read_size(value: Any) -> int:
+    wrong = InvalidValue(f"must be {_SIZE_HELP}, got {value!r}", key="tcp.buffer_max")
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise wrong
+    if isinstance(value, str) and _BARE_NUMBER.match(value):
+        raise InvalidValue(
+            f'needs a binary suffix K, M, G or T in quotes ("{value.strip()}M" is {value.strip()} MiB; '
+            f'a number of bytes goes without quotes), got "{value}"',
+            key="tcp.buffer_max",
+        )
+    try:
+        return parse_size(value, what="tcp.buffer_max")
+    except UsageError:
+        raise wrong from None
+
+
+_UNITS = {("nic", "rate"): _read_rate, ("tcp", "buffer_max"): _read_size}
+"""Values a file writes with their units (``"400G"``, ``"16M"``), read into numbers before validation."""
+
+
 def parse_expectations(data: dict[str, Any], source: str) -> Expectations:
     """Validate parsed TOML; every message starts with ``source`` and names the key."""
-    return Expectations(source=source, **_flat(validate(ExpectFile, data, source=source, context=_UNITS)))
+    data = dict(data)
+    for (section, key), read in _UNITS.items():
+        body = data.get(section)
+        if isinstance(body, dict) and body.get(key) is not None:
+            try:
+                data[section] = {**body, key: read(body[key])}
+            except InvalidValue as exc:
+                raise ConfigError(f"{source}: {exc}") from None
+    return Expectations(source=source, **_flat(build(ExpectFile, data, source=source)))
 
 
 def load_expectations(path: str) -> Expectations:

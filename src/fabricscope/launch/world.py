@@ -74,11 +74,22 @@ _MPI_FLAVORS = (
 """Open MPI, then MPICH/Intel MPI hydra (PMI)."""
 
 
+MAX_WORLD = 1 << 24
+"""Largest world a launcher may describe (ranks and sizes above it are a broken environment)."""
+
+
 def _int(env: Mapping[str, str], key: str) -> int | None:
+    """A launcher variable as a whole number; set but malformed is a usage error, not "absent"."""
     value = env.get(key)
-    if value is None or not value.strip().lstrip("-").isdigit():
+    if value is None or not value.strip():
         return None
-    return int(value)
+    text = value.strip()
+    if not text.isdigit() or len(text) > 9 or int(text) > MAX_WORLD:
+        raise UsageError(
+            f"the launcher's {key}={value[:40]!r} is not a whole number from 0 to {MAX_WORLD}: "
+            "fix the environment (or unset it to run without a launcher)"
+        )
+    return int(text)
 
 
 def _port_from(job_id: str) -> int:
@@ -204,23 +215,61 @@ def _world(
     )
 
 
+MAX_HOSTS = 1 << 20
+"""Most hosts a hostlist may expand to."""
+
+
 def expand_hostlist(text: str) -> list[str]:
-    """Expand a Slurm hostlist: ``node[01-03,07],gpu5`` -> node01 node02 node03 node07 gpu5."""
+    """Expand a Slurm hostlist as ``scontrol show hostnames`` does.
+
+    ``tux[1-3,7],gpu5`` -> tux1 tux2 tux3 tux7 gpu5; leading zeros set the width
+    (``n[08-10]`` -> n08 n09 n10); several bracket groups in one name expand as a
+    product, leftmost slowest (``rack[1-2]-n[01-02]`` -> rack1-n01 rack1-n02
+    rack2-n01 rack2-n02).  Commas inside brackets do not separate hosts.
+    """
     hosts: list[str] = []
-    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", text):
-        match = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", part)
-        if not match:
-            hosts.append(part)
-            continue
-        prefix, ranges, suffix = match.groups()
-        for item in ranges.split(","):
-            if "-" in item:
-                low, high = item.split("-", 1)
-                width = len(low)
-                hosts.extend(f"{prefix}{n:0{width}d}{suffix}" for n in range(int(low), int(high) + 1))
-            else:
-                hosts.append(f"{prefix}{item}{suffix}")
+    for expression in _top_level_parts(text):
+        hosts.extend(_expand_one(expression, hosts_so_far=len(hosts)))
     return hosts
+
+
+def _top_level_parts(text: str) -> list[str]:
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for char in text.strip():
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+        if depth < 0 or depth > 1:
+            raise UsageError(f"malformed Slurm hostlist {text[:80]!r}: brackets do not nest")
+    if depth:
+        raise UsageError(f"malformed Slurm hostlist {text[:80]!r}: a '[' is not closed")
+    parts.append("".join(current))
+    return [part for part in parts if part]
+
+
+def _expand_one(expression: str, *, hosts_so_far: int) -> list[str]:
+    match = re.search(r"\[([^\]]*)\]", expression)
+    if match is None:
+        return [expression]
+    head, tail = expression[: match.start()], expression[match.end() :]
+    values: list[str] = []
+    for item in match.group(1).split(","):
+        low, dash, high = item.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise UsageError(f"malformed Slurm hostlist range {item!r} in {expression[:80]!r}")
+        first, last = int(low), int(high) if dash else int(low)
+        if last - first + hosts_so_far + len(values) > MAX_HOSTS:
+            raise UsageError(f"the Slurm hostlist {expression[:80]!r} names more than {MAX_HOSTS} hosts")
+        values.extend(f"{n:0{len(low)}d}" for n in range(first, last + 1))
+    return [host for value in values for host in _expand_one(head + value + tail, hosts_so_far=hosts_so_far)]
 
 
 def free_port() -> int:
