@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "fabricscope.bench.cli",
     "fabricscope.model.cli",
     "fabricscope.doctor.cli",
+    "fabricscope.dataload.cli",
     "fabricscope.monitor.cli",
     "fabricscope.store.cli",
     "fabricscope.report.cli",
