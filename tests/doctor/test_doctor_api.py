@@ -34,3 +34,44 @@ def test_every_check_is_documented() -> None:
     for check in CHECKS:
         assert f"`{check.id}`" in text, check.id
     assert "`fleet.report`" in text and "`fleet.consistency`" in text
+
+
+def _doctor_imports() -> dict[str, set[str]]:
+    """Each module of fabricscope.doctor and the doctor modules it imports, at any depth of its code."""
+    import ast
+
+    package = REPO / "src/fabricscope/doctor"
+    graph: dict[str, set[str]] = {}
+    for path in package.rglob("*.py"):
+        name = "fabricscope.doctor." + ".".join(path.relative_to(package).with_suffix("").parts)
+        name = name.removesuffix(".__init__")
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fabricscope.doctor"):
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.startswith("fabricscope.doctor"))
+        graph[name] = found
+    return graph
+
+
+def test_no_import_circle_between_modules() -> None:
+    """Function-level imports count too: cli and fleet_run share what they need through invocation."""
+    graph = _doctor_imports()
+    assert "fabricscope.doctor.cli" not in graph["fabricscope.doctor.fleet_run"]
+    assert "fabricscope.doctor.invocation" in graph["fabricscope.doctor.fleet_run"]
+
+    def reaches(start: str, goal: str) -> bool:
+        seen: set[str] = set()
+        todo = list(graph.get(start, set()))
+        while todo:
+            module = todo.pop()
+            if module == goal:
+                return True
+            if module not in seen:
+                seen.add(module)
+                todo.extend(graph.get(module, set()))
+        return False
+
+    circles = sorted(m for m in graph if m != "fabricscope.doctor" and reaches(m, m))
+    assert circles == []

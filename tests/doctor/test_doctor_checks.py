@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from doctor_helpers import FIXTURES, only, subjects
 
 from fabricscope.doctor.checks import CHECKS, run_checks
@@ -82,12 +83,34 @@ def test_nic_speed_twins_half_duplex_and_expectation() -> None:
 
 def test_gpu_count_and_a_gpu_nvml_cannot_see() -> None:
     healthy = node("healthy-ib-8gpu")
-    assert only(run_checks(healthy, Expectations(gpu_count=4)), "gpu.count", Severity.FAIL)
+    [fewer] = only(run_checks(healthy, Expectations(gpu_count=9)), "gpu.count", Severity.FAIL)
+    assert "a GPU fell off the bus" in fewer.advice
     healthy.nvml = "used"
     for index, gpu in enumerate(healthy.gpus[1:]):
         gpu.nvml_index = index
     missing = only(run_checks(healthy), "gpu.count", Severity.FAIL)
     assert [f.subject for f in missing] == [f"GPU {healthy.gpus[0].pci}"]
+
+
+@pytest.mark.parametrize("expected", [0, 4])
+def test_more_gpus_than_expected_says_the_expectation_may_be_wrong(expected: int) -> None:
+    findings = run_checks(node("healthy-ib-8gpu"), Expectations(gpu_count=expected, source="fleet.toml"))
+    [more] = only(findings, "gpu.count", Severity.FAIL)
+    assert more.observed.startswith("8 GPUs") and more.expected == f"{expected} GPUs"
+    assert more.advice.startswith(f"8 GPUs found where {expected} are expected: none is missing or off the bus; ")
+    assert "the expectation may be wrong (gpu.count in fleet.toml)" in more.advice
+    assert "fell off" not in more.advice.replace("none is missing or off the bus", "")
+
+
+def test_more_nics_than_expected_says_the_expectation_may_be_wrong() -> None:
+    findings = run_checks(node("healthy-ib-8gpu"), Expectations(nic_count=4, source="fleet.toml"))
+    [more] = only(findings, "nic.count", Severity.FAIL)
+    assert more.expected == "4 RDMA ports" and more.observed.startswith("8 RDMA ports")
+    assert more.advice.startswith("8 RDMA ports found where 4 are expected: none is missing or off the bus; ")
+    assert "(nic.count in fleet.toml)" in more.advice and "name those in nic.devices or NCCL_IB_HCA" in more.advice
+    assert "missing or was not detected" not in more.advice
+    [fewer] = only(run_checks(node("healthy-ib-8gpu"), Expectations(nic_count=12)), "nic.count", Severity.FAIL)
+    assert "a NIC is missing or was not detected" in fewer.advice
 
 
 def test_gpudirect_by_dmabuf_or_not_at_all() -> None:

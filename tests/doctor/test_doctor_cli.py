@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -116,8 +117,19 @@ def test_json_verdict_is_the_printed_verdict(tree: str, args: list[str], env: di
         (["--root", str(FIXTURES / "expect-h100-ib.toml")], ["expect-h100-ib.toml: a file, not a directory"]),
         (["--root", str(REPO / "src")], ["no sys/ or proc/ inside"]),
         (["--root", HEALTHY, "--expect", "/no/such.toml"], ["--expect /no/such.toml: no such file"]),
-        (["--root", HEALTHY, "--nproc", "zero"], ["--nproc must be a whole number, got 'zero'"]),
-        (["--root", HEALTHY, "--timeout", "soon"], ["invalid --timeout 'soon'"]),
+        (["--root", HEALTHY, "--nproc", "zero"], ["--nproc must be a whole number from 1 to 1024, got 'zero'"]),
+        (["--root", HEALTHY, "--nproc", "0"], ["--nproc must be a whole number from 1 to 1024, got '0'"]),
+        (["--root", HEALTHY, "--nproc", "1025"], ["--nproc must be a whole number from 1 to 1024, got '1025'"]),
+        (["--root", HEALTHY, "--nproc", "100000"], ["got '100000': for more ranks, start them on several nodes"]),
+        (["--root", HEALTHY, "--nproc", "9" * 400], ["--nproc must be a whole number from 1 to 1024, got '999"]),
+        (["--root", HEALTHY, "--timeout", "soon"], ["--timeout", "'soon'"]),
+        (["--root", HEALTHY, "--timeout", "0"], ["--timeout must be a duration from 1 s to 7 days", "got '0'"]),
+        (["--root", HEALTHY, "--timeout", "0.5"], ["--timeout must be a duration from 1 s to 7 days", "got '0.5'"]),
+        (["--root", HEALTHY, "--timeout", "9" * 400], ["--timeout must be a duration from 1 s to 7 days", "got '999"]),
+        (["--root", HEALTHY, "--json", ""], ["--json needs a file name, got an empty one"]),
+        (["--root", "/", "--json", "/proc/x.json"], ["--json /proc/x.json is inside /proc, an input"]),
+        (["--root", HEALTHY, "--capture", ""], ["--capture needs a folder name, got an empty one"]),
+        (["--root", HEALTHY, "--expect", ""], ["--expect needs a file name, got an empty one"]),
         (["--root", HEALTHY, "--bogus"], ["unrecognized arguments: --bogus"]),
     ],
 )
@@ -133,8 +145,8 @@ def test_malformed_and_unknown_expect_keys(tmp_path: Path) -> None:
     unknown.write_text('[nic]\ncount = 8\nlinklayer = "InfiniBand"\n')
     assert_one_line_error(
         cli("--root", HEALTHY, "--expect", str(unknown)),
-        f"{unknown}: unknown key nic.linklayer (did you mean 'link_layer'?)",
-        "allowed in [nic]: count, rate, mtu, link_layer, devices",
+        f"{unknown}: unknown key 'nic.linklayer' (did you mean 'link_layer'?)",
+        "allowed keys are count, rate, mtu, link_layer, devices",
     )
     wrong = tmp_path / "wrong.toml"
     wrong.write_text('[gpu]\nnic_distance = "near"\n')
@@ -220,13 +232,13 @@ def test_a_crash_is_exit_3_not_a_verdict(monkeypatch: pytest.MonkeyPatch, capsys
     assert err.strip().splitlines()[-1].startswith("error: fabricscope doctor could not complete (RuntimeError: boom)")
 
 
-def test_a_closed_stdout_is_a_quiet_stop(tmp_path: Path) -> None:
-    # `doctor | head` once head has gone: the reader is closed before the report starts.
+def run_into_closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
+    """``doctor ... | head -1`` once head has gone: stdout is a real pipe whose reader is closed."""
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "fabricscope", "doctor", "--root", DEGRADED],
+        return subprocess.run(
+            [sys.executable, "-m", "fabricscope", "doctor", *args],
             stdout=write_end,
             stderr=subprocess.PIPE,
             text=True,
@@ -236,5 +248,74 @@ def test_a_closed_stdout_is_a_quiet_stop(tmp_path: Path) -> None:
         )
     finally:
         os.close(write_end)
-    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(("tree", "verdict"), [("degraded-ib-8gpu", 2), ("healthy-ib-8gpu", 0)])
+def test_a_closed_stdout_keeps_the_verdict(tree: str, verdict: int) -> None:
+    done = run_into_closed_pipe("--root", str(FIXTURES / tree))
+    assert done.returncode == verdict, done.stderr  # a health check's exit code is its verdict
     assert done.stderr == ""
+
+
+def test_a_closed_stdout_keeps_the_verdict_and_the_json(tmp_path: Path) -> None:
+    out = tmp_path / "node.json"
+    done = run_into_closed_pipe("--root", DEGRADED, "--json", str(out))
+    assert done.returncode == 2, done.stderr
+    assert load(out).summary["verdict"] == "fail"
+
+
+@pytest.mark.multiprocess
+def test_a_closed_stdout_keeps_the_fleet_verdict(tmp_path: Path) -> None:
+    done = run_into_closed_pipe("--nproc", "2", "--root", DEGRADED, "--timeout", "60")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == ""
+
+
+def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path: Path) -> None:
+    expect = tmp_path / "e.toml"
+    expect.write_text(Path(EXPECT).read_text())
+    before = expect.read_bytes()
+    assert_one_line_error(
+        cli("--root", HEALTHY, "--expect", str(expect), "--json", str(expect)),
+        f"--json {expect} is also an input of this command: writing it would destroy it",
+    )
+    link = tmp_path / "link.json"
+    link.symlink_to(expect)
+    assert_one_line_error(cli("--root", HEALTHY, "--expect", str(expect), "--json", str(link)), "is also an input")
+    assert expect.read_bytes() == before
+    tree = tmp_path / "node"
+    shutil.copytree(HEALTHY, tree, symlinks=True)
+    conf = tree / "etc/nccl.conf"
+    conf_before = conf.read_bytes()
+    assert_one_line_error(cli("--root", str(tree), "--json", str(conf)), f"--json {conf} is inside {tree}, an input")
+    assert conf.read_bytes() == conf_before
+    assert_one_line_error(cli("--root", str(tree), "--json", str(tree / "node.json")), f"is inside {tree}, an input")
+    assert not (tree / "node.json").exists()
+    assert_one_line_error(
+        cli("--root", str(tree), "--capture", str(tree / "cap")), f"--capture {tree}/cap is inside {tree}, which the"
+    )
+    assert not (tree / "cap").exists()
+
+
+def test_an_output_inside_a_rank_s_root_is_refused_before_any_rank(tmp_path: Path) -> None:
+    for rank in (0, 1):
+        shutil.copytree(HEALTHY, tmp_path / f"node{rank}", symlinks=True)
+    target = tmp_path / "node1/fleet.json"
+    result = cli("--nproc", "2", "--root", str(tmp_path / "node{rank}"), "--json", str(target))
+    assert_one_line_error(result, f"--json {target} is inside {tmp_path}/node1, an input of this command")
+
+
+def test_on_the_live_root_an_nccl_conf_file_is_not_an_output(tmp_path: Path) -> None:
+    conf = tmp_path / "my-nccl.conf"
+    conf.write_text("NCCL_DEBUG=WARN\n")
+    result = cli("--root", "/", "--json", str(conf), env={"NCCL_CONF_FILE": str(conf)})
+    assert_one_line_error(result, f"--json {conf} is also an input of this command")
+    assert conf.read_text() == "NCCL_DEBUG=WARN\n"
+
+
+def test_json_dash_is_stdout_and_the_report_moves_to_stderr() -> None:
+    result = cli("--root", DEGRADED, "--json", "-")
+    assert result.returncode == 2, result.stderr
+    assert json.loads(result.stdout)["summary"]["verdict"] == "fail"  # stdout holds the JSON alone
+    assert result.stderr.strip().splitlines()[-1].startswith("verdict: FAIL (exit 2) on gpu-node-07")
+    assert not (REPO / "-").exists()

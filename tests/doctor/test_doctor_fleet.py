@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -243,16 +247,27 @@ def test_a_rank_that_cannot_probe_still_reports_and_a_silent_rank_is_named_with_
     store = DictStore()
     args = fleet_args(str(tmp_path / "node{rank}"), json=str(tmp_path / "fleet.json"))
 
-    def world(rank: int) -> World:
-        return World(rank, 4, rank, 4, "127.0.0.1", 1, "env")
+    def world(rank: int) -> World:  # the launcher hosts the store: the others leave before rank 0
+        return World(rank, 4, rank, 4, "127.0.0.1", 1, "torchrun", agent_store=True)
 
-    for rank in (3, 2, 1):  # rank 1's tree is missing; rank 3 announces itself and never reports
-        link = Rendezvous(world(rank), store)
-        if rank == 3:
-            link.announce("gpu-node-99")
-            continue
-        assert run_rank(args, world(rank), None, 5.0, link) == 0
+    Rendezvous(world(3), store).announce("gpu-node-99")  # rank 3 announces itself and never reports
+    others: dict[int, object] = {}
+
+    def other(rank: int) -> None:  # rank 1's tree is missing
+        try:
+            others[rank] = run_rank(args, world(rank), None, 5.0, Rendezvous(world(rank), store))
+        except Exception as exc:  # shown by the assertion below
+            others[rank] = exc
+
+    threads = [threading.Thread(target=other, args=(rank,)) for rank in (1, 2)]
+    for thread in threads:
+        thread.start()
+    while not all(f"{Rendezvous(world(0), store).prefix}report/{rank}" in store.data for rank in (1, 2)):
+        time.sleep(0.01)
     code = run_rank(args, world(0), None, 0.5, Rendezvous(world(0), store))
+    for thread in threads:
+        thread.join()
+    assert others == {1: 0, 2: 0}  # the others leave once rank 0 has gathered
     out = " ".join(capsys.readouterr().out.split())
     assert code == 2
     assert f"could not probe its node: --root {tmp_path}/node1: no such directory" in out
@@ -260,3 +275,130 @@ def test_a_rank_that_cannot_probe_still_reports_and_a_silent_rank_is_named_with_
     summary = load(tmp_path / "fleet.json").summary
     assert summary["missing_ranks"] == [{"rank": 3, "host": "gpu-node-99"}]
     assert [n["probed"] for n in summary["nodes"]] == [True, False]  # ranks 0 and 2 are one node
+
+
+class FailingStore(DictStore):
+    """A store whose server went away: torch raises a RuntimeError with C++ frames after the message."""
+
+    def set(self, key: str, value: str) -> None:
+        raise RuntimeError("Broken pipe\nException raised from sendBytes at socket.cpp:123\nframe #0: c10::Error")
+
+
+def test_a_rank_whose_rank_0_never_reports_fails_in_one_line() -> None:
+    from fabricscope.doctor.findings import DoctorIncomplete
+    from fabricscope.doctor.fleet import Rendezvous
+    from fabricscope.launch import World
+
+    link = Rendezvous(World(1, 2, 1, 2, "127.0.0.1", 1, "env"), DictStore())
+    link.send("{}")
+    with pytest.raises(DoctorIncomplete) as info:
+        link.await_rank0(1.0)
+    assert str(info.value) == "rank 1: rank 0 sent no report within 1 s (it is stopped, hung or dead): no fleet report"
+    assert info.value.exit_code == 3
+    lost = Rendezvous(World(2, 3, 2, 3, "10.0.0.1", 29500, "env"), FailingStore())
+    with pytest.raises(DoctorIncomplete) as info:
+        lost.announce("h")
+    assert str(info.value) == (
+        "rank 2: lost the rendezvous store at 10.0.0.1:29500 while announcing its host (Broken pipe)"
+    )
+    frozen = Rendezvous(World(1, 2, 1, 2, "10.0.0.1", 29500, "env"), FrozenStore(), timeout_s=0.2)
+    with pytest.raises(DoctorIncomplete) as info:
+        frozen.send("{}")
+    assert str(info.value) == (
+        "rank 1: the rendezvous store at 10.0.0.1:29500 did not answer within 0.2 s while sending its report "
+        "(its host, rank 0 or the launcher, is stopped or hung)"
+    )
+
+
+class FrozenStore(DictStore):
+    """A store whose host is stopped: a request is taken and never answered (torch's timeout does not fire)."""
+
+    def set(self, key: str, value: str) -> None:
+        threading.Event().wait()
+
+
+def stop_rank_0(launcher: subprocess.Popen[str], mark: str, *, when_it_prints: bool = False) -> int:
+    """SIGSTOP the process of rank 0 (found by ``mark`` in its environment) as soon as it exists, or once it
+    starts printing the fleet report; its pid."""
+    wanted = {f"FABRICSCOPE_TEST_MARK={mark}".encode(), b"RANK=0"}
+    if when_it_prints:
+        assert launcher.stdout is not None
+        assert launcher.stdout.read(1)  # rank 0 has the reports and is printing: the others have sent theirs
+    while launcher.poll() is None or when_it_prints:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                environ = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
+            except OSError:
+                continue
+            if wanted <= environ:
+                os.kill(int(pid), signal.SIGSTOP)
+                return int(pid)
+        time.sleep(0.005)
+    raise AssertionError("the launcher ended before rank 0 started")
+
+
+def run_with_frozen_rank_0(
+    argv: list[str], *, when_it_prints: bool = False
+) -> tuple[subprocess.CompletedProcess[str], int]:
+    mark = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "RANK", "WORLD_SIZE", "MASTER_"))}
+    env.update(FABRICSCOPE_TEST_MARK=mark, COLUMNS="200")
+    env.pop("FABRICSCOPE_LAUNCHER", None)
+    launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    try:
+        pid = stop_rank_0(launcher, mark, when_it_prints=when_it_prints)
+        out, err = launcher.communicate(timeout=180)  # without the fix: forever
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    return subprocess.CompletedProcess(argv, launcher.returncode, out, err), pid
+
+
+def assert_one_line_per_rank(stderr: str, ranks: set[int], what: str, *, some: bool = False) -> None:
+    """One ``error: rank N: ...`` line for each of ``ranks`` (``some``: for at least one of them)."""
+    mine = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    named = [int(line.split()[2].rstrip(":")) for line in mine]
+    assert len(named) == len(set(named)), stderr
+    assert (set(named) <= ranks and named) if some else set(named) == ranks, stderr
+    assert all(what in line for line in mine), stderr
+    assert "frame #" not in stderr and "Exception raised from" not in stderr and "TCPStore.cpp" not in stderr
+    assert "src/fabricscope" not in stderr, stderr  # no traceback of ours (torchrun prints its own)
+
+
+@pytest.mark.multiprocess
+def test_spawned_ranks_end_when_rank_0_is_frozen() -> None:
+    root = str(FIXTURES / "healthy-ib-8gpu")
+    argv = [sys.executable, "-m", "fabricscope", "doctor", "--nproc", "3", "--root", root, "--timeout", "3"]
+    result, pid = run_with_frozen_rank_0(argv)
+    assert result.returncode == 3, result.stderr  # no verdict: the fleet report is lost with rank 0
+    assert result.stdout == ""
+    # Rank 0 was stopped before it could host the store: the others cannot reach it and say so, one line each.
+    assert_one_line_per_rank(result.stderr, {1, 2}, "cannot reach the rendezvous store at 127.0.0.1:")
+    assert not Path(f"/proc/{pid}").exists()  # the launcher ended the frozen rank 0: no stray process
+
+
+@pytest.mark.multiprocess
+def test_under_torchrun_ranks_end_when_rank_0_is_frozen() -> None:
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", "--master-port", str(free_port())]
+    argv += ["-m", "fabricscope", "doctor", "--root", str(FIXTURES / "healthy-ib-8gpu"), "--timeout", "3"]
+    result, pid = run_with_frozen_rank_0(argv)
+    # The agent hosts the store: ranks 1 and 2 reach it, wait for rank 0's report, give up and exit 3;
+    # torchrun then ends the job (a stopped rank 0 ignores its SIGTERM: torchrun kills it 30 s later).
+    assert result.returncode == 1, result.stderr
+    # The first rank to give up ends the job: torchrun stops the other one (SIGTERM) before it may say so.
+    what = "rank 0 sent no report within 3 s (it is stopped, hung or dead)"
+    assert_one_line_per_rank(result.stderr, {1, 2}, what, some=True)
+    assert "exitcode  : 3" in result.stderr
+    assert not Path(f"/proc/{pid}").exists()
+
+
+@pytest.mark.multiprocess
+def test_spawned_ranks_end_when_rank_0_freezes_while_it_prints() -> None:
+    root = str(FIXTURES / "healthy-ib-8gpu")
+    argv = [sys.executable, "-m", "fabricscope", "doctor", "--nproc", "3", "--root", root, "--timeout", "3"]
+    result, pid = run_with_frozen_rank_0(argv, when_it_prints=True)
+    assert result.returncode == 3, result.stderr
+    # The others sent their reports; rank 0 hosts the store and stopped answering: they say so and give up.
+    assert_one_line_per_rank(result.stderr, {1, 2}, "did not answer within 3 s")
+    assert not Path(f"/proc/{pid}").exists()

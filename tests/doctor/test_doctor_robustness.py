@@ -167,11 +167,40 @@ def test_old_kernels_unknown_speed_is_unknown_not_garbage(tmp_path: Path) -> Non
     assert (gpu.severity, gpu.observed) == (Severity.INFO, "speed unknown x16")
 
 
-@pytest.mark.parametrize("variable", ["NCCL_CONF_FILE", "NCCL_TOPO_FILE"])
-def test_paths_from_variables_stay_under_the_root_and_never_crash(tmp_path: Path, variable: str) -> None:
+def test_paths_from_variables_stay_under_the_root(tmp_path: Path) -> None:
+    """``..`` in NCCL_CONF_FILE / NCCL_TOPO_FILE never climbs out of the tree: ``/..`` is ``/``, as in a chroot.
+
+    A file outside the tree and one inside it, at the path a chroot would
+    reach, hold different settings: only the inside one may be read.
+    """
     tree = copy_tree("vm-virtio", tmp_path / "node")
-    for value in ("/../../../../etc/hostname", "/etc/\x00x", "/" + "a" * 5000):
-        report = diagnose(open_root(str(tree)), env={variable: value})
+    (tmp_path / "outside.conf").write_text("NCCL_DEBUG=OUTSIDE\n")
+    (tmp_path / "outside.xml").write_text("<system/>\n")
+    escape = "/../../../../../../../.." + str(tmp_path)
+    report = diagnose(open_root(str(tree)), env={"NCCL_CONF_FILE": f"{escape}/outside.conf"})
+    assert "NCCL_DEBUG" not in report.node.nccl  # the outside file was not read...
+    assert report.node.nccl_conf_unreadable is None or "outside" not in report.node.nccl_conf_unreadable
+    inside = tree / str(tmp_path).lstrip("/") / "outside.conf"
+    inside.parent.mkdir(parents=True)
+    inside.write_text("NCCL_DEBUG=INSIDE\n")
+    report = diagnose(open_root(str(tree)), env={"NCCL_CONF_FILE": f"{escape}/outside.conf"})
+    assert report.node.nccl["NCCL_DEBUG"].value == "INSIDE"  # ...the one a chroot reaches was
+    root = open_root(str(tree))
+    report = diagnose(root, env={"NCCL_TOPO_FILE": f"{escape}/outside.xml"})
+    assert report.node.topo_file_readable is False  # it exists only outside the tree
+    read = root.read_paths()
+    assert read and all(not rel.startswith(("/", "..")) and "/../" not in rel for rel in read)
+    assert all((tree / rel).resolve().is_relative_to(tree.resolve()) or (tree / rel).is_symlink() for rel in read)
+
+
+@pytest.mark.parametrize("variable", ["NCCL_CONF_FILE", "NCCL_TOPO_FILE"])
+def test_odd_paths_from_variables_are_refused_reads_not_crashes(tmp_path: Path, variable: str) -> None:
+    tree = copy_tree("vm-virtio", tmp_path / "node")
+    for value, error in (("/etc/\x00x", "BADPATH"), ("/" + "a" * 5000, "ENAMETOOLONG")):
+        root = open_root(str(tree))
+        report = diagnose(root, env={variable: value})
+        assert root.read_errors()[value.lstrip("/")] == error  # tried under the root, refused, recorded
+        assert report.findings
         render(report.findings)
 
 

@@ -7,10 +7,14 @@ imported by :func:`run`, and torch only in fleet mode.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import traceback
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from fabricscope import options
+from fabricscope.doctor.invocation import DEFAULT_TIMEOUT_S, MAX_LOCAL_RANKS, MAX_TIMEOUT_S, MIN_TIMEOUT_S
 from fabricscope.store.save import add_save_options, check_save_options, save_result, wants_save
 
 if TYPE_CHECKING:
@@ -22,6 +26,7 @@ _EPILOG = """\
 exit status: 0 all ok (info included), 1 warnings, 2 failures; 3 the doctor could not
 complete (a report that fails while written, a crash): no verdict. A usage error (a --json
 path that cannot be written included) is also 2, with one 'error:' line and no report.
+The exit status is the verdict also when stdout closes early (doctor | head -1).
 
 examples:
   fabricscope doctor                                   # this node
@@ -33,8 +38,6 @@ examples:
   torchrun --nnodes 4 --nproc-per-node 1 ... -m fabricscope doctor --expect fleet.toml
   srun -N 16 --ntasks-per-node 1 fabricscope doctor    # rank 0 prints what differs across nodes
 """
-
-DEFAULT_TIMEOUT_S = 60.0
 
 
 def add_parser(subparsers: Any) -> None:
@@ -58,34 +61,28 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="with --root: check this shell's NCCL_* variables, not the ones the capture recorded",
     )
-    parser.add_argument("--nproc", default=None, metavar="N", help="fleet mode: spawn N local ranks")
+    parser.add_argument(
+        "--nproc",
+        type=options.whole(
+            minimum=1,
+            maximum=MAX_LOCAL_RANKS,
+            hint="for more ranks, start them on several nodes with torchrun, mpirun or srun",
+        ),
+        default=None,
+        metavar="N",
+        help=f"fleet mode: spawn N local ranks (at most {MAX_LOCAL_RANKS})",
+    )
     parser.add_argument(
         "--timeout",
-        default=None,
+        type=options.seconds(minimum=MIN_TIMEOUT_S, maximum=MAX_TIMEOUT_S),
+        default=f"{DEFAULT_TIMEOUT_S:g}",
         metavar="S",
-        help=f"fleet mode: seconds to wait for every rank ({DEFAULT_TIMEOUT_S:g})",
+        help=f"fleet mode: time to wait for every rank: seconds, or with ms/s/m/h (default {DEFAULT_TIMEOUT_S:g}; "
+        "1 s to 7 days)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="one row per finding, ok ones included")
     parser.add_argument("--list", action="store_true", help="list the checks and what each reads, then exit")
     parser.set_defaults(func=run)
-
-
-def _usage(message: str) -> Exception:
-    from fabricscope.errors import UsageError
-
-    return UsageError(message)
-
-
-def _nproc(value: str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        raise _usage(f"--nproc must be a whole number, got {value!r}") from None
-    if number < 1:
-        raise _usage(f"--nproc must be at least 1, got {number}")
-    return number
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(exc, DoctorIncomplete):
             raise
         raise DoctorIncomplete(str(exc)) from None
-    except BrokenPipeError:  # the reader went away (| head): the command line handles it
+    except BrokenPipeError:  # the reader went away before the report: no verdict to keep
         raise
     except Exception as exc:  # a bug: show where, and say there is no verdict
         traceback.print_exc(file=sys.stderr)
@@ -114,27 +111,39 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from fabricscope import launch
     from fabricscope.doctor.expect import load_expectations
-    from fabricscope.units import parse_duration
+    from fabricscope.doctor.findings import DoctorIncomplete
+    from fabricscope.doctor.invocation import check_outputs
+    from fabricscope.errors import UsageError
 
     if args.list:
         return _list_checks()
-    nproc = _nproc(args.nproc)
-    timeout_s = parse_duration(args.timeout, what="--timeout") if args.timeout else DEFAULT_TIMEOUT_S
-    expect = load_expectations(args.expect) if args.expect else None
+    nproc: int | None = args.nproc
+    timeout_s: float = args.timeout
+    if args.expect is not None and not args.expect.strip():
+        raise UsageError("--expect needs a file name, got an empty one")
+    expect = load_expectations(args.expect) if args.expect is not None else None
     world = launch.detect()
     check_save_options(args)
     if wants_save(args) and ((world is not None and world.world_size > 1) or (nproc or 0) > 1):
-        raise _usage("--save keeps single-node doctor results; fleet mode does not save yet: drop --save")
+        raise UsageError("--save keeps single-node doctor results; fleet mode does not save yet: drop --save")
     if world is not None and world.world_size > 1:
         from fabricscope.doctor.fleet_run import run_rank
 
         if nproc is not None and world.rank == 0:
             sys.stderr.write(f"warning: --nproc is ignored: {world.launcher} started {world.world_size} ranks\n")
-        return run_rank(args, world, expect, timeout_s)
+        check_outputs(args, [world.rank])
+        try:
+            code = run_rank(args, world, expect, timeout_s)
+        except DoctorIncomplete as exc:  # a store that never answers may hold a thread for good: leave at once
+            sys.stderr.write(f"error: {exc}\n")
+            _leave(exc.exit_code)
+        _leave(code)
     if nproc is not None and nproc > 1:
         from fabricscope.doctor.fleet_run import spawn_fleet
 
+        check_outputs(args, range(nproc))
         return spawn_fleet(args, nproc, timeout_s)
+    check_outputs(args, [0])
     return _run_single(args, expect)
 
 
@@ -143,19 +152,18 @@ def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
     from fabricscope.doctor.diagnosis import diagnose, doctor_result, expand_placeholders, open_root
     from fabricscope.doctor.findings import DoctorIncomplete
     from fabricscope.doctor.fleet import node_facts
+    from fabricscope.doctor.invocation import print_report
     from fabricscope.doctor.probe import node_env
     from fabricscope.doctor.report import make_console, render_findings, verdict_line
     from fabricscope.errors import FabricscopeError
     from fabricscope.metadata import collect_env
-    from fabricscope.results import check_output_path
+    from fabricscope.results import STDOUT
 
     root_path = expand_placeholders(args.root, rank=0, local_rank=0)
     root = open_root(root_path)
     capture = expand_placeholders(args.capture, rank=0, local_rank=0) if args.capture else None
     if capture:
         check_capture_target(capture)
-    if args.json:
-        check_output_path("--json", args.json)
     env = node_env(root, live=args.live_env)
     report = diagnose(root, env=env, expect=expect)
     node = report.node
@@ -181,17 +189,36 @@ def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
             save_result(args, result, what="the findings")
         except FabricscopeError as exc:
             problem = DoctorIncomplete(f"--json {args.json}: {exc}; no verdict" if args.json else f"{exc}; no verdict")
-    console = make_console()
-    render_findings(
-        console,
-        report.findings,
-        title=f"fabricscope doctor: {node.hostname} (root {node.root}; NCCL variables from {node.env_source})",
-        verbose=args.verbose,
-    )
-    console.print(verdict_line(report.findings, node.hostname))
+    console = make_console(stderr=args.json == STDOUT)  # --json -: stdout is the JSON's
+
+    def render() -> None:
+        render_findings(
+            console,
+            report.findings,
+            title=f"fabricscope doctor: {node.hostname} (root {node.root}; NCCL variables from {node.env_source})",
+            verbose=args.verbose,
+        )
+        console.print(verdict_line(report.findings, node.hostname))
+
+    print_report(render)  # a closed stdout (| head -1) keeps the verdict below
     if problem is not None:
         raise problem
     return report.exit_code
+
+
+def _leave(code: int) -> NoReturn:
+    """A rank of a fleet that is done: exit at once, without Python's (and torch's) teardown.
+
+    Under torchrun rank 0 exits with the fleet's verdict after the others; a
+    launcher that sees it exit 1 or 2 ends the ranks still running and reports
+    them as failed too, so they must not linger.  A rank whose store never
+    answered has a thread blocked in it for good, which teardown could wait on.
+    """
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    os._exit(code)
 
 
 def _list_checks() -> int:
@@ -200,16 +227,3 @@ def _list_checks() -> int:
     for check in CHECKS:
         sys.stdout.write(f"{check.id:<20} {check.title}\n{'':<20} reads: {check.reads}\n")
     return 0
-
-
-def child_argv(args: argparse.Namespace, timeout_s: float) -> list[str]:
-    """The doctor flags a spawned rank gets: everything but --nproc."""
-    argv = ["--root", args.root, "--timeout", f"{timeout_s:g}"]
-    for flag, value in (("--expect", args.expect), ("--json", args.json), ("--capture", args.capture)):
-        if value is not None:
-            argv += [flag, value]
-    if args.verbose:
-        argv.append("--verbose")
-    if args.live_env:
-        argv.append("--live-env")
-    return argv

@@ -20,25 +20,40 @@
     [tcp]
     buffer_max = "16M"          # rmem/wmem maxima at least this: binary suffix in quotes, or bytes; default: the BDP
 
-Every key is optional.  Unknown sections and keys, wrong types and values out
-of range are :class:`~fabricscope.errors.ConfigError` naming the file, the key
-and what is allowed.  Values are checked in one place,
-:meth:`Expectations.__post_init__`, whether they come from a file or from Python.
+Every key is optional.  The file's shape is four typed sections (:class:`ExpectFile`),
+validated the one way every user file is (:func:`fabricscope.schema.build`:
+strict TOML types, unknown keys refused with the closest name) after the one
+safe reader (:func:`fabricscope.userfiles.read_toml`: regular files only, size
+and depth capped).  Each section checks its own values (``check``, run by ``ExpectFile``),
+and :class:`Expectations` built from Python is checked by the same sections:
+values are checked in one place, whether they come from a file or from Python.
+Every problem is one :class:`~fabricscope.errors.ConfigError` naming the file,
+the key, what is allowed and what was found.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from fabricscope.doctor.inventory import DISTANCES
-from fabricscope.errors import ConfigError, UsageError, closest
+from fabricscope.errors import ConfigError, InvalidValue, UsageError, closest
+from fabricscope.schema import FORBID_EXTRA, build
 from fabricscope.units import parse_rate, parse_size
 from fabricscope.userfiles import read_toml
 
-__all__ = ["LINK_LAYERS", "Expectations", "load_expectations", "parse_expectations"]
+__all__ = [
+    "LINK_LAYERS",
+    "ExpectFile",
+    "Expectations",
+    "GpuSection",
+    "NicSection",
+    "PcieSection",
+    "TcpSection",
+    "load_expectations",
+    "parse_expectations",
+]
 
 LINK_LAYERS = ("InfiniBand", "Ethernet")
 PCIE_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
@@ -49,11 +64,120 @@ _BARE_NUMBER = re.compile(r"^\s*(?:\d+(?:\.\d*)?|\.\d+)\s*$")
 """A size in quotes needs its suffix (``"16M"``): a bare ``"16"`` is refused, as a bare ``nic.rate`` is."""
 MIN_BUFFER_BYTES = 64 << 10
 """The smallest tcp.buffer_max taken: the largest TCP window without window scaling; less is a unit mistake."""
+_DEVICE_EXAMPLE = '["mlx5_0", "mlx5_1:1", "eth2"]'
 _SIZE_HELP = 'bytes as a whole number (16777216) or a size with its binary suffix in quotes ("16M", "512K")'
 _RATE_HELP = (
     "a rate with its decimal prefix in quotes: bits with b, bps, b/s or nothing (400G, 400Gbps, 400Gb/s), "
     "bytes with a capital B (50GB/s = 400 Gb/s)"
 )
+
+
+def _whole(key: str, value: int | None, low: int, high: int) -> None:
+    if value is not None and not low <= value <= high:
+        raise InvalidValue(f"must be a whole number from {low} to {high}, got {value}", key=key)
+
+
+def _choice(key: str, value: Any, allowed: tuple[Any, ...]) -> Any:
+    """``value`` in its allowed spelling (choices are matched without regard to case), or InvalidValue."""
+    if value is None:
+        return None
+    found = next((a for a in allowed if str(a).lower() == str(value).lower() and type(a) is type(value)), None)
+    if found is None:
+        hint = closest(str(value), [str(a) for a in allowed])
+        raise InvalidValue(f"must be one of {', '.join(str(a) for a in allowed)}, got {value!r}{hint}", key=key)
+    return found
+
+
+@dataclass(kw_only=True, slots=True)
+class NicSection:
+    """``[nic]``: the compute NICs."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    count: int | None = None
+    rate: float | None = None
+    """Per NIC, Gb/s (written with its prefix in a file: ``"400G"``)."""
+    mtu: int | None = None
+    link_layer: str | None = None
+    devices: list[str] | None = None
+
+    def check(self) -> None:
+        _whole("nic.count", self.count, 0, 1024)
+        low, high = RATE_GBPS
+        if self.rate is not None and not low <= self.rate <= high:
+            raise InvalidValue(
+                f"must be from {low:g} to {high:g} Gb/s per NIC, got {self.rate:g} Gb/s: {_RATE_HELP}", key="nic.rate"
+            )
+        _whole("nic.mtu", self.mtu, 68, 65536)
+        self.link_layer = _choice("nic.link_layer", self.link_layer, LINK_LAYERS)
+        if self.devices is not None:
+            if not self.devices:
+                raise InvalidValue(f"must be a list of names like {_DEVICE_EXAMPLE}, got []", key="nic.devices")
+            bad = next((d for d in self.devices if not _DEVICE.match(d)), None)
+            if bad is not None:
+                raise InvalidValue(
+                    f"holds {bad!r}: give an RDMA device (mlx5_0), a port (mlx5_0:1) or a netdev name (eth2)",
+                    key="nic.devices",
+                )
+
+
+@dataclass(kw_only=True, slots=True)
+class PcieSection:
+    """``[pcie]``: every GPU and compute NIC."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    gen: int | None = None
+    width: int | None = None
+
+    def check(self) -> None:
+        _whole("pcie.gen", self.gen, 1, 7)
+        _choice("pcie.width", self.width, PCIE_WIDTHS)
+
+
+@dataclass(kw_only=True, slots=True)
+class GpuSection:
+    """``[gpu]``."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    count: int | None = None
+    nic_distance: str | None = None
+    """The farthest a GPU's nearest compute NIC may be: one of :data:`DISTANCES`."""
+
+    def check(self) -> None:
+        _whole("gpu.count", self.count, 0, 1024)
+        self.nic_distance = _choice("gpu.nic_distance", self.nic_distance, DISTANCES)
+
+
+@dataclass(kw_only=True, slots=True)
+class TcpSection:
+    """``[tcp]``."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    buffer_max: int | None = None
+    """Bytes (written as a number, or with its binary suffix in quotes in a file: ``"16M"``)."""
+
+    def check(self) -> None:
+        if self.buffer_max is not None and self.buffer_max < MIN_BUFFER_BYTES:
+            raise InvalidValue(
+                f"must be at least 64K ({MIN_BUFFER_BYTES} bytes), got {self.buffer_max} bytes: a unit mistake? "
+                'give a size with its binary suffix in quotes ("16M")',
+                key="tcp.buffer_max",
+            )
+
+
+@dataclass(kw_only=True, slots=True)
+class ExpectFile:
+    """The ``--expect`` file: four optional sections."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    nic: NicSection = field(default_factory=NicSection)
+    pcie: PcieSection = field(default_factory=PcieSection)
+    gpu: GpuSection = field(default_factory=GpuSection)
+    tcp: TcpSection = field(default_factory=TcpSection)
+
+    def __post_init__(self) -> None:
+        """Each section's values; here, so that a message names the key as the file does (``nic.mtu``)."""
+        for section in (self.nic, self.pcie, self.gpu, self.tcp):
+            section.check()
 
 
 @dataclass(kw_only=True, slots=True)
@@ -80,154 +204,86 @@ class Expectations:
     """The file these came from, for messages."""
 
     def __post_init__(self) -> None:
-        where = self.source or "Expectations"
-        for key in _KEYS:
-            value = getattr(self, key.field)
-            problem = None if value is None else key.check(value)
-            if problem is not None:
-                raise ConfigError(f"{where}: {key.name} {problem}")
+        """Checked by the sections of :class:`ExpectFile`, as a file is; choices take their allowed spelling."""
+        sections: dict[str, dict[str, Any]] = {}
+        for (section, key), name in _FIELDS.items():
+            value = getattr(self, name)
+            if value is not None:
+                sections.setdefault(section, {})[key] = list(value) if isinstance(value, tuple) else value
+        for name, value in _flat(build(ExpectFile, sections, source=self.source or "Expectations")).items():
+            setattr(self, name, value)
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
-def _whole(low: int, high: int) -> Callable[[Any], str | None]:
-    def check(value: Any) -> str | None:
-        if isinstance(value, bool) or not isinstance(value, int):
-            return f"must be a whole number from {low} to {high}, got {value!r}"
-        return None if low <= value <= high else f"must be from {low} to {high}, got {value}"
-
-    return check
-
-
-def _one_of(allowed: tuple[Any, ...]) -> Callable[[Any], str | None]:
-    def check(value: Any) -> str | None:
-        if value in allowed and not isinstance(value, bool):
-            return None
-        hint = closest(str(value), [str(a) for a in allowed])
-        return f"must be one of {', '.join(str(a) for a in allowed)}, got {value!r}{hint}"
-
-    return check
+_FIELDS = {
+    ("nic", "count"): "nic_count",
+    ("nic", "rate"): "nic_rate_gbps",
+    ("nic", "mtu"): "nic_mtu",
+    ("nic", "link_layer"): "link_layer",
+    ("nic", "devices"): "compute_devices",
+    ("pcie", "gen"): "pcie_gen",
+    ("pcie", "width"): "pcie_width",
+    ("gpu", "count"): "gpu_count",
+    ("gpu", "nic_distance"): "gpu_nic_distance",
+    ("tcp", "buffer_max"): "tcp_buffer_bytes",
+}
+"""Each key of the file and the :class:`Expectations` field it fills."""
 
 
-def _rate_range(value: Any) -> str | None:
-    low, high = RATE_GBPS
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high:
-        return None
-    return f"must be from {low:g} to {high:g} Gb/s per NIC, got {value!r} Gb/s: {_RATE_HELP}"
+def _flat(checked: ExpectFile) -> dict[str, Any]:
+    """The :class:`Expectations` fields of a checked file (lists as tuples)."""
+    values: dict[str, Any] = {}
+    for (section, key), name in _FIELDS.items():
+        value = getattr(getattr(checked, section), key)
+        values[name] = tuple(value) if isinstance(value, list) else value
+    return values
 
 
-def _buffer_size(value: Any) -> str | None:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= MIN_BUFFER_BYTES:
-        return None
-    return (
-        f"must be at least 64K ({MIN_BUFFER_BYTES} bytes), got {value!r} bytes: a unit mistake? "
-        'give a size with its binary suffix in quotes ("16M")'
+def _read_rate(value: Any) -> float:
+    wrong = InvalidValue(
+        f"must be {_RATE_HELP}, got {value!r} (a bare number would be bits per second)", key="nic.rate"
     )
-
-
-def _device_names(value: Any) -> str | None:
-    if not isinstance(value, tuple) or not value or not all(isinstance(v, str) for v in value):
-        return f'must be a list of names like ["mlx5_0", "mlx5_1:1", "eth2"], got {value!r}'
-    bad = [v for v in value if not _DEVICE.match(v)]
-    if bad:
-        return f"holds {bad[0]!r}: give an RDMA device (mlx5_0), a port (mlx5_0:1) or a netdev name (eth2)"
-    return None
-
-
-def _same(value: Any, where: str) -> Any:
-    return value
-
-
-def _canonical(allowed: tuple[str, ...]) -> Callable[[Any, str], Any]:
-    """Choices are matched without regard to case: ``ethernet`` is ``Ethernet``."""
-
-    def read(value: Any, where: str) -> Any:
-        if isinstance(value, str):
-            return next((a for a in allowed if a.lower() == value.lower()), value)
-        return value
-
-    return read
-
-
-def _read_rate(value: Any, where: str) -> float:
     if not isinstance(value, str):
-        raise ConfigError(f"{where} must be {_RATE_HELP}; got {value!r} (a bare number would be bits per second)")
+        raise wrong
     try:
-        return parse_rate(value, what=where) / 1e9
-    except UsageError as exc:
-        raise ConfigError(f"{exc} (a bare number would be bits per second)") from None
+        return parse_rate(value, what="nic.rate") / 1e9
+    except UsageError:
+        raise wrong from None
 
 
-def _read_size(value: Any, where: str) -> int:
+def _read_size(value: Any) -> int:
+    wrong = InvalidValue(f"must be {_SIZE_HELP}, got {value!r}", key="tcp.buffer_max")
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ConfigError(f"{where} must be {_SIZE_HELP}; got {value!r}")
+        raise wrong
     if isinstance(value, str) and _BARE_NUMBER.match(value):
-        raise ConfigError(
-            f'{where} "{value}" needs a binary suffix K, M, G or T ("{value.strip()}M" is {value.strip()} MiB); '
-            "a number of bytes goes without quotes"
+        raise InvalidValue(
+            f'needs a binary suffix K, M, G or T in quotes ("{value.strip()}M" is {value.strip()} MiB; '
+            f'a number of bytes goes without quotes), got "{value}"',
+            key="tcp.buffer_max",
         )
     try:
-        return parse_size(value, what=where)
-    except UsageError as exc:
-        raise ConfigError(str(exc)) from None
+        return parse_size(value, what="tcp.buffer_max")
+    except UsageError:
+        raise wrong from None
 
 
-def _read_names(value: Any, where: str) -> Any:
-    return tuple(value) if isinstance(value, list) else value
+_UNITS = {("nic", "rate"): _read_rate, ("tcp", "buffer_max"): _read_size}
+"""Values a file writes with their units (``"400G"``, ``"16M"``), read into numbers before validation."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Key:
-    section: str
-    key: str
-    field: str
-    check: Callable[[Any], str | None]
-    """The one validation of a typed value: None when allowed, else what is wrong."""
-    read: Callable[[Any, str], Any] = _same
-    """From the TOML value to the typed one (units, case); raises for what cannot be read at all."""
-
-    @property
-    def name(self) -> str:
-        return f"{self.section}.{self.key}"
-
-
-_KEYS = (
-    _Key("nic", "count", "nic_count", _whole(0, 1024)),
-    _Key("nic", "rate", "nic_rate_gbps", _rate_range, _read_rate),
-    _Key("nic", "mtu", "nic_mtu", _whole(68, 65536)),
-    _Key("nic", "link_layer", "link_layer", _one_of(LINK_LAYERS), _canonical(LINK_LAYERS)),
-    _Key("nic", "devices", "compute_devices", _device_names, _read_names),
-    _Key("pcie", "gen", "pcie_gen", _whole(1, 7)),
-    _Key("pcie", "width", "pcie_width", _one_of(PCIE_WIDTHS)),
-    _Key("gpu", "count", "gpu_count", _whole(0, 1024)),
-    _Key("gpu", "nic_distance", "gpu_nic_distance", _one_of(DISTANCES), _canonical(DISTANCES)),
-    _Key("tcp", "buffer_max", "tcp_buffer_bytes", _buffer_size, _read_size),
-)
-_SECTIONS = {section: [k for k in _KEYS if k.section == section] for section in dict.fromkeys(k.section for k in _KEYS)}
-
-
-def parse_expectations(data: Mapping[str, Any], source: str) -> Expectations:
+def parse_expectations(data: dict[str, Any], source: str) -> Expectations:
     """Validate parsed TOML; every message starts with ``source`` and names the key."""
-    values: dict[str, Any] = {}
-    for section, body in data.items():
-        keys = {k.key: k for k in _SECTIONS.get(section, [])}
-        if not keys:
-            raise ConfigError(
-                f"{source}: unknown section [{section}]{closest(section, _SECTIONS)}; "
-                f"allowed sections: {', '.join(f'[{s}]' for s in _SECTIONS)}"
-            )
-        if not isinstance(body, dict):
-            raise ConfigError(f"{source}: {section} must be a table ([{section}] with keys), got {body!r}")
-        for name, value in body.items():
-            key = keys.get(name)
-            if key is None:
-                raise ConfigError(
-                    f"{source}: unknown key {section}.{name}{closest(name, keys)}; "
-                    f"allowed in [{section}]: {', '.join(keys)}"
-                )
-            values[key.field] = key.read(value, f"{source}: {key.name}")
-    return Expectations(source=source, **values)
+    data = dict(data)
+    for (section, key), read in _UNITS.items():
+        body = data.get(section)
+        if isinstance(body, dict) and body.get(key) is not None:
+            try:
+                data[section] = {**body, key: read(body[key])}
+            except InvalidValue as exc:
+                raise ConfigError(f"{source}: {exc}") from None
+    return Expectations(source=source, **_flat(build(ExpectFile, data, source=source)))
 
 
 def load_expectations(path: str) -> Expectations:

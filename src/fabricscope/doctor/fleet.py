@@ -7,6 +7,10 @@ its host, then probes, then sends its report, so rank 0 can name the host of
 a rank that died or hung while probing.  A rank that cannot probe (its tree is
 missing) sends a report that says so instead of exiting: under a launcher a
 rank that exits with an error takes the whole job, and the fleet report, down.
+But a rank that cannot reach the store, or whose rank 0 stops (SIGSTOP, a
+hang) before the fleet report is out, exits with 3: then there is no fleet
+report to save, and a rank that exited 0 would leave the launcher waiting
+forever on a frozen rank 0.
 
 Ranks of one machine (same hostname and boot id) that saw the same values
 count as one node, so ``torchrun --nproc-per-node 8`` on four hosts compares
@@ -16,14 +20,17 @@ do not split them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
+import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from fabricscope.doctor.checks.base import (
     compute_nic_devices,
@@ -51,6 +58,8 @@ __all__ = [
     "group_reports",
     "node_facts",
 ]
+
+_T = TypeVar("_T")
 
 
 def _tally(values: Sequence[object]) -> str:
@@ -331,17 +340,42 @@ class Store(Protocol):
     def get(self, key: str) -> bytes: ...
 
 
-class Rendezvous:
-    """The exchange of one fleet run: each rank announces its host, then sends its report; rank 0 gathers."""
+_FINISH_MARGIN_S = 10.0
+"""Seconds rank 0 gets beyond the timeout of its gathering to print and save the fleet report."""
+_FAREWELL_S = 5.0
+"""Seconds rank 0 waits, before it leaves, for the others to read that it is done and exit."""
+_POLL_S = 0.05
 
-    def __init__(self, world: World, store: Store) -> None:
+
+class Rendezvous:
+    """The exchange of one fleet run through the launcher's store.
+
+    Each rank announces its host, probes, sends its report.  Rank 0 then
+    gathers every report, prints the fleet and says it is done; the others
+    wait, within the timeout, first for rank 0's own report (so that a rank 0
+    stopped or hung while probing is noticed) and then for rank 0 to be done,
+    say goodbye and exit at once.  A rank that cannot reach the store, or
+    whose rank 0 never gets there, raises :class:`DoctorIncomplete` (exit 3):
+    the launcher then ends the others instead of waiting forever on a frozen
+    rank 0.  Rank 0 leaves last: it waits for the goodbyes, and for the
+    processes of this machine that said goodbye to be gone, so that a
+    launcher that sees rank 0 exit with the fleet's verdict (1 or 2) finds no
+    other rank still running to stop (and report as failed).
+    """
+
+    def __init__(self, world: World, store: Store, timeout_s: float = 60.0) -> None:
         self.world = world
         self.store = store
+        self.timeout_s = timeout_s
+        """The longest any one store operation may take: a frozen store host never answers (torch's own
+        timeout does not cover a server that accepted the request and stopped)."""
         self.prefix = f"fabricscope/doctor/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
 
     @classmethod
     def connect(cls, world: World, timeout_s: float) -> Rendezvous:
         """Reach the launcher's store (rank 0 hosts it unless torchrun's agent does)."""
+        # A store that cannot be reached is one line of ours, not torch's C++ log with its stack frames.
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
         try:
             from torch.distributed import TCPStore  # type: ignore[attr-defined]
         except ImportError:
@@ -362,29 +396,167 @@ class Rendezvous:
         except (RuntimeError, OSError) as exc:
             raise DoctorIncomplete(
                 f"rank {world.rank}: cannot reach the rendezvous store at {world.master_addr}:{world.master_port} "
-                f"({exc})"
+                f"within {timeout_s:g} s ({_first_line(exc)}); is rank 0 running?"
             ) from None
-        return cls(world, store)
+        return cls(world, store, timeout_s)
+
+    def _store(self, doing: str, action: Callable[[], _T]) -> _T:
+        """``action`` on the store, within :attr:`timeout_s`, in a daemon thread that may stay blocked for good."""
+        outcome: list[tuple[bool, Any]] = []
+
+        def call() -> None:
+            try:
+                outcome.append((True, action()))
+            except BaseException as exc:  # handed to the caller below
+                outcome.append((False, exc))
+
+        worker = threading.Thread(target=call, name="fabricscope-doctor-store", daemon=True)
+        worker.start()
+        worker.join(self.timeout_s)
+        where = f"{self.world.master_addr}:{self.world.master_port}"
+        if not outcome:
+            raise _NoAnswer(
+                f"rank {self.world.rank}: the rendezvous store at {where} did not answer within "
+                f"{self.timeout_s:g} s while {doing} (its host, rank 0 or the launcher, is stopped or hung)"
+            )
+        done, value = outcome[0]
+        if done:
+            return cast(_T, value)
+        if isinstance(value, (RuntimeError, OSError)):  # torch's DistError is a RuntimeError
+            raise DoctorIncomplete(
+                f"rank {self.world.rank}: lost the rendezvous store at {where} while {doing} ({_first_line(value)})"
+            ) from None
+        raise value
+
+    def _has(self, key: str, doing: str) -> bool:
+        return self._store(doing, lambda: self.store.check([self.prefix + key]))
+
+    def _set(self, key: str, value: str, doing: str) -> None:
+        self._store(doing, lambda: self.store.set(self.prefix + key, value))
+
+    def _get(self, key: str, doing: str) -> str:
+        return self._store(doing, lambda: self.store.get(self.prefix + key)).decode("utf-8")
+
+    def _wait(self, keys: Sequence[str], timeout_s: float, doing: str) -> bool:
+        """Whether every key is set within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while not all(self._has(k, doing) for k in keys):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_POLL_S)
+        return True
 
     def announce(self, hostname: str) -> None:
         """Say which host this rank runs on, before probing (so a rank that hangs can be named)."""
-        self.store.set(f"{self.prefix}host/{self.world.rank}", hostname)
+        self._set(f"host/{self.world.rank}", hostname, "announcing its host")
 
     def send(self, payload: str) -> None:
-        self.store.set(f"{self.prefix}report/{self.world.rank}", payload)
+        self._set(f"report/{self.world.rank}", payload, "sending its report")
 
     def gather(self, timeout_s: float) -> tuple[list[str], dict[int, str | None]]:
         """Rank 0: every report received within ``timeout_s``, and the ranks that sent none (with their host)."""
-        keys = [f"{self.prefix}report/{rank}" for rank in range(self.world.world_size)]
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and not all(self.store.check([k]) for k in keys):
-            time.sleep(0.05)
+        doing = "gathering the reports"
+        keys = [f"report/{rank}" for rank in range(self.world.world_size)]
+        self._wait(keys, timeout_s, doing)
         received: list[str] = []
         missing: dict[int, str | None] = {}
         for rank, key in enumerate(keys):
-            if self.store.check([key]):
-                received.append(self.store.get(key).decode("utf-8"))
+            if self._has(key, doing):
+                received.append(self._get(key, doing))
                 continue
-            host_key = f"{self.prefix}host/{rank}"
-            missing[rank] = self.store.get(host_key).decode("utf-8") if self.store.check([host_key]) else None
+            host_key = f"host/{rank}"
+            missing[rank] = self._get(host_key, doing) if self._has(host_key, doing) else None
         return received, missing
+
+    def finish(self, reported: Sequence[int]) -> None:
+        """Rank 0, once the fleet report is out: say so, and wait (briefly) for the ranks that reported to read it.
+
+        Where rank 0 hosts the store, it dies with rank 0, so the others must
+        have read this first; they leave after rank 0.  Where torchrun's agent
+        hosts it, the others leave first: rank 0 also waits for the processes
+        of this machine that said goodbye to be gone.  Nothing here can change
+        the verdict already printed: a store lost now is not an error.
+        """
+        doing = "waiting for the others to leave"
+        deadline = time.monotonic() + _FAREWELL_S
+        with contextlib.suppress(DoctorIncomplete):
+            self._set("done", "1", "saying it is done")
+            byes = [f"bye/{rank}" for rank in reported if rank != self.world.rank]
+            self._wait(byes, _FAREWELL_S, doing)
+            if not self.world.agent_store:
+                return
+            here = _machine()
+            pids = []
+            for key in byes:
+                machine, _, pid = (self._get(key, doing) if self._has(key, doing) else "").rpartition(" ")
+                if machine == here and pid.isdigit() and int(pid) != os.getpid():
+                    pids.append(int(pid))
+            while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+                time.sleep(_POLL_S)
+
+    def await_rank0(self, timeout_s: float) -> None:
+        """Every other rank, once its report is sent: return once rank 0 is done (the caller then exits at once).
+
+        Rank 0 gets ``timeout_s`` for its probe, as every rank does, then its
+        gathering's ``timeout_s`` and a margin to print; past either, raise.
+        Where rank 0 hosts the store, also wait for rank 0 to exit (its store
+        closes): a rank 0 that freezes on its way out stops answering, and
+        this rank raises instead of leaving the launcher waiting on it.
+        """
+        doing = "waiting for rank 0"
+        if not self._wait(["report/0"], timeout_s, doing):
+            raise DoctorIncomplete(
+                f"rank {self.world.rank}: rank 0 sent no report within {timeout_s:g} s "
+                "(it is stopped, hung or dead): no fleet report"
+            )
+        finish_s = timeout_s + _FINISH_MARGIN_S
+        if not self._wait(["done"], finish_s, doing):
+            raise DoctorIncomplete(
+                f"rank {self.world.rank}: rank 0 did not finish the fleet report within {finish_s:g} s "
+                "(it is stopped, hung or dead)"
+            )
+        with contextlib.suppress(DoctorIncomplete):  # rank 0 stops waiting for this soon enough
+            self._set(f"bye/{self.world.rank}", f"{_machine()} {os.getpid()}", "leaving")
+        if not self.world.agent_store:
+            self._await_exit_of_rank0(timeout_s)
+
+    def _await_exit_of_rank0(self, timeout_s: float) -> None:
+        """Until rank 0's store closes (rank 0 exited); raise if it stops answering (frozen) or never closes."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                self._has("done", "waiting for rank 0 to exit")
+            except _NoAnswer:
+                raise
+            except DoctorIncomplete:
+                return  # refused or reset: rank 0 has exited
+            time.sleep(_POLL_S)
+        raise DoctorIncomplete(f"rank {self.world.rank}: rank 0 did not exit within {timeout_s:g} s of the report")
+
+
+class _NoAnswer(DoctorIncomplete):
+    """The store took a request and never answered: its host is stopped or hung."""
+
+
+def _machine() -> str:
+    """This machine: its boot id (two hosts may share a name), else its hostname."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            return handle.read().strip() or socket.gethostname()
+    except OSError:
+        return socket.gethostname()
+
+
+def _running(pid: int) -> bool:
+    """Whether a process of this machine still runs (a zombie, exited and not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(") ", 1)[1][:1] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def _first_line(exc: BaseException) -> str:
+    """The message of a torch error without the C++ stack frames that may follow it."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

@@ -27,12 +27,13 @@ from fabricscope.doctor.fleet import (
     group_reports,
     node_facts,
 )
+from fabricscope.doctor.invocation import child_argv, print_report
 from fabricscope.doctor.probe import node_env
 from fabricscope.doctor.report import STYLES, make_console, plain, verdict_line
 from fabricscope.errors import FabricscopeError, UsageError
 from fabricscope.launch import World
 from fabricscope.metadata import collect_env
-from fabricscope.results import Result, check_output_path
+from fabricscope.results import STDOUT, Result
 
 __all__ = ["probe_rank", "render_fleet", "run_rank", "spawn_fleet"]
 
@@ -40,13 +41,12 @@ MAX_LINES_PER_NODE = 8
 
 
 def spawn_fleet(args: argparse.Namespace, nproc: int, timeout_s: float) -> int:
-    """``--nproc N``: check every rank's inputs here (one clear error), then start the ranks."""
-    from fabricscope.doctor.cli import child_argv
+    """``--nproc N``: check every rank's inputs here (one clear error), then start the ranks.
 
+    The outputs were checked by the caller (:func:`~fabricscope.doctor.invocation.check_outputs`).
+    """
     for rank in range(nproc):
         open_root(expand_placeholders(args.root, rank=rank, local_rank=rank))
-    if args.json:  # rank 0 writes it, on this machine
-        check_output_path("--json", args.json)
     if args.capture:
         _check_capture_template(args.capture)
         for rank in range(nproc):
@@ -100,23 +100,19 @@ def run_rank(
 ) -> int:
     """Probe this rank's node, send the report to rank 0; rank 0 prints the fleet and returns its exit code.
 
-    Other ranks return 0, also when they could not probe (rank 0 reports
-    that): the fleet's verdict is rank 0's, and under torchrun a rank that
-    exits with an error makes the agent stop every other rank.
+    Other ranks return 0 once rank 0 has the fleet report out, also when they
+    could not probe (rank 0 reports that): the fleet's verdict is rank 0's.
+    A rank that cannot reach the rendezvous store, or whose rank 0 never
+    gets the report out (stopped, hung, dead), raises
+    :class:`DoctorIncomplete` (exit 3): the launcher then ends the others.
     """
     hostname = socket.gethostname()
-    try:
-        link = rendezvous or Rendezvous.connect(world, timeout_s)
-    except DoctorIncomplete as exc:
-        if world.rank == 0:
-            raise
-        # Exiting with an error would make mpirun or torchrun stop rank 0 too; it names this rank as missing.
-        sys.stderr.write(f"error: {exc}\n")
-        return 0
+    link = rendezvous or Rendezvous.connect(world, timeout_s)
     link.announce(hostname)
     mine = probe_rank(args, world, expect, hostname)
     link.send(mine.to_json())
     if world.rank != 0:
+        link.await_rank0(timeout_s)
         return 0
     texts, missing = link.gather(timeout_s)
     nodes = group_reports([NodeReport.from_json(t) for t in texts])
@@ -130,7 +126,9 @@ def run_rank(
             _fleet_result(args, world, expect, nodes, differences, fleet, missing, hostname).save(args.json)
         except FabricscopeError as exc:
             problem = DoctorIncomplete(f"--json {args.json}: {exc}")
-    render_fleet(make_console(), nodes, differences, fleet)
+    console = make_console(stderr=args.json == STDOUT)  # --json -: stdout is the JSON's
+    print_report(lambda: render_fleet(console, nodes, differences, fleet))  # a closed stdout keeps the verdict
+    link.finish([rank for rank in range(world.world_size) if rank not in missing])
     if problem is not None:
         raise problem
     return exit_code(everything)

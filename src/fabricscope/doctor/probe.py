@@ -15,7 +15,7 @@ from fabricscope.doctor.net import probe_nics
 from fabricscope.doctor.rdma import probe_rdma
 from fabricscope.sysroot import SysRoot
 
-__all__ = ["NodeEnv", "node_env", "probe_node"]
+__all__ = ["NodeEnv", "node_env", "passwd_home", "probe_node"]
 
 
 @dataclass(kw_only=True, slots=True)
@@ -31,7 +31,7 @@ class NodeEnv:
     """NCCL variables of this process that are not used (a capture's recorded environment is)."""
 
 
-def _passwd_home() -> str | None:
+def passwd_home() -> str | None:
     """The home directory of this user's passwd entry, as NCCL's ``getpwuid(getuid())`` finds it."""
     try:
         return pwd.getpwuid(os.getuid()).pw_dir or None
@@ -59,7 +59,7 @@ def node_env(root: SysRoot, *, live: bool = False, process: Mapping[str, str] | 
             ignored=sorted(k for k, v in mine.items() if k.startswith("NCCL_") and variables.get(k) != v),
         )
     live_note = " (--live-env)" if isinstance(recorded, dict) else ""
-    return NodeEnv(variables=mine, source=f"this process's environment{live_note}", home=_passwd_home())
+    return NodeEnv(variables=mine, source=f"this process's environment{live_note}", home=passwd_home())
 
 
 def probe_node(root: SysRoot, env: Mapping[str, str] | NodeEnv | None = None) -> Node:

@@ -64,12 +64,13 @@ class _ReportConsole(Console):
         raise BrokenPipeError
 
 
-def make_console(width: int | None = None) -> Console:
-    """A console for stdout: 120 columns when not a terminal (unless COLUMNS says), so piped reports stay readable.
+def make_console(width: int | None = None, *, stderr: bool = False) -> Console:
+    """A console for stdout (or stderr, when stdout carries the JSON of ``--json -``): 120 columns when not a
+    terminal (unless COLUMNS says), so piped reports stay readable.
 
     Markup and emoji codes are off: the report prints data, never markup.
     """
-    console = _ReportConsole(highlight=False, soft_wrap=False, markup=False, emoji=False)
+    console = _ReportConsole(highlight=False, soft_wrap=False, markup=False, emoji=False, stderr=stderr)
     if width is not None:
         console.width = width
     elif not console.is_terminal and "COLUMNS" not in os.environ:

@@ -37,6 +37,7 @@ __all__ = [
     "format_rate",
     "is_active",
     "majority",
+    "more_than_expected",
     "rate_finding",
 ]
 
@@ -80,6 +81,15 @@ def finding(
         observed=observed,
         expected=expected,
         advice=advice if severity >= Severity.WARN else "",
+    )
+
+
+def more_than_expected(found: int, expected: int, things: str, key: str, source: str | None, hint: str = "") -> str:
+    """Advice when a node has more ``things`` than expected: nothing is missing; the expectation may be wrong."""
+    where = f"{key} in {source}" if source else key
+    return (
+        f"{found} {things} found where {expected} are expected: none is missing or off the bus; "
+        f"the expectation may be wrong ({where}), or this node is not of the kind it describes{hint}"
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fabricscope.doctor.checks.base import Check, compute_nic_devices
+from fabricscope.doctor.checks.base import Check, compute_nic_devices, more_than_expected
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import DISTANCES, Node
@@ -25,18 +25,16 @@ class GpuCount(Check):
         seen = f"{count} GPUs" + (f" ({', '.join(models)})" if models else "") + f", NVML {node.nvml}"
         findings = []
         if expect.gpu_count is not None and count != expect.gpu_count:
-            findings.append(
-                self.finding(
-                    Severity.FAIL,
-                    node.hostname,
-                    seen,
-                    f"{expect.gpu_count} GPUs",
-                    "a GPU fell off the bus or was never enumerated: check dmesg for Xid/AER errors, "
-                    "reseat, and check the BIOS; nvidia-smi -q shows what the driver sees",
-                )
+            advice = (
+                more_than_expected(count, expect.gpu_count, "GPUs", "gpu.count", expect.source)
+                if count > expect.gpu_count
+                else "a GPU fell off the bus or was never enumerated: check dmesg for Xid/AER errors, "
+                "reseat, and check the BIOS; nvidia-smi -q shows what the driver sees"
             )
+            findings.append(self.finding(Severity.FAIL, node.hostname, seen, f"{expect.gpu_count} GPUs", advice))
         elif count:
-            findings.append(self.finding(Severity.OK, node.hostname, seen, str(expect.gpu_count or "")))
+            expected = "" if expect.gpu_count is None else str(expect.gpu_count)
+            findings.append(self.finding(Severity.OK, node.hostname, seen, expected))
         else:
             findings.append(self.finding(Severity.INFO, node.hostname, "no NVIDIA GPUs"))
         if node.nvml == "used":

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from fabricscope.doctor.checks.base import Check, compute, compute_nics, format_rate, majority, rate_finding
+from fabricscope.doctor.checks.base import (
+    Check,
+    compute,
+    compute_nics,
+    format_rate,
+    majority,
+    more_than_expected,
+    rate_finding,
+)
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import NetInterface, Node
@@ -257,15 +265,22 @@ class NicCount(Check):
             what = "NICs"
             found = [n.name for n in chosen.nics]
         seen = f"{len(found)} {what} (chosen by {chosen.chosen_by})" + (f": {', '.join(found)}" if found else "")
-        if len(found) == expect.nic_count:
-            return [self.finding(Severity.OK, node.hostname, seen, str(expect.nic_count))]
-        return [
-            self.finding(
-                Severity.FAIL,
-                node.hostname,
-                seen,
-                f"{expect.nic_count} {what}",
-                "a NIC is missing or was not detected: check 'lspci | grep -i mellanox', dmesg for driver "
-                "errors, and the firmware; then reboot or reseat (or fix NCCL_IB_HCA if it leaves ports out)",
+        expected = expect.nic_count
+        assert expected is not None  # applies() says so
+        if len(found) == expected:
+            return [self.finding(Severity.OK, node.hostname, seen, str(expected))]
+        if len(found) > expected:
+            advice = more_than_expected(
+                len(found),
+                expected,
+                what,
+                "nic.count",
+                expect.source,
+                "; if only some of them carry training traffic, name those in nic.devices or NCCL_IB_HCA",
             )
-        ]
+        else:
+            advice = (
+                "a NIC is missing or was not detected: check 'lspci | grep -i mellanox', dmesg for driver "
+                "errors, and the firmware; then reboot or reseat (or fix NCCL_IB_HCA if it leaves ports out)"
+            )
+        return [self.finding(Severity.FAIL, node.hostname, seen, f"{expected} {what}", advice)]
