@@ -49,7 +49,6 @@ def add_parser(subparsers: Any) -> None:
             "Reads sysfs and procfs under one root directory."
         ),
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--root", default="/", metavar="DIR", help="read sysfs/procfs under DIR (default /)")
     parser.add_argument("--expect", default=None, metavar="FILE", help="TOML of what each node should have")
