@@ -124,8 +124,8 @@ def test_calibrate_refuses_hostile_and_wrong_inputs(cli, two_ranks, tmp_path, wr
         str(folder): "directory",
         str(tmp_path / ("x" * 5000)): "",
         str(deep): "",
-        str(predicted): "calibrate reads bench or import results",
-        str(bad_record): "record 0: time_us = 'fast' is not a positive number",
+        str(predicted): "is a 'predict' result; this needs 'bench' or 'nccl-tests'",
+        str(bad_record): "record 0 ('all_reduce') has time_us = 'fast': it must be a number",
         str(too_few): "fewer than 3 message sizes",
     }
     for path, fragment in cases.items():

@@ -34,3 +34,15 @@ def test_every_producing_command_saves_into_one_history(tmp_path):
         shown = run_cli(["history", "show", done.stdout.split("\n")[1].split()[0], "--json", "-"], env=env)
         assert shown.returncode == 0, shown.stderr
         assert json.loads(shown.stdout[shown.stdout.index('{\n "format"') :])["kind"] == kind
+
+
+def test_calibrate_takes_an_imported_log_and_a_history_id(tmp_path):
+    env = {"FABRICSCOPE_HOME": str(tmp_path / "home")}
+    log = Path(__file__).parent / "data" / "current_all_reduce_h100x8.log"
+    done = run_cli(["import", "nccl-tests", str(log), "--save", "--json", str(tmp_path / "i.json")], env=env)
+    assert done.returncode == 0, done.stderr
+    for run in (str(tmp_path / "i.json"), "1"):
+        out = tmp_path / f"c{len(run)}.toml"
+        done = run_cli(["calibrate", run, "-o", str(out)], env=env)
+        assert done.returncode == 0, done.stderr
+        assert "[calibration.all_reduce]" in out.read_text()

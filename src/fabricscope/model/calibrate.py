@@ -2,7 +2,7 @@
 
 The catalog model predicts a cluster from its parts; a measurement says what
 the parts really do.  ``calibrate`` reads ``bench`` results (or nccl-tests logs
-imported into the same record fields, kind ``import``), and for every op fits
+imported into the same record fields, kind ``nccl-tests``), and for every op fits
 the alpha-beta line of time against bytes::
 
     t(S) = a + b * S          S = algbw bytes (nccl-tests' S of algbw = S / t)
@@ -41,9 +41,10 @@ from typing import Any
 import numpy as np
 
 from fabricscope import ops
+from fabricscope.dtypes import DTYPES
 from fabricscope.errors import ResultFormatError, UsageError
 from fabricscope.model.cluster import CalibratedOp, Cluster
-from fabricscope.results import Result, load
+from fabricscope.results import Result
 
 __all__ = [
     "HUBER_K",
@@ -64,7 +65,7 @@ HUBER_K = 1.345
 """Huber's tuning constant: 95% efficiency on normal noise, bounded pull of outliers."""
 MIN_SIZES = 3
 """Distinct message sizes a run needs before its line is fitted (two points fit any line)."""
-RESULT_KINDS = ("bench", "import")
+RESULT_KINDS = ("bench", "nccl-tests")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +125,18 @@ def fit_line(moved: Any, seconds: Any) -> tuple[float, float]:
     return a, b
 
 
+def _moved_bytes(op: ops.Collective, record: dict[str, Any], ranks: int, mean_us: float) -> float:
+    """The bytes the op's algbw counts (S of algbw = S/t), from the element count and datatype.
+
+    nccl-tests prints algbw with two decimals, so small sizes read 0.00 GB/s: the count
+    and datatype give S exactly; algbw x time is the fallback for records without them.
+    """
+    count, dtype = record.get("count"), DTYPES.get(str(record.get("dtype")))
+    if isinstance(count, int) and not isinstance(count, bool) and count > 0 and dtype is not None:
+        return float(op.algbw_elements(op.layout(count, dtype.size, ranks), ranks) * dtype.size)
+    return _number(record.get("algbw_gbps"), "algbw_gbps") * 1e9 * mean_us * 1e-6
+
+
 def _number(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{what} = {str(value)[:40]!r} is not a positive number")
@@ -150,7 +163,8 @@ def runs_of(result: Result, source: str) -> list[Run]:
     """The runs of one result, one per op (all datatypes, reductions and placements together)."""
     if result.kind not in RESULT_KINDS:
         raise ResultFormatError(
-            f"{source}: a {result.kind!r} result holds no measurements: calibrate reads bench or import results"
+            f"{source}: a {result.kind!r} result holds no measurements: "
+            "calibrate reads bench results and imported nccl-tests logs"
         )
     ranks, nodes = _shape(result, source)
     if ranks % nodes:
@@ -164,28 +178,31 @@ def runs_of(result: Result, source: str) -> list[Run]:
             if not isinstance(name, str) or name not in ops.COLLECTIVES:
                 raise ValueError(f"op = {str(name)[:40]!r} is not a collective")
             mean_us = _number(record.get("time_us"), "time_us")
-            algbw = _number(record.get("algbw_gbps"), "algbw_gbps")
             median = record.get("p50_us")
             time_us = _number(median, "p50_us") if median is not None else mean_us
+            moved = _moved_bytes(ops.get(name), record, ranks, mean_us)
         except ValueError as exc:
             raise ResultFormatError(f"{source}: record {index}: {exc}") from None
-        points.setdefault(name, []).append((algbw * 1e9 * mean_us * 1e-6, time_us * 1e-6))
+        points.setdefault(name, []).append((moved, time_us * 1e-6))
     runs = []
     for name, found in points.items():
         if len({round(m) for m, _ in found}) < MIN_SIZES:
             raise ResultFormatError(
                 f"{source}: {name} has fewer than {MIN_SIZES} message sizes: measure a range (bench -b 64K -e 16M)"
             )
-        moved, seconds = (np.array(column) for column in zip(*found, strict=True))
-        runs.append(Run(source, name, ranks, nodes, moved, seconds))
+        sizes, seconds = (np.array(column) for column in zip(*found, strict=True))
+        runs.append(Run(source, name, ranks, nodes, sizes, seconds))
     return runs
 
 
 def load_runs(paths: Iterable[str]) -> list[Run]:
-    """Every run of every result file (read through :func:`fabricscope.results.load`)."""
+    """Every run of every RUN: a result file (read through :func:`fabricscope.results.load`) or a history id."""
+    from fabricscope.store.runs import resolve
+
     found: list[Run] = []
     for path in paths:
-        found.extend(runs_of(load(path), str(path)))
+        run = resolve(path, kinds=RESULT_KINDS)
+        found.extend(runs_of(run.result, run.source))
     if not found:
         raise UsageError("calibrate needs at least one result file with measurements")
     return found

@@ -561,7 +561,9 @@ def _add_calibrate(subparsers: Any) -> None:
         epilog=_CALIBRATE_EPILOG,
         formatter_class=RAW,
     )
-    p.add_argument("runs", nargs="+", metavar="RUN", help="result files of kind bench or import")
+    p.add_argument(
+        "runs", nargs="+", metavar="RUN", help="bench results or imported nccl-tests logs: result files or history ids"
+    )
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="cluster TOML to write")
     p.add_argument(
         "--cluster",

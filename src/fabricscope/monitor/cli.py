@@ -153,7 +153,7 @@ def _watch(args: argparse.Namespace, command: list[str]) -> int:
     if interfaces is not None and not interfaces:
         raise _usage("--interfaces needs at least one interface name, e.g. eth0,ib0")
     inputs = [args.root] if os.path.realpath(args.root) != "/" else []
-    outputs = [(flag, value) for flag, value in (("--json", args.json), ("--record", args.record)) if value]
+    outputs = [(flag, value) for flag, value in (("--json", args.json), ("--record", args.record)) if value is not None]
     for flag, value in outputs:
         check_output_path(flag, value, inputs=inputs)
     if (

@@ -98,6 +98,31 @@ def model_prediction(cluster: str, like: Any) -> tuple[Any, float]:
     return result, peak
 
 
+def _check_png_folder(folder: str, others: list[str], check_output_path: Any) -> None:
+    """Before any work: ``--png`` names a folder that exists or can be made, holding no input or -o file."""
+    from fabricscope.userfiles import shorten
+
+    if folder == "":
+        raise _usage("--png needs a folder name")
+    shown = shorten(folder)
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        raise _usage(f"--png {shown} exists and is not a folder: give a folder for the PNG files")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise _usage(f"--png {shown}: cannot make the folder ({exc.strerror or exc})") from None
+    for other in others:
+        if (
+            other
+            and os.path.lexists(other)
+            and os.path.realpath(os.path.dirname(os.path.abspath(other))) == (os.path.realpath(folder))
+        ):
+            raise _usage(
+                f"--png {shown} holds {shorten(other)}, which this command reads or writes: use another folder"
+            )
+    check_output_path("--png", os.path.join(folder, "busbw.png"))
+
+
 def run(args: argparse.Namespace) -> int:
     from fabricscope.results import check_output_path
     from fabricscope.store import baselines, runs
@@ -106,12 +131,7 @@ def run(args: argparse.Namespace) -> int:
     inputs = list(args.runs) + ([args.predict] if args.predict else [])
     runs.check_outputs([("-o", args.output)], inputs)
     if args.png is not None:
-        if os.path.lexists(args.png) and not os.path.isdir(args.png):
-            raise _usage(f"--png {args.png} exists and is not a folder: give a folder for the PNG files")
-        if not os.path.isdir(os.path.dirname(os.path.abspath(args.png))):
-            raise _usage(f"--png {args.png}: its parent folder does not exist")
-        if os.path.isdir(args.png):
-            check_output_path("--png", os.path.join(args.png, "plot.png"))
+        _check_png_folder(args.png, [*inputs, args.output], check_output_path)
     peak = args.peak / 8e9 if args.peak is not None else None
     loaded = []
     for text in args.runs:

@@ -89,7 +89,7 @@ def resolve(
 
 def check_outputs(outputs: Sequence[tuple[str, str | None]], inputs: Sequence[str]) -> None:
     """Refuse, before any work, an output that cannot be written, that is an input, or that another output names."""
-    given = [(flag, path) for flag, path in outputs if path]
+    given = [(flag, path) for flag, path in outputs if path is not None]
     for index, (flag, path) in enumerate(given):
         for other_flag, other in given[:index]:
             if path not in (results.STDOUT, "/dev/stdout") and os.path.abspath(path) == os.path.abspath(other):
