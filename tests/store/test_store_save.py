@@ -46,3 +46,12 @@ def test_calibrate_takes_an_imported_log_and_a_history_id(tmp_path):
         done = run_cli(["calibrate", run, "-o", str(out)], env=env)
         assert done.returncode == 0, done.stderr
         assert "[calibration.all_reduce]" in out.read_text()
+
+
+def test_compare_of_sweeps_that_share_nothing_is_an_error_not_a_pass(tmp_path):
+    gather, reduce = tmp_path / "g.json", tmp_path / "r.json"
+    for op, path in (("all_gather", gather), ("all_reduce", reduce)):
+        done = run_cli(["predict", op, "--cluster", "dgx-h100-ndr", "-e", "1K", "--json", str(path)])
+        assert done.returncode == 0, done.stderr
+    done = run_cli(["compare", str(reduce), "--against", str(gather)])
+    assert done.returncode == 2 and "nothing to compare" in done.stderr and done.stderr.count("\n") == 1

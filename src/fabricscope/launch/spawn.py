@@ -20,26 +20,27 @@ from collections.abc import Callable, Mapping, Sequence
 from fabricscope.errors import RunError
 from fabricscope.launch.world import free_port
 
-__all__ = ["spawn"]
+__all__ = ["set_parent_death_signal", "spawn"]
 
 _IDLE_POLL_S = 0.5
 _STRAGGLER_S = 6.0
 """Seconds other ranks get to exit once rank 0, which keeps the results, has."""
 
 
-def _set_parent_death_signal() -> None:
-    """In the child: stop with the parent, so no rank outlives a killed launcher.
+def set_parent_death_signal(signum: int = signal.SIGTERM) -> None:
+    """In a child (``preexec_fn``): receive ``signum`` when the parent dies, so nothing outlives it.
 
-    SIGTERM, not SIGKILL: the rank stops as on Ctrl-C and rank 0 marks its result
-    interrupted (its launcher died), keeping every row; a rank that cannot act on
-    it ends itself a few seconds later (:func:`fabricscope.launch.rank.stop_when_orphaned`).
+    SIGTERM, not SIGKILL: a spawned rank stops as on Ctrl-C and rank 0 marks its result
+    interrupted (its launcher died), keeping every row; a rank that cannot act on it ends
+    itself a few seconds later (:func:`fabricscope.launch.rank.stop_when_orphaned`).  A
+    command that ``monitor`` runs gets the same, so a killed monitor leaves no stray job.
     """
     with contextlib.suppress(Exception):
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
         pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+        libc.prctl(pr_set_pdeathsig, signum)
 
 
 _RANK_BOOTSTRAP = """\
@@ -102,7 +103,7 @@ def spawn(
                 # their own would put each rank in its own scheduler autogroup, and
                 # oversubscribed ranks would then run measurably slower.  Ctrl-C from
                 # the terminal reaches every rank directly; they stop cleanly.
-                preexec_fn=_set_parent_death_signal,
+                preexec_fn=set_parent_death_signal,
             )
         )
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -70,14 +70,14 @@ def add_parser(subparsers: Any) -> None:
     rules.add_argument(
         "--retrans-ratio",
         type=options.number(minimum=1e-9, maximum=0.5),
-        default=1e-3,
+        default=None,
         metavar="R",
         help="TCP retransmitted/sent segments above which to alert (1e-3)",
     )
     rules.add_argument(
         "--utilization",
         type=options.fraction(minimum=0.01, maximum=1.0),
-        default=0.9,
+        default=None,
         metavar="P",
         help="share of line rate, 90%% or 0.9 (90%%)",
     )
@@ -85,14 +85,14 @@ def add_parser(subparsers: Any) -> None:
         "--for",
         dest="for_",
         type=options.seconds(minimum=1, maximum=7 * 86400),
-        default=300.0,
+        default=None,
         metavar="S",
         help="how long a link stays above it before the alert fires (5m)",
     )
     rules.add_argument(
         "--window",
         type=options.seconds(minimum=1, maximum=7 * 86400),
-        default=300.0,
+        default=None,
         metavar="S",
         help="range of the rates and increases (5m)",
     )
@@ -108,6 +108,15 @@ def _usage(message: str) -> Exception:
     return UsageError(message)
 
 
+_RULE_FLAGS = (
+    ("--retrans-ratio", "retrans_ratio"),
+    ("--utilization", "utilization"),
+    ("--for", "for_"),
+    ("--window", "window"),
+)
+"""The alert rules' thresholds (None unless given: the defaults are AlertThresholds')."""
+
+
 def run(args: argparse.Namespace) -> int:
     command = list(args.command or [])
     if command and command[0] == "--":
@@ -116,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
         return _print_rules(args, command)
     if args.command and not command:
         raise _usage("nothing after '--': give the command to run and watch")
+    given = [flag for flag, dest in _RULE_FLAGS if getattr(args, dest) is not None]
+    if given:
+        raise _usage(f"{', '.join(given)} set the thresholds of the rules --alert-rules prints: add --alert-rules")
     if command and command[0].startswith("-") and not args.command[0] == "--":
         raise _usage(f"unknown option {command[0]!r} (see 'fabricscope monitor --help'); put a command after '--'")
     return _watch(args, command)
@@ -125,10 +137,10 @@ def _print_rules(args: argparse.Namespace, command: list[str]) -> int:
     from fabricscope.monitor.rules import AlertThresholds, alert_rules
 
     if command or args.json or args.record or args.serve or wants_save(args):
-        raise _usage("--alert-rules only prints the rules: it takes no command, --json, --record or --serve")
-    thresholds = AlertThresholds(
-        retrans_ratio=args.retrans_ratio, utilization=args.utilization, for_s=args.for_, window_s=args.window
-    )
+        raise _usage("--alert-rules only prints the rules: it takes no command, --json, --record, --serve or --save")
+    given = {"retrans_ratio": args.retrans_ratio, "utilization": args.utilization}
+    given.update(for_s=args.for_, window_s=args.window)
+    thresholds = AlertThresholds(**{key: value for key, value in given.items() if value is not None})
     sys.stdout.write(alert_rules(thresholds))
     return 0
 
@@ -203,7 +215,8 @@ def _run_watch(monitor: Any, out: Any, command: list[str]) -> int:
         else:
             stop.set()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # A closed terminal (SIGHUP) stops the monitor like SIGTERM: the command gets it, what was measured is kept.
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         if command:
             monitor.sample()  # the baseline, before the command starts moving data

@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 
 from fabricscope.errors import FabricscopeError
+from fabricscope.launch.spawn import set_parent_death_signal
 
 __all__ = ["CommandNotRunnable", "WatchedCommand", "exit_status", "resolve_command"]
 
@@ -67,7 +68,8 @@ class WatchedCommand:
         self.argv = list(argv)
         executable = resolve_command(self.argv)
         try:
-            self.process = subprocess.Popen([executable, *self.argv[1:]])
+            # The command ends (SIGTERM) with the monitor, even one killed by SIGKILL: no stray job.
+            self.process = subprocess.Popen([executable, *self.argv[1:]], preexec_fn=set_parent_death_signal)
         except PermissionError:
             raise CommandNotRunnable(f"{self.argv[0]}: permission denied", 126) from None
         except OSError as exc:  # ENOEXEC (no #! line, not a binary) and the like

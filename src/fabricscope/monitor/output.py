@@ -130,12 +130,15 @@ class Outputs:
         problem: FabricscopeError | None = None
         if self.json_path or wants_save(self.args):
             result = self._result(self.monitor.records, summary, status)
-            try:
-                if self.json_path:
+            if self.json_path:
+                try:
                     result.save(self.json_path)
+                except FabricscopeError as exc:
+                    problem = RunError(f"--json {self.json_path}: {exc}")
+            try:
                 save_result(self.args, result, what="the monitor result")
             except FabricscopeError as exc:
-                problem = exc
+                problem = problem or exc
         if self.recorder is not None:
             self.recorder.finish(summary, status)
         self._stop_live()
@@ -147,7 +150,7 @@ class Outputs:
                 self.broken = True
                 _silence_stdout()
         if problem is not None:
-            raise RunError(f"--json {self.json_path}: {problem}" if self.json_path else str(problem))
+            raise problem
 
     def close(self) -> None:
         self._stop_live()

@@ -23,7 +23,7 @@ from fabricscope.errors import UsageError
 from fabricscope.monitor.command import WatchedCommand
 from fabricscope.monitor.deltas import Interval, Tracker
 from fabricscope.monitor.samplers import Sampler, default_samplers, take_snapshot
-from fabricscope.monitor.samples import Notes
+from fabricscope.monitor.samples import Notes, Snapshot
 from fabricscope.monitor.summary import Summary, interval_records
 from fabricscope.sysroot import SysRoot
 
@@ -82,11 +82,22 @@ class Monitor:
         self.start_s: float | None = None
         self.last_interval: Interval | None = None
 
+    def _note_missing_interfaces(self, snap: Snapshot) -> None:
+        """``--interfaces`` naming one that is not there is said (once), with the ones that are."""
+        if not self.config.interfaces:
+            return
+        seen = _seen_devices(snap)
+        for name in self.config.interfaces:
+            if name not in seen:
+                present = ", ".join(sorted(d for d in seen if d)) or "none"
+                self.notes.once(f"missing:{name}", f"interface {name} was not found (present: {present})")
+
     def sample(self) -> list[dict[str, Any]]:
         """Take one sample; the records of the interval it closes ([] for the first)."""
         snap = take_snapshot(self.samplers, self.notes)
         if self.start_s is None:
             self.start_s = snap.time_s
+            self._note_missing_interfaces(snap)
         interval = self.tracker.update(snap)
         self.last_interval = interval
         if interval is None:
@@ -96,6 +107,10 @@ class Monitor:
         if self.config.keep_records:
             self.records.extend(records)
         return records
+
+
+def _seen_devices(snap: Snapshot) -> set[str]:
+    return {port.device for port, _ in snap.counters} | {port.device for port in snap.links}
 
 
 def run_loop(

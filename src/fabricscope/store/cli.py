@@ -308,6 +308,12 @@ def run_compare(args: argparse.Namespace) -> int:
         current_name=current.source,
         reference_name=reference.source,
     )
+    if not comparison.rows:
+        # A CI gate must not pass on two sweeps that share nothing (another op, datatype or size range).
+        raise _usage(
+            f"{current.source} and {reference.source} share no op, size, datatype and placement: "
+            "nothing to compare (measure the same sweep, or compare against a matching run)"
+        )
     _print(compare.text_lines(comparison))
     if args.json:
         comparison.to_result().save(args.json)
