@@ -87,3 +87,10 @@ def test_an_unknown_option_points_to_its_commands_help(args, help_of):
     assert done.returncode == 2
     (line,) = done.stderr.splitlines()
     assert "unrecognized arguments: --nope" in line and f"(see '{help_of}')" in line
+
+
+def test_shares_take_one_percent_sign_and_a_bare_number_above_one_is_refused():
+    convert = options.fraction(maximum=10.0)
+    assert convert("500%") == pytest.approx(5.0) and convert("1") == 1.0
+    assert "must be a share" in _bad(convert, "0.5%%")
+    assert _bad(convert, "5") == "a bare number is a share (0.05 = 5%): write 5% for 5 percent"

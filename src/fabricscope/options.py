@@ -126,10 +126,14 @@ def fraction(*, minimum: float = 0.0, maximum: float = 1.0) -> Callable[[str], f
     def convert(text: str) -> float:
         body = text.strip()
         percent = body.endswith("%")
+        number = body[:-1] if percent else body
         try:
-            value = float(body.rstrip("%")) / (100.0 if percent else 1.0) if len(body) <= 64 else math.nan
+            value = float(number) / (100.0 if percent else 1.0) if len(body) <= 64 else math.nan
         except ValueError:
             value = math.nan
+        if not percent and math.isfinite(value) and value > 1.0 and maximum > 1.0:
+            # A bare 5 is 500%: far more often a percent without its sign.
+            raise UsageError(f"a bare number is a share (0.05 = 5%): write {number}% for {number} percent")
         if not (math.isfinite(value) and minimum <= value <= maximum):
             raise UsageError(
                 f"must be a share from {minimum * 100:g}% to {maximum * 100:g}% "
