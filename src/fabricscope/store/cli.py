@@ -51,7 +51,8 @@ def _print(lines: Sequence[str]) -> None:
 
 _HISTORY_EPILOG = """\
 A RUN is a result file or a history id.  The history lives in $FABRICSCOPE_HOME
-(default ~/.local/share/fabricscope); --save on bench, predict, estimate, doctor fills it.
+(default ~/.local/share/fabricscope); --save on bench, predict, estimate, doctor, monitor and
+dataload fills it, and so does 'import nccl-tests --save'.
 
 examples:
   fabricscope history
