@@ -11,6 +11,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
+from fabricscope.errors import UsageError
 from fabricscope.store.save import add_save_options, check_save_options, save_result
 
 if TYPE_CHECKING:
@@ -110,12 +111,6 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _usage(message: str) -> Exception:
-    from fabricscope.errors import UsageError
-
-    return UsageError(message)
-
-
 def _config(args: argparse.Namespace) -> ReadConfig:
     from fabricscope.dataload.reader import ReadConfig
 
@@ -138,7 +133,7 @@ def _need(args: argparse.Namespace) -> Need | None:
         return None
     if args.need is None or args.sample_size is None:
         given, missing = ("--need", "--sample-size") if args.sample_size is None else ("--sample-size", "--need")
-        raise _usage(f"{given} needs {missing} too: the need is SAMPLES_PER_S x BYTES per sample")
+        raise UsageError(f"{given} needs {missing} too: the need is SAMPLES_PER_S x BYTES per sample")
     return Need(samples_per_s=args.need, sample_size=args.sample_size)
 
 

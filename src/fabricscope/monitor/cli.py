@@ -15,6 +15,7 @@ import threading
 from typing import Any
 
 from fabricscope import options
+from fabricscope.errors import UsageError
 from fabricscope.store.save import add_save_options, check_save_options, wants_save
 
 __all__ = ["add_parser", "run"]
@@ -102,12 +103,6 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _usage(message: str) -> Exception:
-    from fabricscope.errors import UsageError
-
-    return UsageError(message)
-
-
 _RULE_FLAGS = (
     ("--retrans-ratio", "retrans_ratio"),
     ("--utilization", "utilization"),
@@ -124,12 +119,12 @@ def run(args: argparse.Namespace) -> int:
     if args.alert_rules:
         return _print_rules(args, command)
     if args.command and not command:
-        raise _usage("nothing after '--': give the command to run and watch")
+        raise UsageError("nothing after '--': give the command to run and watch")
     given = [flag for flag, dest in _RULE_FLAGS if getattr(args, dest) is not None]
     if given:
-        raise _usage(f"{', '.join(given)} set the thresholds of the rules --alert-rules prints: add --alert-rules")
+        raise UsageError(f"{', '.join(given)} set the thresholds of the rules --alert-rules prints: add --alert-rules")
     if command and command[0].startswith("-") and not args.command[0] == "--":
-        raise _usage(f"unknown option {command[0]!r} (see 'fabricscope monitor --help'); put a command after '--'")
+        raise UsageError(f"unknown option {command[0]!r} (see 'fabricscope monitor --help'); put a command after '--'")
     return _watch(args, command)
 
 
@@ -137,7 +132,9 @@ def _print_rules(args: argparse.Namespace, command: list[str]) -> int:
     from fabricscope.monitor.rules import AlertThresholds, alert_rules
 
     if command or args.json or args.record or args.serve or wants_save(args):
-        raise _usage("--alert-rules only prints the rules: it takes no command, --json, --record, --serve or --save")
+        raise UsageError(
+            "--alert-rules only prints the rules: it takes no command, --json, --record, --serve or --save"
+        )
     given = {"retrans_ratio": args.retrans_ratio, "utilization": args.utilization}
     given.update(for_s=args.for_, window_s=args.window)
     thresholds = AlertThresholds(**{key: value for key, value in given.items() if value is not None})
@@ -151,9 +148,9 @@ def _open_root(path: str) -> Any:
     shown = path if len(path) <= 80 else path[:77] + "..."
     if not os.path.isdir(path):
         what = "no such directory" if not os.path.exists(path) else "not a directory"
-        raise _usage(f"--root {shown}: {what}; give / or the top of a captured tree (holding sys/ and proc/)")
+        raise UsageError(f"--root {shown}: {what}; give / or the top of a captured tree (holding sys/ and proc/)")
     if os.path.realpath(path) != "/" and not any(os.path.isdir(os.path.join(path, d)) for d in ("sys", "proc")):
-        raise _usage(f"--root {shown}: no sys/ or proc/ inside; give / or the top of a captured tree")
+        raise UsageError(f"--root {shown}: no sys/ or proc/ inside; give / or the top of a captured tree")
     return SysRoot(path)
 
 
@@ -163,7 +160,7 @@ def _watch(args: argparse.Namespace, command: list[str]) -> int:
 
     interfaces = tuple(n for n in args.interfaces.split(",") if n) if args.interfaces is not None else None
     if interfaces is not None and not interfaces:
-        raise _usage("--interfaces needs at least one interface name, e.g. eth0,ib0")
+        raise UsageError("--interfaces needs at least one interface name, e.g. eth0,ib0")
     inputs = [args.root] if os.path.realpath(args.root) != "/" else []
     outputs = [(flag, value) for flag, value in (("--json", args.json), ("--record", args.record)) if value is not None]
     for flag, value in outputs:
@@ -174,7 +171,7 @@ def _watch(args: argparse.Namespace, command: list[str]) -> int:
         and args.json != STDOUT
         and os.path.realpath(args.json) == os.path.realpath(args.record)
     ):
-        raise _usage(f"--json and --record name the same file ({args.json}); give two files")
+        raise UsageError(f"--json and --record name the same file ({args.json}); give two files")
     serve = None
     if args.serve is not None:
         from fabricscope.monitor.exporter import parse_serve

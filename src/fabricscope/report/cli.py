@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from fabricscope import options
+from fabricscope.errors import UsageError
 
 __all__ = ["add_parser", "model_prediction", "run"]
 
@@ -50,12 +51,6 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--png", default=None, metavar="DIR", help="also write each plot as DIR/<name>.png")
     parser.set_defaults(func=run)
-
-
-def _usage(message: str) -> Exception:
-    from fabricscope.errors import UsageError
-
-    return UsageError(message)
 
 
 def model_prediction(cluster: str, like: Any) -> tuple[Any, float]:
@@ -103,21 +98,21 @@ def _check_png_folder(folder: str, others: list[str], check_output_path: Any) ->
     from fabricscope.userfiles import shorten
 
     if folder == "":
-        raise _usage("--png needs a folder name")
+        raise UsageError("--png needs a folder name")
     shown = shorten(folder)
     if os.path.lexists(folder) and not os.path.isdir(folder):
-        raise _usage(f"--png {shown} exists and is not a folder: give a folder for the PNG files")
+        raise UsageError(f"--png {shown} exists and is not a folder: give a folder for the PNG files")
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as exc:
-        raise _usage(f"--png {shown}: cannot make the folder ({exc.strerror or exc})") from None
+        raise UsageError(f"--png {shown}: cannot make the folder ({exc.strerror or exc})") from None
     for other in others:
         if (
             other
             and os.path.lexists(other)
             and os.path.realpath(os.path.dirname(os.path.abspath(other))) == (os.path.realpath(folder))
         ):
-            raise _usage(
+            raise UsageError(
                 f"--png {shown} holds {shorten(other)}, which this command reads or writes: use another folder"
             )
     check_output_path("--png", os.path.join(folder, "busbw.png"))
@@ -150,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             collective = [r for _, r in loaded if r.kind in runs.COLLECTIVE_KINDS]
             if not collective:
-                raise _usage("--predict draws over bench, nccl-tests or predict runs; none was given")
+                raise UsageError("--predict draws over bench, nccl-tests or predict runs; none was given")
             result, model_peak = model_prediction(args.predict, collective[0])
             prediction = (args.predict, result)
             peak = peak if peak is not None else model_peak

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fabricscope import options
-from fabricscope.errors import FabricscopeError
+from fabricscope.errors import FabricscopeError, UsageError
 
 __all__ = [
     "LOG_MAX_BYTES",
@@ -28,12 +28,6 @@ __all__ = [
 
 LOG_MAX_BYTES = 256 << 20
 """Largest nccl-tests log imported (a log with NCCL_DEBUG=INFO from thousands of ranks stays below)."""
-
-
-def _usage(message: str) -> Exception:
-    from fabricscope.errors import UsageError
-
-    return UsageError(message)
 
 
 def _print(lines: Sequence[str]) -> None:
@@ -99,9 +93,9 @@ def parse_since(text: str, *, now: datetime | None = None) -> datetime:
     try:
         return moment - timedelta(seconds=parse_duration(value, what="--since"))
     except (OverflowError, ValueError):
-        raise _usage(f"--since {text[:60]!r} reaches back before year 1") from None
+        raise UsageError(f"--since {text[:60]!r} reaches back before year 1") from None
     except FabricscopeError:
-        raise _usage(
+        raise UsageError(
             f"--since {text[:60]!r} is neither a date (2026-11-30, 2026-11-30T12:00) nor an age (36h, 7d)"
         ) from None
 
@@ -192,7 +186,7 @@ def _history_rm(args: argparse.Namespace) -> int:
 
     run_id = runs.parse_run_id(args.run)
     if run_id is None:
-        raise _usage(f"history rm takes a history id (a number 'fabricscope history' lists), got {args.run[:60]!r}")
+        raise UsageError(f"history rm takes a history id (a number 'fabricscope history' lists), got {args.run[:60]!r}")
     with History(create=False) as history:
         history.remove(run_id)
     sys.stderr.write(f"removed run {run_id}\n")
@@ -293,7 +287,7 @@ def run_compare(args: argparse.Namespace) -> int:
     from fabricscope.store.history import History
 
     if args.baseline is None and args.against is None:
-        raise _usage("compare needs a reference: --baseline NAME or --against RUN")
+        raise UsageError("compare needs a reference: --baseline NAME or --against RUN")
     inputs = [args.run] + ([args.against] if args.against else [])
     check_outputs([("--json", args.json), ("--markdown", args.markdown)], inputs)
     current = runs.resolve(args.run, kinds=runs.COLLECTIVE_KINDS)
@@ -311,7 +305,7 @@ def run_compare(args: argparse.Namespace) -> int:
     )
     if not comparison.rows:
         # A CI gate must not pass on two sweeps that share nothing (another op, datatype or size range).
-        raise _usage(
+        raise UsageError(
             f"{current.source} and {reference.source} share no op, size, datatype and placement: "
             "nothing to compare (measure the same sweep, or compare against a matching run)"
         )
@@ -369,17 +363,17 @@ def run_import(args: argparse.Namespace) -> int:
     from fabricscope.userfiles import read_text
 
     if args.tool is None:
-        raise _usage("import needs a tool: fabricscope import nccl-tests FILE...")
+        raise UsageError("import needs a tool: fabricscope import nccl-tests FILE...")
     check_save_options(args)
     if args.json and len(args.files) > 1:
-        raise _usage("--json takes one imported FILE; import several with --save, or one at a time")
+        raise UsageError("--json takes one imported FILE; import several with --save, or one at a time")
     check_outputs([("--json", args.json)], args.files)
     op = None
     if args.op is not None:
         op = args.op.strip().lower()
         names = list(COLLECTIVES)
         if op not in names:
-            raise _usage(f"unknown --op {args.op[:40]!r}{closest(op, names)}: use one of {', '.join(names)}")
+            raise UsageError(f"unknown --op {args.op[:40]!r}{closest(op, names)}: use one of {', '.join(names)}")
     # Every file is read before anything is saved: one bad file saves none.
     texts = [(path, read_text(path, what="nccl-tests log", max_bytes=LOG_MAX_BYTES)) for path in args.files]
     results = [(path, nccl_tests.parse(text, source=path, op=op)) for path, text in texts]
