@@ -49,6 +49,20 @@ function prices the one configuration of ``estimate`` and the million of
   FlashAttention's efficiency on the GPU (``Device.attention_eff``);
 * **pipeline stages may be uneven**: the busiest holds ``v ceil(L / (p v))`` layers and sets the
   pace, the weights and the activations of a GPU;
+* **mixture of experts**: an MoE layer's MLP multiplies each token with its ``top_k`` routed
+  experts and the shared ones, so GEMMs, activations and model FLOPs follow the active
+  parameters; the busiest expert sets the pace (``imbalance``, the most loaded expert's tokens
+  over the mean) or, with a capacity factor, every expert is padded to its capacity.
+  Expert parallelism splits the routed experts over ``ep`` ranks taken from the data-parallel
+  (and context-parallel) ones: each MoE layer dispatches and combines every token's hidden state
+  with an all-to-all forward and again backward (four per layer, six with full recomputation),
+  priced by the collective model on the hops the group spans (NVLink inside a node, the node's
+  NIC share beyond it); node-limited routing (at most ``route_nodes`` nodes per token, each node
+  sent one copy) shrinks the share that leaves the node; with ``ep_overlap`` (DualPipe-like
+  schedules) the all-to-alls run beside another micro-batch's compute;
+* **context parallelism**: ``cp`` ranks each hold ``seq / cp`` tokens of every sequence; ring
+  attention passes every rank's keys and values around the ring (``cp - 1`` steps forward, keys,
+  values and their gradients backward), beside the attention compute it feeds;
 * **optimizer**: memory-bound Adam update of the local weights;
 * **data loading**: bytes per step from storage, overlapped with the step;
   what does not fit in the step is a stall.
@@ -100,7 +114,18 @@ FLASH_BWD_FACTOR = 2.5
 BUCKET_BYTES = 25e6
 """Gradient bucket of PyTorch DDP (``bucket_cap_mb = 25``): the unit of a vision model's reduction."""
 
-BREAKDOWN = ("compute", "recompute", "tp_comm", "pp_comm", "bubble", "dp_comm", "optimizer", "data_stall")
+BREAKDOWN = (
+    "compute",
+    "recompute",
+    "tp_comm",
+    "ep_comm",
+    "cp_comm",
+    "pp_comm",
+    "bubble",
+    "dp_comm",
+    "optimizer",
+    "data_stall",
+)
 """Parts of a step, in the order they are printed; they add up to the step time."""
 
 
@@ -126,6 +151,19 @@ class Shape:
     vision_traffic: Num = 0
     """Memory traffic per sample of a training step at 16-bit activations (vision), bytes."""
     sample_bytes: Num = 0
+    moe_share: Num = 0
+    """Share of the layers whose MLP is a mixture of experts (0: a dense model)."""
+    top_k: Num = 0
+    routed_ffn: Num = 0
+    """MLP width a token multiplies with in its routed experts: top_k x one expert's width."""
+    shared_ffn: Num = 0
+    """MLP width of the shared experts together."""
+    capacity: Num = 0
+    """Capacity factor (0: dropless, the busiest expert takes what it is routed)."""
+    expert_params: Num = 0
+    """Weights of every routed expert of every layer."""
+    route_nodes: Num = 0
+    """Node-limited routing: a token's experts lie on at most this many nodes (0: no limit)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -165,6 +203,14 @@ class Job:
     """1 where each gather or reduce-scatter also runs one copy kernel per rank (the list form of
     ``torch.distributed.all_gather``/``reduce_scatter``, which copies every rank's part between
     its own tensor and NCCL's flat buffer)."""
+    cp: Num = 1
+    """Context-parallel ranks: each holds ``seq / cp`` tokens of every sequence (ring attention)."""
+    ep: Num = 1
+    """Expert-parallel ranks: the routed experts are split over them (taken from the ``dp x cp`` ranks)."""
+    imbalance: Num = 1.0
+    """Tokens of the most loaded expert over the mean (1: perfect balance), without a capacity factor."""
+    ep_overlap: Num = 0
+    """1 where the all-to-alls run beside another micro-batch's compute (DualPipe), 0 in turn."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -195,6 +241,8 @@ class Step:
     compute: Num
     recompute: Num
     tp_comm: Num
+    ep_comm: Num
+    cp_comm: Num
     pp_comm: Num
     bubble: Num
     dp_comm: Num
@@ -226,6 +274,19 @@ def stage_layers(w: Shape, job: Job) -> Num:
     return np.ceil(w.layers / (job.pp * job.interleave)) * job.interleave
 
 
+def expert_load(w: Shape, job: Job) -> Num:
+    """Tokens the busiest expert computes, over the mean: the capacity factor where experts are
+    padded to it, else the imbalance when experts are split over ranks (one rank holding every
+    expert computes every routed token, whatever their spread)."""
+    return np.where(w.capacity > 0, w.capacity, np.where(job.ep > 1, job.imbalance, 1.0))
+
+
+def mlp_width(w: Shape, job: Job) -> Num:
+    """MLP width a token multiplies with, averaged over the layers: a dense layer's ``ffn``, an
+    MoE layer's shared experts and ``top_k`` routed experts (scaled by :func:`expert_load`)."""
+    return (1.0 - w.moe_share) * w.ffn + w.moe_share * (w.shared_ffn + w.routed_ffn * expert_load(w, job))
+
+
 def _gemm(m: Num, n: Num, k: Num, dev: Device, batch: Num = 1) -> Num:
     flops = 2.0 * m * n * k * batch
     moved = dev.act_bytes * (m * k + k * n + m * n) * batch
@@ -237,7 +298,8 @@ def _activation_bytes(w: Shape, job: Job, dev: Device, tokens: Num, flash: Num) 
     t = job.tp
     sbh = tokens * w.hidden
     replicated = 10.0 * sbh / np.where(job.sequence_parallel, t, 1)
-    split = (4.0 * sbh + 4.0 * tokens * w.kv_width + np.where(w.gated, 6.0, 4.0) * tokens * w.ffn) / t
+    ffn = mlp_width(w, job)
+    split = (4.0 * sbh + 4.0 * tokens * w.kv_width + np.where(w.gated, 6.0, 4.0) * tokens * ffn) / t
     scores = (1 - flash) * 5.0 * w.heads * w.seq * tokens / t
     scale = dev.act_bytes / 2.0
     return (replicated + split + scores) * scale, scores * scale
@@ -246,19 +308,22 @@ def _activation_bytes(w: Shape, job: Job, dev: Device, tokens: Num, flash: Num) 
 def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dict[str, Num]:
     """Seconds per micro-batch on the slowest (last) pipeline stage, by part."""
     b, t = job.micro_batch, job.tp
-    tokens = b * w.seq
+    chunk = w.seq / job.cp
+    tokens = b * chunk
     h = w.hidden
+    ffn = mlp_width(w, job)
     linear = (
         _gemm(tokens, (h + 2 * w.kv_width) / t, h, dev)
         + _gemm(tokens, h, h / t, dev)
-        + _gemm(tokens, np.where(w.gated, 2, 1) * w.ffn / t, h, dev)
-        + _gemm(tokens, h, w.ffn / t, dev)
+        + _gemm(tokens, np.where(w.gated, 2, 1) * ffn / t, h, dev)
+        + _gemm(tokens, h, ffn / t, dev)
     )
     head_dim = h / w.heads
     batch_heads = b * w.heads / t
-    dense_attention = _gemm(w.seq, w.seq, head_dim, dev, batch_heads) + _gemm(w.seq, head_dim, w.seq, dev, batch_heads)
+    # With context parallelism each rank's queries (seq / cp of them) meet every key.
+    dense_attention = _gemm(chunk, w.seq, head_dim, dev, batch_heads) + _gemm(chunk, head_dim, w.seq, dev, batch_heads)
     attention_eff = np.where(dev.attention_eff > 0, dev.attention_eff, dev.matmul_eff)
-    flash_attention = 0.5 * 4.0 * w.seq * w.seq * head_dim * batch_heads / (dev.peak_flops * attention_eff)
+    flash_attention = 0.5 * 4.0 * chunk * w.seq * head_dim * batch_heads / (dev.peak_flops * attention_eff)
     flash = w.flash * dev.flash
     attention = np.where(flash, flash_attention, dense_attention)
     attention_bwd = np.where(flash, FLASH_BWD_FACTOR, 2.0) * attention
@@ -275,16 +340,61 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
     tp_comm = (4.0 + np.where(job.recompute >= 2, 2.0, 0.0)) * all_reduce
 
     layers = stage_layers(w, job)
+    replays = np.where(job.recompute >= 2, 1.0, 0.0)
+    ep_comm = layers * w.moe_share * (4.0 + 2.0 * replays) * _all_to_all(w, job, dev, fab, tokens)
+    ring = _ring_attention(w, job, dev, fab, tokens)
+    cp_comm = layers * (
+        (1.0 + replays) * np.maximum(ring - attention, 0.0) + np.maximum(2.0 * ring - attention_bwd, 0.0)
+    )
     logits = 3.0 * _gemm(tokens, w.vocab / t, h, dev) + 3.0 * tokens * w.vocab / t * 4.0 / dev.hbm_bps
+    work = layers * (fwd + bwd + recompute)
     return {
         "compute": layers * (fwd + bwd) + logits,
         "recompute": layers * recompute,
         "tp_comm": layers * tp_comm,
+        "ep_comm": np.where(job.ep_overlap > 0, np.maximum(ep_comm - work, 0.0), ep_comm),
+        "cp_comm": cp_comm,
         "fwd": layers * fwd + logits / 3.0,
         "bwd": layers * bwd + 2.0 * logits / 3.0,
         "activations": act,
         "scores": scores,
     }
+
+
+def _all_to_all(w: Shape, job: Job, dev: Device, fab: Fabric, tokens: Num) -> Num:
+    """Seconds of one dispatch (or combine) all-to-all of an MoE layer, per micro-batch.
+
+    Each rank sends its share of the tokens (sequence parallelism splits them over the
+    tensor-parallel ranks, as Megatron-Core requires with experts) ``top_k`` times.  The ranks
+    are ordered tensor, context, data as in Megatron-Core, so an expert-parallel group has
+    ``gpus_per_node / (tp cp)`` members on a node and shares the node's NICs with the other groups
+    there.  Of a token's copies, those to other nodes leave through the NICs; node-limited routing
+    sends each token once to each of at most ``route_nodes`` nodes (and NVLink forwards it).
+    """
+    g = fab.gpus_per_node
+    local = np.clip(g // (job.tp * job.cp), 1, job.ep)
+    nodes = np.ceil(job.ep / local)
+    sent = tokens / job.tp * w.top_k * w.hidden * dev.act_bytes * expert_load(w, job)
+    copies = np.where(w.route_nodes > 0, np.minimum(np.minimum(w.route_nodes, w.top_k), nodes), w.top_k)
+    remote = copies / np.maximum(w.top_k, 1) * (nodes - 1) / nodes
+    share = fab.node_net_gbps * local / g
+    seconds = coll.fastest(coll.point_to_point(fab, sent, local, nodes, pattern="alltoall", node_net=share, remote=remote))
+    return np.where((job.ep > 1) & (w.moe_share > 0), seconds, 0.0)
+
+
+def _ring_attention(w: Shape, job: Job, dev: Device, fab: Fabric, tokens: Num) -> Num:
+    """Seconds of ring attention's key/value passes in one layer's forward, per micro-batch:
+    ``cp - 1`` steps, each sending this rank's keys and values (its tensor-parallel share) to the
+    next rank.  The ring follows the tensor-parallel ranks (ordered tensor, context, data): inside a
+    node while ``tp cp`` fits in one, else every step crosses a NIC of the sender's."""
+    kv = 2.0 * tokens * w.kv_width * dev.act_bytes / job.tp
+    across = job.tp * job.cp > fab.gpus_per_node
+    bw = np.where(
+        across, np.minimum(np.minimum(fab.nic_gbps, fab.node_net_gbps / fab.gpus_per_node), fab.gpu_pcie_gbps), fab.intra_gbps
+    )
+    hop = np.where(across, coll.net_hop(fab, "ring", coll.SIMPLE), coll.HOP_NVLINK_US["ring"][coll.SIMPLE])
+    one = (coll.BASE_US["ring"][coll.SIMPLE] + hop) * 1e-6 + kv / (np.maximum(bw, 1e-12) * 1e9)
+    return np.where(job.cp > 1, (job.cp - 1) * one, 0.0)
 
 
 def _vision_microbatch(w: Shape, job: Job, dev: Device) -> dict[str, Num]:
@@ -295,6 +405,8 @@ def _vision_microbatch(w: Shape, job: Job, dev: Device) -> dict[str, Num]:
         "compute": flops + traffic,
         "recompute": 0.0 * flops,
         "tp_comm": 0.0 * flops,
+        "ep_comm": 0.0 * flops,
+        "cp_comm": 0.0 * flops,
         "fwd": 1.0 / 3.0 * (flops + traffic),
         "bwd": 2.0 / 3.0 * (flops + traffic),
         "activations": 0.0 * flops,
@@ -323,8 +435,9 @@ def _dp_comm(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tuple[
     node's NICs.
     """
     g = fab.gpus_per_node
-    local = np.minimum(job.dp, np.maximum(1, g // job.tp))
-    dp_nodes = np.ceil(job.dp / local)
+    replicas = job.dp * job.cp
+    local = np.minimum(replicas, np.maximum(1, g // job.tp))
+    dp_nodes = np.ceil(replicas / local)
     share = fab.node_net_gbps * local / g
     weights = _stage_params(w, job) / units
     grads = weights * dev.grad_bytes
@@ -336,7 +449,7 @@ def _dp_comm(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tuple[
     intra = 2.0 * (local - 1) / local * grads / (fab.intra_gbps * 1e9)
     servers = np.maximum(job.ps_servers, 1)
     pushed = np.maximum(grads / (np.maximum(share, 1e-12) * 1e9), dp_nodes * grads / (servers * fab.nic_gbps * 1e9))
-    ps = np.where(job.dp > 1, intra + pushed, 0.0)
+    ps = np.where(replicas > 1, intra + pushed, 0.0)
     return np.where(job.ps_servers > 0, ps, all_reduce), scatter, gather
 
 
@@ -347,7 +460,7 @@ def _per_group(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tupl
     every ZeRO stage, micro-batch, recomputation and interleaving: when the job's arrays are
     one row of splits, price the distinct groups and spread the results back.
     """
-    keys = [job.tp, job.pp, job.dp, job.ps_servers, job.interleave]
+    keys = [job.tp, job.pp, job.dp, job.ps_servers, job.interleave, job.cp, job.ep]
     arrays = [np.asarray(k) for k in keys]
     lengths = {a.shape[0] for a in arrays if a.ndim == 1}
     if any(a.ndim > 1 for a in arrays) or len(lengths) != 1 or np.ndim(units) > 1:
@@ -355,16 +468,26 @@ def _per_group(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tupl
     (n,) = lengths
     table = np.stack([np.broadcast_to(a, (n,)) for a in arrays] + [np.broadcast_to(units, (n,))])
     groups, inverse = np.unique(table, axis=1, return_inverse=True)
-    tp, pp, dp, ps, v, unit = groups
-    small = Job(tp=tp, pp=pp, dp=dp, ps_servers=ps, interleave=v)
+    tp, pp, dp, ps, v, cp, ep, unit = groups
+    small = Job(tp=tp, pp=pp, dp=dp, ps_servers=ps, interleave=v, cp=cp, ep=ep)
     return tuple(np.take(part, np.ravel(inverse), axis=-1) for part in _dp_comm(w, small, dev, fab, unit))  # type: ignore[return-value]
 
 
 def _stage_params(w: Shape, job: Job) -> Num:
-    """Parameters one GPU holds: its tensor-parallel share of the busiest stage's layers."""
+    """Parameters one GPU holds: its tensor-parallel share of the busiest stage's layers, and of
+    their routed experts its expert-parallel share."""
     if not w.transformer:
         return w.params / (job.tp * job.pp)
-    return w.params / job.tp * np.minimum(stage_layers(w, job) / w.layers, 1.0)
+    share = np.minimum(stage_layers(w, job) / w.layers, 1.0)
+    return ((w.params - w.expert_params) + w.expert_params / job.ep) / job.tp * share
+
+
+def _expert_share(w: Shape, job: Job) -> Num:
+    """Share of a GPU's weights that are routed experts (sharded by ZeRO over ``dp cp / ep``)."""
+    if not w.transformer:
+        return 0.0
+    experts = w.expert_params / job.ep
+    return experts / np.maximum((w.params - w.expert_params) + experts, 1.0)
 
 
 def _beside(units: Num, comm: Num, compute: Num) -> Num:
@@ -377,10 +500,10 @@ def _beside(units: Num, comm: Num, compute: Num) -> Num:
 
 def _pp_comm(w: Shape, job: Job, dev: Device, fab: Fabric) -> Num:
     """Point-to-point seconds per micro-batch: each stage boundary, both directions, each virtual stage."""
-    message = job.micro_batch * w.seq * w.hidden * dev.act_bytes / np.where(job.pp_scatter, job.tp, 1)
-    # Ranks are ordered tensor, data, pipeline: a pipeline longer than a node crosses nodes,
-    # and the slowest boundary paces it.
-    across_nodes = job.tp * job.dp * job.pp > fab.gpus_per_node
+    message = job.micro_batch * w.seq / job.cp * w.hidden * dev.act_bytes / np.where(job.pp_scatter, job.tp, 1)
+    # Ranks are ordered tensor, context, data, pipeline: a pipeline longer than a node crosses
+    # nodes, and the slowest boundary paces it.
+    across_nodes = job.tp * job.cp * job.dp * job.pp > fab.gpus_per_node
     bw = np.where(across_nodes, np.minimum(fab.nic_gbps, fab.node_net_gbps / fab.gpus_per_node), fab.intra_gbps)
     hop = np.where(across_nodes, coll.net_hop(fab, "ring", coll.SIMPLE), coll.HOP_NVLINK_US["ring"][coll.SIMPLE])
     one = (coll.BASE_US["ring"][2] + hop) * 1e-6 + message / (np.maximum(bw, 1e-12) * 1e9)
@@ -392,7 +515,7 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
     microbatches = job.global_batch / (job.dp * job.micro_batch)
     mb = _transformer_microbatch(w, job, dev, fab) if w.transformer else _vision_microbatch(w, job, dev)
     p2p = _pp_comm(w, job, dev, fab) if w.transformer else 0.0
-    per_mb = mb["compute"] + mb["recompute"] + mb["tp_comm"] + p2p
+    per_mb = mb["compute"] + mb["recompute"] + mb["tp_comm"] + mb["ep_comm"] + mb["cp_comm"] + p2p
     bubble = (job.pp - 1) / job.interleave * per_mb
 
     # Data parallelism: what each ZeRO stage sends once per step and every micro-batch, and
@@ -402,7 +525,7 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
     forward, backward = mb["fwd"], mb["bwd"] + mb["recompute"]
     units = _units(w, job, dev, backward)
     reduce, scatter, gather = _per_group(w, job, dev, fab, units)
-    copies = job.rank_copies * job.dp * KERNEL_OVERHEAD_S
+    copies = job.rank_copies * job.dp * job.cp * KERNEL_OVERHEAD_S
     scatter, gather = scatter + copies, gather + copies
 
     def exposed(comm: Num, compute: Num) -> Num:
@@ -431,12 +554,14 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
         microbatches * ((2.0 + regather) * gather + scatter),
     )
 
-    sharded = np.where(job.zero >= 1, job.dp, 1)
     weights = _stage_params(w, job)
-    optimizer = weights / sharded * OPTIMIZER_BYTES_PER_PARAM / dev.hbm_bps
+    replicas = job.dp * job.cp
+    experts = _expert_share(w, job)
+    kept = (1.0 - experts) / replicas + experts * job.ep / replicas
+    optimizer = weights * np.where(job.zero >= 1, kept, 1.0) * OPTIMIZER_BYTES_PER_PARAM / dev.hbm_bps
 
     busy = microbatches * per_mb + bubble + dp_exposed + optimizer
-    nodes = np.maximum(job.tp * job.pp * job.dp / fab.gpus_per_node, 1)
+    nodes = np.maximum(job.tp * job.pp * job.dp * job.cp / fab.gpus_per_node, 1)
     data_bytes = job.global_batch * w.sample_bytes * (1.0 - dev.cached_fraction) / nodes
     data_time = data_bytes / dev.data_bps_per_node
     stall = np.maximum(data_time - busy, 0.0)
@@ -456,6 +581,8 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
         compute=microbatches * mb["compute"],
         recompute=microbatches * mb["recompute"],
         tp_comm=microbatches * mb["tp_comm"],
+        ep_comm=microbatches * mb["ep_comm"],
+        cp_comm=microbatches * mb["cp_comm"],
         pp_comm=microbatches * p2p,
         bubble=bubble,
         dp_comm=dp_exposed,
@@ -481,15 +608,22 @@ def _memory(w: Shape, job: Job, dev: Device, weights: Num, act_layer: Num, score
     flight: the one being recomputed and back-propagated (Korthikanti et al. 2022, section 5:
     full recomputation stores only each layer's input).
     """
-    dp = job.dp
-    state = np.select(
-        [job.zero == 0, job.zero == 1, job.zero == 2],
-        [STATE_BYTES_PER_PARAM, 4.0 + 12.0 / dp, 2.0 + 14.0 / dp],
-        STATE_BYTES_PER_PARAM / dp,
-    )
+
+    def state_bytes(dp: Num) -> Num:
+        return np.select(
+            [job.zero == 0, job.zero == 1, job.zero == 2],
+            [STATE_BYTES_PER_PARAM, 4.0 + 12.0 / dp, 2.0 + 14.0 / dp],
+            STATE_BYTES_PER_PARAM / dp,
+        )
+
+    # ZeRO shards over the data- and context-parallel ranks; routed experts over those that hold
+    # the same experts (dp cp / ep), as Megatron-Core's distributed optimizer does.
+    replicas = job.dp * job.cp
+    experts = _expert_share(w, job)
+    state = (1.0 - experts) * state_bytes(replicas) + experts * state_bytes(np.maximum(replicas / job.ep, 1.0))
     if not w.transformer:
         return weights * state + MEMORY_OVERHEAD_BYTES
-    tokens = job.micro_batch * w.seq
+    tokens = job.micro_batch * w.seq / job.cp
     layer_input = tokens * w.hidden * dev.act_bytes / np.where(job.sequence_parallel, job.tp, 1)
     layers = stage_layers(w, job)
     in_flight = np.minimum(job.pp, job.global_batch / (job.dp * job.micro_batch))
@@ -501,7 +635,7 @@ def _memory(w: Shape, job: Job, dev: Device, weights: Num, act_layer: Num, score
     )
     # ZeRO 3 holds one unit's gathered weights while the next is prefetched (FSDP: two units), or
     # with a cap on live parameters as many as it allows, at least the unit in use (DeepSpeed).
-    unit = w.params / np.maximum(w.layers, 1) / job.tp / job.unit_tensors
+    unit = weights / np.maximum(layers, 1) / job.unit_tensors
     live = np.where(job.live_params > 0, np.maximum(job.live_params, unit), 2.0 * unit)
     gathered = np.where(job.zero == 3, live * dev.act_bytes, 0.0)
     logits = tokens * w.vocab / job.tp * 4.0 * 2.0
