@@ -322,7 +322,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     import dataclasses
 
     from fabricscope.model import report, uncertainty
-    from fabricscope.model.estimate import best_split, estimate
+    from fabricscope.model.estimate import best_split, estimate, searched
     from fabricscope.model.parallel import FRAMEWORKS, PRECISIONS, RECOMPUTE, SplitRequest, as_choice, stack_settings
     from fabricscope.model.workload import load_model
 
@@ -356,7 +356,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     if stack is not None:
         request = dataclasses.replace(request, **stack_settings(stack))
     par = best_split(model, cluster, request)
-    result = estimate(model, cluster, par, chosen=tuple(request.open))
+    result = estimate(model, cluster, par, chosen=searched(model, request))
     _print(report.estimate_lines(result))
     sure = uncertainty.for_training(cluster)
     _print(sure.lines("this step time", prefix=""))

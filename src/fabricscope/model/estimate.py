@@ -22,7 +22,7 @@ from fabricscope.model.datapath import TRANSFORMER_READ_BYTES, DataPath, data_pa
 from fabricscope.model.fabric import Fabric, fabric_of
 from fabricscope.model.hardware import GPU
 from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, SplitRequest, check_layout, stack_numbers
-from fabricscope.model.splits import splits
+from fabricscope.model.splits import MIN_CP_TOKENS, splits
 from fabricscope.model.training import BREAKDOWN, Device, Job, Shape, Step
 from fabricscope.model.workload import ModelSpec
 
@@ -35,6 +35,7 @@ __all__ = [
     "device_for",
     "estimate",
     "job_of",
+    "searched",
     "shape_of",
 ]
 
@@ -102,8 +103,15 @@ def shape_of(model: ModelSpec) -> Shape:
         gated=1 if model.gated_mlp else 0,
         flash=1 if model.flash_attention else 0,
         params=model.param_count,
-        matmul_params=model.layers * model.layer_params + model.vocab * model.hidden,
+        matmul_params=model.layers * model.active_layer_params + model.vocab * model.hidden,
         sample_bytes=model.sample_bytes,
+        moe_share=model.moe_layers / model.layers,
+        top_k=model.top_k,
+        routed_ffn=model.top_k * model.expert_width if model.is_moe else 0,
+        shared_ffn=model.shared_width,
+        capacity=model.capacity_factor,
+        expert_params=model.expert_params,
+        route_nodes=model.route_nodes,
     )
 
 
@@ -121,6 +129,9 @@ def job_of(par: ParallelConfig, batch: int) -> Job:
         dp_overlap=1 if par.dp_overlap else 0,
         **stack_numbers(par),
         ps_servers=par.ps_servers,
+        cp=par.cp,
+        ep=par.ep,
+        imbalance=par.moe_imbalance,
     )
 
 
@@ -297,6 +308,17 @@ def estimate(
     return Estimate(
         model=model, cluster=cluster, parallel=par, step=result, data=path, sensitivities=changes, chosen=chosen
     )
+
+
+def searched(model: ModelSpec, request: SplitRequest) -> tuple[str, ...]:
+    """The knobs of ``request`` the search really chooses for ``model``: not expert parallelism for
+    a dense model, nor context parallelism for sequences too short to split."""
+    knobs = request.open
+    if not model.is_moe:
+        knobs = [k for k in knobs if k != "ep"]
+    if not model.is_transformer or model.seq < 2 * MIN_CP_TOKENS:
+        knobs = [k for k in knobs if k != "cp"]
+    return tuple(knobs)
 
 
 def best_split(model: ModelSpec, cluster: Cluster, request: SplitRequest | None = None) -> ParallelConfig:
