@@ -267,9 +267,10 @@ examples:
   fabricscope estimate --model resnet50 --cluster lab-8gpu-1gbe-hdd
   fabricscope estimate --model llama-7b --cluster v100-100gbe-tcp --precision fp16 --ps-servers 4 --zero 0 --tp 1 --pp 1
 
-Every split flag you leave out (--tp --pp --dp --zero --micro-batch --recompute --interleave
---sequence-parallel) is chosen by fabricscope: the fastest split that fits in memory among
-those that keep the flags you gave.
+Every split flag you leave out (--tp --pp --dp --cp --ep --zero --micro-batch --recompute
+--interleave --sequence-parallel) is chosen by fabricscope: the fastest split that fits in
+memory among those that keep the flags you gave and that a training stack runs (Megatron-Core,
+DeepSpeed, FSDP/torchtitan: catalog/frameworks.toml); the estimate names that stack.
 """
 
 
@@ -286,6 +287,21 @@ def _add_estimate(subparsers: Any) -> None:
     p.add_argument("--tp", type=_COUNT, default=None, help="tensor-parallel size (inside a node)")
     p.add_argument("--pp", type=_COUNT, default=None, help="pipeline stages")
     p.add_argument("--dp", type=_COUNT, default=None, help="data-parallel size")
+    p.add_argument("--cp", type=_COUNT, default=None, help="context-parallel size (ring attention; divides the sequence)")
+    p.add_argument(
+        "--ep", type=_COUNT, default=None, help="expert-parallel size (mixture-of-experts; divides the experts and GPUs)"
+    )
+    p.add_argument(
+        "--moe-imbalance",
+        type=options.number(minimum=1.0, maximum=1e6),
+        default=None,
+        help="tokens of the most loaded expert over the mean (default 1: balanced routing)",
+    )
+    p.add_argument(
+        "--ep-overlap",
+        action="store_true",
+        help="run the expert all-to-alls beside another micro-batch's compute (DualPipe-like schedules)",
+    )
     p.add_argument("--zero", type=options.whole(minimum=0, maximum=3), default=None, help="ZeRO stage 0-3 (3 = FSDP)")
     p.add_argument("--micro-batch", type=_COUNT, default=None, help="micro-batch size")
     p.add_argument(
@@ -323,7 +339,15 @@ def run_estimate(args: argparse.Namespace) -> int:
 
     from fabricscope.model import report, uncertainty
     from fabricscope.model.estimate import best_split, estimate, searched
-    from fabricscope.model.parallel import FRAMEWORKS, PRECISIONS, RECOMPUTE, SplitRequest, as_choice, stack_settings
+    from fabricscope.model.parallel import (
+        FRAMEWORKS,
+        MOE_IMBALANCE,
+        PRECISIONS,
+        RECOMPUTE,
+        SplitRequest,
+        as_choice,
+        stack_settings,
+    )
     from fabricscope.model.workload import load_model
 
     _check_output(args.json, args.model, args.cluster)
@@ -343,6 +367,8 @@ def run_estimate(args: argparse.Namespace) -> int:
         tp=args.tp,
         pp=args.pp,
         dp=args.dp,
+        cp=args.cp,
+        ep=args.ep,
         zero=args.zero,
         micro_batch=args.micro_batch,
         recompute=None if args.recompute is None else as_choice(args.recompute, RECOMPUTE, "--recompute"),
@@ -352,9 +378,15 @@ def run_estimate(args: argparse.Namespace) -> int:
         precision=precision,
         dp_overlap=not args.no_overlap and (stack is None or stack.dp_overlap),
         ps_servers=args.ps_servers,
+        framework=None if stack is None else args.framework.strip().lower(),
     )
     if stack is not None:
         request = dataclasses.replace(request, **stack_settings(stack))
+    request = dataclasses.replace(
+        request,
+        ep_overlap=args.ep_overlap,
+        moe_imbalance=MOE_IMBALANCE if args.moe_imbalance is None else args.moe_imbalance,
+    )
     par = best_split(model, cluster, request)
     result = estimate(model, cluster, par, chosen=searched(model, request))
     _print(report.estimate_lines(result))

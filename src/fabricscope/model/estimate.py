@@ -43,6 +43,8 @@ BOTTLENECKS = {
     "compute": "compute: the GPUs are busy; no overhead takes {share} of the step",
     "recompute": "activation recomputation (memory pressure)",
     "tp_comm": "tensor-parallel communication inside the node (NVLink/PCIe)",
+    "ep_comm": "expert-parallel all-to-alls (dispatch and combine; network beyond a node)",
+    "cp_comm": "context-parallel key/value passes not hidden by attention compute",
     "pp_comm": "pipeline transfers between stages (network)",
     "bubble": "pipeline bubble (too few micro-batches per stage)",
     "dp_comm": "data-parallel communication (network)",

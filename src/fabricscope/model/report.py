@@ -170,7 +170,7 @@ def _stack_lines(est: Estimate) -> list[str]:
     lines = []
     stack = stacks().get(est.parallel.stack)
     if stack is not None:
-        lines.append(f"framework: {stack.name} runs this split ({stack.source.split(':')[0]})")
+        lines.append(f"framework: {stack.name} runs this split (catalog/frameworks.toml; --framework to choose)")
     m = est.model
     if m.is_moe:
         load = f"capacity factor {m.capacity_factor:g}" if m.capacity_factor else f"imbalance {est.parallel.moe_imbalance:g}"
