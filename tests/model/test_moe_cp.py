@@ -145,7 +145,8 @@ def test_every_split_is_run_by_a_named_stack() -> None:
     )
     assert {c.stack for c in deepspeed.configs} == {"deepspeed"}
     assert all(c.zero <= 1 and c.interleave == 1 for c in deepspeed.configs if c.pp > 1)
-    megatron = splits(load_model("llama-70b"), gpus=64, gpus_per_node=8, request=SplitRequest(framework="megatron-core"))
+    request = SplitRequest(framework="megatron-core")
+    megatron = splits(load_model("llama-70b"), gpus=64, gpus_per_node=8, request=request)
     assert {c.zero for c in megatron.configs} == {0, 1}
 
 

@@ -287,9 +287,11 @@ def _add_estimate(subparsers: Any) -> None:
     p.add_argument("--tp", type=_COUNT, default=None, help="tensor-parallel size (inside a node)")
     p.add_argument("--pp", type=_COUNT, default=None, help="pipeline stages")
     p.add_argument("--dp", type=_COUNT, default=None, help="data-parallel size")
-    p.add_argument("--cp", type=_COUNT, default=None, help="context-parallel size (ring attention; divides the sequence)")
     p.add_argument(
-        "--ep", type=_COUNT, default=None, help="expert-parallel size (mixture-of-experts; divides the experts and GPUs)"
+        "--cp", type=_COUNT, default=None, help="context-parallel size (ring attention; divides the sequence)"
+    )
+    p.add_argument(
+        "--ep", type=_COUNT, default=None, help="expert-parallel size (mixture of experts; divides experts and GPUs)"
     )
     p.add_argument(
         "--moe-imbalance",

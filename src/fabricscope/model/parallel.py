@@ -431,7 +431,9 @@ def _check_experts_and_context(split: _Split, model: ModelSpec, *, gpus: int) ->
             )
     if ep is not None and ep > 1:
         if not model.is_moe:
-            raise InvalidValue(f"splits routed experts and {model.name} has none (experts = 0): use 1, got {ep}", key="ep")
+            raise InvalidValue(
+                f"splits routed experts and {model.name} has none (experts = 0): use 1, got {ep}", key="ep"
+            )
         if model.experts % ep:
             raise InvalidValue(f"must divide the model's {model.experts} experts, got {ep}", key="ep")
         if gpus % ep:

@@ -173,7 +173,11 @@ def _stack_lines(est: Estimate) -> list[str]:
         lines.append(f"framework: {stack.name} runs this split (catalog/frameworks.toml; --framework to choose)")
     m = est.model
     if m.is_moe:
-        load = f"capacity factor {m.capacity_factor:g}" if m.capacity_factor else f"imbalance {est.parallel.moe_imbalance:g}"
+        load = (
+            f"capacity factor {m.capacity_factor:g}"
+            if m.capacity_factor
+            else f"imbalance {est.parallel.moe_imbalance:g}"
+        )
         lines.append(
             f"experts: {m.experts} routed (top {m.top_k})"
             + (f" + {m.shared_experts} shared" if m.shared_experts else "")
@@ -239,7 +243,14 @@ def estimate_lines(est: Estimate) -> list[str]:
 
 def _option_row(o: Option, marker: str) -> str:
     par = o.parallel
-    split = f"tp{par.tp} pp{par.pp} dp{par.dp} z{par.zero} mb{par.micro_batch} {par.recompute}" if par else "-"
+    split = (
+        f"tp{par.tp} pp{par.pp} dp{par.dp}"
+        + (f" cp{par.cp}" if par.cp > 1 else "")
+        + (f" ep{par.ep}" if par.ep > 1 else "")
+        + f" z{par.zero} mb{par.micro_batch} {par.recompute} ({par.stack})"
+        if par
+        else "-"
+    )
     return (
         f"{marker}{_usd(o.cost_usd):>12}  {o.network.label():<44} {percent(o.utilization):>6}  "
         f"{o.step_s:9.3f}  {o.latency_us:8.1f}  {split}"

@@ -378,7 +378,8 @@ def _all_to_all(w: Shape, job: Job, dev: Device, fab: Fabric, tokens: Num) -> Nu
     copies = np.where(w.route_nodes > 0, np.minimum(np.minimum(w.route_nodes, w.top_k), nodes), w.top_k)
     remote = copies / np.maximum(w.top_k, 1) * (nodes - 1) / nodes
     share = fab.node_net_gbps * local / g
-    seconds = coll.fastest(coll.point_to_point(fab, sent, local, nodes, pattern="alltoall", node_net=share, remote=remote))
+    found = coll.point_to_point(fab, sent, local, nodes, pattern="alltoall", node_net=share, remote=remote)
+    seconds = coll.fastest(found)
     return np.where((job.ep > 1) & (w.moe_share > 0), seconds, 0.0)
 
 
@@ -389,9 +390,8 @@ def _ring_attention(w: Shape, job: Job, dev: Device, fab: Fabric, tokens: Num) -
     node while ``tp cp`` fits in one, else every step crosses a NIC of the sender's."""
     kv = 2.0 * tokens * w.kv_width * dev.act_bytes / job.tp
     across = job.tp * job.cp > fab.gpus_per_node
-    bw = np.where(
-        across, np.minimum(np.minimum(fab.nic_gbps, fab.node_net_gbps / fab.gpus_per_node), fab.gpu_pcie_gbps), fab.intra_gbps
-    )
+    nic = np.minimum(np.minimum(fab.nic_gbps, fab.node_net_gbps / fab.gpus_per_node), fab.gpu_pcie_gbps)
+    bw = np.where(across, nic, fab.intra_gbps)
     hop = np.where(across, coll.net_hop(fab, "ring", coll.SIMPLE), coll.HOP_NVLINK_US["ring"][coll.SIMPLE])
     one = (coll.BASE_US["ring"][coll.SIMPLE] + hop) * 1e-6 + kv / (np.maximum(bw, 1e-12) * 1e9)
     return np.where(job.cp > 1, (job.cp - 1) * one, 0.0)

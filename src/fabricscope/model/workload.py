@@ -137,15 +137,20 @@ class ModelSpec:
         if not self.experts:
             for key in ("top_k", "expert_ffn", "shared_experts", "shared_ffn", "dense_layers", "route_nodes"):
                 if getattr(self, key):
-                    raise InvalidValue(f"is {getattr(self, key)} but experts is 0: a dense model has no experts", key=key)
+                    raise InvalidValue(
+                        f"is {getattr(self, key)} but experts is 0: a dense model has no experts", key=key
+                    )
             return
         if not 1 <= self.top_k <= self.experts:
             raise InvalidValue(
-                f"must be from 1 to experts ({self.experts}): each token goes to top_k distinct experts, got {self.top_k}",
+                f"must be from 1 to experts ({self.experts}): each token goes to top_k distinct experts, "
+                f"got {self.top_k}",
                 key="top_k",
             )
         if self.dense_layers >= self.layers:
-            raise InvalidValue(f"must be fewer than layers ({self.layers}), got {self.dense_layers}", key="dense_layers")
+            raise InvalidValue(
+                f"must be fewer than layers ({self.layers}), got {self.dense_layers}", key="dense_layers"
+            )
 
     @property
     def is_moe(self) -> bool:
@@ -175,7 +180,8 @@ class ModelSpec:
 
     def _moe_layer(self, routed: int) -> int:
         attention = self.layer_params - self._mlp(self.ffn_width)
-        return attention + self._mlp(self.shared_width) + routed * self._mlp(self.expert_width) + self.hidden * self.experts
+        experts = routed * self._mlp(self.expert_width) + self.hidden * self.experts
+        return attention + self._mlp(self.shared_width) + experts
 
     @property
     def active_layer_params(self) -> float:
