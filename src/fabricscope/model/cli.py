@@ -294,6 +294,12 @@ def _add_estimate(subparsers: Any) -> None:
         "--ep", type=_COUNT, default=None, help="expert-parallel size (mixture of experts; divides experts and GPUs)"
     )
     p.add_argument(
+        "--etp",
+        type=_COUNT,
+        default=None,
+        help="tensor-parallel size of each expert (default: --tp); another value folds expert groups over tp x cp x dp",
+    )
+    p.add_argument(
         "--moe-imbalance",
         type=options.number(minimum=1.0, maximum=1e6),
         default=None,
@@ -387,6 +393,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     request = dataclasses.replace(
         request,
         ep_overlap=args.ep_overlap,
+        etp=args.etp or 0,
         moe_imbalance=MOE_IMBALANCE if args.moe_imbalance is None else args.moe_imbalance,
     )
     par = best_split(model, cluster, request)

@@ -133,6 +133,7 @@ def job_of(par: ParallelConfig, batch: int) -> Job:
         ps_servers=par.ps_servers,
         cp=par.cp,
         ep=par.ep,
+        etp=par.etp,
         imbalance=par.moe_imbalance,
     )
 
@@ -153,6 +154,10 @@ def device_for(
         cached_fraction=cached,
         flash=1.0 if gpu.arch in FLASH_ARCHS else 0.0,
         attention_eff=attention_efficiency(gpu.arch, arch_attention),
+        # FP8 training runs its GEMMs in FP8 and attention in 16 bits: Transformer Engine's fused
+        # attention takes FP8 only with NVTE_FP8_DPA=1 (off by default), and DeepSeek-V3 keeps
+        # "the attention operators" in BF16 (technical report, section 3.3.1).
+        attention_peak=gpu.peak_flops("bf16") if precision == "fp8" else 0.0,
     )
 
 

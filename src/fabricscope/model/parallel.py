@@ -269,6 +269,9 @@ class _Settings(StackParameters):
     """Parameter servers (CPU machines with one NIC each) instead of all-reduce; 0 = all-reduce."""
     moe_imbalance: float = MOE_IMBALANCE
     """Tokens of the most loaded expert over the mean (mixture-of-experts models, no capacity factor)."""
+    etp: int = 0
+    """Tensor-parallel ranks of each expert; 0: tp.  Another value folds the expert groups over
+    the tp x cp x dp ranks (Megatron-Core's MoE parallel folding)."""
 
     def __post_init__(self) -> None:
         check_values(cast(_Split, self))
@@ -290,6 +293,7 @@ class ParallelConfig(_Settings):
     """Context-parallel ranks (each holds seq / cp tokens of every sequence)."""
     ep: int = 1
     """Expert-parallel ranks (routed experts split over them; taken from the dp x cp ranks)."""
+
     zero: int = 0
     """ZeRO stage: 0 all-reduce; 1 reduce-scatter + all-gather; 2 as 1 with gradients sharded
     (reduce-scattered every micro-batch); 3 (FSDP) also gathers the weights for every micro-batch."""
@@ -438,7 +442,15 @@ def _check_experts_and_context(split: _Split, model: ModelSpec, *, gpus: int) ->
             raise InvalidValue(f"must divide the model's {model.experts} experts, got {ep}", key="ep")
         if gpus % ep:
             raise InvalidValue(f"must divide the {gpus} GPUs, got {ep}", key="ep")
-        if split.dp is not None and (split.dp * (cp or 1)) % ep:
+        etp = getattr(split, "etp", 0) or 0
+        if etp and split.dp is not None and split.tp is not None:
+            ranks = split.tp * (cp or 1) * split.dp
+            if ranks % (ep * etp):
+                raise InvalidValue(
+                    f"x etp = {ep * etp} must divide tp x cp x dp = {ranks} (folded expert groups), got ep {ep}",
+                    key="ep",
+                )
+        elif split.dp is not None and (split.dp * (cp or 1)) % ep:
             raise InvalidValue(
                 f"must divide dp x cp = {split.dp * (cp or 1)} (expert-parallel groups are made of data- and "
                 f"context-parallel ranks), got {ep}",

@@ -96,6 +96,7 @@ def splits(
             **stack_settings(req),
             ps_servers=req.ps_servers,
             moe_imbalance=req.moe_imbalance,
+            etp=req.etp,
             global_batch=batch,
         )
 
@@ -133,11 +134,13 @@ def splits(
                 dp = gpus // (tp * cp * pp)
                 if tp * cp * pp * dp != gpus or (req.dp is not None and req.dp != dp):
                     continue
-                eps = _options(req.ep, [e for e in _divisors(model.experts) if (dp * cp) % e == 0] or [1])
+                ranks = tp * cp * dp if req.etp else dp * cp
+                folded = req.etp or 1
+                eps = _options(req.ep, [e for e in _divisors(model.experts) if ranks % (e * folded) == 0] or [1])
                 for ep, zero, mb, recompute, v in itertools.product(
                     eps, zeros, _options(req.micro_batch, MICRO_BATCH), recomputes, _options(req.interleave, INTERLEAVE)
                 ):
-                    if pp * v > most or (v > 1 and pp == 1) or batch % (dp * mb) or (dp * cp) % ep:
+                    if pp * v > most or (v > 1 and pp == 1) or batch % (dp * mb) or ranks % (ep * (req.etp or 1)):
                         continue
                     if zero and dp * cp == 1 and req.zero is None:
                         continue
@@ -171,6 +174,7 @@ def splits(
         cp=column("cp"),
         ep=column("ep"),
         imbalance=float(req.moe_imbalance),
+        etp=float(req.etp),
         zero=column("zero"),
         micro_batch=column("micro_batch"),
         global_batch=float(batch),

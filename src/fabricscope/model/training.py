@@ -85,6 +85,9 @@ __all__ = [
     "Job",
     "Shape",
     "Step",
+    "expert_load",
+    "expert_tp",
+    "mlp_width",
     "step",
 ]
 
@@ -211,6 +214,15 @@ class Job:
     """Tokens of the most loaded expert over the mean (1: perfect balance), without a capacity factor."""
     ep_overlap: Num = 0
     """1 where the all-to-alls run beside another micro-batch's compute (DualPipe), 0 in turn."""
+    etp: Num = 0
+    """Tensor-parallel ranks of the experts (0: ``tp``, expert groups made of data- and
+    context-parallel ranks); another value folds the expert groups over the attention's ranks
+    (Megatron-Core's MoE parallel folding, ``--expert-tensor-parallel-size``)."""
+
+
+def expert_tp(job: Job) -> Num:
+    """Tensor-parallel ranks each routed expert is split over."""
+    return np.where(job.etp > 0, job.etp, job.tp)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -231,6 +243,8 @@ class Device:
     flash: Num = 1.0
     """1 where the GPU runs FlashAttention (Ampere and newer), else 0."""
     attention_eff: Num = 0.0
+    attention_peak: Num = 0.0
+    """Peak FLOP/s attention runs at (0: ``peak_flops``): FP8 training keeps attention in 16 bits."""
     """Share of peak FLOP/s FlashAttention's kernels reach (0: the matmul efficiency)."""
 
 
@@ -323,7 +337,8 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
     # With context parallelism each rank's queries (seq / cp of them) meet every key.
     dense_attention = _gemm(chunk, w.seq, head_dim, dev, batch_heads) + _gemm(chunk, head_dim, w.seq, dev, batch_heads)
     attention_eff = np.where(dev.attention_eff > 0, dev.attention_eff, dev.matmul_eff)
-    flash_attention = 0.5 * 4.0 * chunk * w.seq * head_dim * batch_heads / (dev.peak_flops * attention_eff)
+    attention_peak: Num = np.where(dev.attention_peak > 0, dev.attention_peak, dev.peak_flops)
+    flash_attention = 0.5 * 4.0 * chunk * w.seq * head_dim * batch_heads / (attention_peak * attention_eff)
     flash = w.flash * dev.flash
     attention = np.where(flash, flash_attention, dense_attention)
     attention_bwd = np.where(flash, FLASH_BWD_FACTOR, 2.0) * attention
@@ -372,15 +387,37 @@ def _all_to_all(w: Shape, job: Job, dev: Device, fab: Fabric, tokens: Num) -> Nu
     sends each token once to each of at most ``route_nodes`` nodes (and NVLink forwards it).
     """
     g = fab.gpus_per_node
-    local = np.clip(g // (job.tp * job.cp), 1, job.ep)
+    # Classic groups (tp-cp-ep-dp order) stride over tp x cp ranks; folded ones over etp ranks.
+    stride = np.where(job.etp > 0, expert_tp(job), job.tp * job.cp)
+    local = np.clip(g // stride, 1, job.ep)
     nodes = np.ceil(job.ep / local)
     sent = tokens / job.tp * w.top_k * w.hidden * dev.act_bytes * expert_load(w, job)
     copies = np.where(w.route_nodes > 0, np.minimum(np.minimum(w.route_nodes, w.top_k), nodes), w.top_k)
     remote = copies / np.maximum(w.top_k, 1) * (nodes - 1) / nodes
     share = fab.node_net_gbps * local / g
     found = coll.point_to_point(fab, sent, local, nodes, pattern="alltoall", node_net=share, remote=remote)
-    seconds = coll.fastest(found)
+    seconds = np.where(_a2a_calibrated(fab, nodes), _a2a_measured(fab, sent, local, nodes, remote), coll.fastest(found))
     return np.where((job.ep > 1) & (w.moe_share > 0), seconds, 0.0)
+
+
+def _a2a_calibrated(fab: Fabric, nodes: Num) -> Num:
+    """Whether the fabric's calibrated all-to-all covers a group spanning ``nodes`` nodes."""
+    return np.where(nodes > 1, fab.a2a_inter_busbw > 0, fab.a2a_intra_busbw > 0)
+
+
+def _a2a_measured(fab: Fabric, sent: Num, local: Num, nodes: Num, remote: Num) -> Num:
+    """An all-to-all from measured terms: nccl-tests' busbw of alltoall is ``S (n-1)/n / t``, so a
+    rank sending ``S`` to ``n`` ranks takes ``lat + S (n-1)/n / busbw``.  Across nodes, the measured
+    busbw is that of uniform destinations ((nodes-1)/nodes of the bytes leave a node); routing that
+    sends a ``remote`` share instead scales the network part by ``remote / uniform``."""
+    n = local * nodes
+    multi = nodes > 1
+    uniform = (nodes - 1) / nodes
+    scale = np.where(multi, remote / np.where(multi, uniform, 1.0), 1.0)
+    busbw = np.where(multi, fab.a2a_inter_busbw, fab.a2a_intra_busbw)
+    hops = (local - 1) * fab.a2a_intra_hop_us + (nodes - 1) * fab.a2a_inter_hop_us
+    moved = sent * (n - 1) / n * scale
+    return (fab.a2a_base_us + hops) * 1e-6 + moved / (np.maximum(busbw, 1e-12) * 1e9)
 
 
 def _ring_attention(w: Shape, job: Job, dev: Device, fab: Fabric, tokens: Num) -> Num:
@@ -460,7 +497,7 @@ def _per_group(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tupl
     every ZeRO stage, micro-batch, recomputation and interleaving: when the job's arrays are
     one row of splits, price the distinct groups and spread the results back.
     """
-    keys = [job.tp, job.pp, job.dp, job.ps_servers, job.interleave, job.cp, job.ep]
+    keys = [job.tp, job.pp, job.dp, job.ps_servers, job.interleave, job.cp, job.ep, job.etp]
     arrays = [np.asarray(k) for k in keys]
     lengths = {a.shape[0] for a in arrays if a.ndim == 1}
     if any(a.ndim > 1 for a in arrays) or len(lengths) != 1 or np.ndim(units) > 1:
@@ -468,8 +505,8 @@ def _per_group(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tupl
     (n,) = lengths
     table = np.stack([np.broadcast_to(a, (n,)) for a in arrays] + [np.broadcast_to(units, (n,))])
     groups, inverse = np.unique(table, axis=1, return_inverse=True)
-    tp, pp, dp, ps, v, cp, ep, unit = groups
-    small = Job(tp=tp, pp=pp, dp=dp, ps_servers=ps, interleave=v, cp=cp, ep=ep)
+    tp, pp, dp, ps, v, cp, ep, etp, unit = groups
+    small = Job(tp=tp, pp=pp, dp=dp, ps_servers=ps, interleave=v, cp=cp, ep=ep, etp=etp)
     return tuple(np.take(part, np.ravel(inverse), axis=-1) for part in _dp_comm(w, small, dev, fab, unit))  # type: ignore[return-value]
 
 
@@ -479,15 +516,21 @@ def _stage_params(w: Shape, job: Job) -> Num:
     if not w.transformer:
         return w.params / (job.tp * job.pp)
     share = np.minimum(stage_layers(w, job) / w.layers, 1.0)
-    return ((w.params - w.expert_params) + w.expert_params / job.ep) / job.tp * share
+    return ((w.params - w.expert_params) / job.tp + w.expert_params / (job.ep * expert_tp(job))) * share
 
 
 def _expert_share(w: Shape, job: Job) -> Num:
-    """Share of a GPU's weights that are routed experts (sharded by ZeRO over ``dp cp / ep``)."""
+    """Share of a GPU's weights that are routed experts (sharded by ZeRO over the
+    ``tp cp dp / (ep etp)`` ranks that hold the same experts)."""
     if not w.transformer:
         return 0.0
-    experts = w.expert_params / job.ep
-    return experts / np.maximum((w.params - w.expert_params) + experts, 1.0)
+    experts = w.expert_params / (job.ep * expert_tp(job))
+    return experts / np.maximum((w.params - w.expert_params) / job.tp + experts, 1.0)
+
+
+def _expert_replicas(job: Job) -> Num:
+    """Ranks holding the same routed experts (their ZeRO group)."""
+    return np.maximum(job.tp * job.cp * job.dp / (job.ep * expert_tp(job)), 1.0)
 
 
 def _beside(units: Num, comm: Num, compute: Num) -> Num:
@@ -557,7 +600,7 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
     weights = _stage_params(w, job)
     replicas = job.dp * job.cp
     experts = _expert_share(w, job)
-    kept = (1.0 - experts) / replicas + experts * job.ep / replicas
+    kept = (1.0 - experts) / replicas + experts / _expert_replicas(job)
     optimizer = weights * np.where(job.zero >= 1, kept, 1.0) * OPTIMIZER_BYTES_PER_PARAM / dev.hbm_bps
 
     busy = microbatches * per_mb + bubble + dp_exposed + optimizer
@@ -620,7 +663,7 @@ def _memory(w: Shape, job: Job, dev: Device, weights: Num, act_layer: Num, score
     # the same experts (dp cp / ep), as Megatron-Core's distributed optimizer does.
     replicas = job.dp * job.cp
     experts = _expert_share(w, job)
-    state = (1.0 - experts) * state_bytes(replicas) + experts * state_bytes(np.maximum(replicas / job.ep, 1.0))
+    state = (1.0 - experts) * state_bytes(replicas) + experts * state_bytes(_expert_replicas(job))
     if not w.transformer:
         return weights * state + MEMORY_OVERHEAD_BYTES
     tokens = job.micro_batch * w.seq / job.cp
