@@ -11,13 +11,15 @@ from model_helpers import one_error_line
 
 from fabricscope.model.validation import by_group, default_files, match_gpu, match_nic, summary, validate_file
 
-GROUP_MEDIAN_CEILING = {"pcie-node": 15.0, "pipeline-engine": 20.0, "vision-dp": 25.0}
+GROUP_MEDIAN_CEILING = {"pcie-node": 15.0, "pipeline-engine": 20.0, "vision-dp": 25.0, "moe": 12.0}
 """Groups known to miss the 10% median, with the most they may reach: the one kept PCIe row (8 RTX
 5090 without peer-to-peer) is 14.5% low; the model has no host-memory term (docs/model.md).  The
 MT-NLG rows on DeepSpeed's pipeline engine are 16-20% fast: the model matches the part of the step
 that scales with data parallelism but not the engine's per-step constant; the Horovod ResNet-50
 rows over 25 GbE TCP are 20-22% pessimistic (a ResNet-50 backward 20% shorter than the published
-one-GPU rate, sockets at 0.55 of a cloud NIC) (training.csv notes)."""
+one-GPU rate, sockets at 0.55 of a cloud NIC) (training.csv notes).  The kept MoE rows are 10.4%
+off at the median: the model has no grouped-GEMM efficiency for small experts and prices DeepSeek-V3's
+DualPipe with the 1F1B bubble (training-moe.csv notes, docs/model.md)."""
 
 
 @pytest.mark.parametrize("path", default_files(), ids=lambda p: p.name)
@@ -73,6 +75,8 @@ def test_shipped_data_holds_every_row_of_the_data_set_beside_the_repository() ->
     if not shared.is_dir():
         pytest.skip("the data set is not beside this clone; the shipped copy is checked above")
     for path in default_files():
+        if not (shared / path.name).is_file():
+            continue  # rows fabricscope added from published sources (training-moe.csv): no copy there
         ours = {row["id"]: row for row in csv.DictReader(path.read_text(encoding="utf-8").splitlines())}
         for row in csv.DictReader((shared / path.name).read_text(encoding="utf-8").splitlines()):
             mine = ours[row["id"]]
@@ -84,7 +88,7 @@ def test_cli_prints_rows_and_writes_records(cli, tmp_path) -> None:
     done = cli("validate", "--json", str(out))
     assert done.code == 0, done.err
     assert "collectives.csv:" in done.out and "training.csv:" in done.out
-    assert done.out.count("median |error|") == 2
+    assert done.out.count("median |error|") == len(default_files())
     data = json.loads(out.read_text())
     assert data["kind"] == "validate"
     assert {"id", "published", "predicted", "error_pct"} <= set(data["records"][0])

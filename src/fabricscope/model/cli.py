@@ -306,6 +306,11 @@ def _add_estimate(subparsers: Any) -> None:
         help="tokens of the most loaded expert over the mean (default 1: balanced routing)",
     )
     p.add_argument(
+        "--deepep",
+        action="store_true",
+        help="token dispatch sends a token once per node and NVLink forwards it (DeepEP) instead of NCCL all-to-all",
+    )
+    p.add_argument(
         "--ep-overlap",
         action="store_true",
         help="run the expert all-to-alls beside another micro-batch's compute (DualPipe-like schedules)",
@@ -393,6 +398,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     request = dataclasses.replace(
         request,
         ep_overlap=args.ep_overlap,
+        node_dedup=args.deepep,
         etp=args.etp or 0,
         moe_imbalance=MOE_IMBALANCE if args.moe_imbalance is None else args.moe_imbalance,
     )

@@ -139,6 +139,9 @@ class StackParameters:
     ep_overlap: bool = False
     """Expert-parallel all-to-alls run beside another micro-batch's compute (DualPipe-like
     schedules: DeepSeek-V3's DualPipe, Megatron-Core's --overlap-moe-expert-parallel-comm)."""
+    node_dedup: bool = False
+    """The token dispatcher sends a token once to each node holding one of its experts and NVLink
+    forwards it there (DeepEP, DeepSeek-V3's kernels); else once per expert (NCCL all-to-all)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -253,6 +256,7 @@ def stack_numbers(source: StackParameters) -> dict[str, float]:
         "live_params": float(source.live_params),
         "pp_scatter": 1.0 if source.pp_scatter_gather else 0.0,
         "ep_overlap": 1.0 if source.ep_overlap else 0.0,
+        "node_dedup": 1.0 if source.node_dedup else 0.0,
     }
 
 

@@ -114,6 +114,14 @@ MEMORY_OVERHEAD_BYTES = 3e9
 """CUDA context, NCCL buffers and allocator slack per GPU."""
 FLASH_BWD_FACTOR = 2.5
 """FlashAttention's backward does 2.5x the forward FLOPs (it recomputes the scores)."""
+MOE_KERNELS_FWD = 10
+"""Kernels an MoE layer adds forward: router GEMM, score function, top-k, permute, dispatch, two
+grouped GEMMs and the activation, combine, unpermute (Megatron-Core's MoELayer with the all-to-all
+dispatcher)."""
+OVERLAP_SM_SHARE = 20.0 / 132.0
+"""Share of the GPU's SMs an all-to-all running beside compute takes from it: 'only 20 SMs are
+sufficient to fully utilize the bandwidths of IB and NVLink' of an H800's 132 (DeepSeek-V3
+technical report, section 3.2.2).  Overlapped all-to-alls cost this share of the time they overlap."""
 BUCKET_BYTES = 25e6
 """Gradient bucket of PyTorch DDP (``bucket_cap_mb = 25``): the unit of a vision model's reduction."""
 
@@ -214,6 +222,8 @@ class Job:
     """Tokens of the most loaded expert over the mean (1: perfect balance), without a capacity factor."""
     ep_overlap: Num = 0
     """1 where the all-to-alls run beside another micro-batch's compute (DualPipe), 0 in turn."""
+    node_dedup: Num = 0
+    """1 where a token crosses the network once per node it goes to (DeepEP), 0 once per expert."""
     etp: Num = 0
     """Tensor-parallel ranks of the experts (0: ``tp``, expert groups made of data- and
     context-parallel ranks); another value folds the expert groups over the attention's ranks
@@ -343,8 +353,11 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
     attention = np.where(flash, flash_attention, dense_attention)
     attention_bwd = np.where(flash, FLASH_BWD_FACTOR, 2.0) * attention
     act, scores = _activation_bytes(w, job, dev, tokens, flash)
-    elementwise = TOUCH_FWD * act / dev.hbm_bps
-    kernels = KERNELS_PER_LAYER_FWD * KERNEL_OVERHEAD_S
+    # An MoE layer copies each token into its top_k experts' order and back (permute: read one,
+    # write top_k; unpermute: read top_k, write one), forward and twice over backward.
+    routed = w.moe_share * tokens / t * (2.0 + 2.0 * w.top_k * expert_load(w, job)) * h * dev.act_bytes
+    elementwise = (TOUCH_FWD * act + routed) / dev.hbm_bps
+    kernels = (KERNELS_PER_LAYER_FWD + MOE_KERNELS_FWD * w.moe_share) * KERNEL_OVERHEAD_S
     fwd = linear + attention + elementwise + kernels
     bwd = 2.0 * linear + attention_bwd + (TOUCH_BWD / TOUCH_FWD) * elementwise + 2.0 * kernels
     selective = attention + TOUCH_FWD * scores / dev.hbm_bps
@@ -367,7 +380,11 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
         "compute": layers * (fwd + bwd) + logits,
         "recompute": layers * recompute,
         "tp_comm": layers * tp_comm,
-        "ep_comm": np.where(job.ep_overlap > 0, np.maximum(ep_comm - work, 0.0), ep_comm),
+        "ep_comm": np.where(
+            job.ep_overlap > 0,
+            np.maximum(ep_comm - work, 0.0) + OVERLAP_SM_SHARE * np.minimum(ep_comm, work),
+            ep_comm,
+        ),
         "cp_comm": cp_comm,
         "fwd": layers * fwd + logits / 3.0,
         "bwd": layers * bwd + 2.0 * logits / 3.0,
@@ -384,7 +401,8 @@ def _all_to_all(w: Shape, job: Job, dev: Device, fab: Fabric, tokens: Num) -> Nu
     are ordered tensor, context, data as in Megatron-Core, so an expert-parallel group has
     ``gpus_per_node / (tp cp)`` members on a node and shares the node's NICs with the other groups
     there.  Of a token's copies, those to other nodes leave through the NICs; node-limited routing
-    sends each token once to each of at most ``route_nodes`` nodes (and NVLink forwards it).
+    (with a dispatcher that sends a token once per node, DeepEP's) sends each token to at most
+    ``route_nodes`` nodes (and NVLink forwards it).
     """
     g = fab.gpus_per_node
     # Classic groups (tp-cp-ep-dp order) stride over tp x cp ranks; folded ones over etp ranks.
@@ -392,8 +410,16 @@ def _all_to_all(w: Shape, job: Job, dev: Device, fab: Fabric, tokens: Num) -> Nu
     local = np.clip(g // stride, 1, job.ep)
     nodes = np.ceil(job.ep / local)
     sent = tokens / job.tp * w.top_k * w.hidden * dev.act_bytes * expert_load(w, job)
-    copies = np.where(w.route_nodes > 0, np.minimum(np.minimum(w.route_nodes, w.top_k), nodes), w.top_k)
-    remote = copies / np.maximum(w.top_k, 1) * (nodes - 1) / nodes
+    # Copies of a token that leave its node: one per remote expert (top_k (nodes-1)/nodes), or with a
+    # dispatcher that sends once per node, one per remote node among those its experts lie on: at
+    # most route_nodes with node-limited routing, else (nodes-1)(1 - (1 - 1/nodes)^top_k) on average.
+    per_expert = w.top_k * (nodes - 1) / nodes
+    spread = np.where(
+        w.route_nodes > 0,
+        np.minimum(np.minimum(w.route_nodes, w.top_k), nodes) * (nodes - 1) / nodes,
+        (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** w.top_k),
+    )
+    remote = np.where(job.node_dedup > 0, np.minimum(spread, per_expert), per_expert) / np.maximum(w.top_k, 1)
     share = fab.node_net_gbps * local / g
     found = coll.point_to_point(fab, sent, local, nodes, pattern="alltoall", node_net=share, remote=remote)
     seconds = np.where(_a2a_calibrated(fab, nodes), _a2a_measured(fab, sent, local, nodes, remote), coll.fastest(found))

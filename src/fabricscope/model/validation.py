@@ -361,6 +361,7 @@ def _framework(row: Mapping[str, str]) -> Framework:
         flash_attention=_flag(row, "flash_attention", stack.flash_attention),
         dp_overlap=_flag(row, "dp_overlap", stack.dp_overlap),
         regather_on_recompute=_flag(row, "regather_on_recompute", stack.regather_on_recompute),
+        hopper_attention=_flag(row, "hopper_attention", stack.hopper_attention),
     )
 
 
@@ -412,6 +413,7 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         _check_params(row, model)
     settings = stack_settings(stack)
     settings["ep_overlap"] = _flag(row, "ep_overlap", settings["ep_overlap"])
+    settings["node_dedup"] = _flag(row, "node_dedup", settings["node_dedup"])
     par = ParallelConfig(
         tp=_number(row, "tp", whole=True),
         pp=_number(row, "pp", whole=True),
