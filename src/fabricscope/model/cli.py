@@ -405,7 +405,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     par = best_split(model, cluster, request)
     result = estimate(model, cluster, par, chosen=searched(model, request))
     _print(report.estimate_lines(result))
-    sure = uncertainty.for_training(cluster)
+    sure = uncertainty.for_training(cluster, model)
     _print(sure.lines("this step time", prefix=""))
     record = result.record()
     _save(
@@ -504,7 +504,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if result.recommended is not None and result.recommended.parallel is not None:
         per_node = min(8, result.gpus)
         chosen = cluster_of(result.recommended.network, result.gpu, per_node, max(result.gpus // per_node, 1))
-        sure = uncertainty.for_training(chosen)
+        sure = uncertainty.for_training(chosen, model)
         _print(sure.lines("the recommended network's utilization", prefix=""))
 
     def record(option: Any, role: str) -> dict[str, Any]:

@@ -29,11 +29,11 @@ from fabricscope.model.workload import ModelSpec
 __all__ = [
     "BOTTLENECKS",
     "BOTTLENECK_SHARE",
+    "FP8_MATMUL_SHARE",
     "SENSITIVITIES",
     "Estimate",
     "best_split",
     "device_for",
-    "FP8_MATMUL_SHARE",
     "estimate",
     "job_of",
     "searched",
