@@ -369,8 +369,10 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
 
     layers = stage_layers(w, job)
     replays = np.where(job.recompute >= 2, 1.0, 0.0)
-    ep_comm = layers * w.moe_share * (4.0 + 2.0 * replays) * _all_to_all(w, job, dev, fab, tokens)
-    ring = _ring_attention(w, job, dev, fab, tokens)
+    # A dense model has no all-to-all, a sweep without context parallelism no ring: skip pricing them.
+    dispatch = _all_to_all_distinct(w, job, dev, fab) if np.any(w.moe_share) and np.any(job.ep > 1) else 0.0
+    ep_comm = layers * w.moe_share * (4.0 + 2.0 * replays) * dispatch
+    ring = _ring_attention(w, job, dev, fab, tokens) if np.any(job.cp > 1) else 0.0 * tokens
     cp_comm = layers * (
         (1.0 + replays) * np.maximum(ring - attention, 0.0) + np.maximum(2.0 * ring - attention_bwd, 0.0)
     )
@@ -424,6 +426,22 @@ def _all_to_all(w: Shape, job: Job, dev: Device, fab: Fabric, tokens: Num) -> Nu
     found = coll.point_to_point(fab, sent, local, nodes, pattern="alltoall", node_net=share, remote=remote)
     seconds = np.where(_a2a_calibrated(fab, nodes), _a2a_measured(fab, sent, local, nodes, remote), coll.fastest(found))
     return np.where((job.ep > 1) & (w.moe_share > 0), seconds, 0.0)
+
+
+def _all_to_all_distinct(w: Shape, job: Job, dev: Device, fab: Fabric) -> Num:
+    """:func:`_all_to_all`, priced once per distinct expert layout of a sweep's splits (as
+    :func:`_per_group` does for the data-parallel collectives) and spread back."""
+    keys = [job.tp, job.cp, job.ep, job.etp, job.micro_batch, job.node_dedup, job.imbalance]
+    arrays = [np.asarray(k, dtype=float) for k in keys]
+    lengths = {a.shape[0] for a in arrays if a.ndim == 1}
+    if any(a.ndim > 1 for a in arrays) or len(lengths) != 1:
+        return _all_to_all(w, job, dev, fab, job.micro_batch * w.seq / job.cp)
+    (n,) = lengths
+    table = np.stack([np.broadcast_to(a, (n,)) for a in arrays])
+    groups, inverse = np.unique(table, axis=1, return_inverse=True)
+    tp, cp, ep, etp, mb, dedup, imbalance = groups
+    small = Job(tp=tp, cp=cp, ep=ep, etp=etp, micro_batch=mb, node_dedup=dedup, imbalance=imbalance)
+    return np.take(_all_to_all(w, small, dev, fab, mb * w.seq / cp), np.ravel(inverse), axis=-1)
 
 
 def _a2a_calibrated(fab: Fabric, nodes: Num) -> Num:
