@@ -220,3 +220,28 @@ def test_stack_table_names_known_frameworks_with_sources() -> None:
     assert table["deepspeed"].zero_with_pp == [0, 1]
     assert np.all([s.runs(tp=1, pp=1, cp=1, ep=1, zero=0, interleave=1, ps_servers=0) for s in table.values()
                    if not s.parameter_servers])  # fmt: skip
+
+
+def test_a_calibrated_all_to_all_prices_the_expert_dispatch(cli, write) -> None:  # type: ignore[no-untyped-def]
+    """``calibrate`` on ``bench alltoall`` runs writes [calibration.alltoall]; estimate then prices
+    expert dispatch inside a node from those terms, in proportion to 1 / busbw."""
+    base = (
+        'nodes = 1\ngpus_per_node = 2\ngpu = "h100-sxm"\nintra = "nvswitch"\npcie = "gen5"\n'
+        '[network]\nnic = "ib-ndr"\nnics_per_node = 8\ntransport = "rdma-gdr"\n'
+    )
+    table = "[calibration.alltoall]\nbase_us = 10.0\nintra_hop_us = 5.0\nintra_busbw_gbps = {bw}\npoints = 7\n"
+    slow = write("slow.toml", base + table.format(bw=1.0))
+    slower = write("slower.toml", base + table.format(bw=0.5))
+    plain = write("plain.toml", base)
+    split = ["--model", "mixtral-8x7b", "--nodes", "16", "--tp", "1", "--ep", "2", "--pp", "4", "--dp", "8",
+             "--zero", "1", "--micro-batch", "1", "--recompute", "full", "--interleave", "1"]  # fmt: skip
+    times = {}
+    for path in (slow, slower, plain):
+        out = path.with_suffix(".json")
+        done = cli("estimate", "--cluster", str(path), *split, "--json", str(out))
+        assert done.code == 0, done.err
+        times[path.stem] = json.loads(out.read_text())["records"][0]["breakdown"]["ep_comm"]
+        assert ("all-to-all: calibrated (7 points" in done.out) == (path != plain)
+    # Halving the measured busbw doubles the bandwidth part; latency stays.
+    assert times["slower"] > 1.9 * times["slow"] - 1e-9
+    assert times["slow"] > 10 * times["plain"]

@@ -185,6 +185,14 @@ def _stack_lines(est: Estimate) -> list[str]:
             + (f", tokens to at most {m.route_nodes} nodes" if m.route_nodes else "")
             + (", all-to-alls overlapped with compute" if est.parallel.ep_overlap else "")
         )
+        terms = est.cluster.spec.calibration.get("alltoall")
+        if terms is not None and est.parallel.ep > 1:
+            across = est.cluster.nodes > 1 and terms.inter_busbw_gbps <= 0
+            lines.append(
+                f"all-to-all: calibrated ({terms.points} points, fit error {terms.residual_pct:.0f}%, busbw "
+                f"{terms.intra_busbw_gbps:.3g} GB/s in a node, {terms.inter_busbw_gbps:.3g} across)"
+                + ("; groups across nodes use the catalog network (no inter-node runs measured)" if across else "")
+            )
     return lines
 
 
