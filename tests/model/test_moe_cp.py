@@ -245,3 +245,31 @@ def test_a_calibrated_all_to_all_prices_the_expert_dispatch(cli, write) -> None:
     # Halving the measured busbw doubles the bandwidth part; latency stays.
     assert times["slower"] > 1.9 * times["slow"] - 1e-9
     assert times["slow"] > 10 * times["plain"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ("experts = 8\ntop_k = 0\n", "top_k must be from 1 to experts (8)"),
+        ("experts = 8\ntop_k = 2\ncapacity_factor = 0.5\n", "capacity_factor must be 0 (dropless) or at least 1"),
+        ("experts = 8\ntop_k = 2\ndense_layers = 4\n", "dense_layers must be fewer than layers (4)"),
+        ("experts = -8\ntop_k = 2\n", "experts must be 0 or more"),
+        ("experts = 8\ntop_k = 2.5\n", "top_k"),
+        ("route_nodes = 4\n", "route_nodes is 4 but experts is 0"),
+    ],
+)
+def test_bad_expert_fields_of_a_model_file_are_one_error_line(cli, write, extra: str, needle: str) -> None:  # type: ignore[no-untyped-def]
+    text = 'kind = "transformer"\nlayers = 4\nhidden = 512\nheads = 8\nseq = 1024\nvocab = 1000\nglobal_batch = 8\n'
+    path = write("moe.toml", text + extra)
+    line = one_error_line(cli("estimate", "--model", str(path), "--cluster", "dgx-h100-ndr", "--nodes", "1"))
+    assert needle in line
+
+
+def test_the_expert_width_and_shared_experts_set_the_active_parameters() -> None:
+    base = load_model("deepseek-v3")
+    wider = dataclasses.replace(base, expert_ffn=4096)
+    # Eight routed experts and the shared one (whose width follows expert_ffn) per token, every MoE layer.
+    routed = 9 * 3 * base.hidden * 2048 * base.moe_layers
+    assert wider.active_params - base.active_params == pytest.approx(routed)
+    unshared = dataclasses.replace(base, shared_experts=0)
+    assert base.active_params - unshared.active_params == pytest.approx(3 * base.hidden * 2048 * base.moe_layers)
