@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from fabricscope.errors import ResultFormatError, RunError, UsageError
-from fabricscope.userfiles import check_depth, read_text, shorten
+from fabricscope.userfiles import MAX_DEPTH, check_depth, read_text, shorten
 
 __all__ = [
     "COLLECTIVE_FIELDS",
@@ -275,8 +275,10 @@ def load(path: str | os.PathLike[str]) -> Result:
         raise ResultFormatError(
             f"{source}: corrupt result file (invalid JSON at line {exc.lineno}, column {exc.colno})"
         ) from None
-    except (RecursionError, ValueError):
-        raise ResultFormatError(f"{source}: corrupt result file (nested too deeply or a number too long)") from None
+    except RecursionError:
+        raise ResultFormatError(f"{source}: nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as exc:  # an integer of thousands of digits
+        raise ResultFormatError(f"{source}: corrupt result file ({exc})") from None
     check_depth(data, source=source, error=ResultFormatError)
     return Result.from_dict(data, source=source)
 

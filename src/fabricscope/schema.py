@@ -55,6 +55,10 @@ def require(key: str, value: Any, allowed: str, ok: Callable[[float], bool]) -> 
         raise InvalidValue(f"{key} must be {allowed}, got {value!r}")
 
 
+def _is_control(char: str) -> bool:
+    return (ord(char) < 0x20 and char != "\t") or 0x7F <= ord(char) < 0xA0
+
+
 _KINDS = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}
 
 
@@ -84,7 +88,10 @@ def _wrong_type(hint: Any, value: Any) -> str | None:
     if hint is float:
         return None if isinstance(value, (int, float)) and not isinstance(value, bool) else _KINDS[float]
     if hint is str:
-        return None if isinstance(value, str) else _KINDS[str]
+        if not isinstance(value, str):
+            return _KINDS[str]
+        # Escape codes in a name would reach the terminal raw (colours, cursor moves, a title change).
+        return "a string without control characters" if any(_is_control(c) for c in value) else None
     return None
 
 

@@ -43,7 +43,6 @@ def add_parser(subparsers: Any) -> None:
             "/proc/net/dev, TCP counters, RDMA ports, ethtool -S and GPUs, and shows rates as a share of line rate."
         ),
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--root", default="/", metavar="DIR", help="read sysfs/procfs under DIR (default /)")
     parser.add_argument(

@@ -35,7 +35,6 @@ def add_parser(subparsers: Any) -> None:
         help="an HTML report with plots of runs, a baseline and a prediction",
         description="Write one self-contained HTML file (plots inlined as SVG) for the runs given.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("runs", nargs="+", metavar="RUN", help="history ids or result files")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="the HTML file to write")

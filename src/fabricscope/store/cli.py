@@ -26,7 +26,6 @@ __all__ = [
     "run_import",
 ]
 
-RAW = argparse.RawDescriptionHelpFormatter
 LOG_MAX_BYTES = 256 << 20
 """Largest nccl-tests log imported (a log with NCCL_DEBUG=INFO from thousands of ranks stays below)."""
 
@@ -69,7 +68,6 @@ def _add_history(subparsers: Any) -> None:
         help="list saved runs; show or remove one",
         description="List the runs kept in the history (id, time, kind, label, hosts, ranks, headline figure).",
         epilog=_HISTORY_EPILOG,
-        formatter_class=RAW,
     )
     p.add_argument("--kind", default=None, help="only runs of this kind (bench, nccl-tests, predict, doctor...)")
     p.add_argument("--label", default=None, help="only runs with this label")
@@ -210,7 +208,6 @@ def _add_baseline(subparsers: Any) -> None:
         description="Set, list and remove baselines: names for runs in the history.",
         epilog="examples:\n  fabricscope baseline set h100-ndr 12\n  fabricscope baseline set lab-a result.json\n"
         "  fabricscope baseline list\n  fabricscope baseline rm lab-a",
-        formatter_class=RAW,
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     set_ = actions.add_parser("set", help="point NAME at RUN (a result file is saved into the history)")
@@ -273,7 +270,6 @@ def _add_compare(subparsers: Any) -> None:
         help="a run against a baseline, another run or a prediction: regressions per op and size",
         description="Compare a run with a reference, row by row; exit 1 on a regression beyond the tolerance.",
         epilog=_COMPARE_EPILOG,
-        formatter_class=RAW,
     )
     p.add_argument("run", metavar="RUN", help="history id or result file (bench, nccl-tests or predict)")
     ref = p.add_mutually_exclusive_group()
@@ -340,7 +336,6 @@ def _add_import(subparsers: Any) -> None:
         help="read other tools' output as Results (nccl-tests)",
         description="Import other tools' output as fabricscope Results.",
         epilog=_IMPORT_EPILOG,
-        formatter_class=RAW,
     )
     tools = p.add_subparsers(dest="tool", metavar="TOOL")
     nccl = tools.add_parser(
@@ -348,7 +343,6 @@ def _add_import(subparsers: Any) -> None:
         help="text or -J JSON output of the C nccl-tests",
         description="Import nccl-tests logs.",
         epilog=_IMPORT_EPILOG,
-        formatter_class=RAW,
     )
     nccl.add_argument("files", nargs="+", metavar="FILE")
     nccl.add_argument("--op", default=None, help="the collective, for logs that do not name it")

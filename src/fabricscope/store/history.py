@@ -396,6 +396,8 @@ def headline(result: Result) -> str:
     summary = result.summary if isinstance(result.summary, dict) else {}
     if isinstance(summary.get("step_time_s"), int | float):
         return f"step {summary['step_time_s']:.3g} s, bottleneck {summary.get('bottleneck', '?')}"
+    if isinstance(summary.get("bytes_per_s"), int | float):  # dataload
+        return f"read {summary['bytes_per_s'] / 1e9:.3g} GB/s"
     for key in ("verdict", "status"):
         if isinstance(summary.get(key), str):
             return f"{key} {summary[key]}"
