@@ -273,3 +273,29 @@ def test_the_expert_width_and_shared_experts_set_the_active_parameters() -> None
     assert wider.active_params - base.active_params == pytest.approx(routed)
     unshared = dataclasses.replace(base, shared_experts=0)
     assert base.active_params - unshared.active_params == pytest.approx(3 * base.hidden * 2048 * base.moe_layers)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--model", "llama-70b", "--nodes", "8", "--zero", "3", "--pp", "4"],
+        ["--model", "llama3-405b-128k", "--nodes", "2048", "--cp", "16", "--framework", "deepspeed-pipeline"],
+        ["--model", "llama-70b", "--nodes", "8", "--interleave", "2", "--framework", "deepspeed-pipeline"],
+    ],
+)
+def test_a_split_no_stack_runs_is_one_error_line_naming_the_rule(cli, args: list[str]) -> None:  # type: ignore[no-untyped-def]
+    line = one_error_line(cli("estimate", "--cluster", "dgx-h100-ndr", *args))
+    assert "no training stack" in line and "catalog/frameworks.toml" in line
+
+
+def test_plan_names_the_stack_of_every_frontier_split(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "plan.json"
+    done = cli("plan", "--model", "mixtral-8x7b", "--gpus", "64", "--top", "3", "--json", str(out))
+    assert done.code == 0, done.err
+    table = stacks()
+    for record in json.loads(out.read_text())["records"]:
+        par = record["parallel"]
+        assert par["stack"] in table
+        assert f"({par['stack']})" in done.out
+        assert table[par["stack"]].runs(tp=par["tp"], pp=par["pp"], cp=par["cp"], ep=par["ep"], zero=par["zero"],
+                                        interleave=par["interleave"], ps_servers=0)  # fmt: skip

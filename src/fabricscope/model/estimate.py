@@ -347,6 +347,14 @@ def best_split(model: ModelSpec, cluster: Cluster, request: SplitRequest | None 
     cand = splits(model, gpus=gpus, gpus_per_node=per_node, batch=batch, request=req)
     if not len(cand):
         fixed = ", ".join(f"--{k.replace('_', '-')} {getattr(req, k)}" for k in req.fixed) or "nothing fixed"
+        if len(splits(model, gpus=gpus, gpus_per_node=per_node, batch=batch, request=req, any_stack=True)):
+            stack = f" that runs {req.framework}" if req.framework else ""
+            raise UsageError(
+                f"no training stack{stack} runs {model.name} on {gpus} GPUs with {fixed}: Megatron-Core and "
+                "DeepSpeed shard at most ZeRO 1 with a pipeline, FSDP/torchtitan ZeRO 2, DeepSpeed has no ring "
+                "context parallelism nor interleaving (catalog/frameworks.toml); change --zero, --pp, --cp or "
+                "--framework"
+            )
         raise UsageError(
             f"no way to split {model.name} over {gpus} GPUs with a global batch of {batch} ({fixed}): "
             "give --global-batch as a multiple of the data-parallel size, or change the fixed flags"

@@ -82,8 +82,10 @@ def splits(
     gpus_per_node: int,
     batch: int = 0,
     request: SplitRequest | None = None,
+    any_stack: bool = False,
 ) -> Splits:
-    """Every valid split of ``model`` over ``gpus`` GPUs that keeps what ``request`` fixed."""
+    """Every valid split of ``model`` over ``gpus`` GPUs that keeps what ``request`` fixed and a
+    training stack runs (with ``any_stack``, whether one does or not: to tell why none is left)."""
     req = request or SplitRequest()
     batch = batch or req.global_batch or model.batch(gpus)
     found: list[ParallelConfig] = []
@@ -103,7 +105,8 @@ def splits(
     allowed = stacks_running(req.framework)
 
     def stack(**knobs: Any) -> str | None:
-        return stack_for(allowed, ps_servers=req.ps_servers, vision=not model.is_transformer, **knobs)
+        found = stack_for(allowed, ps_servers=req.ps_servers, vision=not model.is_transformer, **knobs)
+        return "" if found is None and any_stack else found
 
     zeros = _options(req.zero, (0,) if req.ps_servers else ZERO)
     recomputes: list[Recompute] = [req.recompute] if req.recompute is not None else list(RECOMPUTE)
