@@ -36,6 +36,11 @@ def test_presets_have_their_published_sizes() -> None:
     assert deepseek.active_params == pytest.approx(37e9, rel=0.06)
     assert deepseek.moe_layers == 58
     assert load_model("llama3-405b-128k").seq == 131072
+    # Qwen3-235B-A22B: 64 query heads of 128 on a 4096-wide model (head_dim), "235B total, 22B activated".
+    qwen = load_model("qwen3-235b-a22b")
+    assert qwen.q_width == 8192 and qwen.kv_width == 512
+    assert qwen.param_count == pytest.approx(235e9, rel=0.01)
+    assert qwen.active_params == pytest.approx(22e9, rel=0.02)
 
 
 def test_flops_follow_the_active_parameters() -> None:

@@ -107,6 +107,7 @@ def shape_of(model: ModelSpec) -> Shape:
         hidden=model.hidden,
         heads=model.heads,
         kv_width=model.kv_width,
+        q_width=model.q_width,
         seq=model.seq,
         vocab=model.vocab,
         ffn=model.ffn_width,

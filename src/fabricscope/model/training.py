@@ -149,6 +149,8 @@ class Shape:
     hidden: Num = 0
     heads: Num = 0
     kv_width: Num = 0
+    q_width: Num = 0
+    """Width of the query projection: heads x head width (0: hidden)."""
     seq: Num = 1
     vocab: Num = 0
     ffn: Num = 0
@@ -335,14 +337,15 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
     chunk = w.seq / job.cp
     tokens = b * chunk
     h = w.hidden
+    q = np.where(w.q_width > 0, w.q_width, h)
     ffn = mlp_width(w, job)
     linear = (
-        _gemm(tokens, (h + 2 * w.kv_width) / t, h, dev)
-        + _gemm(tokens, h, h / t, dev)
+        _gemm(tokens, (q + 2 * w.kv_width) / t, h, dev)
+        + _gemm(tokens, h, q / t, dev)
         + _gemm(tokens, np.where(w.gated, 2, 1) * ffn / t, h, dev)
         + _gemm(tokens, h, ffn / t, dev)
     )
-    head_dim = h / w.heads
+    head_dim = q / w.heads
     batch_heads = b * w.heads / t
     # With context parallelism each rank's queries (seq / cp of them) meet every key.
     dense_attention = _gemm(chunk, w.seq, head_dim, dev, batch_heads) + _gemm(chunk, head_dim, w.seq, dev, batch_heads)
@@ -655,7 +658,7 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
 
     tokens = job.global_batch * w.seq
     if w.transformer:
-        attention_forward = 4.0 * w.layers * w.hidden * w.seq * tokens
+        attention_forward = 4.0 * w.layers * np.where(w.q_width > 0, w.q_width, w.hidden) * w.seq * tokens
         layers_forward = 2.0 * (w.matmul_params - w.vocab * w.hidden) * tokens + attention_forward
         model_flops = 6.0 * w.matmul_params * tokens + 3.0 * attention_forward
         replayed = np.where(job.recompute >= 2, layers_forward, np.where(job.recompute >= 1, attention_forward, 0.0))

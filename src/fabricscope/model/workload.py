@@ -41,7 +41,7 @@ from fabricscope.userfiles import is_path, read_toml, shorten
 
 __all__ = ["PARAMS_TOLERANCE", "ModelSpec", "load_model", "model_presets"]
 
-SHAPE_KEYS = ("layers", "hidden", "heads", "kv_heads", "seq", "vocab", "ffn")
+SHAPE_KEYS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "seq", "vocab", "ffn")
 """What describes a transformer."""
 MOE_KEYS = ("experts", "top_k", "expert_ffn", "shared_experts", "shared_ffn", "dense_layers", "route_nodes")
 """What describes the mixture-of-experts layers of a transformer (whole numbers)."""
@@ -72,6 +72,8 @@ class ModelSpec:
     vocab: int = 0
     ffn: int = 0
     """MLP width; 0 means 4 x hidden."""
+    head_dim: int = 0
+    """Width of one attention head; 0 means hidden / heads (Qwen3-235B: 64 heads of 128 on a 4096-wide model)."""
     gated_mlp: bool = False
     tied_embeddings: bool = True
     flash_attention: bool = True
@@ -109,7 +111,7 @@ class ModelSpec:
             for key in ("layers", "hidden", "heads", "seq", "vocab"):
                 if getattr(self, key) <= 0:
                     raise InvalidValue(f"a transformer needs {key} > 0 (got {getattr(self, key)})")
-            if self.hidden % self.heads:
+            if not self.head_dim and self.hidden % self.heads:
                 raise InvalidValue(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
             if self.kv_heads and self.heads % self.kv_heads:
                 raise InvalidValue(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
@@ -209,13 +211,20 @@ class ModelSpec:
     @property
     def kv_width(self) -> int:
         """Width of the K (and of the V) projection."""
+        if self.head_dim:
+            return self.head_dim * (self.kv_heads or self.heads)
         return self.hidden * (self.kv_heads or self.heads) // self.heads
+
+    @property
+    def q_width(self) -> int:
+        """Width of the query projection (and of the attention output): heads x head width."""
+        return self.heads * self.head_dim if self.head_dim else self.hidden
 
     @property
     def layer_params(self) -> int:
         """Weights of one transformer layer (attention, MLP, two norms)."""
         h = self.hidden
-        attention = h * (h + 2 * self.kv_width) + h * h
+        attention = h * (self.q_width + 2 * self.kv_width) + self.q_width * h
         mlp = (3 if self.gated_mlp else 2) * h * self.ffn_width
         return attention + mlp + 2 * h
 
