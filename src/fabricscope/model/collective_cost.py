@@ -360,12 +360,24 @@ def ring_like(
         yield "pat", "Simple", _done(total_bytes, p, _gate((ppn <= 1) & (nodes > 1), seconds)), 0.0
 
 
-def point_to_point(fab: Fabric, total_bytes: Num, ppn: Num, nodes: Num, *, pattern: str) -> Iterator[Candidate]:
+def point_to_point(
+    fab: Fabric,
+    total_bytes: Num,
+    ppn: Num,
+    nodes: Num,
+    *,
+    pattern: str,
+    node_net: Num | None = None,
+    remote: Num | None = None,
+) -> Iterator[Candidate]:
     """alltoall, sendrecv (to the next rank), gather and scatter (to or from one root).
 
     Between nodes NCCL sends to a peer through one NIC: a root or a ring
     neighbour gets one NIC, all-to-all spreads over all of them and suffers
-    oversubscription like a tree.
+    oversubscription like a tree.  ``node_net`` is the network bandwidth of a node the
+    group gets (default: all its NICs); ``remote`` the share of a rank's all-to-all bytes that
+    leave its node (default ``(p - ppn) / p``: uniform destinations; node-limited routing of
+    mixture-of-experts tokens sends less).
     """
     p = ppn * nodes
     multi = nodes > 1
@@ -375,8 +387,9 @@ def point_to_point(fab: Fabric, total_bytes: Num, ppn: Num, nodes: Num, *, patte
         factor = BW_FACTOR["ring"][proto]
         if pattern == "alltoall":
             intra_bytes = total_bytes * (ppn - 1) / p
-            inter_node_bytes = total_bytes * ppn * (p - ppn) / p
-            net, _ = _network(fab, nodes, None, ppn)
+            leaving = (p - ppn) / p if remote is None else remote
+            inter_node_bytes = total_bytes * ppn * leaving
+            net, _ = _network(fab, nodes, node_net, ppn)
             seconds = np.maximum(
                 intra_bytes / (intra_bw(fab, ppn) * factor * 1e9),
                 inter_node_bytes / (np.maximum(net * factor, 1e-12) * 1e9),

@@ -22,19 +22,21 @@ from fabricscope.model.datapath import TRANSFORMER_READ_BYTES, DataPath, data_pa
 from fabricscope.model.fabric import Fabric, fabric_of
 from fabricscope.model.hardware import GPU
 from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, SplitRequest, check_layout, stack_numbers
-from fabricscope.model.splits import splits
+from fabricscope.model.splits import MIN_CP_TOKENS, splits
 from fabricscope.model.training import BREAKDOWN, Device, Job, Shape, Step
 from fabricscope.model.workload import ModelSpec
 
 __all__ = [
     "BOTTLENECKS",
     "BOTTLENECK_SHARE",
+    "FP8_MATMUL_SHARE",
     "SENSITIVITIES",
     "Estimate",
     "best_split",
     "device_for",
     "estimate",
     "job_of",
+    "searched",
     "shape_of",
 ]
 
@@ -42,6 +44,8 @@ BOTTLENECKS = {
     "compute": "compute: the GPUs are busy; no overhead takes {share} of the step",
     "recompute": "activation recomputation (memory pressure)",
     "tp_comm": "tensor-parallel communication inside the node (NVLink/PCIe)",
+    "ep_comm": "expert-parallel all-to-alls (dispatch and combine; network beyond a node)",
+    "cp_comm": "context-parallel key/value passes not hidden by attention compute",
     "pp_comm": "pipeline transfers between stages (network)",
     "bubble": "pipeline bubble (too few micro-batches per stage)",
     "dp_comm": "data-parallel communication (network)",
@@ -75,6 +79,13 @@ FLASH2_EFFICIENCY = {"hopper": 0.35}
 instructions: on Hopper 'FlashAttention-2 achieves only 35% utilization on the H100 GPU' (Shah et al.
 2024, FlashAttention-3, abstract).  Elsewhere it runs at the matmul efficiency (on A100 'reaching
 50-73% of the theoretical maximum FLOPs/s', Dao 2023, FlashAttention-2, abstract)."""
+FP8_MATMUL_SHARE = 0.71
+"""FP8 training's GEMMs reach this share of the 16-bit GEMMs' efficiency (as a share of the FP8 peak):
+per-tensor scaling, casts and transposes of every operand, shapes that fill FP8 tensor cores less.
+The one constant fitted here, to one published row kept out of the validation rows: NeMo 24.09's
+performance summary, LLAMA2-7B on 8 H100 at FP8, GBS 128, MBS 1, seq 4096, TP/PP/CP 1: '16934'
+tokens/s/GPU, '780' model TFLOP/s/GPU (the model gives 16,925 and 780 at 0.707; FP8 then runs GEMMs
+1.42x as fast as BF16)."""
 FLASH_HOPPER_EFFICIENCY = 0.75
 """FlashAttention-3 (or cuDNN's fused attention) on Hopper: 'FP16 reaching up to 740 TFLOPs/s (75%
 utilization)' (Shah et al. 2024, abstract)."""
@@ -96,14 +107,22 @@ def shape_of(model: ModelSpec) -> Shape:
         hidden=model.hidden,
         heads=model.heads,
         kv_width=model.kv_width,
+        q_width=model.q_width,
         seq=model.seq,
         vocab=model.vocab,
         ffn=model.ffn_width,
         gated=1 if model.gated_mlp else 0,
         flash=1 if model.flash_attention else 0,
         params=model.param_count,
-        matmul_params=model.layers * model.layer_params + model.vocab * model.hidden,
+        matmul_params=model.layers * model.active_layer_params + model.vocab * model.hidden,
         sample_bytes=model.sample_bytes,
+        moe_share=model.moe_layers / model.layers,
+        top_k=model.top_k,
+        routed_ffn=model.top_k * model.expert_width if model.is_moe else 0,
+        shared_ffn=model.shared_width,
+        capacity=model.capacity_factor,
+        expert_params=model.expert_params,
+        route_nodes=model.route_nodes,
     )
 
 
@@ -121,6 +140,10 @@ def job_of(par: ParallelConfig, batch: int) -> Job:
         dp_overlap=1 if par.dp_overlap else 0,
         **stack_numbers(par),
         ps_servers=par.ps_servers,
+        cp=par.cp,
+        ep=par.ep,
+        etp=par.etp,
+        imbalance=par.moe_imbalance,
     )
 
 
@@ -131,7 +154,7 @@ def device_for(
     when the stack's attention kernels use the architecture's own instructions (FlashAttention-3)."""
     return Device(
         peak_flops=gpu.peak_flops(precision),
-        matmul_eff=gpu.mamf * training.GEMM_DERATE,
+        matmul_eff=gpu.mamf * training.GEMM_DERATE * (FP8_MATMUL_SHARE if precision == "fp8" else 1.0),
         hbm_bps=gpu.hbm_tbps * 1e12,
         memory_bytes=gpu.memory_gb * 1e9,
         act_bytes=ACT_BYTES[precision],
@@ -140,6 +163,10 @@ def device_for(
         cached_fraction=cached,
         flash=1.0 if gpu.arch in FLASH_ARCHS else 0.0,
         attention_eff=attention_efficiency(gpu.arch, arch_attention),
+        # FP8 training runs its GEMMs in FP8 and attention in 16 bits: Transformer Engine's fused
+        # attention takes FP8 only with NVTE_FP8_DPA=1 (off by default), and DeepSeek-V3 keeps
+        # "the attention operators" in BF16 (technical report, section 3.3.1).
+        attention_peak=gpu.peak_flops("bf16") if precision == "fp8" else 0.0,
     )
 
 
@@ -299,6 +326,17 @@ def estimate(
     )
 
 
+def searched(model: ModelSpec, request: SplitRequest) -> tuple[str, ...]:
+    """The knobs of ``request`` the search really chooses for ``model``: not expert parallelism for
+    a dense model, nor context parallelism for sequences too short to split."""
+    knobs = request.open
+    if not model.is_moe:
+        knobs = [k for k in knobs if k != "ep"]
+    if not model.is_transformer or model.seq < 2 * MIN_CP_TOKENS:
+        knobs = [k for k in knobs if k != "cp"]
+    return tuple(knobs)
+
+
 def best_split(model: ModelSpec, cluster: Cluster, request: SplitRequest | None = None) -> ParallelConfig:
     """The fastest split of ``model`` over ``cluster`` that fits in memory and keeps what
     ``request`` fixed (what a tuned job runs).  When only one split is left it is the answer,
@@ -310,6 +348,14 @@ def best_split(model: ModelSpec, cluster: Cluster, request: SplitRequest | None 
     cand = splits(model, gpus=gpus, gpus_per_node=per_node, batch=batch, request=req)
     if not len(cand):
         fixed = ", ".join(f"--{k.replace('_', '-')} {getattr(req, k)}" for k in req.fixed) or "nothing fixed"
+        if len(splits(model, gpus=gpus, gpus_per_node=per_node, batch=batch, request=req, any_stack=True)):
+            stack = f" that runs {req.framework}" if req.framework else ""
+            raise UsageError(
+                f"no training stack{stack} runs {model.name} on {gpus} GPUs with {fixed}: Megatron-Core and "
+                "DeepSpeed shard at most ZeRO 1 with a pipeline, FSDP/torchtitan ZeRO 2, DeepSpeed has no ring "
+                "context parallelism nor interleaving (catalog/frameworks.toml); change --zero, --pp, --cp or "
+                "--framework"
+            )
         raise UsageError(
             f"no way to split {model.name} over {gpus} GPUs with a global batch of {batch} ({fixed}): "
             "give --global-batch as a multiple of the data-parallel size, or change the fixed flags"

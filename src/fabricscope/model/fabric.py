@@ -30,6 +30,7 @@ out of one function, :func:`fabric_of` (one cluster) or :func:`fabric_columns`
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,6 +92,14 @@ class Fabric:
     """1 where the network is Ethernet RDMA (RoCE): flows hashed, no adaptive routing."""
     mesh_links: Num = 0.0
     """Links per GPU where the node is a full mesh with one link per peer (MI300X: 7); 0 otherwise."""
+    a2a_base_us: Num = 0.0
+    """Calibrated all-to-all (``fabricscope calibrate`` on ``bench alltoall`` runs): latency of a call."""
+    a2a_intra_hop_us: Num = 0.0
+    a2a_inter_hop_us: Num = 0.0
+    a2a_intra_busbw: Num = 0.0
+    """Calibrated all-to-all bus bandwidth inside a node, GB/s (0: not measured, the catalog prices it)."""
+    a2a_inter_busbw: Num = 0.0
+    """Calibrated all-to-all bus bandwidth across nodes, GB/s (0: not measured)."""
 
     @property
     def node_net_gbps(self) -> Num:
@@ -252,8 +261,20 @@ def fabric_inputs(cluster: Cluster) -> dict[str, float]:
 
 
 def fabric_of(cluster: Cluster) -> Fabric:
-    """The Fabric of one described cluster (scalars)."""
-    return make_fabric(**fabric_inputs(cluster))
+    """The Fabric of one described cluster (scalars), with its calibrated all-to-all when the
+    cluster file has one (``[calibration.alltoall]``)."""
+    fab = make_fabric(**fabric_inputs(cluster))
+    terms = cluster.spec.calibration.get("alltoall")
+    if terms is None:
+        return fab
+    return dataclasses.replace(
+        fab,
+        a2a_base_us=terms.base_us,
+        a2a_intra_hop_us=terms.intra_hop_us,
+        a2a_inter_hop_us=terms.inter_hop_us,
+        a2a_intra_busbw=terms.intra_busbw_gbps,
+        a2a_inter_busbw=terms.inter_busbw_gbps,
+    )
 
 
 def fabric_columns(clusters: Sequence[Cluster]) -> Fabric:

@@ -22,6 +22,7 @@ __all__ = [
     "EMPTY_END_CHUNKS",
     "FRAMEWORKS",
     "KNOBS",
+    "MOE_IMBALANCE",
     "PRECISIONS",
     "RECOMPUTE",
     "STACK_FIELDS",
@@ -46,8 +47,11 @@ EMPTY_END_CHUNKS = 2
 the last, with only the output layer and loss (Llama 3: 'we reduce one Transformer layer each
 from the first and the last stages ... the first model chunk on the first stage has only the
 embedding')."""
-KNOBS = ("tp", "pp", "dp", "zero", "micro_batch", "recompute", "interleave", "sequence_parallel")
+KNOBS = ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch", "recompute", "interleave", "sequence_parallel")
 """The parts of a split the search chooses when the user leaves them open."""
+MOE_IMBALANCE = 1.0
+"""Tokens of the most loaded expert over the mean, by default: balanced routing (auxiliary
+losses, DeepSeek-V3's bias terms).  A named parameter (``--moe-imbalance``) where it is not."""
 
 
 def as_choice(text: str, allowed: tuple[T, ...], flag: str) -> T:
@@ -68,6 +72,10 @@ class _Split(Protocol):
     def pp(self) -> int | None: ...
     @property
     def dp(self) -> int | None: ...
+    @property
+    def cp(self) -> int | None: ...
+    @property
+    def ep(self) -> int | None: ...
     @property
     def zero(self) -> int | None: ...
     @property
@@ -90,10 +98,10 @@ def _flag(key: str) -> str:
 
 def check_values(split: _Split) -> None:
     """Raise InvalidValue for a value out of range, looking at each given value on its own."""
-    for key in ("tp", "pp", "dp", "micro_batch", "interleave"):
+    for key in ("tp", "pp", "dp", "cp", "ep", "micro_batch", "interleave"):
         value = getattr(split, key)
         if value is not None and value < 1:
-            raise InvalidValue(f"{_flag(key)} must be at least 1, got {value}")
+            raise InvalidValue(f"must be at least 1, got {value}", key=key)
     if split.zero is not None and not 0 <= split.zero <= 3:
         raise InvalidValue(f"--zero must be 0, 1, 2 or 3, got {split.zero}")
     if split.global_batch < 0:
@@ -128,6 +136,12 @@ class StackParameters:
     hopper_attention: bool = True
     """On Hopper, attention kernels of the FlashAttention-3 class (cuDNN fused attention, FA3: 75% of
     peak); else FlashAttention-2, which reaches 35% of an H100's peak."""
+    ep_overlap: bool = False
+    """Expert-parallel all-to-alls run beside another micro-batch's compute (DualPipe-like
+    schedules: DeepSeek-V3's DualPipe, Megatron-Core's --overlap-moe-expert-parallel-comm)."""
+    node_dedup: bool = False
+    """The token dispatcher sends a token once to each node holding one of its experts and NVLink
+    forwards it there (DeepEP, DeepSeek-V3's kernels); else once per expert (NCCL all-to-all)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -241,6 +255,8 @@ def stack_numbers(source: StackParameters) -> dict[str, float]:
         "rank_copies": 1.0 if source.rank_copies else 0.0,
         "live_params": float(source.live_params),
         "pp_scatter": 1.0 if source.pp_scatter_gather else 0.0,
+        "ep_overlap": 1.0 if source.ep_overlap else 0.0,
+        "node_dedup": 1.0 if source.node_dedup else 0.0,
     }
 
 
@@ -255,9 +271,16 @@ class _Settings(StackParameters):
     """Reduce gradients while the last micro-batch's backward runs (DDP buckets, FSDP prefetch)."""
     ps_servers: int = 0
     """Parameter servers (CPU machines with one NIC each) instead of all-reduce; 0 = all-reduce."""
+    moe_imbalance: float = MOE_IMBALANCE
+    """Tokens of the most loaded expert over the mean (mixture-of-experts models, no capacity factor)."""
+    etp: int = 0
+    """Tensor-parallel ranks of each expert; 0: tp.  Another value folds the expert groups over
+    the tp x cp x dp ranks (Megatron-Core's MoE parallel folding)."""
 
     def __post_init__(self) -> None:
         check_values(cast(_Split, self))
+        if not 1.0 <= self.moe_imbalance <= 1e6:
+            raise InvalidValue(f"must be from 1 (balanced) up, got {self.moe_imbalance}", key="moe_imbalance")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -270,6 +293,11 @@ class ParallelConfig(_Settings):
     """Pipeline stages."""
     dp: int = 1
     """Data-parallel replicas."""
+    cp: int = 1
+    """Context-parallel ranks (each holds seq / cp tokens of every sequence)."""
+    ep: int = 1
+    """Expert-parallel ranks (routed experts split over them; taken from the dp x cp ranks)."""
+
     zero: int = 0
     """ZeRO stage: 0 all-reduce; 1 reduce-scatter + all-gather; 2 as 1 with gradients sharded
     (reduce-scattered every micro-batch); 3 (FSDP) also gathers the weights for every micro-batch."""
@@ -278,10 +306,12 @@ class ParallelConfig(_Settings):
     interleave: int = 1
     """Virtual pipeline stages per GPU (interleaved 1F1B)."""
     sequence_parallel: bool = False
+    stack: str = ""
+    """The training stack (``catalog/frameworks.toml``) that runs this split; empty when none was asked."""
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.dp * self.cp
 
 
 @dataclass(kw_only=True, slots=True)
@@ -292,11 +322,15 @@ class SplitRequest(_Settings):
     tp: int | None = None
     pp: int | None = None
     dp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
     zero: int | None = None
     micro_batch: int | None = None
     recompute: Recompute | None = None
     interleave: int | None = None
     sequence_parallel: bool | None = None
+    framework: str | None = None
+    """Only splits the stack running this framework (``catalog/frameworks.toml``) runs; None: any stack."""
 
     @property
     def fixed(self) -> list[str]:
@@ -319,20 +353,24 @@ def check_layout(
     row (``tp = 16``), and say what to change there.
     """
     tp, pp, dp, mb, v = split.tp, split.pp, split.dp, split.micro_batch, split.interleave
+    cp = split.cp
 
     def named(key: str, value: object) -> str:
         return f"{key} = {value}" if row else f"{_flag(key)} {value}"
 
-    if tp is not None and pp is not None and dp is not None and tp * pp * dp != gpus:
+    if tp is not None and pp is not None and dp is not None and tp * pp * dp * (cp or 1) != gpus:
+        c = cp or 1
+        names, values = ("tp*pp*dp*cp", f"{tp}*{pp}*{dp}*{c}") if c > 1 else ("tp*pp*dp", f"{tp}*{pp}*{dp}")
         hint = (
-            f"set dp = {max(1, gpus // (tp * pp))} or gpus = {tp * pp * dp} in the row"
+            f"set dp = {max(1, gpus // (tp * pp * c))} or gpus = {tp * pp * dp * c} in the row"
             if row
-            else f"give --dp {max(1, gpus // (tp * pp))} or change --nodes"
+            else f"give --dp {max(1, gpus // (tp * pp * c))} or change --nodes"
         )
         raise UsageError(
-            f"tp*pp*dp = {tp}*{pp}*{dp} = {tp * pp * dp} does not match the {'row' if row else 'cluster'}'s "
+            f"{names} = {values} = {tp * pp * dp * c} does not match the {'row' if row else 'cluster'}'s "
             f"{gpus} GPUs ({hint})"
         )
+    _check_experts_and_context(split, model, gpus=gpus)
     if tp is not None:
         if tp > gpus_per_node:
             raise UsageError(
@@ -366,7 +404,7 @@ def check_layout(
                 f"pp*interleave = {pp * (v or 1)} is more than the model's {model.layers} layers + "
                 f"{EMPTY_END_CHUNKS}: every (virtual) stage needs a layer, but the first and the last"
             )
-    fixed = [(name, value) for name, value in (("tp", tp), ("pp", pp), ("dp", dp)) if value is not None]
+    fixed = [(name, value) for name, value in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp)) if value is not None]
     product = 1
     for _, value in fixed:
         product *= value
@@ -381,6 +419,44 @@ def check_layout(
         )
         raise UsageError(f"{shown} does not divide the cluster's {gpus} GPUs: {hint}")
     if dp is None and tp is not None and pp is not None:
-        dp = gpus // (tp * pp)
+        dp = gpus // (tp * pp * (cp or 1))
     if dp is not None and batch % (dp * (mb or 1)):
         raise UsageError(f"the global batch ({batch}) must be a multiple of dp*micro_batch = {dp}*{mb or 1}")
+
+
+def _check_experts_and_context(split: _Split, model: ModelSpec, *, gpus: int) -> None:
+    """Raise InvalidValue (naming ``ep`` or ``cp``) for expert or context parallelism the model
+    or the cluster cannot take."""
+    cp, ep = split.cp, split.ep
+    if cp is not None and cp > 1:
+        if not model.is_transformer:
+            raise InvalidValue(f"splits a sequence's tokens and {model.name} is a vision model: use 1", key="cp")
+        if model.seq % (2 * cp):
+            raise InvalidValue(
+                f"must split the sequence ({model.seq} tokens) into 2 x cp equal chunks (ring attention gives each "
+                f"rank two chunks to balance causal work), got {cp}: use a cp with 2 x cp dividing {model.seq}",
+                key="cp",
+            )
+    if ep is not None and ep > 1:
+        if not model.is_moe:
+            raise InvalidValue(
+                f"splits routed experts and {model.name} has none (experts = 0): use 1, got {ep}", key="ep"
+            )
+        if model.experts % ep:
+            raise InvalidValue(f"must divide the model's {model.experts} experts, got {ep}", key="ep")
+        if gpus % ep:
+            raise InvalidValue(f"must divide the {gpus} GPUs, got {ep}", key="ep")
+        etp = getattr(split, "etp", 0) or 0
+        if etp and split.dp is not None and split.tp is not None:
+            ranks = split.tp * (cp or 1) * split.dp
+            if ranks % (ep * etp):
+                raise InvalidValue(
+                    f"x etp = {ep * etp} must divide tp x cp x dp = {ranks} (folded expert groups), got ep {ep}",
+                    key="ep",
+                )
+        elif split.dp is not None and (split.dp * (cp or 1)) % ep:
+            raise InvalidValue(
+                f"must divide dp x cp = {split.dp * (cp or 1)} (expert-parallel groups are made of data- and "
+                f"context-parallel ranks), got {ep}",
+                key="ep",
+            )

@@ -32,6 +32,8 @@ PART_NAMES = {
     "compute": "compute",
     "recompute": "recomputation",
     "tp_comm": "tensor-parallel comm",
+    "ep_comm": "expert all-to-all",
+    "cp_comm": "context-parallel comm",
     "pp_comm": "pipeline comm",
     "bubble": "pipeline bubble",
     "dp_comm": "data-parallel comm",
@@ -156,9 +158,42 @@ def _seconds(value: float) -> str:
 def _chosen(est: Estimate) -> str:
     if not est.chosen:
         return ""
-    if len(est.chosen) == len(KNOBS):
+    if set(est.chosen) >= set(KNOBS) - {"cp", "ep"}:
         return "  [chosen by fabricscope: the fastest that fits]"
     return f"  [{', '.join(k.replace('_', ' ') for k in est.chosen)} chosen by fabricscope: the fastest that fits]"
+
+
+def _stack_lines(est: Estimate) -> list[str]:
+    """Which training stack runs the split, and (for an MoE model) what routing is assumed."""
+    from fabricscope.model.stacks import stacks
+
+    lines = []
+    stack = stacks().get(est.parallel.stack)
+    if stack is not None:
+        lines.append(f"framework: {stack.name} runs this split (catalog/frameworks.toml; --framework to choose)")
+    m = est.model
+    if m.is_moe:
+        load = (
+            f"capacity factor {m.capacity_factor:g}"
+            if m.capacity_factor
+            else f"imbalance {est.parallel.moe_imbalance:g}"
+        )
+        lines.append(
+            f"experts: {m.experts} routed (top {m.top_k})"
+            + (f" + {m.shared_experts} shared" if m.shared_experts else "")
+            + f", {m.active_params / 1e9:.1f}B of {m.param_count / 1e9:.1f}B parameters active, {load}"
+            + (f", tokens to at most {m.route_nodes} nodes" if m.route_nodes else "")
+            + (", all-to-alls overlapped with compute" if est.parallel.ep_overlap else "")
+        )
+        terms = est.cluster.spec.calibration.get("alltoall")
+        if terms is not None and est.parallel.ep > 1:
+            across = est.cluster.nodes > 1 and terms.inter_busbw_gbps <= 0
+            lines.append(
+                f"all-to-all: calibrated ({terms.points} points, fit error {terms.residual_pct:.0f}%, busbw "
+                f"{terms.intra_busbw_gbps:.3g} GB/s in a node, {terms.inter_busbw_gbps:.3g} across)"
+                + ("; groups across nodes use the catalog network (no inter-node runs measured)" if across else "")
+            )
+    return lines
 
 
 def estimate_lines(est: Estimate) -> list[str]:
@@ -167,7 +202,10 @@ def estimate_lines(est: Estimate) -> list[str]:
     split = (
         f"tp {par.tp}, pp {par.pp}"
         + (f" (interleave {par.interleave})" if par.interleave > 1 else "")
-        + f", dp {par.dp}, zero {par.zero}, micro-batch {par.micro_batch}, global batch {est.batch}, "
+        + f", dp {par.dp}"
+        + (f", cp {par.cp}" if par.cp > 1 else "")
+        + (f", ep {par.ep}" if par.ep > 1 else "")
+        + f", zero {par.zero}, micro-batch {par.micro_batch}, global batch {est.batch}, "
         f"recompute {par.recompute}"
         + (", sequence parallel" if par.sequence_parallel else "")
         + ("" if par.dp_overlap else ", gradients reduced after the backward pass")
@@ -177,6 +215,7 @@ def estimate_lines(est: Estimate) -> list[str]:
         f"estimate: {est.model.name} on {c.name} ({c.nodes} x {c.gpus_per_node} {c.gpu.name} = {c.gpus} GPUs), "
         f"{par.precision}",
         f"split: {split}" + _chosen(est),
+        *_stack_lines(est),
         "",
         f"step time              {_seconds(est.step_s)}",
     ]
@@ -212,7 +251,14 @@ def estimate_lines(est: Estimate) -> list[str]:
 
 def _option_row(o: Option, marker: str) -> str:
     par = o.parallel
-    split = f"tp{par.tp} pp{par.pp} dp{par.dp} z{par.zero} mb{par.micro_batch} {par.recompute}" if par else "-"
+    split = (
+        f"tp{par.tp} pp{par.pp} dp{par.dp}"
+        + (f" cp{par.cp}" if par.cp > 1 else "")
+        + (f" ep{par.ep}" if par.ep > 1 else "")
+        + f" z{par.zero} mb{par.micro_batch} {par.recompute} ({par.stack})"
+        if par
+        else "-"
+    )
     return (
         f"{marker}{_usd(o.cost_usd):>12}  {o.network.label():<44} {percent(o.utilization):>6}  "
         f"{o.step_s:9.3f}  {o.latency_us:8.1f}  {split}"

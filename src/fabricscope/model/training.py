@@ -49,6 +49,20 @@ function prices the one configuration of ``estimate`` and the million of
   FlashAttention's efficiency on the GPU (``Device.attention_eff``);
 * **pipeline stages may be uneven**: the busiest holds ``v ceil(L / (p v))`` layers and sets the
   pace, the weights and the activations of a GPU;
+* **mixture of experts**: an MoE layer's MLP multiplies each token with its ``top_k`` routed
+  experts and the shared ones, so GEMMs, activations and model FLOPs follow the active
+  parameters; the busiest expert sets the pace (``imbalance``, the most loaded expert's tokens
+  over the mean) or, with a capacity factor, every expert is padded to its capacity.
+  Expert parallelism splits the routed experts over ``ep`` ranks taken from the data-parallel
+  (and context-parallel) ones: each MoE layer dispatches and combines every token's hidden state
+  with an all-to-all forward and again backward (four per layer, six with full recomputation),
+  priced by the collective model on the hops the group spans (NVLink inside a node, the node's
+  NIC share beyond it); node-limited routing (at most ``route_nodes`` nodes per token, each node
+  sent one copy) shrinks the share that leaves the node; with ``ep_overlap`` (DualPipe-like
+  schedules) the all-to-alls run beside another micro-batch's compute;
+* **context parallelism**: ``cp`` ranks each hold ``seq / cp`` tokens of every sequence; ring
+  attention passes every rank's keys and values around the ring (``cp - 1`` steps forward, keys,
+  values and their gradients backward), beside the attention compute it feeds;
 * **optimizer**: memory-bound Adam update of the local weights;
 * **data loading**: bytes per step from storage, overlapped with the step;
   what does not fit in the step is a stall.
@@ -71,6 +85,9 @@ __all__ = [
     "Job",
     "Shape",
     "Step",
+    "expert_load",
+    "expert_tp",
+    "mlp_width",
     "step",
 ]
 
@@ -97,10 +114,29 @@ MEMORY_OVERHEAD_BYTES = 3e9
 """CUDA context, NCCL buffers and allocator slack per GPU."""
 FLASH_BWD_FACTOR = 2.5
 """FlashAttention's backward does 2.5x the forward FLOPs (it recomputes the scores)."""
+MOE_KERNELS_FWD = 10
+"""Kernels an MoE layer adds forward: router GEMM, score function, top-k, permute, dispatch, two
+grouped GEMMs and the activation, combine, unpermute (Megatron-Core's MoELayer with the all-to-all
+dispatcher)."""
+OVERLAP_SM_SHARE = 20.0 / 132.0
+"""Share of the GPU's SMs an all-to-all running beside compute takes from it: 'only 20 SMs are
+sufficient to fully utilize the bandwidths of IB and NVLink' of an H800's 132 (DeepSeek-V3
+technical report, section 3.2.2).  Overlapped all-to-alls cost this share of the time they overlap."""
 BUCKET_BYTES = 25e6
 """Gradient bucket of PyTorch DDP (``bucket_cap_mb = 25``): the unit of a vision model's reduction."""
 
-BREAKDOWN = ("compute", "recompute", "tp_comm", "pp_comm", "bubble", "dp_comm", "optimizer", "data_stall")
+BREAKDOWN = (
+    "compute",
+    "recompute",
+    "tp_comm",
+    "ep_comm",
+    "cp_comm",
+    "pp_comm",
+    "bubble",
+    "dp_comm",
+    "optimizer",
+    "data_stall",
+)
 """Parts of a step, in the order they are printed; they add up to the step time."""
 
 
@@ -113,6 +149,8 @@ class Shape:
     hidden: Num = 0
     heads: Num = 0
     kv_width: Num = 0
+    q_width: Num = 0
+    """Width of the query projection: heads x head width (0: hidden)."""
     seq: Num = 1
     vocab: Num = 0
     ffn: Num = 0
@@ -126,6 +164,19 @@ class Shape:
     vision_traffic: Num = 0
     """Memory traffic per sample of a training step at 16-bit activations (vision), bytes."""
     sample_bytes: Num = 0
+    moe_share: Num = 0
+    """Share of the layers whose MLP is a mixture of experts (0: a dense model)."""
+    top_k: Num = 0
+    routed_ffn: Num = 0
+    """MLP width a token multiplies with in its routed experts: top_k x one expert's width."""
+    shared_ffn: Num = 0
+    """MLP width of the shared experts together."""
+    capacity: Num = 0
+    """Capacity factor (0: dropless, the busiest expert takes what it is routed)."""
+    expert_params: Num = 0
+    """Weights of every routed expert of every layer."""
+    route_nodes: Num = 0
+    """Node-limited routing: a token's experts lie on at most this many nodes (0: no limit)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -165,6 +216,25 @@ class Job:
     """1 where each gather or reduce-scatter also runs one copy kernel per rank (the list form of
     ``torch.distributed.all_gather``/``reduce_scatter``, which copies every rank's part between
     its own tensor and NCCL's flat buffer)."""
+    cp: Num = 1
+    """Context-parallel ranks: each holds ``seq / cp`` tokens of every sequence (ring attention)."""
+    ep: Num = 1
+    """Expert-parallel ranks: the routed experts are split over them (taken from the ``dp x cp`` ranks)."""
+    imbalance: Num = 1.0
+    """Tokens of the most loaded expert over the mean (1: perfect balance), without a capacity factor."""
+    ep_overlap: Num = 0
+    """1 where the all-to-alls run beside another micro-batch's compute (DualPipe), 0 in turn."""
+    node_dedup: Num = 0
+    """1 where a token crosses the network once per node it goes to (DeepEP), 0 once per expert."""
+    etp: Num = 0
+    """Tensor-parallel ranks of the experts (0: ``tp``, expert groups made of data- and
+    context-parallel ranks); another value folds the expert groups over the attention's ranks
+    (Megatron-Core's MoE parallel folding, ``--expert-tensor-parallel-size``)."""
+
+
+def expert_tp(job: Job) -> Num:
+    """Tensor-parallel ranks each routed expert is split over."""
+    return np.where(job.etp > 0, job.etp, job.tp)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -185,6 +255,8 @@ class Device:
     flash: Num = 1.0
     """1 where the GPU runs FlashAttention (Ampere and newer), else 0."""
     attention_eff: Num = 0.0
+    attention_peak: Num = 0.0
+    """Peak FLOP/s attention runs at (0: ``peak_flops``): FP8 training keeps attention in 16 bits."""
     """Share of peak FLOP/s FlashAttention's kernels reach (0: the matmul efficiency)."""
 
 
@@ -195,6 +267,8 @@ class Step:
     compute: Num
     recompute: Num
     tp_comm: Num
+    ep_comm: Num
+    cp_comm: Num
     pp_comm: Num
     bubble: Num
     dp_comm: Num
@@ -226,6 +300,19 @@ def stage_layers(w: Shape, job: Job) -> Num:
     return np.ceil(w.layers / (job.pp * job.interleave)) * job.interleave
 
 
+def expert_load(w: Shape, job: Job) -> Num:
+    """Tokens the busiest expert computes, over the mean: the capacity factor where experts are
+    padded to it, else the imbalance when experts are split over ranks (one rank holding every
+    expert computes every routed token, whatever their spread)."""
+    return np.where(w.capacity > 0, w.capacity, np.where(job.ep > 1, job.imbalance, 1.0))
+
+
+def mlp_width(w: Shape, job: Job) -> Num:
+    """MLP width a token multiplies with, averaged over the layers: a dense layer's ``ffn``, an
+    MoE layer's shared experts and ``top_k`` routed experts (scaled by :func:`expert_load`)."""
+    return (1.0 - w.moe_share) * w.ffn + w.moe_share * (w.shared_ffn + w.routed_ffn * expert_load(w, job))
+
+
 def _gemm(m: Num, n: Num, k: Num, dev: Device, batch: Num = 1) -> Num:
     flops = 2.0 * m * n * k * batch
     moved = dev.act_bytes * (m * k + k * n + m * n) * batch
@@ -237,7 +324,8 @@ def _activation_bytes(w: Shape, job: Job, dev: Device, tokens: Num, flash: Num) 
     t = job.tp
     sbh = tokens * w.hidden
     replicated = 10.0 * sbh / np.where(job.sequence_parallel, t, 1)
-    split = (4.0 * sbh + 4.0 * tokens * w.kv_width + np.where(w.gated, 6.0, 4.0) * tokens * w.ffn) / t
+    ffn = mlp_width(w, job)
+    split = (4.0 * sbh + 4.0 * tokens * w.kv_width + np.where(w.gated, 6.0, 4.0) * tokens * ffn) / t
     scores = (1 - flash) * 5.0 * w.heads * w.seq * tokens / t
     scale = dev.act_bytes / 2.0
     return (replicated + split + scores) * scale, scores * scale
@@ -246,25 +334,33 @@ def _activation_bytes(w: Shape, job: Job, dev: Device, tokens: Num, flash: Num) 
 def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dict[str, Num]:
     """Seconds per micro-batch on the slowest (last) pipeline stage, by part."""
     b, t = job.micro_batch, job.tp
-    tokens = b * w.seq
+    chunk = w.seq / job.cp
+    tokens = b * chunk
     h = w.hidden
+    q = np.where(w.q_width > 0, w.q_width, h)
+    ffn = mlp_width(w, job)
     linear = (
-        _gemm(tokens, (h + 2 * w.kv_width) / t, h, dev)
-        + _gemm(tokens, h, h / t, dev)
-        + _gemm(tokens, np.where(w.gated, 2, 1) * w.ffn / t, h, dev)
-        + _gemm(tokens, h, w.ffn / t, dev)
+        _gemm(tokens, (q + 2 * w.kv_width) / t, h, dev)
+        + _gemm(tokens, h, q / t, dev)
+        + _gemm(tokens, np.where(w.gated, 2, 1) * ffn / t, h, dev)
+        + _gemm(tokens, h, ffn / t, dev)
     )
-    head_dim = h / w.heads
+    head_dim = q / w.heads
     batch_heads = b * w.heads / t
-    dense_attention = _gemm(w.seq, w.seq, head_dim, dev, batch_heads) + _gemm(w.seq, head_dim, w.seq, dev, batch_heads)
+    # With context parallelism each rank's queries (seq / cp of them) meet every key.
+    dense_attention = _gemm(chunk, w.seq, head_dim, dev, batch_heads) + _gemm(chunk, head_dim, w.seq, dev, batch_heads)
     attention_eff = np.where(dev.attention_eff > 0, dev.attention_eff, dev.matmul_eff)
-    flash_attention = 0.5 * 4.0 * w.seq * w.seq * head_dim * batch_heads / (dev.peak_flops * attention_eff)
+    attention_peak: Num = np.where(dev.attention_peak > 0, dev.attention_peak, dev.peak_flops)
+    flash_attention = 0.5 * 4.0 * chunk * w.seq * head_dim * batch_heads / (attention_peak * attention_eff)
     flash = w.flash * dev.flash
     attention = np.where(flash, flash_attention, dense_attention)
     attention_bwd = np.where(flash, FLASH_BWD_FACTOR, 2.0) * attention
     act, scores = _activation_bytes(w, job, dev, tokens, flash)
-    elementwise = TOUCH_FWD * act / dev.hbm_bps
-    kernels = KERNELS_PER_LAYER_FWD * KERNEL_OVERHEAD_S
+    # An MoE layer copies each token into its top_k experts' order and back (permute: read one,
+    # write top_k; unpermute: read top_k, write one), forward and twice over backward.
+    routed = w.moe_share * tokens / t * (2.0 + 2.0 * w.top_k * expert_load(w, job)) * h * dev.act_bytes
+    elementwise = (TOUCH_FWD * act + routed) / dev.hbm_bps
+    kernels = (KERNELS_PER_LAYER_FWD + MOE_KERNELS_FWD * w.moe_share) * KERNEL_OVERHEAD_S
     fwd = linear + attention + elementwise + kernels
     bwd = 2.0 * linear + attention_bwd + (TOUCH_BWD / TOUCH_FWD) * elementwise + 2.0 * kernels
     selective = attention + TOUCH_FWD * scores / dev.hbm_bps
@@ -275,16 +371,114 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
     tp_comm = (4.0 + np.where(job.recompute >= 2, 2.0, 0.0)) * all_reduce
 
     layers = stage_layers(w, job)
+    replays = np.where(job.recompute >= 2, 1.0, 0.0)
+    # A dense model has no all-to-all, a sweep without context parallelism no ring: skip pricing them.
+    dispatch = _all_to_all_distinct(w, job, dev, fab) if np.any(w.moe_share) and np.any(job.ep > 1) else 0.0
+    ep_comm = layers * w.moe_share * (4.0 + 2.0 * replays) * dispatch
+    ring = _ring_attention(w, job, dev, fab, tokens) if np.any(job.cp > 1) else 0.0 * tokens
+    cp_comm = layers * (
+        (1.0 + replays) * np.maximum(ring - attention, 0.0) + np.maximum(2.0 * ring - attention_bwd, 0.0)
+    )
     logits = 3.0 * _gemm(tokens, w.vocab / t, h, dev) + 3.0 * tokens * w.vocab / t * 4.0 / dev.hbm_bps
+    work = layers * (fwd + bwd + recompute)
     return {
         "compute": layers * (fwd + bwd) + logits,
         "recompute": layers * recompute,
         "tp_comm": layers * tp_comm,
+        "ep_comm": np.where(
+            job.ep_overlap > 0,
+            np.maximum(ep_comm - work, 0.0) + OVERLAP_SM_SHARE * np.minimum(ep_comm, work),
+            ep_comm,
+        ),
+        "cp_comm": cp_comm,
         "fwd": layers * fwd + logits / 3.0,
         "bwd": layers * bwd + 2.0 * logits / 3.0,
         "activations": act,
         "scores": scores,
     }
+
+
+def _all_to_all(w: Shape, job: Job, dev: Device, fab: Fabric, tokens: Num) -> Num:
+    """Seconds of one dispatch (or combine) all-to-all of an MoE layer, per micro-batch.
+
+    Each rank sends its share of the tokens (sequence parallelism splits them over the
+    tensor-parallel ranks, as Megatron-Core requires with experts) ``top_k`` times.  The ranks
+    are ordered tensor, context, data as in Megatron-Core, so an expert-parallel group has
+    ``gpus_per_node / (tp cp)`` members on a node and shares the node's NICs with the other groups
+    there.  Of a token's copies, those to other nodes leave through the NICs; node-limited routing
+    (with a dispatcher that sends a token once per node, DeepEP's) sends each token to at most
+    ``route_nodes`` nodes (and NVLink forwards it).
+    """
+    g = fab.gpus_per_node
+    # Classic groups (tp-cp-ep-dp order) stride over tp x cp ranks; folded ones over etp ranks.
+    stride = np.where(job.etp > 0, expert_tp(job), job.tp * job.cp)
+    local = np.clip(g // stride, 1, job.ep)
+    nodes = np.ceil(job.ep / local)
+    sent = tokens / job.tp * w.top_k * w.hidden * dev.act_bytes * expert_load(w, job)
+    # Copies of a token that leave its node: one per remote expert (top_k (nodes-1)/nodes), or with a
+    # dispatcher that sends once per node, one per remote node among those its experts lie on: at
+    # most route_nodes with node-limited routing, else (nodes-1)(1 - (1 - 1/nodes)^top_k) on average.
+    per_expert = w.top_k * (nodes - 1) / nodes
+    spread = np.where(
+        w.route_nodes > 0,
+        np.minimum(np.minimum(w.route_nodes, w.top_k), nodes) * (nodes - 1) / nodes,
+        (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** w.top_k),
+    )
+    remote = np.where(job.node_dedup > 0, np.minimum(spread, per_expert), per_expert) / np.maximum(w.top_k, 1)
+    share = fab.node_net_gbps * local / g
+    found = coll.point_to_point(fab, sent, local, nodes, pattern="alltoall", node_net=share, remote=remote)
+    seconds = np.where(_a2a_calibrated(fab, nodes), _a2a_measured(fab, sent, local, nodes, remote), coll.fastest(found))
+    return np.where((job.ep > 1) & (w.moe_share > 0), seconds, 0.0)
+
+
+def _all_to_all_distinct(w: Shape, job: Job, dev: Device, fab: Fabric) -> Num:
+    """:func:`_all_to_all`, priced once per distinct expert layout of a sweep's splits (as
+    :func:`_per_group` does for the data-parallel collectives) and spread back."""
+    keys = [job.tp, job.cp, job.ep, job.etp, job.micro_batch, job.node_dedup, job.imbalance]
+    arrays = [np.asarray(k, dtype=float) for k in keys]
+    lengths = {a.shape[0] for a in arrays if a.ndim == 1}
+    if any(a.ndim > 1 for a in arrays) or len(lengths) != 1:
+        return _all_to_all(w, job, dev, fab, job.micro_batch * w.seq / job.cp)
+    (n,) = lengths
+    table = np.stack([np.broadcast_to(a, (n,)) for a in arrays])
+    groups, inverse = np.unique(table, axis=1, return_inverse=True)
+    tp, cp, ep, etp, mb, dedup, imbalance = groups
+    small = Job(tp=tp, cp=cp, ep=ep, etp=etp, micro_batch=mb, node_dedup=dedup, imbalance=imbalance)
+    return np.take(_all_to_all(w, small, dev, fab, mb * w.seq / cp), np.ravel(inverse), axis=-1)
+
+
+def _a2a_calibrated(fab: Fabric, nodes: Num) -> Num:
+    """Whether the fabric's calibrated all-to-all covers a group spanning ``nodes`` nodes."""
+    return np.where(nodes > 1, fab.a2a_inter_busbw > 0, fab.a2a_intra_busbw > 0)
+
+
+def _a2a_measured(fab: Fabric, sent: Num, local: Num, nodes: Num, remote: Num) -> Num:
+    """An all-to-all from measured terms: nccl-tests' busbw of alltoall is ``S (n-1)/n / t``, so a
+    rank sending ``S`` to ``n`` ranks takes ``lat + S (n-1)/n / busbw``.  Across nodes, the measured
+    busbw is that of uniform destinations ((nodes-1)/nodes of the bytes leave a node); routing that
+    sends a ``remote`` share instead scales the network part by ``remote / uniform``."""
+    n = local * nodes
+    multi = nodes > 1
+    uniform = (nodes - 1) / nodes
+    scale = np.where(multi, remote / np.where(multi, uniform, 1.0), 1.0)
+    busbw = np.where(multi, fab.a2a_inter_busbw, fab.a2a_intra_busbw)
+    hops = (local - 1) * fab.a2a_intra_hop_us + (nodes - 1) * fab.a2a_inter_hop_us
+    moved = sent * (n - 1) / n * scale
+    return (fab.a2a_base_us + hops) * 1e-6 + moved / (np.maximum(busbw, 1e-12) * 1e9)
+
+
+def _ring_attention(w: Shape, job: Job, dev: Device, fab: Fabric, tokens: Num) -> Num:
+    """Seconds of ring attention's key/value passes in one layer's forward, per micro-batch:
+    ``cp - 1`` steps, each sending this rank's keys and values (its tensor-parallel share) to the
+    next rank.  The ring follows the tensor-parallel ranks (ordered tensor, context, data): inside a
+    node while ``tp cp`` fits in one, else every step crosses a NIC of the sender's."""
+    kv = 2.0 * tokens * w.kv_width * dev.act_bytes / job.tp
+    across = job.tp * job.cp > fab.gpus_per_node
+    nic = np.minimum(np.minimum(fab.nic_gbps, fab.node_net_gbps / fab.gpus_per_node), fab.gpu_pcie_gbps)
+    bw = np.where(across, nic, fab.intra_gbps)
+    hop = np.where(across, coll.net_hop(fab, "ring", coll.SIMPLE), coll.HOP_NVLINK_US["ring"][coll.SIMPLE])
+    one = (coll.BASE_US["ring"][coll.SIMPLE] + hop) * 1e-6 + kv / (np.maximum(bw, 1e-12) * 1e9)
+    return np.where(job.cp > 1, (job.cp - 1) * one, 0.0)
 
 
 def _vision_microbatch(w: Shape, job: Job, dev: Device) -> dict[str, Num]:
@@ -295,6 +489,8 @@ def _vision_microbatch(w: Shape, job: Job, dev: Device) -> dict[str, Num]:
         "compute": flops + traffic,
         "recompute": 0.0 * flops,
         "tp_comm": 0.0 * flops,
+        "ep_comm": 0.0 * flops,
+        "cp_comm": 0.0 * flops,
         "fwd": 1.0 / 3.0 * (flops + traffic),
         "bwd": 2.0 / 3.0 * (flops + traffic),
         "activations": 0.0 * flops,
@@ -323,8 +519,9 @@ def _dp_comm(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tuple[
     node's NICs.
     """
     g = fab.gpus_per_node
-    local = np.minimum(job.dp, np.maximum(1, g // job.tp))
-    dp_nodes = np.ceil(job.dp / local)
+    replicas = job.dp * job.cp
+    local = np.minimum(replicas, np.maximum(1, g // job.tp))
+    dp_nodes = np.ceil(replicas / local)
     share = fab.node_net_gbps * local / g
     weights = _stage_params(w, job) / units
     grads = weights * dev.grad_bytes
@@ -336,7 +533,7 @@ def _dp_comm(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tuple[
     intra = 2.0 * (local - 1) / local * grads / (fab.intra_gbps * 1e9)
     servers = np.maximum(job.ps_servers, 1)
     pushed = np.maximum(grads / (np.maximum(share, 1e-12) * 1e9), dp_nodes * grads / (servers * fab.nic_gbps * 1e9))
-    ps = np.where(job.dp > 1, intra + pushed, 0.0)
+    ps = np.where(replicas > 1, intra + pushed, 0.0)
     return np.where(job.ps_servers > 0, ps, all_reduce), scatter, gather
 
 
@@ -347,7 +544,7 @@ def _per_group(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tupl
     every ZeRO stage, micro-batch, recomputation and interleaving: when the job's arrays are
     one row of splits, price the distinct groups and spread the results back.
     """
-    keys = [job.tp, job.pp, job.dp, job.ps_servers, job.interleave]
+    keys = [job.tp, job.pp, job.dp, job.ps_servers, job.interleave, job.cp, job.ep, job.etp]
     arrays = [np.asarray(k) for k in keys]
     lengths = {a.shape[0] for a in arrays if a.ndim == 1}
     if any(a.ndim > 1 for a in arrays) or len(lengths) != 1 or np.ndim(units) > 1:
@@ -355,16 +552,32 @@ def _per_group(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tupl
     (n,) = lengths
     table = np.stack([np.broadcast_to(a, (n,)) for a in arrays] + [np.broadcast_to(units, (n,))])
     groups, inverse = np.unique(table, axis=1, return_inverse=True)
-    tp, pp, dp, ps, v, unit = groups
-    small = Job(tp=tp, pp=pp, dp=dp, ps_servers=ps, interleave=v)
+    tp, pp, dp, ps, v, cp, ep, etp, unit = groups
+    small = Job(tp=tp, pp=pp, dp=dp, ps_servers=ps, interleave=v, cp=cp, ep=ep, etp=etp)
     return tuple(np.take(part, np.ravel(inverse), axis=-1) for part in _dp_comm(w, small, dev, fab, unit))  # type: ignore[return-value]
 
 
 def _stage_params(w: Shape, job: Job) -> Num:
-    """Parameters one GPU holds: its tensor-parallel share of the busiest stage's layers."""
+    """Parameters one GPU holds: its tensor-parallel share of the busiest stage's layers, and of
+    their routed experts its expert-parallel share."""
     if not w.transformer:
         return w.params / (job.tp * job.pp)
-    return w.params / job.tp * np.minimum(stage_layers(w, job) / w.layers, 1.0)
+    share = np.minimum(stage_layers(w, job) / w.layers, 1.0)
+    return ((w.params - w.expert_params) / job.tp + w.expert_params / (job.ep * expert_tp(job))) * share
+
+
+def _expert_share(w: Shape, job: Job) -> Num:
+    """Share of a GPU's weights that are routed experts (sharded by ZeRO over the
+    ``tp cp dp / (ep etp)`` ranks that hold the same experts)."""
+    if not w.transformer:
+        return 0.0
+    experts = w.expert_params / (job.ep * expert_tp(job))
+    return experts / np.maximum((w.params - w.expert_params) / job.tp + experts, 1.0)
+
+
+def _expert_replicas(job: Job) -> Num:
+    """Ranks holding the same routed experts (their ZeRO group)."""
+    return np.maximum(job.tp * job.cp * job.dp / (job.ep * expert_tp(job)), 1.0)
 
 
 def _beside(units: Num, comm: Num, compute: Num) -> Num:
@@ -377,10 +590,10 @@ def _beside(units: Num, comm: Num, compute: Num) -> Num:
 
 def _pp_comm(w: Shape, job: Job, dev: Device, fab: Fabric) -> Num:
     """Point-to-point seconds per micro-batch: each stage boundary, both directions, each virtual stage."""
-    message = job.micro_batch * w.seq * w.hidden * dev.act_bytes / np.where(job.pp_scatter, job.tp, 1)
-    # Ranks are ordered tensor, data, pipeline: a pipeline longer than a node crosses nodes,
-    # and the slowest boundary paces it.
-    across_nodes = job.tp * job.dp * job.pp > fab.gpus_per_node
+    message = job.micro_batch * w.seq / job.cp * w.hidden * dev.act_bytes / np.where(job.pp_scatter, job.tp, 1)
+    # Ranks are ordered tensor, context, data, pipeline: a pipeline longer than a node crosses
+    # nodes, and the slowest boundary paces it.
+    across_nodes = job.tp * job.cp * job.dp * job.pp > fab.gpus_per_node
     bw = np.where(across_nodes, np.minimum(fab.nic_gbps, fab.node_net_gbps / fab.gpus_per_node), fab.intra_gbps)
     hop = np.where(across_nodes, coll.net_hop(fab, "ring", coll.SIMPLE), coll.HOP_NVLINK_US["ring"][coll.SIMPLE])
     one = (coll.BASE_US["ring"][2] + hop) * 1e-6 + message / (np.maximum(bw, 1e-12) * 1e9)
@@ -392,7 +605,7 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
     microbatches = job.global_batch / (job.dp * job.micro_batch)
     mb = _transformer_microbatch(w, job, dev, fab) if w.transformer else _vision_microbatch(w, job, dev)
     p2p = _pp_comm(w, job, dev, fab) if w.transformer else 0.0
-    per_mb = mb["compute"] + mb["recompute"] + mb["tp_comm"] + p2p
+    per_mb = mb["compute"] + mb["recompute"] + mb["tp_comm"] + mb["ep_comm"] + mb["cp_comm"] + p2p
     bubble = (job.pp - 1) / job.interleave * per_mb
 
     # Data parallelism: what each ZeRO stage sends once per step and every micro-batch, and
@@ -402,7 +615,7 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
     forward, backward = mb["fwd"], mb["bwd"] + mb["recompute"]
     units = _units(w, job, dev, backward)
     reduce, scatter, gather = _per_group(w, job, dev, fab, units)
-    copies = job.rank_copies * job.dp * KERNEL_OVERHEAD_S
+    copies = job.rank_copies * job.dp * job.cp * KERNEL_OVERHEAD_S
     scatter, gather = scatter + copies, gather + copies
 
     def exposed(comm: Num, compute: Num) -> Num:
@@ -431,19 +644,21 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
         microbatches * ((2.0 + regather) * gather + scatter),
     )
 
-    sharded = np.where(job.zero >= 1, job.dp, 1)
     weights = _stage_params(w, job)
-    optimizer = weights / sharded * OPTIMIZER_BYTES_PER_PARAM / dev.hbm_bps
+    replicas = job.dp * job.cp
+    experts = _expert_share(w, job)
+    kept = (1.0 - experts) / replicas + experts / _expert_replicas(job)
+    optimizer = weights * np.where(job.zero >= 1, kept, 1.0) * OPTIMIZER_BYTES_PER_PARAM / dev.hbm_bps
 
     busy = microbatches * per_mb + bubble + dp_exposed + optimizer
-    nodes = np.maximum(job.tp * job.pp * job.dp / fab.gpus_per_node, 1)
+    nodes = np.maximum(job.tp * job.pp * job.dp * job.cp / fab.gpus_per_node, 1)
     data_bytes = job.global_batch * w.sample_bytes * (1.0 - dev.cached_fraction) / nodes
     data_time = data_bytes / dev.data_bps_per_node
     stall = np.maximum(data_time - busy, 0.0)
 
     tokens = job.global_batch * w.seq
     if w.transformer:
-        attention_forward = 4.0 * w.layers * w.hidden * w.seq * tokens
+        attention_forward = 4.0 * w.layers * np.where(w.q_width > 0, w.q_width, w.hidden) * w.seq * tokens
         layers_forward = 2.0 * (w.matmul_params - w.vocab * w.hidden) * tokens + attention_forward
         model_flops = 6.0 * w.matmul_params * tokens + 3.0 * attention_forward
         replayed = np.where(job.recompute >= 2, layers_forward, np.where(job.recompute >= 1, attention_forward, 0.0))
@@ -456,6 +671,8 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
         compute=microbatches * mb["compute"],
         recompute=microbatches * mb["recompute"],
         tp_comm=microbatches * mb["tp_comm"],
+        ep_comm=microbatches * mb["ep_comm"],
+        cp_comm=microbatches * mb["cp_comm"],
         pp_comm=microbatches * p2p,
         bubble=bubble,
         dp_comm=dp_exposed,
@@ -481,15 +698,22 @@ def _memory(w: Shape, job: Job, dev: Device, weights: Num, act_layer: Num, score
     flight: the one being recomputed and back-propagated (Korthikanti et al. 2022, section 5:
     full recomputation stores only each layer's input).
     """
-    dp = job.dp
-    state = np.select(
-        [job.zero == 0, job.zero == 1, job.zero == 2],
-        [STATE_BYTES_PER_PARAM, 4.0 + 12.0 / dp, 2.0 + 14.0 / dp],
-        STATE_BYTES_PER_PARAM / dp,
-    )
+
+    def state_bytes(dp: Num) -> Num:
+        return np.select(
+            [job.zero == 0, job.zero == 1, job.zero == 2],
+            [STATE_BYTES_PER_PARAM, 4.0 + 12.0 / dp, 2.0 + 14.0 / dp],
+            STATE_BYTES_PER_PARAM / dp,
+        )
+
+    # ZeRO shards over the data- and context-parallel ranks; routed experts over those that hold
+    # the same experts (dp cp / ep), as Megatron-Core's distributed optimizer does.
+    replicas = job.dp * job.cp
+    experts = _expert_share(w, job)
+    state = (1.0 - experts) * state_bytes(replicas) + experts * state_bytes(_expert_replicas(job))
     if not w.transformer:
         return weights * state + MEMORY_OVERHEAD_BYTES
-    tokens = job.micro_batch * w.seq
+    tokens = job.micro_batch * w.seq / job.cp
     layer_input = tokens * w.hidden * dev.act_bytes / np.where(job.sequence_parallel, job.tp, 1)
     layers = stage_layers(w, job)
     in_flight = np.minimum(job.pp, job.global_batch / (job.dp * job.micro_batch))
@@ -501,7 +725,7 @@ def _memory(w: Shape, job: Job, dev: Device, weights: Num, act_layer: Num, score
     )
     # ZeRO 3 holds one unit's gathered weights while the next is prefetched (FSDP: two units), or
     # with a cap on live parameters as many as it allows, at least the unit in use (DeepSpeed).
-    unit = w.params / np.maximum(w.layers, 1) / job.tp / job.unit_tensors
+    unit = weights / np.maximum(layers, 1) / job.unit_tensors
     live = np.where(job.live_params > 0, np.maximum(job.live_params, unit), 2.0 * unit)
     gathered = np.where(job.zero == 3, live * dev.act_bytes, 0.0)
     logits = tokens * w.vocab / job.tp * 4.0 * 2.0

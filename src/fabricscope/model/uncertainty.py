@@ -21,7 +21,7 @@ from typing import Any
 
 from fabricscope.model.cluster import Cluster
 
-__all__ = ["Uncertainty", "collective_group", "for_collectives", "for_training"]
+__all__ = ["LONG_CONTEXT_TOKENS", "Uncertainty", "collective_group", "for_collectives", "for_training"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,14 +144,24 @@ def for_collectives(cluster: Cluster) -> Uncertainty:
     return Uncertainty("validation", group, len(rows), median, worst, tuple(_coverage(cluster, group, rows, every)))
 
 
-def for_training(cluster: Cluster) -> Uncertainty:
+LONG_CONTEXT_TOKENS = 16384
+"""Sequences from this length on take the uncertainty of the long-context validation rows."""
+
+
+def for_training(cluster: Cluster, model: Any = None) -> Uncertainty:
     """The uncertainty of a training-step estimate on ``cluster``: the training rows of the
-    closest group (the collectives group's name where training rows use it, else all of them),
-    with the network's coverage warnings."""
+    closest group (``moe`` for a mixture-of-experts model, ``long-context`` for sequences of 16K
+    tokens and more, else the collectives group's name where training rows use it, else all of
+    them), with the network's coverage warnings."""
     every = _rows("training")
     group = collective_group(cluster)
-    rows = [r for r in every if r.group == group] or list(every)
-    name = group if rows and rows[0].group == group else (rows[0].group if rows else "training")
+    if model is not None and getattr(model, "is_moe", False):
+        group = "moe"
+    elif model is not None and getattr(model, "is_transformer", False) and model.seq >= LONG_CONTEXT_TOKENS:
+        group = "long-context"
+    rows = [r for r in every if r.group == group]
+    name = group if rows else "training, all groups"
+    rows = rows or list(every)
     median, worst = _stats(rows) if rows else (0.0, 0.0)
     network = for_collectives(cluster)
     warnings = list(network.warnings)

@@ -361,6 +361,7 @@ def _framework(row: Mapping[str, str]) -> Framework:
         flash_attention=_flag(row, "flash_attention", stack.flash_attention),
         dp_overlap=_flag(row, "dp_overlap", stack.dp_overlap),
         regather_on_recompute=_flag(row, "regather_on_recompute", stack.regather_on_recompute),
+        hopper_attention=_flag(row, "hopper_attention", stack.hopper_attention),
     )
 
 
@@ -371,7 +372,8 @@ def _row_model(row: Mapping[str, str], batch: int, flash: bool) -> ModelSpec:
         presets = model_presets()
         if name not in presets:
             raise UsageError(f"model = {name!r} is not a preset{closest(name, presets)}: use {', '.join(presets)}")
-        return dataclasses.replace(presets[name], global_batch=batch)
+        seq = _number(row, "seq_len", whole=True) if (row.get("seq_len") or "").strip() else presets[name].seq
+        return dataclasses.replace(presets[name], global_batch=batch, seq=seq)
     gated = _flag(row, "gated_mlp", False)
     return ModelSpec(
         name=row["id"],
@@ -409,17 +411,24 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
     recompute, sequence_parallel = _recompute(row.get("recompute") or "")
     if model.is_transformer:
         _check_params(row, model)
+    settings = stack_settings(stack)
+    settings["ep_overlap"] = _flag(row, "ep_overlap", settings["ep_overlap"])
+    settings["node_dedup"] = _flag(row, "node_dedup", settings["node_dedup"])
     par = ParallelConfig(
         tp=_number(row, "tp", whole=True),
         pp=_number(row, "pp", whole=True),
         dp=_number(row, "dp", whole=True),
+        cp=_optional_whole(row, "cp", 1),
+        ep=_optional_whole(row, "ep", 1),
+        etp=_optional_whole(row, "etp", 0, allow_zero=True),
+        moe_imbalance=float(_number(row, "moe_imbalance")) if (row.get("moe_imbalance") or "").strip() else 1.0,
         zero=_optional_whole(row, "zero_stage", 0, allow_zero=True),
         micro_batch=_optional_whole(row, "micro_batch", 1),
         interleave=_optional_whole(row, "interleave", 1),
         recompute=recompute,
         sequence_parallel=sequence_parallel,
         dp_overlap=stack.dp_overlap,
-        **stack_settings(stack),
+        **settings,
         ps_servers=_optional_whole(row, "ps_servers", 0, allow_zero=True),
         precision=_precision(row, cluster),
     )
@@ -457,7 +466,10 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         metric=metric,
         published=published,
         predicted=predicted,
-        detail=f"{gpus}x {cluster.gpu.name} tp{par.tp} pp{par.pp} dp{par.dp} {par.recompute}: {result.bottleneck}",
+        detail=f"{gpus}x {cluster.gpu.name} tp{par.tp} pp{par.pp} dp{par.dp}"
+        + (f" cp{par.cp}" if par.cp > 1 else "")
+        + (f" ep{par.ep}" if par.ep > 1 else "")
+        + f" {par.recompute}: {result.bottleneck}",
         group=_group(row, "training"),
         known_off=KNOWN_OFF in (row.get("notes") or ""),
     )

@@ -19,6 +19,12 @@ Presets live in ``catalog/models.toml``; a user file has the same keys::
     ffn = 11008
     gated_mlp = true
     global_batch = 1024
+
+A mixture-of-experts model adds ``experts`` (routed experts per MoE layer), ``top_k``
+(experts per token), ``expert_ffn`` (one expert's width), ``shared_experts`` and
+``shared_ffn``, ``dense_layers`` (leading layers with a dense MLP of width ``ffn``),
+``capacity_factor`` (0: dropless) and ``route_nodes`` (node-limited routing: a token's
+experts lie on at most that many nodes; 0: anywhere).
 """
 
 from __future__ import annotations
@@ -35,8 +41,10 @@ from fabricscope.userfiles import is_path, read_toml, shorten
 
 __all__ = ["PARAMS_TOLERANCE", "ModelSpec", "load_model", "model_presets"]
 
-SHAPE_KEYS = ("layers", "hidden", "heads", "kv_heads", "seq", "vocab", "ffn")
+SHAPE_KEYS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "seq", "vocab", "ffn")
 """What describes a transformer."""
+MOE_KEYS = ("experts", "top_k", "expert_ffn", "shared_experts", "shared_ffn", "dense_layers", "route_nodes")
+"""What describes the mixture-of-experts layers of a transformer (whole numbers)."""
 VISION_KEYS = ("gflops_per_sample", "traffic_mb_per_sample", "sample_kb", "batch_per_gpu")
 """What describes a vision model."""
 
@@ -64,6 +72,8 @@ class ModelSpec:
     vocab: int = 0
     ffn: int = 0
     """MLP width; 0 means 4 x hidden."""
+    head_dim: int = 0
+    """Width of one attention head; 0 means hidden / heads (Qwen3-235B: 64 heads of 128 on a 4096-wide model)."""
     gated_mlp: bool = False
     tied_embeddings: bool = True
     flash_attention: bool = True
@@ -76,6 +86,22 @@ class ModelSpec:
     sample_kb: float = 0.0
     """Bytes read from storage per sample (KB); transformers default to 4 bytes per token."""
     batch_per_gpu: int = 0
+    experts: int = 0
+    """Routed experts per mixture-of-experts layer; 0 for a dense model."""
+    top_k: int = 0
+    """Routed experts each token goes to."""
+    expert_ffn: int = 0
+    """Width of one routed expert's MLP; 0 means ffn."""
+    shared_experts: int = 0
+    """Experts every token goes to (DeepSeek's shared experts)."""
+    shared_ffn: int = 0
+    """Width of one shared expert's MLP; 0 means expert_ffn."""
+    dense_layers: int = 0
+    """Leading layers whose MLP is dense (width ffn) in a mixture-of-experts model."""
+    capacity_factor: float = 0.0
+    """Tokens an expert takes, as a multiple of its even share (padded to it, the rest dropped); 0: dropless."""
+    route_nodes: int = 0
+    """Node-limited routing: a token's routed experts lie on at most this many nodes; 0: no limit."""
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -85,10 +111,11 @@ class ModelSpec:
             for key in ("layers", "hidden", "heads", "seq", "vocab"):
                 if getattr(self, key) <= 0:
                     raise InvalidValue(f"a transformer needs {key} > 0 (got {getattr(self, key)})")
-            if self.hidden % self.heads:
+            if not self.head_dim and self.hidden % self.heads:
                 raise InvalidValue(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
             if self.kv_heads and self.heads % self.kv_heads:
                 raise InvalidValue(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+            self._check_experts()
             shaped = self.shape_params
             if self.params and abs(self.params / shaped - 1) > PARAMS_TOLERANCE:
                 raise InvalidValue(
@@ -105,6 +132,74 @@ class ModelSpec:
                 if getattr(self, key) <= 0:
                     raise InvalidValue(f"a vision model needs {key} > 0 ({what}; got {getattr(self, key)})")
 
+    def _check_experts(self) -> None:
+        for key in MOE_KEYS:
+            require(key, getattr(self, key), "0 or more", lambda v: v >= 0)
+        require("capacity_factor", self.capacity_factor, "0 (dropless) or at least 1", lambda v: v == 0 or v >= 1)
+        if not self.experts:
+            for key in ("top_k", "expert_ffn", "shared_experts", "shared_ffn", "dense_layers", "route_nodes"):
+                if getattr(self, key):
+                    raise InvalidValue(
+                        f"is {getattr(self, key)} but experts is 0: a dense model has no experts", key=key
+                    )
+            return
+        if not 1 <= self.top_k <= self.experts:
+            raise InvalidValue(
+                f"must be from 1 to experts ({self.experts}): each token goes to top_k distinct experts, "
+                f"got {self.top_k}",
+                key="top_k",
+            )
+        if self.dense_layers >= self.layers:
+            raise InvalidValue(
+                f"must be fewer than layers ({self.layers}), got {self.dense_layers}", key="dense_layers"
+            )
+
+    @property
+    def is_moe(self) -> bool:
+        return self.is_transformer and self.experts > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts."""
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    @property
+    def expert_width(self) -> int:
+        return self.expert_ffn or self.ffn_width
+
+    @property
+    def shared_width(self) -> int:
+        """All shared experts of a layer together, as one MLP's width."""
+        return self.shared_experts * (self.shared_ffn or self.expert_width)
+
+    def _mlp(self, width: int) -> int:
+        return (3 if self.gated_mlp else 2) * self.hidden * width
+
+    @property
+    def expert_params(self) -> float:
+        """Weights of every routed expert of every layer (what expert parallelism splits)."""
+        return float(self.moe_layers * self.experts * self._mlp(self.expert_width))
+
+    def _moe_layer(self, routed: int) -> int:
+        attention = self.layer_params - self._mlp(self.ffn_width)
+        experts = routed * self._mlp(self.expert_width) + self.hidden * self.experts
+        return attention + self._mlp(self.shared_width) + experts
+
+    @property
+    def active_layer_params(self) -> float:
+        """Weights one token multiplies with per layer, averaged over the layers (a dense model: all)."""
+        if not self.is_moe:
+            return float(self.layer_params)
+        return (self.dense_layers * self.layer_params + self.moe_layers * self._moe_layer(self.top_k)) / self.layers
+
+    @property
+    def active_params(self) -> float:
+        """Parameters one token uses: the active weights of the layers and the embeddings."""
+        if not self.is_moe:
+            return self.param_count
+        embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        return self.layers * self.active_layer_params + embeddings
+
     @property
     def is_transformer(self) -> bool:
         return self.kind == "transformer"
@@ -116,13 +211,20 @@ class ModelSpec:
     @property
     def kv_width(self) -> int:
         """Width of the K (and of the V) projection."""
+        if self.head_dim:
+            return self.head_dim * (self.kv_heads or self.heads)
         return self.hidden * (self.kv_heads or self.heads) // self.heads
+
+    @property
+    def q_width(self) -> int:
+        """Width of the query projection (and of the attention output): heads x head width."""
+        return self.heads * self.head_dim if self.head_dim else self.hidden
 
     @property
     def layer_params(self) -> int:
         """Weights of one transformer layer (attention, MLP, two norms)."""
         h = self.hidden
-        attention = h * (h + 2 * self.kv_width) + h * h
+        attention = h * (self.q_width + 2 * self.kv_width) + self.q_width * h
         mlp = (3 if self.gated_mlp else 2) * h * self.ffn_width
         return attention + mlp + 2 * h
 
@@ -130,6 +232,9 @@ class ModelSpec:
     def shape_params(self) -> float:
         """Parameters of a transformer as its shape gives them: layers and embeddings."""
         embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        if self.is_moe:
+            layers = self.dense_layers * self.layer_params + self.moe_layers * self._moe_layer(self.experts)
+            return float(layers + embeddings)
         return float(self.layers * self.layer_params + embeddings)
 
     @property
@@ -154,10 +259,13 @@ class ModelSpec:
     def shown(self) -> list[tuple[str, str]]:
         """(field, value) pairs that describe this model, for ``hw show``: the kind's own fields,
         and the derived ones (parameter count, MLP width, KV heads) as they are used."""
-        transformer = (*SHAPE_KEYS, "gated_mlp", "tied_embeddings", "flash_attention", "global_batch")
+        moe = (*MOE_KEYS, "capacity_factor") if self.is_moe else ()
+        transformer = (*SHAPE_KEYS, *moe, "gated_mlp", "tied_embeddings", "flash_attention", "global_batch")
         keys = ("kind", "description", *(transformer if self.is_transformer else (*VISION_KEYS, "global_batch")))
         derived = {"kv_heads": self.kv_heads or self.heads, "ffn": self.ffn_width}
         rows = [("params", f"{self.param_count:.4g}" + ("" if self.params else " (from the shape)"))]
+        if self.is_moe:
+            rows.append(("active_params", f"{self.active_params:.4g}"))
         for key in keys:
             value = derived.get(key, getattr(self, key))
             if key in ("description", "global_batch", "batch_per_gpu") and not value:
