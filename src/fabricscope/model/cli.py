@@ -14,12 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from fabricscope import options
+from fabricscope.errors import UsageError
 from fabricscope.model import hw_cli
 from fabricscope.store.save import add_save_options, check_save_options, save_result, wants_save
 
 __all__ = ["add_parser", "run_calibrate", "run_estimate", "run_plan", "run_predict", "run_validate"]
-
-RAW = argparse.RawDescriptionHelpFormatter
 
 
 def add_parser(subparsers: Any) -> None:
@@ -39,12 +38,6 @@ MAX_SPLIT = 1 << 20
 """Largest parallel degree or batch a flag may name."""
 
 _COUNT = options.whole(minimum=1, maximum=MAX_SPLIT)
-
-
-def _usage(message: str) -> Exception:
-    from fabricscope.errors import UsageError
-
-    return UsageError(message)
 
 
 def _cluster_options(p: argparse.ArgumentParser) -> None:
@@ -123,7 +116,6 @@ def _add_predict(subparsers: Any) -> None:
         help="predicted nccl-tests table for a described cluster",
         description="Predict collective time, algbw and busbw with NCCL's cost model, in the bench table and schema.",
         epilog=_PREDICT_EPILOG,
-        formatter_class=RAW,
     )
     p.add_argument("ops", nargs="*", metavar="OP", help="collectives (default all_reduce; 'all' for every op)")
     _cluster_options(p)
@@ -161,7 +153,7 @@ def run_predict(args: argparse.Namespace) -> int:
 
     algo = args.algo.strip().lower()
     if algo not in ALGO_CHOICES:
-        raise _usage(f"unknown --algo {args.algo!r}{closest(algo, ALGO_CHOICES)}: use {', '.join(ALGO_CHOICES)}")
+        raise UsageError(f"unknown --algo {args.algo!r}{closest(algo, ALGO_CHOICES)}: use {', '.join(ALGO_CHOICES)}")
     _check_output(args.json, args.cluster)
     check_save_options(args)
     cluster = _load_cluster(args)
@@ -282,7 +274,6 @@ def _add_estimate(subparsers: Any) -> None:
         help="one training step on a described cluster: breakdown and bottleneck",
         description="Estimate one training step: compute, communication per kind, bubble, data stall, bottleneck.",
         epilog=_ESTIMATE_EPILOG,
-        formatter_class=RAW,
     )
     p.add_argument("--model", required=True, help="model preset or TOML file (see 'fabricscope hw models')")
     _cluster_options(p)
@@ -446,7 +437,6 @@ def _add_plan(subparsers: Any) -> None:
         help="search NIC speed and count, transport, SHARP, topology: the cheapest network that meets a target",
         description="Search network choices for a model and GPU count; print the cost/utilization frontier.",
         epilog=_PLAN_EPILOG,
-        formatter_class=RAW,
     )
     p.add_argument("--model", required=True, help="model preset or TOML file")
     p.add_argument(
@@ -608,7 +598,6 @@ def _add_calibrate(subparsers: Any) -> None:
             "terms predict other rank and node counts."
         ),
         epilog=_CALIBRATE_EPILOG,
-        formatter_class=RAW,
     )
     p.add_argument(
         "runs", nargs="+", metavar="RUN", help="bench results or imported nccl-tests logs: result files or history ids"
