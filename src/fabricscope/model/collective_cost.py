@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from fabricscope.model.fabric import Fabric
+from fabricscope.model.fabric import Fabric, Num
 
 __all__ = [
     "ALGORITHMS",
@@ -80,7 +80,6 @@ NCCL_ALGORITHMS = ("ring", "tree", "nvls", "nvlstree", "sharp", "pat", "p2p")
 PROTOCOLS = ("LL", "LL128", "Simple")
 LL, LL128, SIMPLE = 0, 1, 2
 
-Num = Any
 Candidate = tuple[str, str, Any, Any]
 """(algorithm, protocol, seconds, tuner penalty in seconds)."""
 

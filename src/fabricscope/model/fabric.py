@@ -55,7 +55,10 @@ __all__ = [
 ]
 
 Num = Any
-"""A float or a numpy array of floats (broadcastable)."""
+"""A float or a numpy array of floats (broadcastable): the model prices one configuration or millions
+with the same code.  ``Any`` on purpose: numpy's stubs cannot type arithmetic that mixes Python floats,
+float arrays and boolean masks (``np.where`` over both), and a union here only moves the casts into
+every formula.  Defined once; the cost modules import it."""
 
 REFERENCE_TRANSPORT = "rdma-gdr"
 """NCCL's network latency constants were measured on InfiniBand with GPUDirect RDMA."""

@@ -71,12 +71,11 @@ function prices the one configuration of ``estimate`` and the million of
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
 
 import numpy as np
 
 from fabricscope.model import collective_cost as coll
-from fabricscope.model.fabric import Fabric, inside_node
+from fabricscope.model.fabric import Fabric, Num, inside_node
 
 __all__ = [
     "BREAKDOWN",
@@ -91,7 +90,6 @@ __all__ = [
     "step",
 ]
 
-Num = Any
 
 GEMM_DERATE = 0.80
 """Matmul efficiency in training / best-shape MAMF.  The one constant fitted to
