@@ -18,15 +18,34 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 
 
+RUNNER_PREFIXES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_",
+    "MASTER_",
+    "OMPI_",
+    "PMI_",
+    "PMIX_",
+    "SLURM_",
+    "TORCHELASTIC_",
+    "NCCL_",
+)
+"""Variables of the test runner's own environment that would change what a command does: a launcher's
+world, NCCL settings (the doctor reads them).  Every way the tests run the CLI drops them."""
+RUNNER_NAMES = ("FABRICSCOPE_LAUNCHER",)
+
+
+def runner_variables(environ: Mapping[str, str]) -> list[str]:
+    """The names in ``environ`` that :data:`RUNNER_PREFIXES` and :data:`RUNNER_NAMES` cover."""
+    return [k for k in environ if k.startswith(RUNNER_PREFIXES) or k in RUNNER_NAMES]
+
+
 def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for a CLI subprocess, free of launcher variables of the test runner."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "OMPI_", "PMI_", "PMIX_", "SLURM_"))
-        and k not in {"TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "FABRICSCOPE_LAUNCHER"}
-    }
+    """The environment for a CLI subprocess, free of launcher and NCCL variables of the test runner."""
+    dropped = set(runner_variables(os.environ))
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env["PYTHONUNBUFFERED"] = "1"
+    env["COLUMNS"] = "200"
     env.update(extra or {})
     return env
 

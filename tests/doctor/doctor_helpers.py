@@ -5,20 +5,18 @@ Imported as ``from doctor_helpers import ...`` (pytest puts ``tests/doctor`` on 
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from fabricscope.doctor.diagnosis import Diagnosis, diagnose, open_root
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
+from helpers import run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parents[2]
-_LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "OMPI_", "PMI_", "PMIX_", "SLURM_", "TORCHELASTIC_")
 
 
 def run_fixture(name: str, env: Mapping[str, str] | None = None, expect: Expectations | None = None) -> Diagnosis:
@@ -36,17 +34,5 @@ def subjects(findings: list[Finding], check_id: str, severity: Severity) -> set[
 
 
 def cli(*args: str, env: Mapping[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run the real command line, ``python -m fabricscope doctor ...``, free of the runner's NCCL and launcher vars."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", *_LAUNCHER_VARS))}
-    full_env.pop("FABRICSCOPE_LAUNCHER", None)
-    full_env["COLUMNS"] = "200"
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "fabricscope", "doctor", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        cwd=REPO,
-        timeout=timeout,
-        check=False,
-    )
+    """Run the real command line, ``python -m fabricscope doctor ...`` (the one runner of tests/helpers.py)."""
+    return run_cli(["doctor", *args], env=env, timeout=timeout, cwd=REPO)

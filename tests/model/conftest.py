@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -9,11 +10,16 @@ import pytest
 from model_helpers import Outcome
 
 from fabricscope.cli import main
+from helpers import runner_variables
 
 
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Outcome]:
-    """Run ``fabricscope ARGS`` through ``cli.main``; argparse errors come back as exit 2 too."""
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Outcome]:
+    """Run ``fabricscope ARGS`` through ``cli.main`` in this process, with the environment the
+    subprocess runner of tests/helpers.py gives (no launcher or NCCL variables of the test runner);
+    argparse errors come back as exit 2 too."""
+    for name in runner_variables(os.environ):
+        monkeypatch.delenv(name)
 
     def run(*args: str) -> Outcome:
         try:

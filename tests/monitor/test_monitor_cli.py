@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from monitor_helpers import LOOPBACK_SCRIPT, SEQUENCE
+from monitor_helpers import LOOPBACK_SCRIPT, SEQUENCE, LoopbackTraffic
 
 from fabricscope.monitor.recording import load_recording
 from fabricscope.results import load
@@ -223,16 +223,19 @@ def test_a_recording_into_a_fifo_without_reader_is_refused_not_hung(tmp_path: Pa
 
 
 def test_a_closed_stdout_stops_quietly(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fabricscope", "monitor", "--interval", "0.05", "--duration", "20"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=cli_env(),
-    )
-    assert proc.stdout is not None
-    proc.stdout.readline()
-    proc.stdout.close()  # | head -1
-    _, err = proc.communicate(timeout=20)
+    # Plain lines are written for links that moved data: keep lo busy, so the monitor writes and
+    # finds its reader gone (a monitor with nothing to say learns of it only at its end).
+    with LoopbackTraffic():
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fabricscope", "monitor", "--interval", "0.05", "--duration", "20"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=cli_env(),
+        )
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        proc.stdout.close()  # | head -1
+        _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0
     assert b"Traceback" not in err and b"Exception ignored" not in err
 
