@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "fabricscope.bench.cli",
     "fabricscope.model.cli",
     "fabricscope.doctor.cli",
+    "fabricscope.pairs.cli",
 )
 """Modules that each register one or more sub-commands, in help order."""
 
