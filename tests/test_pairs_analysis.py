@@ -48,7 +48,19 @@ def test_identical_values_are_not_outliers_of_each_other():
     assert robust_scores([5.0] * 6) == [0.0] * 6
     # MAD is zero here; the floor keeps a 1% difference far below the threshold.
     scores = robust_scores([5.0] * 5 + [5.0 * (1 - MAD_FLOOR)])
-    assert scores[-1] == pytest.approx(-0.6745)
+    assert scores[-1] == pytest.approx(-0.6745, rel=0.02)
+
+
+def test_a_factor_counts_the_same_both_ways():
+    scores = robust_scores([1.0, 1.1, 0.9, 1.05, 0.95, 4.0, 0.25])
+    assert scores[-2] == pytest.approx(-scores[-1], rel=0.01)
+
+
+def test_a_much_slower_link_stands_out_among_scattered_ones():
+    # Healthy links that scatter over a factor of ten, as on a busy machine (captured from a run on 2 cores).
+    healthy = [0.355, 0.475, 0.576, 0.636, 0.737, 0.808, 1.09, 1.72, 3.08, 3.91]
+    scores = robust_scores([*healthy, 0.0119, 0.012])
+    assert all(s < -3.5 for s in scores[-2:]) and all(abs(s) < 3.5 for s in scores[:-2])
 
 
 def test_the_slow_link_is_named_both_ways():

@@ -3,14 +3,18 @@
 A link is an outlier when its modified z-score (Iglewicz and Hoaglin, *How to
 Detect and Handle Outliers*, 1993; NIST/SEMATECH e-Handbook 1.3.5.17)::
 
-    M = 0.6745 * (x - median) / MAD
+    M = 0.6745 * (log x - median(log x)) / MAD(log x)
 
 is beyond :data:`THRESHOLD` in the slow direction: bandwidth below the
-median, latency above it.  MAD is the median absolute deviation.  The median
+median, latency above it.  MAD is the median absolute deviation.  Scores are
+taken on the logarithm: bandwidth and time vary by factors (a link half as
+fast is as far off as one twice as fast), and bandwidth cannot fall below
+zero, so on a linear scale a link 50 times slower than the median would score
+hardly worse than one 2 times slower when healthy links scatter widely.  The median
 and MAD ignore a few bad links, where a mean and standard deviation would be
 dragged towards them.  When most links are identical the MAD is zero; it is
-then floored at :data:`MAD_FLOOR` of the median, so a difference of a few
-percent is never an outlier.  Fewer than :data:`MIN_LINKS` links per test
+then floored at the logarithm of 1 + :data:`MAD_FLOOR`, so a difference of a
+few percent is never an outlier.  Fewer than :data:`MIN_LINKS` links per test
 give no outliers (there is no "most" to compare with).
 
 Pure functions over plain records (``src``, ``dst``, ``src_host``,
@@ -19,6 +23,7 @@ Pure functions over plain records (``src``, ``dst``, ``src_host``,
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -31,20 +36,20 @@ THRESHOLD = 3.5
 """Iglewicz and Hoaglin's cut-off for the modified z-score."""
 MAD_FLOOR = 0.01
 """The MAD is at least this share of the median (identical links are not outliers of each other)."""
+_TINY = 1e-300
+"""A zero (nothing measurable) counts as this, so its logarithm exists."""
 MIN_LINKS = 3
 """Fewest measured links (per test) that are judged for outliers."""
 
 
 def robust_scores(values: Sequence[float]) -> list[float]:
-    """The modified z-score of each value against the median of all (MAD floored, see module)."""
+    """The modified z-score of each (positive) value's logarithm against the median (MAD floored, see module)."""
     if not values:
         return []
-    median = statistics.median(values)
-    mad = statistics.median(abs(v - median) for v in values)
-    mad = max(mad, MAD_FLOOR * abs(median))
-    if mad == 0:
-        return [0.0 for _ in values]
-    return [0.6745 * (v - median) / mad for v in values]
+    logs = [math.log(max(v, _TINY)) for v in values]
+    median = statistics.median(logs)
+    mad = max(statistics.median(abs(v - median) for v in logs), math.log1p(MAD_FLOOR))
+    return [0.6745 * (v - median) / mad for v in logs]
 
 
 @dataclass(frozen=True, slots=True)
