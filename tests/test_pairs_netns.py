@@ -101,26 +101,32 @@ def mesh(token):
             _ip("netns", "del", name, check=False)
 
 
-def test_pairs_names_the_rate_limited_link(tmp_path):
+@pytest.mark.parametrize("by", ["rank", "node"])
+def test_pairs_names_the_rate_limited_link(tmp_path, by):
     reason = _cannot_create_namespaces()
     if reason:
         pytest.skip(reason)
     token = secrets.token_hex(2)
     out = tmp_path / "netns.json"
+    # By node, namespaces 1 and 2 hold a second rank each (ranks 4 and 5): only the
+    # lowest rank of each host tests its node's links; the others wait each round.
+    homes = list(range(RANKS)) + ([1, 2] if by == "node" else [])
     procs = []
     with mesh(token) as names:
-        for i, name in enumerate(names):
+        for i, ns in enumerate(homes):
             env = cli_env(
                 {
                     "RANK": str(i),
-                    "WORLD_SIZE": str(RANKS),
+                    "WORLD_SIZE": str(len(homes)),
                     "MASTER_ADDR": _address(0),
                     "MASTER_PORT": str(PORT),
-                    "GLOO_SOCKET_IFNAME": _home(token, i),
+                    "GLOO_SOCKET_IFNAME": _home(token, ns),
                 }
             )
-            script = f"hostname fsnode{i} && exec {sys.executable} -m fabricscope pairs --size 1M -n 5 -w 1 -T 30"
-            args = ["ip", "netns", "exec", name, "unshare", "--uts", "sh", "-c", script]
+            script = (
+                f"hostname fsnode{ns} && exec {sys.executable} -m fabricscope pairs --size 1M -n 5 -w 1 -T 30 --by {by}"
+            )
+            args = ["ip", "netns", "exec", names[ns], "unshare", "--uts", "sh", "-c", script]
             if i == 0:
                 args[-1] += f" --json {out}"
             procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
@@ -134,7 +140,7 @@ def test_pairs_names_the_rate_limited_link(tmp_path):
     # Torn down: no namespace and no veth of this test is left.
     assert not any(token in line for line in _ip("netns", "list").stdout.splitlines())
     assert f"v{token}" not in _ip("link", "show").stdout
-    assert [p.returncode for p in procs] == [0] * RANKS, [d[1] for d in done]
+    assert [p.returncode for p in procs] == [0] * len(homes), [d[1] for d in done]
     stdout = done[0][0]
     result = load(out)
     assert result.env["launcher"] == "env"
@@ -145,7 +151,11 @@ def test_pairs_names_the_rate_limited_link(tmp_path):
     flagged = {(o["src"], o["dst"]) for o in findings["outliers"] if o["test"] == "bandwidth"}
     assert {(1, 2), (2, 1)} <= flagged, stdout
     assert set(findings["nodes"]) <= {"fsnode1", "fsnode2"} and findings["nodes"], stdout
-    assert "slowest link: rank 1 (fsnode1) -> rank 2 (fsnode2)" in stdout or (
-        "slowest link: rank 2 (fsnode2) -> rank 1 (fsnode1)" in stdout
-    )
+    assert {(r["src"], r["dst"]) for r in result.records} == {
+        (i, j) for i in range(RANKS) for j in range(RANKS) if i != j
+    }
+    ends = ("fsnode1 -> fsnode2", "fsnode2 -> fsnode1")
+    if by == "rank":
+        ends = ("rank 1 (fsnode1) -> rank 2 (fsnode2)", "rank 2 (fsnode2) -> rank 1 (fsnode1)")
+    assert any(f"slowest link: {link}" in stdout for link in ends), stdout
     assert "node most often involved: fsnode" in stdout
