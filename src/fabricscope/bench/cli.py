@@ -20,10 +20,12 @@ from fabricscope.bench.config import (
     AVERAGE_MODES,
     BACKENDS,
     MAX_CHECK_ITERS,
+    MAX_DURATION_S,
     MAX_ITERS,
     MAX_LOCAL_RANKS,
     MAX_RANKS,
     MAX_TIMEOUT_S,
+    MIN_DURATION_S,
     MIN_TIMEOUT_S,
 )
 
@@ -98,8 +100,16 @@ def add_parser(subparsers: Any) -> None:
         "-N",
         "--run_cycles",
         type=options.whole(minimum=0, maximum=MAX_ITERS),
-        default="1",
+        default=None,
         help="repeat the sweep N times (default 1); 0 = until interrupted (one op, datatype and reduction)",
+    )
+    timing.add_argument(
+        "--duration",
+        type=options.seconds(minimum=MIN_DURATION_S, maximum=MAX_DURATION_S),
+        default=None,
+        metavar="S",
+        help="instead of -N: repeat the sweep (or one size, -b = -e) of each op for S seconds and keep every "
+        "iteration: p50, p99, max, CV, spikes above 3x the median and the time series (in --json)",
     )
     data = parser.add_argument_group("data")
     data.add_argument("-d", "--datatype", default="float", help="datatype or all (default float)")
@@ -171,6 +181,8 @@ def build_config(args: argparse.Namespace) -> Any:
     named = [c.name for c in ops_registry.parse_ops([o for o in args.ops if o.strip().lower() != "all"])]
     optional = [op for op in ops if op not in named] if args.ops else []
     steps = options.sweep_steps(args)
+    if args.duration is not None and args.run_cycles is not None:
+        raise _usage("-N/--run_cycles and --duration both say how long to repeat the sweep: give one of them")
     return BenchConfig(
         ops=ops,
         min_bytes=steps.min_bytes,
@@ -184,7 +196,8 @@ def build_config(args: argparse.Namespace) -> Any:
         redops=parse_redops(args.redop),
         root=args.root,
         average=args.average,
-        run_cycles=args.run_cycles,
+        run_cycles=1 if args.run_cycles is None else args.run_cycles,
+        duration_s=args.duration,
         nproc=args.nproc if args.nproc is not None else _default_nproc(),
         backend=args.backend,
         timeout_s=args.timeout,

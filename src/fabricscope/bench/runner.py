@@ -108,11 +108,16 @@ class Sweep:
             self._warmup(op, warm, send, recv, ctx)
             cycles = self.config.run_cycles
             cycle = 0
-            while cycles == 0 or cycle < cycles:
+            duration = self.config.duration_s
+            deadline = time.monotonic() + duration if duration is not None else None
+            time_up = False
+            while not time_up and (cycles == 0 or cycle < cycles):
                 cycle += 1
                 for size in sizes:
                     yield self._row(op, size, layouts[size], send, recv, ctx)
-                    self._agree_to_go_on()
+                    time_up = self._agree_to_go_on(deadline)
+                    if time_up:
+                        break
 
     # --- pieces ---------------------------------------------------------------
 
@@ -185,25 +190,29 @@ class Sweep:
         self.heartbeat.leave()
         return result
 
-    def _agree_to_go_on(self) -> None:
+    def _agree_to_go_on(self, deadline: float | None = None) -> bool:
         """After every row, all ranks learn whether any of them was asked to stop.
 
         Ctrl-C may reach one rank (or one node) only, and rank 0 stops when its
         stdout is closed: one tiny all-reduce per row (outside the timed loop)
-        makes every rank stop at the same row boundary, cleanly.
+        makes every rank stop at the same row boundary, cleanly.  Returns True
+        when rank 0's clock passed ``deadline`` (``--duration``): this op's
+        sweep is over, normally.
         """
         torch, dist = self.torch, self.dist
+        time_up = deadline is not None and self.rank == 0 and time.monotonic() >= deadline
 
         def vote() -> int:
-            # 0 go on, 1 stop quietly (rank 0's stdout closed), 2 a signal: the strongest wins.
-            mine = 2 if self.stop.now else 1 if self.stop.is_set else 0
+            # 0 go on, 1 time is up, 2 stop quietly (rank 0's stdout closed), 3 a signal: the strongest wins.
+            mine = 3 if self.stop.now else 2 if self.stop.is_set else 1 if time_up else 0
             flag = torch.tensor([mine], dtype=torch.int64, device=self.device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             return int(flag.item())
 
-        agreed = self._guarded("agreeing to go on", 1, vote)
-        if agreed:
-            raise Interrupted(output_closed=agreed == 1)
+        agreed = int(self._guarded("agreeing to go on", 1, vote))
+        if agreed > 1:
+            raise Interrupted(output_closed=agreed == 2)
+        return agreed == 1
 
     def _sync(self) -> None:
         if self.cuda:
