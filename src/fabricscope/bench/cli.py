@@ -28,6 +28,7 @@ from fabricscope.bench.config import (
     MIN_DURATION_S,
     MIN_TIMEOUT_S,
 )
+from fabricscope.bench.streams import MAX_STREAMS
 
 __all__ = ["add_parser", "build_config", "run"]
 
@@ -110,6 +111,14 @@ def add_parser(subparsers: Any) -> None:
         metavar="S",
         help="instead of -N: repeat the sweep (or one size, -b = -e) of each op for S seconds and keep every "
         "iteration: p50, p99, max, CV, spikes above 3x the median and the time series (in --json)",
+    )
+    timing.add_argument(
+        "--streams",
+        type=options.whole(minimum=1, maximum=MAX_STREAMS, hint="1 runs one collective at a time, as nccl-tests"),
+        default="1",
+        metavar="K",
+        help="run K collectives at once, each on its own process group (threads; CUDA streams on GPUs); "
+        "prints the aggregate busbw and each stream's (default 1)",
     )
     data = parser.add_argument_group("data")
     data.add_argument("-d", "--datatype", default="float", help="datatype or all (default float)")
@@ -198,6 +207,7 @@ def build_config(args: argparse.Namespace) -> Any:
         average=args.average,
         run_cycles=1 if args.run_cycles is None else args.run_cycles,
         duration_s=args.duration,
+        streams=args.streams,
         nproc=args.nproc if args.nproc is not None else _default_nproc(),
         backend=args.backend,
         timeout_s=args.timeout,

@@ -9,6 +9,7 @@ from enum import IntEnum
 from typing import Any, Literal
 
 from fabricscope import ops as ops_registry
+from fabricscope.bench.streams import MAX_STREAMS
 from fabricscope.dtypes import DTYPES, REDOPS
 from fabricscope.errors import UsageError
 
@@ -88,6 +89,8 @@ class BenchConfig:
     """``-a``: 0 rank 0's time, 1 the mean over ranks, 2 the minimum, 3 the maximum."""
     run_cycles: int = 1
     """``-N``: repeat the sweep; 0 repeats until interrupted."""
+    streams: int = 1
+    """``--streams``: collectives run at once, each on its own process group (see :mod:`~fabricscope.bench.streams`)."""
     duration_s: float | None = None
     """``--duration``: repeat the sweep of each op for this long, keeping every iteration
     (:mod:`fabricscope.bench.stability`); ``run_cycles`` is then 0."""
@@ -144,6 +147,8 @@ class BenchConfig:
                 f"--nproc {self.nproc} is more local ranks than one machine runs: at most {MAX_LOCAL_RANKS}; "
                 "for more, start ranks on several nodes with torchrun, mpirun or srun"
             )
+        if not 1 <= self.streams <= MAX_STREAMS:
+            raise UsageError(f"--streams must be from 1 to {MAX_STREAMS}, got {self.streams}")
         if self.duration_s is not None:
             if not MIN_DURATION_S <= self.duration_s <= MAX_DURATION_S:
                 raise UsageError(

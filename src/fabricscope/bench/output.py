@@ -157,6 +157,11 @@ class Output:
             f"# {len(self.peers)} ranks launched by {self.launcher}; time = mean of {cfg.iters} iterations, "
             f"combined across ranks by {AVERAGE_MODES[cfg.average]} (-a {cfg.average}); GB/s = 1e9 bytes/s"
         )
+        if cfg.streams > 1:
+            self._print(
+                f"# {cfg.streams} streams at once, each on its own process group: time = wall time per call of "
+                f"all {cfg.streams}, algbw/busbw = their aggregate; each stream's busbw below its row"
+            )
         self._print("#")
         self._print("# Using devices")
         for peer in self.peers:
@@ -172,6 +177,11 @@ class Output:
         dicts = [r.to_dict() for r in records]
         for row in table.pair_rows(dicts):
             self._print(table.format_row(row, check=self.config.check > 0))
+        for record in dicts:
+            if record.get("streams"):
+                each = "  ".join(f"{s['stream']}: {s['busbw_gbps']:.3g}" for s in record["streams"])
+                where = "out-of-place" if record["placement"] == "out" else "in-place"
+                self._print(f"#  {where} streams, busbw GB/s each: {each}")
         self._flush()
         if self.config.duration_s is not None:
             # --duration: one record per row, updated with every repeat; the iterations go to its series.

@@ -216,12 +216,13 @@ def _fit_to_memory(config: BenchConfig, world: launch.World, torch: Any, dist: A
         free = available_bytes() // max(world.local_world_size, 1)
     budget = torch.tensor([free], dtype=torch.int64, device=device)
     dist.all_reduce(budget, op=dist.ReduceOp.MIN)
-    limit = max(0, (int(budget.item()) - _RESERVE_BYTES) // 2)
+    buffers = 2 * config.streams  # --streams K: every stream has its own pair
+    limit = max(0, (int(budget.item()) - _RESERVE_BYTES) // buffers)
     if config.max_bytes <= limit:
         return ""
     if config.min_bytes > limit:
         raise UsageError(
-            f"-b {config.min_bytes} needs two buffers of that size on every rank, but the tightest rank has "
+            f"-b {config.min_bytes} needs {buffers} buffers of that size on every rank, but the tightest rank has "
             f"{int(budget.item())} bytes free: the largest size that fits is {limit} bytes"
         )
     config.max_bytes = limit
