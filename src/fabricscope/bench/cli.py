@@ -33,7 +33,8 @@ from fabricscope.bench.streams import MAX_STREAMS
 __all__ = ["add_parser", "build_config", "run"]
 
 _EPILOG = """\
-ops: all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter, or all
+ops: all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter ps, or all
+  (ps: the parameter-server pattern, run beside an all_reduce of the same bytes; --servers K)
 datatypes: float half bfloat16 double int8 uint8 int32 int64, or all
   (aliases: float32 fp32 float16 fp16 float64 fp64 bf16 char int)
 reductions: sum prod min max avg, or all
@@ -132,6 +133,13 @@ def add_parser(subparsers: Any) -> None:
         default="0",
         help="root rank of broadcast/reduce/gather/scatter (default 0)",
     )
+    data.add_argument(
+        "--servers",
+        type=options.whole(minimum=1, maximum=MAX_RANKS),
+        default="1",
+        metavar="K",
+        help="ps: server ranks 0..K-1, each owning 1/K of the gradient (default 1)",
+    )
     launching = parser.add_argument_group("launch and output")
     launching.add_argument(
         "--nproc",
@@ -189,6 +197,9 @@ def build_config(args: argparse.Namespace) -> Any:
     ops = [c.name for c in ops_registry.parse_ops(args.ops)] if args.ops else ["all_reduce"]
     named = [c.name for c in ops_registry.parse_ops([o for o in args.ops if o.strip().lower() != "all"])]
     optional = [op for op in ops if op not in named] if args.ops else []
+    if "ps" in ops and "all_reduce" not in ops:
+        # ps is read against an all_reduce of the same bytes: run it beside, right after.
+        ops.insert(ops.index("ps") + 1, "all_reduce")
     steps = options.sweep_steps(args)
     if args.duration is not None and args.run_cycles is not None:
         raise _usage("-N/--run_cycles and --duration both say how long to repeat the sweep: give one of them")
@@ -208,6 +219,7 @@ def build_config(args: argparse.Namespace) -> Any:
         run_cycles=1 if args.run_cycles is None else args.run_cycles,
         duration_s=args.duration,
         streams=args.streams,
+        servers=args.servers,
         nproc=args.nproc if args.nproc is not None else _default_nproc(),
         backend=args.backend,
         timeout_s=args.timeout,

@@ -89,6 +89,8 @@ class BenchConfig:
     """``-a``: 0 rank 0's time, 1 the mean over ranks, 2 the minimum, 3 the maximum."""
     run_cycles: int = 1
     """``-N``: repeat the sweep; 0 repeats until interrupted."""
+    servers: int = 1
+    """``--servers``: the ``ps`` op's server ranks (0 to servers-1, each owning a shard)."""
     streams: int = 1
     """``--streams``: collectives run at once, each on its own process group (see :mod:`~fabricscope.bench.streams`)."""
     duration_s: float | None = None
@@ -147,6 +149,7 @@ class BenchConfig:
                 f"--nproc {self.nproc} is more local ranks than one machine runs: at most {MAX_LOCAL_RANKS}; "
                 "for more, start ranks on several nodes with torchrun, mpirun or srun"
             )
+        _at_least(self.servers, 1, "--servers")
         if not 1 <= self.streams <= MAX_STREAMS:
             raise UsageError(f"--streams must be from 1 to {MAX_STREAMS}, got {self.streams}")
         if self.duration_s is not None:
@@ -242,6 +245,11 @@ class BenchConfig:
                 raise UsageError(f"{op} needs at least {need} ranks; this world has {world_size}")
             self.ops.remove(op)
             notes.append(f"# {op} skipped: it needs at least {need} ranks and this world has {world_size}")
+        if "ps" in self.ops and self.servers > world_size:
+            raise UsageError(
+                f"--servers {self.servers} asks for more parameter servers than this {world_size}-rank world has "
+                f"(allowed 1 to {world_size})"
+            )
         rooted = [op for op in self.ops if ops_registry.get(op).rooted]
         if rooted and self.root >= world_size:
             raise UsageError(

@@ -46,6 +46,23 @@ def _stability_line(key: tuple[Any, ...], series: Series) -> str:
     )
 
 
+def _ps_against_all_reduce(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Once both ran: ps time over all_reduce time for the same bytes (above 1: the servers' incast costs)."""
+    ps = {(r["size_bytes"], r["dtype"], r["redop"], r["placement"]): r for r in records if r["op"] == "ps"}
+    pairs = [
+        (r["size_bytes"], ps[key]["time_us"] / r["time_us"])
+        for r in records
+        if r["op"] == "all_reduce"
+        and (key := (r["size_bytes"], r["dtype"], r["redop"], r["placement"])) in ps
+        and r["placement"] == "out"
+        and r["time_us"] > 0
+    ]
+    if not pairs:
+        return []
+    ratios = "  ".join(f"{size} B: {ratio:.2f}" for size, ratio in pairs)
+    return [f"# ps / all_reduce time for the same bytes (out-of-place): {ratios}"]
+
+
 CSV_FIELDS = (*COLLECTIVE_FIELDS, "min_us", "p50_us", "p99_us", "max_us", "ranks", "backend")
 
 
@@ -257,6 +274,9 @@ class Output:
         for key, series in self._series.items():
             if key[0] == op.name:
                 self._print(_stability_line(key, series))
+        if op.name in ("ps", "all_reduce"):
+            for line in _ps_against_all_reduce(self.result.records):
+                self._print(line)
         self._print("#")
         self._print(f"# Collective test concluded: {op.program}")
         self._print("")

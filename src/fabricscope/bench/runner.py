@@ -159,6 +159,7 @@ class Sweep:
             reduce_op=reduce_op,
             avg_divisor=avg_divisor,
             device=self.device,
+            servers=self.config.servers,
         )
 
     def _allocate(self, layouts: list[Buffers], dtype: DType) -> tuple[Any, Any]:

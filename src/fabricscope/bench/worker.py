@@ -222,7 +222,8 @@ def _fit_to_memory(config: BenchConfig, world: launch.World, torch: Any, dist: A
         return ""
     if config.min_bytes > limit:
         raise UsageError(
-            f"-b {config.min_bytes} needs {buffers} buffers of that size on every rank, but the tightest rank has "
+            f"-b {config.min_bytes} needs {'two' if buffers == 2 else buffers} buffers of that size on every rank, "
+            "but the tightest rank has "
             f"{int(budget.item())} bytes free: the largest size that fits is {limit} bytes"
         )
     config.max_bytes = limit
