@@ -38,7 +38,7 @@ from fabricscope.model import hardware, planner, training  # noqa: E402
 from fabricscope.model.estimate import device_for, job_of, shape_of  # noqa: E402
 from fabricscope.model.fabric import take  # noqa: E402
 from fabricscope.model.hardware import GPU  # noqa: E402
-from fabricscope.model.splits import layouts  # noqa: E402
+from fabricscope.model.splits import splits  # noqa: E402
 from fabricscope.model.workload import load_model  # noqa: E402
 
 WIDE = planner.Scenario(
@@ -71,7 +71,7 @@ def main() -> None:
     gpu = hardware.lookup("gpu", WIDE.gpu, GPU)
     per_node = 8
     nodes = args.gpus // per_node
-    cand = layouts(model, gpus=args.gpus, gpus_per_node=per_node)
+    cand = splits(model, gpus=args.gpus, gpus_per_node=per_node)
     networks = planner.search_space(WIDE, per_node)
     fab = planner.fabric_arrays(networks, gpu, per_node, nodes)
     shape = shape_of(model)

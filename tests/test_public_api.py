@@ -21,8 +21,7 @@ MODULES = sorted(
 def test_all_names_what_the_module_defines(name):
     module = importlib.import_module(name)
     exported = getattr(module, "__all__", None)
-    if exported is None:
-        return
+    assert exported is not None, f"{name} has no __all__: say what it exports (an empty list for none)"
     missing = [item for item in exported if not hasattr(module, item)]
     assert missing == [], f"{name}.__all__ names what it does not define: {missing}"
     assert len(set(exported)) == len(exported), f"{name}.__all__ repeats a name"

@@ -14,27 +14,44 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from fabricscope import __version__
 from fabricscope.errors import FabricscopeError
 
-__all__ = ["Parser", "main"]
+__all__ = ["Parser", "main", "printable"]
 
 COMMAND_MODULES = (
     "fabricscope.bench.cli",
     "fabricscope.model.cli",
     "fabricscope.doctor.cli",
+    "fabricscope.monitor.cli",
+    "fabricscope.store.cli",
+    "fabricscope.report.cli",
     "fabricscope.pairs.cli",
 )
 """Modules that each register one or more sub-commands, in help order."""
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """One line without control characters: a value from a file or a flag cannot move the cursor,
+    recolour the terminal or start a new line of its own; each is shown as its escape."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 _ARGUMENT = re.compile(r"^argument (?P<flag>[^:\s]+): (?P<rest>.*)$", re.DOTALL)
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with the package's error policy: one line, exit 2, no usage dump."""
+    """argparse with the package's error policy (one line, exit 2, no usage dump), and epilogs
+    (examples) printed as written, for every command and sub-command."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         # argparse says "argument -n/--iters: must be ..."; say "-n/--iters must be ...".
@@ -42,7 +59,7 @@ class Parser(argparse.ArgumentParser):
         if match:
             rest = match["rest"]
             message = f"{match['flag']} {rest}" if rest.startswith("must ") else f"{match['flag']}: {rest}"
-        sys.stderr.write(f"error: {message} (see '{self.prog} --help')\n")
+        sys.stderr.write(f"error: {printable(message)} (see '{self.prog} --help')\n")
         raise SystemExit(2)
 
 
@@ -71,6 +88,16 @@ def _remember_parsers(parser: argparse.ArgumentParser) -> None:
                 _remember_parsers(child)
 
 
+def _in_flag_terms(exc: FabricscopeError, parser: argparse.ArgumentParser) -> str:
+    """A library error about a parameter, reworded with the flag that set it (``gpus`` -> ``--gpus``)."""
+    key = getattr(exc, "key", None)
+    if key:
+        for action in parser._actions:
+            if action.dest == key and action.option_strings:
+                return f"{action.option_strings[-1]} {exc.reason}"  # type: ignore[attr-defined]
+    return str(exc)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -84,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
         return code
     except FabricscopeError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.write(f"error: {printable(_in_flag_terms(exc, getattr(args, '_parser', parser)))}\n")
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")

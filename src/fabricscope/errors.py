@@ -51,11 +51,21 @@ class ConfigError(UsageError):
 
 
 class InvalidValue(ConfigError, ValueError):
-    """A value a typed config refuses.
+    """A value a typed config or a library function refuses.
 
     A usage error for the CLI (exit 2); a ``ValueError`` for pydantic, which then
-    reports the key it was validating.
+    reports the key it was validating.  With ``key`` (the parameter's name, e.g.
+    ``gpus``) the message reads "gpus must be ..." in the library, and the CLI
+    names its own flag instead ("--gpus must be ..."): the library never names
+    command-line flags.
     """
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(f"{key} {message}" if key else message)
+        self.key = key
+        """The parameter the value was given for, or None."""
+        self.reason = message
+        """The message without the parameter's name."""
 
 
 class ResultFormatError(UsageError):

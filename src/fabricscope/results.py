@@ -37,16 +37,19 @@ from pathlib import Path
 from typing import Any
 
 from fabricscope.errors import ResultFormatError, RunError, UsageError
-from fabricscope.userfiles import read_json, shorten
+from fabricscope.userfiles import check_depth, read_text, shorten
 
 __all__ = [
     "COLLECTIVE_FIELDS",
     "FORMAT",
     "STATUSES",
     "STDOUT",
+    "STREAM_FORMAT",
+    "STREAM_VERSION",
     "VERSION",
     "CollectiveRecord",
     "Result",
+    "ResultStream",
     "atomic_write_text",
     "check_output_path",
     "coefficient_of_variation",
@@ -263,9 +266,149 @@ def _json_default(value: Any) -> Any:
 
 
 def load(path: str | os.PathLike[str]) -> Result:
-    """Read a Result file; any problem is a :class:`ResultFormatError` naming the file."""
-    data = read_json(path, what="result file", max_bytes=MAX_RESULT_BYTES, error=ResultFormatError)
-    return Result.from_dict(data, source=str(path))
+    """Read a Result file, a JSON document or a stream of JSON lines (:class:`ResultStream`).
+
+    Any problem is a :class:`ResultFormatError` naming the file.
+    """
+    text = read_text(path, what="result file", max_bytes=MAX_RESULT_BYTES, error=ResultFormatError)
+    source = shorten(os.fspath(path))
+    if text.lstrip().startswith('{"type":"header"'):
+        return _from_stream(text, source)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultFormatError(
+            f"{source}: corrupt result file (invalid JSON at line {exc.lineno}, column {exc.colno})"
+        ) from None
+    except (RecursionError, ValueError):
+        raise ResultFormatError(f"{source}: corrupt result file (nested too deeply or a number too long)") from None
+    check_depth(data, source=source, error=ResultFormatError)
+    return Result.from_dict(data, source=source)
+
+
+STREAM_FORMAT = "fabricscope-result-stream"
+STREAM_VERSION = 1
+_MAX_STREAM_LINE = 16 << 20
+
+
+class ResultStream:
+    """A Result written as it is made: JSON lines, each written whole, flushed and synced.
+
+    Line 1 is a header (the Result's kind, created, host, env and config); then
+    ``{"type": "records", "records": [...]}`` lines as records are made, ``{"type":
+    "note", "text": ...}`` lines, and a last ``{"type": "end", "status": ...,
+    "summary": {...}}`` line when the run ends.  A process killed mid-run leaves
+    every line before the last readable: :func:`load` drops a torn last line and
+    loads a stream without its end line as an ``interrupted`` Result with an empty
+    summary (the command that wrote it may recompute one).
+
+    Format history: 1 - header, records, note and end lines.
+    """
+
+    __slots__ = ("_fd", "_sync", "path")
+
+    def __init__(self, path: str, header: Result) -> None:
+        self.path = path
+        try:
+            if path == STDOUT:
+                sys.stdout.flush()
+                fd = os.dup(sys.stdout.fileno())
+            else:
+                # Non-blocking open: a FIFO without a reader is refused (ENXIO) instead of hanging.
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+            os.set_blocking(fd, True)
+            self._fd: int | None = fd
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # nothing was run yet: a bad argument, not a failed run
+                raise UsageError(f"cannot write {shorten(path)}: a FIFO with no reader") from None
+            raise RunError(f"cannot write {shorten(path)}: {exc.strerror or exc}") from None
+        self._sync = os.path.isfile(path)  # a pipe or /dev/stdout cannot be fsynced
+        data = header.to_dict()
+        self._write(
+            {
+                "type": "header",
+                "format": STREAM_FORMAT,
+                "stream_version": STREAM_VERSION,
+                **{k: data[k] for k in ("version", "kind", "created", "host", "env", "config")},
+            }
+        )
+
+    def records(self, records: list[dict[str, Any]]) -> None:
+        self._write({"type": "records", "records": records})
+
+    def notes(self, texts: Iterable[str]) -> None:
+        for text in texts:
+            self._write({"type": "note", "text": text})
+
+    def finish(self, summary: dict[str, Any], status: str) -> None:
+        self._write({"type": "end", "status": status, "summary": summary})
+        self.close()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _write(self, line: dict[str, Any]) -> None:
+        """One whole line, unbuffered (nothing is left to flush at close), then synced to disk."""
+        if self._fd is None:
+            return
+        data = (json.dumps(line, allow_nan=False, separators=(",", ":"), default=_json_default) + "\n").encode()
+        try:
+            while data:
+                data = data[os.write(self._fd, data) :]
+            if self._sync:
+                os.fsync(self._fd)
+        except OSError as exc:
+            self.close()  # a disk that failed once is not written again; what is there stays readable
+            raise RunError(f"cannot write {shorten(self.path)}: {exc.strerror or exc}") from None
+
+
+def _from_stream(text: str, source: str) -> Result:
+    lines = text.split("\n")
+    parsed: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if len(line) > _MAX_STREAM_LINE:
+            raise ResultFormatError(f"{source}: line {number} is longer than {_MAX_STREAM_LINE >> 20} MiB")
+        try:
+            item = json.loads(line)
+        except (json.JSONDecodeError, RecursionError, ValueError):
+            if number >= len(lines) - 1:  # the last line, torn by a kill mid-write
+                break
+            raise ResultFormatError(f"{source}: line {number} is not JSON") from None
+        if not isinstance(item, dict):
+            raise ResultFormatError(f"{source}: line {number} is not a JSON object")
+        check_depth(item, source=f"{source}: line {number}", error=ResultFormatError)
+        parsed.append(item)
+    header = parsed[0] if parsed else {}
+    if header.get("format") != STREAM_FORMAT:
+        raise ResultFormatError(f"{source}: not a fabricscope result stream (no {STREAM_FORMAT} header)")
+    if header.get("stream_version") != STREAM_VERSION:
+        raise ResultFormatError(
+            f"{source}: result stream version {header.get('stream_version')!r} is not supported "
+            f"(this fabricscope reads version {STREAM_VERSION})"
+        )
+    records: list[dict[str, Any]] = []
+    notes: list[str] = []
+    end: dict[str, Any] | None = None
+    for item in parsed[1:]:
+        kind = item.get("type")
+        if kind == "records" and isinstance(item.get("records"), list):
+            records.extend(r for r in item["records"] if isinstance(r, dict))
+        elif kind == "note" and isinstance(item.get("text"), str):
+            notes.append(item["text"])
+        elif kind == "end" and isinstance(item.get("summary"), dict):
+            end = item
+    summary = end["summary"] if end is not None else {"notes": notes}
+    status = str(end.get("status") or "complete") if end is not None else "interrupted"
+    data = {k: header.get(k) for k in ("version", "kind", "created", "host", "env", "config")}
+    data.update(format=FORMAT, status=status, summary=summary, records=records)
+    if end is None:
+        data["error"] = "the stream has no end line: the run did not finish"
+    return Result.from_dict(data, source=source)
 
 
 STDOUT = "-"

@@ -28,6 +28,7 @@ import json
 import os
 import stat
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -159,9 +160,27 @@ def check_depth(value: Any, *, source: str, error: type[UsageError] = ConfigErro
             raise error(f"{source}: {key or 'a value'} has {digits} digits; whole numbers must fit in 64 bits")
 
 
-def read_toml(path: str | Path, *, what: str = "file", max_bytes: int = MAX_TEXT_BYTES) -> dict[str, Any]:
-    """Parse a user's TOML file; any problem is one ConfigError naming the file (and line)."""
-    text = read_text(path, what=what, max_bytes=max_bytes)
+def read_toml(
+    path: str | Path,
+    *,
+    what: str = "file",
+    max_bytes: int = MAX_TEXT_BYTES,
+    presets: Iterable[str] = (),
+) -> dict[str, Any]:
+    """Parse a user's TOML file; any problem is one ConfigError naming the file (and line).
+
+    A missing ``NAME.toml`` whose NAME is one of ``presets`` says to drop the
+    ``.toml`` (``--cluster dgx-h100-ndr.toml`` meant the preset ``dgx-h100-ndr``).
+    """
+    try:
+        text = read_text(path, what=what, max_bytes=max_bytes)
+    except ConfigError:
+        stem = Path(path).name.removesuffix(".toml").lower()
+        if stem in presets and not os.path.lexists(path):
+            raise ConfigError(
+                f"{path}: no such file (did you mean the {what.removesuffix(' file')} preset '{stem}'?)"
+            ) from None
+        raise
     source = shorten(os.fspath(path))
     try:
         data = tomllib.loads(text)

@@ -12,8 +12,8 @@ from doctor_helpers import FIXTURES
 from fabricscope.doctor.capture import check_capture_target, write_capture
 from fabricscope.doctor.diagnosis import diagnose
 from fabricscope.doctor.findings import Finding
-from fabricscope.doctor.sysroot import MANIFEST, SysRoot
 from fabricscope.errors import UsageError
+from fabricscope.sysroot import MANIFEST, SysRoot
 
 ENV = {"NCCL_IB_HCA": "=mlx5_0", "NCCL_DEBUG": "INFO", "HOME": "/root", "PATH": "/usr/bin"}
 

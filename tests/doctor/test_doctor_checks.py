@@ -9,7 +9,7 @@ from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Severity
 from fabricscope.doctor.inventory import Node
 from fabricscope.doctor.probe import probe_node
-from fabricscope.doctor.sysroot import SysRoot
+from fabricscope.sysroot import SysRoot
 
 
 def node(name: str) -> Node:

@@ -11,7 +11,7 @@ from doctor_helpers import FIXTURES
 
 from fabricscope.doctor.gpus import add_nvml, is_gpu_class, probe_gpus
 from fabricscope.doctor.inventory import Gpu, PciDevice
-from fabricscope.doctor.sysroot import SysRoot
+from fabricscope.sysroot import SysRoot
 
 
 def test_classes() -> None:

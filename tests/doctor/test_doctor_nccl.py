@@ -15,7 +15,7 @@ from fabricscope.doctor.checks import run_checks
 from fabricscope.doctor.diagnosis import diagnose, open_root
 from fabricscope.doctor.findings import Severity
 from fabricscope.doctor.probe import probe_node
-from fabricscope.doctor.sysroot import MANIFEST, SysRoot
+from fabricscope.sysroot import MANIFEST, SysRoot
 
 
 def healthy(env: dict[str, str]) -> list:  # type: ignore[type-arg]

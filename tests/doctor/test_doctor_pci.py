@@ -6,7 +6,7 @@ from doctor_helpers import FIXTURES
 
 from fabricscope.doctor.inventory import PciDevice
 from fabricscope.doctor.pci import distance, pci_address_in, probe_pci, split_pci_path
-from fabricscope.doctor.sysroot import SysRoot
+from fabricscope.sysroot import SysRoot
 
 
 def dev(path: str, numa: int | None = 0) -> PciDevice:

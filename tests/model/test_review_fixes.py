@@ -78,7 +78,7 @@ def _training_row(tmp_path, change: tuple[str, str]) -> str:
     [
         ((",full,", ",partial,"), ["row t01", "recompute = 'partial' is not one of none, selective, full"]),
         ((",1.7,", ",999,"), ["row t01", "params_b = 999 but layers, hidden and vocab give 1.65 billion"]),
-        ((",1,1,32,0,32,", ",1,1,16,0,32,"), ["row t01", "set dp = 32 or gpus = 16 in the row"]),
+        ((",1,1,32,0,1,1,32,", ",1,1,16,0,1,1,32,"), ["row t01", "set dp = 32 or gpus = 16 in the row"]),
     ],
 )
 def test_validate_rows_are_checked_and_named(cli, tmp_path, change, fragments) -> None:
@@ -138,7 +138,7 @@ def test_default_precision_follows_the_gpu(cli) -> None:
     assert done.code == 0, done.err
     assert done.out.splitlines()[0].endswith(", fp16")
     line = one_error_line(cli("estimate", "--model", "llama-7b", "--cluster", "v100-100gbe-tcp", "--precision", "bf16"))
-    assert "--precision bf16: v100-sxm2-32gb has no bf16 tensor cores: use --precision fp32 or fp16" in line
+    assert "--precision bf16: v100-sxm2-32gb has no bf16 tensor cores: use fp32 or fp16" in line
     assert cli("plan", "--model", "llama-7b", "--gpus", "16", "--gpu", "v100-sxm2-32gb").code == 0
 
 

@@ -13,7 +13,7 @@ GOOD = 'gpu = "h100-sxm"\nnodes = 2\n[network]\nnic = "ib-ndr"\nnics_per_node = 
 @pytest.mark.parametrize(
     ("text", "fragments"),
     [
-        ('gpu = "h100"\n', ["gpu: unknown GPU 'h100'", "did you mean 'h100-sxm'"]),
+        ('gpu = "h100"\n', ["gpu: unknown GPU 'h100'", "did you mean one of 'h100-sxm', 'h100-pcie'"]),
         ('gpu = "h100-sxm"\nnodez = 3\n', ["unknown key 'nodez'", "did you mean 'nodes'", "gpus_per_node"]),
         (
             'gpu = "h100-sxm"\n[network]\ntransport = "rdma-gdrr"\n',
@@ -100,7 +100,7 @@ def test_model_file_with_the_issue_keys(cli, write) -> None:
 
 def test_missing_files_and_unknown_presets(cli) -> None:
     line = one_error_line(cli("predict", "--cluster", "/no/such/cluster.toml"))
-    assert "/no/such/cluster.toml: no such file" in line
+    assert "/no/such/cluster.toml: no such cluster file" in line
     line = one_error_line(cli("predict", "--cluster", "dgx-h100-nrd"))
     assert "unknown cluster 'dgx-h100-nrd' (did you mean 'dgx-h100-ndr'?)" in line
     line = one_error_line(cli("estimate", "--model", "lama-70b", "--cluster", "dgx-a100-hdr"))

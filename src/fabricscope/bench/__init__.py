@@ -1,6 +1,11 @@
-"""Measuring: collective benchmarks over torch.distributed (nccl-tests compatible).
+"""Measuring: collective sweeps over torch.distributed, nccl-tests compatible.
 
-``collectives`` (the op registry), ``dtypes`` (datatypes and reductions) and
-``table`` (the nccl-tests text table) import no torch, so the model can share
-them; ``runner`` and ``worker`` import torch when they run.
+``config`` (the typed run configuration), ``runner`` (one rank's sweep),
+``worker`` (one rank's life), ``output`` (rank 0's table and files) and
+``outcome`` (how a run ends).  The op registry, datatypes and the nccl-tests
+table are in the shared layer (:mod:`fabricscope.ops`, :mod:`fabricscope.dtypes`,
+:mod:`fabricscope.table`) because the model uses them too; torch is imported
+only by the ranks.
 """
+
+__all__: list[str] = []

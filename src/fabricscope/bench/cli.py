@@ -29,6 +29,7 @@ from fabricscope.bench.config import (
     MIN_TIMEOUT_S,
 )
 from fabricscope.bench.streams import MAX_STREAMS
+from fabricscope.store.save import add_save_options, check_save_options, wants_save
 
 __all__ = ["add_parser", "build_config", "run"]
 
@@ -169,6 +170,7 @@ def add_parser(subparsers: Any) -> None:
     )
     launching.add_argument("--json", default=None, metavar="FILE", help="write a Result (rewritten after every row)")
     launching.add_argument("--csv", default=None, metavar="FILE", help="write a flat CSV table")
+    add_save_options(launching)
     parser.set_defaults(func=run)
 
 
@@ -230,6 +232,8 @@ def build_config(args: argparse.Namespace) -> Any:
         optional_ops=optional,
         min_busbw_gbps=_min_busbw(),
         argv=list(sys.argv),
+        save=wants_save(args),
+        label=args.label,
     )
 
 
@@ -258,6 +262,7 @@ def run(args: argparse.Namespace) -> int:
     from fabricscope import launch
     from fabricscope.errors import MissingDependencyError, UsageError
 
+    check_save_options(args)
     config = build_config(args)
     world = launch.detect(master_addr=config.master_addr, master_port=config.master_port)
     if world is None or world.rank == 0:

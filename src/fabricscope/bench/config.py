@@ -111,6 +111,9 @@ class BenchConfig:
     """Ops that came from ``all``: skipped, not refused, when the world is too small."""
     argv: list[str] = field(default_factory=list)
     """The command line, kept in the result."""
+    save: bool = False
+    """``--save``/``--label``: rank 0 keeps the final Result in the history."""
+    label: str | None = None
 
     def __post_init__(self) -> None:
         self.ops = [ops_registry.get(name).name for name in self.ops]

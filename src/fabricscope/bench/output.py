@@ -293,6 +293,8 @@ class Output:
         self._save(final=True)
         if self.config.csv_path and not self._csv_streamed:
             self._write_csv_text(self._csv_lines(self.result.records, header=True), replace=True)
+        if self.config.save:
+            self._save_history()
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
@@ -308,6 +310,15 @@ class Output:
         try:
             self.result.save(self.config.json_path)
         except RunError as exc:
+            self._write_failed(str(exc))
+
+    def _save_history(self) -> None:
+        from fabricscope.errors import FabricscopeError
+        from fabricscope.store.save import save_result
+
+        try:
+            save_result(self.config, self.result, what=f"the {self.result.status} sweep")
+        except FabricscopeError as exc:
             self._write_failed(str(exc))
 
     def _csv_lines(self, records: Sequence[dict[str, Any]], *, header: bool) -> str:

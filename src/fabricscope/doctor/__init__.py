@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from fabricscope.doctor.diagnosis import Diagnosis, diagnose, open_root
     from fabricscope.doctor.expect import Expectations, load_expectations
     from fabricscope.doctor.findings import Finding, Severity, exit_code
-    from fabricscope.doctor.sysroot import SysRoot
+    from fabricscope.sysroot import SysRoot
 
 __all__ = [
     "Diagnosis",
@@ -43,7 +43,7 @@ _HOMES = {
     "Finding": "findings",
     "Severity": "findings",
     "exit_code": "findings",
-    "SysRoot": "sysroot",
+    "SysRoot": "fabricscope.sysroot",
 }
 
 
@@ -51,4 +51,5 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'fabricscope.doctor' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"fabricscope.doctor.{home}"), name)
+    module = home if home.startswith("fabricscope.") else f"fabricscope.doctor.{home}"
+    return getattr(importlib.import_module(module), name)

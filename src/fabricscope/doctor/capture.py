@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from fabricscope import __version__
-from fabricscope.doctor.sysroot import CAPTURE_DIR, MANIFEST, SysRoot
 from fabricscope.errors import RunError, UsageError
+from fabricscope.sysroot import CAPTURE_DIR, MANIFEST, SysRoot
 
 __all__ = ["CAPTURE_FORMAT", "CAPTURE_VERSION", "check_capture_target", "write_capture"]
 

@@ -11,6 +11,8 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, Any
 
+from fabricscope.store.save import add_save_options, check_save_options, save_result, wants_save
+
 if TYPE_CHECKING:
     from fabricscope.doctor.expect import Expectations
 
@@ -50,6 +52,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--expect", default=None, metavar="FILE", help="TOML of what each node should have")
     parser.add_argument("--json", default=None, metavar="FILE", help="write the findings as a Result")
     parser.add_argument("--capture", default=None, metavar="DIR", help="copy the files read into DIR")
+    add_save_options(parser)
     parser.add_argument(
         "--live-env",
         action="store_true",
@@ -119,6 +122,9 @@ def _run(args: argparse.Namespace) -> int:
     timeout_s = parse_duration(args.timeout, what="--timeout") if args.timeout else DEFAULT_TIMEOUT_S
     expect = load_expectations(args.expect) if args.expect else None
     world = launch.detect()
+    check_save_options(args)
+    if wants_save(args) and ((world is not None and world.world_size > 1) or (nproc or 0) > 1):
+        raise _usage("--save keeps single-node doctor results; fleet mode does not save yet: drop --save")
     if world is not None and world.world_size > 1:
         from fabricscope.doctor.fleet_run import run_rank
 
@@ -157,7 +163,7 @@ def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
         written = write_capture(root, capture, env.variables, node.hostname, env.home)
         sys.stderr.write(f"captured {written} files into {capture} (read it back with --root {capture})\n")
     problem = None
-    if args.json:  # before the report, so that nothing in rendering can cost the JSON
+    if args.json or wants_save(args):  # before the report, so that nothing in rendering can cost the JSON
         result = doctor_result(
             report.findings,
             config={"root": root_path, "expect": expect.to_dict() if expect else None},
@@ -170,9 +176,11 @@ def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
             },
         )
         try:
-            result.save(args.json)
+            if args.json:
+                result.save(args.json)
+            save_result(args, result, what="the findings")
         except FabricscopeError as exc:
-            problem = DoctorIncomplete(f"--json {args.json}: {exc}; no verdict")
+            problem = DoctorIncomplete(f"--json {args.json}: {exc}; no verdict" if args.json else f"{exc}; no verdict")
     console = make_console()
     render_findings(
         console,

@@ -18,9 +18,9 @@ from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, counts, exit_code, verdict
 from fabricscope.doctor.inventory import Node
 from fabricscope.doctor.probe import NodeEnv, probe_node
-from fabricscope.doctor.sysroot import SysRoot
 from fabricscope.errors import UsageError
 from fabricscope.results import Result
+from fabricscope.sysroot import SysRoot
 
 __all__ = ["Diagnosis", "diagnose", "doctor_result", "expand_placeholders", "open_root"]
 

@@ -20,7 +20,7 @@ import socket
 import struct
 
 from fabricscope.doctor.parsers import parse_ethtool_stats, parse_link_modes
-from fabricscope.doctor.sysroot import CAPTURE_DIR, SysRoot
+from fabricscope.sysroot import CAPTURE_DIR, SysRoot
 
 __all__ = [
     "ETHTOOL_DIR",

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fabricscope.sysroot import Anomaly
+
 __all__ = [
     "DISTANCES",
     "Anomaly",
@@ -26,16 +28,6 @@ __all__ = [
 
 DISTANCES = ("PIX", "PXB", "PHB", "NODE", "SYS")
 """GPU-to-NIC PCIe distances as ``nvidia-smi topo -m`` names them, nearest first."""
-
-
-@dataclass(frozen=True, slots=True)
-class Anomaly:
-    """A file the probes needed but could not read or understand."""
-
-    path: str
-    """Path relative to the root, e.g. ``sys/class/net/eth0/mtu``."""
-    problem: str
-    """What went wrong: ``EACCES``, ``missing``, ``unparsable 'abc' (expected a whole number)``..."""
 
 
 @dataclass(kw_only=True, slots=True)

@@ -13,7 +13,7 @@ from fabricscope.doctor.ethtool import read_supported_mbps
 from fabricscope.doctor.inventory import NetInterface, PciDevice
 from fabricscope.doctor.parsers import NET_SPEED_UNKNOWN, parse_int, parse_net_speed, parsed
 from fabricscope.doctor.pci import pci_address_in, probe_pci
-from fabricscope.doctor.sysroot import SysRoot
+from fabricscope.sysroot import SysRoot
 
 __all__ = ["ARPHRD_ETHER", "ARPHRD_INFINIBAND", "ARPHRD_LOOPBACK", "MAX_MTU", "probe_nics"]
 

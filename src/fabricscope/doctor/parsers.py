@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from fabricscope.doctor.sysroot import SysRoot
+    from fabricscope.sysroot import SysRoot
 
 __all__ = [
     "NET_SPEED_UNKNOWN",

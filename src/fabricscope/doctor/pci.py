@@ -21,7 +21,7 @@ from fabricscope.doctor.parsers import (
     parse_pcie_width,
     parsed,
 )
-from fabricscope.doctor.sysroot import SysRoot
+from fabricscope.sysroot import SysRoot
 
 __all__ = ["distance", "nearest", "pci_address_in", "probe_pci", "split_pci_path"]
 

@@ -13,7 +13,7 @@ from fabricscope.doctor.inventory import Node, PciDevice
 from fabricscope.doctor.nccl_settings import probe_nccl
 from fabricscope.doctor.net import probe_nics
 from fabricscope.doctor.rdma import probe_rdma
-from fabricscope.doctor.sysroot import SysRoot
+from fabricscope.sysroot import SysRoot
 
 __all__ = ["NodeEnv", "node_env", "probe_node"]
 

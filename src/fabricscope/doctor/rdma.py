@@ -12,7 +12,7 @@ from fabricscope.doctor.ethtool import read_stats
 from fabricscope.doctor.inventory import Gid, NetInterface, PciDevice, RdmaDevice, RdmaPort
 from fabricscope.doctor.parsers import gid_is_zero, parse_hex, parse_ib_rate, parse_ib_state, parse_int, parsed
 from fabricscope.doctor.pci import pci_address_in, probe_pci
-from fabricscope.doctor.sysroot import SysRoot
+from fabricscope.sysroot import SysRoot
 
 __all__ = ["ERROR_COUNTERS", "HW_COUNTERS", "probe_rdma"]
 

@@ -1,1 +1,3 @@
 """Predicting: the hardware catalog, cluster descriptions, and analytic models."""
+
+__all__: list[str] = []

@@ -1,4 +1,4 @@
-"""Sub-commands of the model: predict, estimate, plan, validate, hw.
+"""Sub-commands of the model: predict, estimate, plan, validate, calibrate, hw.
 
 Parse, call the library, print.  Only the standard library is imported here;
 numpy, pydantic and the model modules are imported inside the handlers so
@@ -15,8 +15,9 @@ from typing import Any
 
 from fabricscope import options
 from fabricscope.model import hw_cli
+from fabricscope.store.save import add_save_options, check_save_options, save_result, wants_save
 
-__all__ = ["add_parser", "run_estimate", "run_plan", "run_predict", "run_validate"]
+__all__ = ["add_parser", "run_calibrate", "run_estimate", "run_plan", "run_predict", "run_validate"]
 
 RAW = argparse.RawDescriptionHelpFormatter
 
@@ -26,6 +27,7 @@ def add_parser(subparsers: Any) -> None:
     _add_estimate(subparsers)
     _add_plan(subparsers)
     _add_validate(subparsers)
+    _add_calibrate(subparsers)
     hw_cli.add_parser(subparsers)
 
 
@@ -91,13 +93,18 @@ def _save(
     config: dict[str, Any],
     records: list[dict[str, Any]],
     summary: dict[str, Any],
+    args: argparse.Namespace | None = None,
 ) -> None:
-    if path is None:
+    if path is None and not (args is not None and wants_save(args)):
         return
     from fabricscope.results import Result
 
-    Result(kind=kind, config=config, records=records, summary=summary, env={"argv": list(sys.argv)}).save(path)
-    sys.stderr.write(f"wrote {path}\n")
+    result = Result(kind=kind, config=config, records=records, summary=summary, env={"argv": list(sys.argv)})
+    if path is not None:
+        result.save(path)
+        sys.stderr.write(f"wrote {path}\n")
+    if args is not None:
+        save_result(args, result, what=f"the {kind} result")
 
 
 # --- predict ------------------------------------------------------------------------------
@@ -131,7 +138,14 @@ def _add_predict(subparsers: Any) -> None:
         default="auto",
         help="all_reduce algorithm: auto (NCCL's choice), ring, tree, hier, nvls, sharp",
     )
+    p.add_argument(
+        "--gpus-per-node",
+        type=options.whole(minimum=1, maximum=MAX_NODES),
+        default=None,
+        help="ranks per node (default: the cluster's)",
+    )
     _json_option(p, "predict")
+    add_save_options(p)
     p.set_defaults(func=run_predict)
 
 
@@ -141,7 +155,7 @@ def run_predict(args: argparse.Namespace) -> int:
     from fabricscope.bench.output import op_summary
     from fabricscope.dtypes import parse_dtypes, parse_redops
     from fabricscope.errors import closest
-    from fabricscope.model import report
+    from fabricscope.model import report, uncertainty
     from fabricscope.model.fabric import fabric_of
     from fabricscope.model.predict import ALGO_CHOICES, predict_op
 
@@ -149,7 +163,10 @@ def run_predict(args: argparse.Namespace) -> int:
     if algo not in ALGO_CHOICES:
         raise _usage(f"unknown --algo {args.algo!r}{closest(algo, ALGO_CHOICES)}: use {', '.join(ALGO_CHOICES)}")
     _check_output(args.json, args.cluster)
+    check_save_options(args)
     cluster = _load_cluster(args)
+    if args.gpus_per_node is not None:
+        cluster = cluster.with_gpus_per_node(args.gpus_per_node)
     steps = options.sweep_steps(args)
     names = [c.name for c in ops.parse_ops(args.ops)] if args.ops else ["all_reduce"]
     named = [c.name for c in ops.parse_ops([o for o in args.ops if o.strip().lower() != "all"])]
@@ -177,6 +194,7 @@ def run_predict(args: argparse.Namespace) -> int:
     summary: dict[str, Any] = {}
     if algo != "auto" and any(name != "all_reduce" for name in config.ops):
         sys.stderr.write(f"note: --algo {algo} applies to all_reduce; other ops run as NCCL runs them\n")
+    sure = uncertainty.for_collectives(cluster)
     for name in config.ops:
         op = ops.get(name)
         prediction = predict_op(
@@ -189,6 +207,7 @@ def run_predict(args: argparse.Namespace) -> int:
             gpus_per_node=cluster.gpus_per_node,
             nodes=cluster.nodes,
             algo=algo,
+            calibrated=cluster.spec.calibration.get(name),
         )
         _print(
             report.predict_lines(
@@ -210,6 +229,8 @@ def run_predict(args: argparse.Namespace) -> int:
             **op_summary([r.to_dict() for r in prediction.records]),
             "sizes_faster_than_nccl_choice": len(prediction.faster),
         }
+    _print(sure.lines("these times"))
+    summary["uncertainty"] = sure.record()
     _save(
         args.json,
         "predict",
@@ -230,6 +251,7 @@ def run_predict(args: argparse.Namespace) -> int:
         },
         records,
         summary,
+        args,
     )
     return 0
 
@@ -284,25 +306,36 @@ def _add_estimate(subparsers: Any) -> None:
     _precision_option(p)
     p.add_argument("--no-overlap", action="store_true", help="reduce gradients after the backward pass, not during")
     p.add_argument(
+        "--framework",
+        default=None,
+        help="price the split as this training stack runs it: megatron-lm-2021, megatron-core, deepspeed-pipeline, "
+        "deepspeed-zero3-2021, pytorch-fsdp, horovod or pytorch-ddp (named parameters with sources, docs/model.md)",
+    )
+    p.add_argument(
         "--ps-servers",
         type=options.whole(minimum=0, maximum=MAX_NODES),
         default="0",
         help="use K parameter servers instead of all-reduce",
     )
     _json_option(p, "estimate")
+    add_save_options(p)
     p.set_defaults(func=run_estimate)
 
 
 def run_estimate(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from fabricscope.model import report
+    from fabricscope.model import report, uncertainty
     from fabricscope.model.estimate import best_split, estimate
-    from fabricscope.model.parallel import PRECISIONS, RECOMPUTE, SplitRequest, as_choice
+    from fabricscope.model.parallel import FRAMEWORKS, PRECISIONS, RECOMPUTE, SplitRequest, as_choice, stack_settings
     from fabricscope.model.workload import load_model
 
     _check_output(args.json, args.model, args.cluster)
+    check_save_options(args)
     model = load_model(args.model)
+    stack = None if args.framework is None else FRAMEWORKS[as_choice(args.framework, tuple(FRAMEWORKS), "--framework")]
+    if stack is not None:
+        model = dataclasses.replace(model, flash_attention=stack.flash_attention)
     cluster = _load_cluster(args)
     precision = (
         cluster.gpu.default_precision
@@ -321,12 +354,16 @@ def run_estimate(args: argparse.Namespace) -> int:
         sequence_parallel=args.sequence_parallel,
         global_batch=args.global_batch or 0,
         precision=precision,
-        dp_overlap=not args.no_overlap,
+        dp_overlap=not args.no_overlap and (stack is None or stack.dp_overlap),
         ps_servers=args.ps_servers,
     )
+    if stack is not None:
+        request = dataclasses.replace(request, **stack_settings(stack))
     par = best_split(model, cluster, request)
     result = estimate(model, cluster, par, chosen=tuple(request.open))
     _print(report.estimate_lines(result))
+    sure = uncertainty.for_training(cluster)
+    _print(sure.lines("this step time", prefix=""))
     record = result.record()
     _save(
         args.json,
@@ -340,7 +377,8 @@ def run_estimate(args: argparse.Namespace) -> int:
             "cluster_spec": _spec_dict(cluster),
         },
         [record],
-        {"bottleneck": record["bottleneck"], "step_time_s": record["step_time_s"]},
+        {"bottleneck": record["bottleneck"], "step_time_s": record["step_time_s"], "uncertainty": sure.record()},
+        args,
     )
     return 0
 
@@ -397,9 +435,9 @@ def _add_plan(subparsers: Any) -> None:
 def run_plan(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from fabricscope.model import report
+    from fabricscope.model import report, uncertainty
     from fabricscope.model.parallel import PRECISIONS, as_choice
-    from fabricscope.model.planner import LATENCY_PROBE_BYTES, plan
+    from fabricscope.model.planner import LATENCY_PROBE_BYTES, cluster_of, plan
     from fabricscope.model.workload import load_model
 
     _check_output(args.json, args.model)
@@ -419,6 +457,12 @@ def run_plan(args: argparse.Namespace) -> int:
     )
     seconds = time.perf_counter() - start
     _print(report.plan_lines(result, top=args.top, seconds=seconds))
+    sure = None
+    if result.recommended is not None and result.recommended.parallel is not None:
+        per_node = min(8, result.gpus)
+        chosen = cluster_of(result.recommended.network, result.gpu, per_node, max(result.gpus // per_node, 1))
+        sure = uncertainty.for_training(chosen)
+        _print(sure.lines("the recommended network's utilization", prefix=""))
 
     def record(option: Any, role: str) -> dict[str, Any]:
         net = option.network
@@ -462,6 +506,7 @@ def run_plan(args: argparse.Namespace) -> int:
             "seconds": seconds,
             "recommended": records[-1] if result.recommended is not None else None,
             "notes": result.notes,
+            "uncertainty": sure.record() if sure is not None else None,
         },
     )
     return 0
@@ -484,12 +529,73 @@ def _add_validate(subparsers: Any) -> None:
 
 def run_validate(args: argparse.Namespace) -> int:
     from fabricscope.model import report
-    from fabricscope.model.validation import default_files, summary, validate_file
+    from fabricscope.model.validation import by_group, default_files, summary, validate_file
 
     _check_output(args.json, *(str(f) for f in args.files))
     files = list(args.files) or default_files()
     checks = [check for path in files for check in validate_file(path)]
     _print(report.validate_lines(checks))
-    per_file = {name: summary([c for c in checks if c.file == name]) for name in dict.fromkeys(c.file for c in checks)}
+    per_file: dict[str, Any] = {
+        name: summary([c for c in checks if c.file == name]) for name in dict.fromkeys(c.file for c in checks)
+    }
+    per_file["groups"] = by_group(checks)
     _save(args.json, "validate", {"files": [str(f) for f in files]}, [c.record() for c in checks], per_file)
+    return 0
+
+
+# --- calibrate ------------------------------------------------------------------------------------
+
+_CALIBRATE_EPILOG = """\
+examples:
+  fabricscope bench --nproc 2 -b 64K -e 64M --json two.json
+  fabricscope calibrate two.json -o mine.toml
+  fabricscope predict --cluster mine.toml --nodes 1 --gpus-per-node 4 -b 64K -e 64M
+"""
+
+
+def _add_calibrate(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "calibrate",
+        help="fit latency and bandwidth per op and hop to bench results; write a cluster file predict uses",
+        description=(
+            "Fit time = latency + bytes / bandwidth per collective (robust least squares) to bench or imported "
+            "nccl-tests results, per hop inside and between nodes, and write a cluster TOML whose [calibration] "
+            "terms predict other rank and node counts."
+        ),
+        epilog=_CALIBRATE_EPILOG,
+        formatter_class=RAW,
+    )
+    p.add_argument("runs", nargs="+", metavar="RUN", help="result files of kind bench or import")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="cluster TOML to write")
+    p.add_argument(
+        "--cluster",
+        default="lab-8gpu-100g-nvme",
+        help="what the runs do not measure (GPU, NICs, storage): a preset or file (default lab-8gpu-100g-nvme)",
+    )
+    p.set_defaults(func=run_calibrate)
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from fabricscope.model.calibrate import calibrate, cluster_toml, load_runs
+    from fabricscope.model.cluster import load_cluster
+    from fabricscope.results import atomic_write_text, check_output_path
+    from fabricscope.userfiles import is_path
+
+    check_output_path("-o", args.output, inputs=[*args.runs, *([args.cluster] if is_path(args.cluster) else [])])
+    base = load_cluster(args.cluster)
+    runs = load_runs(args.runs)
+    fitted = calibrate(runs)
+    lines = [
+        f"{'op':<15} {'points':>6} {'base_us':>8} {'hop_us':>8} {'busbw GB/s':>11} {'net hop_us':>10} "
+        f"{'net GB/s':>9} {'fit error':>9}"
+    ]
+    for op, terms in fitted.items():
+        lines.append(
+            f"{op:<15} {terms.points:>6} {terms.base_us:>8.1f} {terms.intra_hop_us:>8.1f} "
+            f"{terms.intra_busbw_gbps:>11.3g} {terms.inter_hop_us:>10.1f} {terms.inter_busbw_gbps:>9.3g} "
+            f"{terms.residual_pct:>8.1f}%"
+        )
+    _print(lines)
+    atomic_write_text(args.output, cluster_toml(base, fitted, runs))
+    sys.stderr.write(f"wrote {args.output}\n")
     return 0

@@ -24,6 +24,13 @@ files, so each is also an example of the format::
     kind = "parallel-fs"          # hdd | sata-ssd | nvme | nfs-1g | nfs-10g | parallel-fs
     devices = 2
     cached_fraction = 0.0         # share of samples served from local RAM
+
+    [calibration.all_reduce]      # written by 'fabricscope calibrate': measured, not catalog
+    base_us = 12.0                # per call
+    intra_hop_us = 3.1            # per ring step inside a node
+    intra_busbw_gbps = 221.0      # bus bandwidth of the hops inside a node (0 = not measured)
+    inter_hop_us = 0.0            # per ring step between nodes
+    inter_busbw_gbps = 0.0
 """
 
 from __future__ import annotations
@@ -34,13 +41,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from fabricscope.errors import ConfigError, UsageError
+from fabricscope.errors import ConfigError, InvalidValue, UsageError, closest
 from fabricscope.model import hardware
 from fabricscope.model.hardware import GPU, NIC, GPULink, PCIe, Storage, Transport
-from fabricscope.model.schema import FORBID_EXTRA, build, read_toml, require
-from fabricscope.userfiles import is_path, shorten
+from fabricscope.schema import FORBID_EXTRA, build, require
+from fabricscope.userfiles import is_path, read_toml, shorten
 
 __all__ = [
+    "CalibratedOp",
     "Cluster",
     "ClusterSpec",
     "NetworkSpec",
@@ -98,6 +106,34 @@ class StorageSpec:
 
 
 @dataclass(kw_only=True, slots=True)
+class CalibratedOp:
+    """One collective's latency and bandwidth per hop, fitted from measurements by
+    ``fabricscope calibrate`` (``model/calibrate.py``); a bandwidth of 0 means not measured."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    base_us: float = 0.0
+    """Latency of a call, whatever the rank count."""
+    intra_hop_us: float = 0.0
+    """Latency of each step between two ranks of one node."""
+    intra_busbw_gbps: float = 0.0
+    """Bus bandwidth (nccl-tests busbw) of the hops inside a node, GB/s."""
+    inter_hop_us: float = 0.0
+    """Latency of each step between nodes."""
+    inter_busbw_gbps: float = 0.0
+    """Bus bandwidth of the hops between nodes, GB/s."""
+    points: int = 0
+    """Measured rows the fit used."""
+    residual_pct: float = 0.0
+    """Median |relative error| of the fit on those rows."""
+
+    def __post_init__(self) -> None:
+        for key in ("base_us", "intra_hop_us", "intra_busbw_gbps", "inter_hop_us", "inter_busbw_gbps"):
+            require(key, getattr(self, key), "0 or more", lambda v: v >= 0)
+        require("points", self.points, "0 or more", lambda v: v >= 0)
+        require("residual_pct", self.residual_pct, "0 or more", lambda v: v >= 0)
+
+
+@dataclass(kw_only=True, slots=True)
 class ClusterSpec:
     """A cluster as written in its TOML file: catalog names and counts."""
 
@@ -113,10 +149,20 @@ class ClusterSpec:
     """Host PCIe generation of GPU and NIC slots; default: the GPU's."""
     network: NetworkSpec = field(default_factory=NetworkSpec)
     storage: StorageSpec = field(default_factory=StorageSpec)
+    calibration: dict[str, CalibratedOp] = field(default_factory=dict)
+    """Measured terms per collective (``fabricscope calibrate``): they replace the catalog's."""
 
     def __post_init__(self) -> None:
         require("nodes", self.nodes, "at least 1", lambda v: v >= 1)
         require("gpus_per_node", self.gpus_per_node, "at least 1", lambda v: v >= 1)
+        from fabricscope.ops import COLLECTIVES
+
+        for name in self.calibration:
+            if name not in COLLECTIVES:
+                raise InvalidValue(
+                    f"calibration.{name[:40]} is not a collective{closest(name, COLLECTIVES)}: "
+                    f"use {', '.join(COLLECTIVES)}"
+                )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -150,8 +196,15 @@ class Cluster:
     def with_nodes(self, nodes: int) -> Cluster:
         """The same cluster with another node count."""
         if nodes < 1:
-            raise UsageError(f"--nodes must be at least 1, got {nodes}")
+            raise InvalidValue(f"must be at least 1, got {nodes}", key="nodes")
         return resolve(dataclasses.replace(self.spec, nodes=nodes), name=self.name, source=self.name)
+
+    def with_gpus_per_node(self, gpus_per_node: int) -> Cluster:
+        """The same cluster with another number of GPUs (ranks) per node."""
+        if gpus_per_node < 1:
+            raise InvalidValue(f"must be at least 1, got {gpus_per_node}", key="gpus_per_node")
+        spec = dataclasses.replace(self.spec, gpus_per_node=gpus_per_node)
+        return resolve(spec, name=self.name, source=self.name)
 
 
 def _entry(kind: str, name: str, cls: type[Any], source: str, key: str) -> Any:
@@ -243,7 +296,7 @@ def load_cluster(text: str) -> Cluster:
     path = Path(text)
     if is_path(text):
         source = str(path)
-        data = read_toml(path, presets=presets(), what="cluster")
+        data = read_toml(path, presets=presets(), what="cluster file")
         name = path.stem
     else:
         name = text.strip().lower()

@@ -65,10 +65,12 @@ __all__ = [
     "candidates",
     "choose",
     "fastest",
+    "intra_bw",
     "nccl_setting",
     "net_hop",
     "point_to_point",
     "ring_like",
+    "roce_efficiency",
 ]
 
 ALGORITHMS = ("ring", "tree", "hier", "nvls", "sharp")
@@ -111,6 +113,16 @@ PAT_BASE_US = 8.0
 PAT_NET_US = 14.0
 PAT_PER_RANK_US = 2.8
 PAT_FACTOR = 0.75
+ROCE_SCALE_LOSS = 0.705
+"""RoCE keeps ``1 / (1 + k log2(nodes / 2))`` of its bandwidth: least squares over the 3-6 node rows
+of NVIDIA/nccl-tests issue 169 (A100 nodes, 8x 100G RoCE: ~100, 70, 58, 58, 40 GB/s on 2-6 nodes)."""
+TREE_NET_BYTES = 2.0
+"""Bytes a classic double binary tree moves through each node's network per byte reduced when
+nodes hold several ranks.  In theory a 2-node tree moves each byte once; measured 2-node runs of
+multi-GPU A100 nodes reach the wire rate, not twice it (nccl-tests issue 169: ~100 GB/s on 96 of
+wire; issue 175: 86 of 96), so the model takes the 2-node case like the others.  With one rank
+per node a 2-node tree is a plain exchange: each byte crosses once.  NVLS trees keep the 2-node
+saving: 430 GB/s measured on 8x 400G (NVIDIA/nccl issue 1221)."""
 
 # Per-architecture ceilings, rows Volta, Ampere, Hopper, Blackwell (GB/s of bus bandwidth).
 LL_MAX_ONE_NODE = np.array([39.0, 87.7, 141.0, 282.0])
@@ -158,6 +170,15 @@ def net_hop(fab: Fabric, algo: str, proto: int) -> Num:
     return np.maximum(HOP_NET_US[algo][proto] + fab.net_extra_us, 0.0)
 
 
+def intra_bw(fab: Fabric, ppn: Num) -> Num:
+    """GB/s a group of ``ppn`` GPUs of a node gets inside it: all of each GPU's links on a
+    switch, only the ``ppn - 1`` links to the other members on a full mesh."""
+    share = np.where(
+        fab.mesh_links > 0, np.minimum(np.maximum(ppn - 1, 1), fab.mesh_links) / np.maximum(fab.mesh_links, 1), 1.0
+    )
+    return fab.intra_gbps * share
+
+
 def _ll128_ok(fab: Fabric) -> Num:
     """NCCL runs LL128 only where the GPUs of a node talk over NVLink."""
     return fab.intra_pcie == 0
@@ -169,11 +190,20 @@ def _cross_slowdown(fab: Fabric, nodes: Num) -> Num:
     return np.maximum(1.0, fab.oversubscription * leaving)
 
 
-def _network(fab: Fabric, nodes: Num, node_net: Num | None) -> tuple[Num, Num]:
-    """(GB/s a group gets from the network per node after the uplinks, the NICs it uses)."""
+def roce_efficiency(fab: Fabric, nodes: Num) -> Num:
+    """Share of its bandwidth a RoCE fabric keeps on ``nodes`` nodes: ``1 / (1 + k log2(nodes/2))``
+    beyond two nodes (:data:`ROCE_SCALE_LOSS`), 1 on InfiniBand and TCP."""
+    spread = np.log2(np.maximum(nodes, 2) / 2.0)
+    return 1.0 / (1.0 + fab.hashed * ROCE_SCALE_LOSS * spread)
+
+
+def _network(fab: Fabric, nodes: Num, node_net: Num | None, ppn: Num) -> tuple[Num, Num]:
+    """(GB/s a group of ``ppn`` GPUs per node gets from the network per node, after what its
+    GPUs' PCIe links can drive, the uplinks and RoCE's loss at scale; the NICs it uses)."""
     net = fab.node_net_gbps if node_net is None else node_net
+    net = np.minimum(net, ppn * fab.gpu_pcie_gbps)
     channels = np.maximum(net / np.maximum(fab.nic_gbps, 1e-12), 1.0)
-    return net / _cross_slowdown(fab, nodes), channels
+    return net * roce_efficiency(fab, nodes) / _cross_slowdown(fab, nodes), channels
 
 
 def _ll_max(fab: Fabric, nodes: Num) -> Num:
@@ -203,8 +233,8 @@ def _ring(
 ) -> Iterator[Candidate]:
     """A ring moving ``moved`` bytes per rank in ``steps`` steps, ``inter_steps`` of them between nodes."""
     multi = nodes > 1
-    net, channels = _network(fab, nodes, node_net)
-    bw = np.minimum(np.where(ppn > 1, fab.intra_gbps, np.inf), np.where(multi, net, np.inf))
+    net, channels = _network(fab, nodes, node_net, ppn)
+    bw = np.minimum(np.where(ppn > 1, intra_bw(fab, ppn), np.inf), np.where(multi, net, np.inf))
     caps = (
         _ll_max(fab, nodes),
         np.where(multi, channels * RING_LL128_PER_CHANNEL[_arch(fab)], np.inf),
@@ -239,7 +269,7 @@ def all_reduce(
     """
     p = ppn * nodes
     multi = nodes > 1
-    net, channels = _network(fab, nodes, node_net)
+    net, channels = _network(fab, nodes, node_net, ppn)
     inter_steps = np.where(multi, 2 * (nodes - 1), 0)
     for algo, label, seconds, penalty in _ring(
         fab,
@@ -253,11 +283,12 @@ def all_reduce(
     ):
         yield algo, label, _done(nbytes, p, seconds), penalty
 
-    tree_bytes = nbytes * np.where(nodes == 2, 1.0, 2.0)
     log_nodes = np.log2(np.maximum(nodes, 1))
     ll_max = _ll_max(fab, nodes)
-    intra_t = np.where(ppn > 1, 2.0 * nbytes / (fab.intra_gbps * 1e9), 0.0)
+    intra_t = np.where(ppn > 1, 2.0 * nbytes / (intra_bw(fab, ppn) * 1e9), 0.0)
+    tree_bytes = nbytes * np.where((nodes == 2) & (ppn <= 1), 1.0, TREE_NET_BYTES)
     inter_t = tree_bytes / (np.maximum(net, 1e-12) * 1e9)
+    nvls_inter_t = nbytes * np.where(nodes == 2, 1.0, 2.0) / (np.maximum(net, 1e-12) * 1e9)
     for proto, name in enumerate(PROTOCOLS):
         lat = BASE_US["tree"][proto] + 2 * (
             (ppn - 1) * _intra_hop(fab, "tree", proto) + log_nodes * net_hop(fab, "tree", proto)
@@ -272,7 +303,7 @@ def all_reduce(
     if include_hier:
         for proto, name in enumerate(PROTOCOLS):
             factor = BW_FACTOR["ring"][proto]
-            hier_t = 2 * (ppn - 1) / ppn * nbytes / (fab.intra_gbps * factor * 1e9) + 2 * (nodes - 1) / nodes * (
+            hier_t = 2 * (ppn - 1) / ppn * nbytes / (intra_bw(fab, ppn) * factor * 1e9) + 2 * (nodes - 1) / nodes * (
                 nbytes / (np.maximum(net * factor, 1e-12) * 1e9)
             )
             lat = _ring_latency_us(fab, proto, ppn, nodes, 2 * (p - 1), inter_steps)
@@ -296,13 +327,13 @@ def all_reduce(
     cap: Num = heads * NVLS_TREE_PER_CHANNEL[_arch(fab), np.where(nodes <= 2, 0, 1)]
     capped = 2 * (p - 1) / p * nbytes / (np.maximum(cap, 1e-12) * 1e9)
     lat = NVLS_PHYSICAL_US + 2 * log_nodes * np.maximum(NVLS_TREE_NET_US + fab.net_extra_us, 0.0)
-    seconds = lat * 1e-6 + np.maximum(np.maximum(nvls_intra, inter_t), capped)
+    seconds = lat * 1e-6 + np.maximum(np.maximum(nvls_intra, nvls_inter_t), capped)
     yield "nvlstree", "Simple", _done(nbytes, p, _gate(nvls_ok & multi & (cap > 0), seconds)), penalty
 
     lat = 2 * (np.minimum(1, ppn - 1) * COLLNET_HOP_INTRA_US + (ppn - 1) * COLLNET_PER_RANK_US) + (
         np.maximum(COLLNET_NET_US + fab.net_extra_us, 0.0)
     )
-    sharp_intra = 2 * (ppn - 1) / ppn * nbytes / (fab.intra_gbps * 1e9)
+    sharp_intra = 2 * (ppn - 1) / ppn * nbytes / (intra_bw(fab, ppn) * 1e9)
     sharp_inter = nbytes / (np.maximum(net * COLLNET_FACTOR, 1e-12) * 1e9)
     seconds = lat * 1e-6 + np.maximum(sharp_intra, sharp_inter)
     yield "sharp", "Simple", _done(nbytes, p, _gate((fab.sharp > 0) & multi, seconds)), 0.0
@@ -322,7 +353,7 @@ def ring_like(
     for algo, label, seconds, penalty in _ring(fab, moved, ppn, nodes, node_net, steps=p - 1, inter_steps=nodes - 1):
         yield algo, label, _done(total_bytes, p, seconds), penalty
     if not chain:
-        net, _ = _network(fab, nodes, node_net)
+        net, _ = _network(fab, nodes, node_net, ppn)
         hop = np.maximum(PAT_NET_US + fab.net_extra_us, 0.0)
         lat = PAT_BASE_US + np.log2(np.maximum(nodes, 1)) * hop / 3.5 + p * PAT_PER_RANK_US
         seconds = _seconds(lat, total_bytes, net * PAT_FACTOR)
@@ -345,19 +376,20 @@ def point_to_point(fab: Fabric, total_bytes: Num, ppn: Num, nodes: Num, *, patte
         if pattern == "alltoall":
             intra_bytes = total_bytes * (ppn - 1) / p
             inter_node_bytes = total_bytes * ppn * (p - ppn) / p
-            net, _ = _network(fab, nodes, None)
+            net, _ = _network(fab, nodes, None, ppn)
             seconds = np.maximum(
-                intra_bytes / (fab.intra_gbps * factor * 1e9),
+                intra_bytes / (intra_bw(fab, ppn) * factor * 1e9),
                 inter_node_bytes / (np.maximum(net * factor, 1e-12) * 1e9),
             )
         elif pattern == "sendrecv":
-            bw: Num = np.where(multi, np.minimum(fab.intra_gbps, fab.nic_gbps), fab.intra_gbps)
+            peer = intra_bw(fab, 2.0)
+            bw: Num = np.where(multi, np.minimum(peer, fab.nic_gbps), peer)
             seconds = total_bytes / (bw * factor * 1e9)
         else:
             intra_bytes = total_bytes * (ppn - 1) / p
             inter_bytes = total_bytes * (p - ppn) / p
             seconds = np.maximum(
-                intra_bytes / (fab.intra_gbps * factor * 1e9),
+                intra_bytes / (intra_bw(fab, ppn) * factor * 1e9),
                 inter_bytes / (np.maximum(fab.nic_gbps * factor, 1e-12) * 1e9),
             )
         yield "p2p", PROTOCOLS[proto], _done(total_bytes, p, lat * 1e-6 + seconds), 0.0

@@ -21,7 +21,7 @@ from fabricscope.model.cluster import Cluster
 from fabricscope.model.datapath import TRANSFORMER_READ_BYTES, DataPath, data_path
 from fabricscope.model.fabric import Fabric, fabric_of
 from fabricscope.model.hardware import GPU
-from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, SplitRequest, check_layout
+from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, SplitRequest, check_layout, stack_numbers
 from fabricscope.model.splits import splits
 from fabricscope.model.training import BREAKDOWN, Device, Job, Shape, Step
 from fabricscope.model.workload import ModelSpec
@@ -70,6 +70,14 @@ storage, see :func:`estimate`)."""
 GRAD_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 2.0, "tf32": 4.0, "fp32": 4.0}
 ACT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 2.0, "tf32": 4.0, "fp32": 4.0}
 FLASH_ARCHS = ("ampere", "ada", "hopper", "blackwell", "cdna3")
+FLASH2_EFFICIENCY = {"hopper": 0.35}
+"""Share of peak FlashAttention-2 reaches where it does not use the architecture's own matrix
+instructions: on Hopper 'FlashAttention-2 achieves only 35% utilization on the H100 GPU' (Shah et al.
+2024, FlashAttention-3, abstract).  Elsewhere it runs at the matmul efficiency (on A100 'reaching
+50-73% of the theoretical maximum FLOPs/s', Dao 2023, FlashAttention-2, abstract)."""
+FLASH_HOPPER_EFFICIENCY = 0.75
+"""FlashAttention-3 (or cuDNN's fused attention) on Hopper: 'FP16 reaching up to 740 TFLOPs/s (75%
+utilization)' (Shah et al. 2024, abstract)."""
 """Architectures FlashAttention runs on (FlashAttention-2 needs Ampere or newer; ROCm builds it for MI300)."""
 
 
@@ -111,12 +119,16 @@ def job_of(par: ParallelConfig, batch: int) -> Job:
         interleave=par.interleave,
         sequence_parallel=1 if par.sequence_parallel else 0,
         dp_overlap=1 if par.dp_overlap else 0,
+        **stack_numbers(par),
         ps_servers=par.ps_servers,
     )
 
 
-def device_for(gpu: GPU, precision: str, data_bps: float = np.inf, cached: float = 0.0) -> Device:
-    """The numbers of one GPU at ``precision``, fed by ``data_bps`` per node."""
+def device_for(
+    gpu: GPU, precision: str, data_bps: float = np.inf, cached: float = 0.0, *, arch_attention: bool = True
+) -> Device:
+    """The numbers of one GPU at ``precision``, fed by ``data_bps`` per node; ``arch_attention``
+    when the stack's attention kernels use the architecture's own instructions (FlashAttention-3)."""
     return Device(
         peak_flops=gpu.peak_flops(precision),
         matmul_eff=gpu.mamf * training.GEMM_DERATE,
@@ -127,7 +139,15 @@ def device_for(gpu: GPU, precision: str, data_bps: float = np.inf, cached: float
         data_bps_per_node=data_bps,
         cached_fraction=cached,
         flash=1.0 if gpu.arch in FLASH_ARCHS else 0.0,
+        attention_eff=attention_efficiency(gpu.arch, arch_attention),
     )
+
+
+def attention_efficiency(arch: str, arch_attention: bool) -> float:
+    """Share of peak FlashAttention reaches on ``arch`` (0: the matmul efficiency)."""
+    if arch_attention and arch == "hopper":
+        return FLASH_HOPPER_EFFICIENCY
+    return FLASH2_EFFICIENCY.get(arch, 0.0)
 
 
 def read_bytes(model: ModelSpec) -> float:
@@ -241,9 +261,13 @@ def _batch(model: ModelSpec, gpus: int, given: int) -> int:
     return given or model.batch(gpus)
 
 
-def _device(cluster: Cluster, model: ModelSpec, precision: str, link_factor: float = 1.0) -> tuple[Device, DataPath]:
+def _device(
+    cluster: Cluster, model: ModelSpec, precision: str, link_factor: float = 1.0, *, arch_attention: bool = True
+) -> tuple[Device, DataPath]:
     path = data_path(cluster, read_bytes(model), link_factor=link_factor)
-    device = device_for(cluster.gpu, precision, path.bps_per_node, cluster.spec.storage.cached_fraction)
+    device = device_for(
+        cluster.gpu, precision, path.bps_per_node, cluster.spec.storage.cached_fraction, arch_attention=arch_attention
+    )
     return device, path
 
 
@@ -255,7 +279,7 @@ def estimate(
     check_layout(par, model, gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node, batch=batch)
     par = dataclasses.replace(par, global_batch=batch)
     shape, job = shape_of(model), job_of(par, batch)
-    device, path = _device(cluster, model, par.precision)
+    device, path = _device(cluster, model, par.precision, arch_attention=par.hopper_attention)
     fab = fabric_of(cluster)
     result = training.step(shape, job, device, fab)
     changes: dict[str, float] = {}
@@ -265,7 +289,7 @@ def estimate(
         def change(dev: Device, changed: Fabric) -> float:
             return 100.0 * (float(training.step(shape, job, dev, changed).step) / base - 1.0)
 
-        faster_links, _ = _device(cluster, model, par.precision, link_factor=2.0)
+        faster_links, _ = _device(cluster, model, par.precision, 2.0, arch_attention=par.hopper_attention)
         for name, what_if in SENSITIVITIES.items():
             changes[name] = change(faster_links if name == "2x network bandwidth" else device, what_if(fab))
         faster_data = dataclasses.replace(device, data_bps_per_node=device.data_bps_per_node * 2)
@@ -292,7 +316,7 @@ def best_split(model: ModelSpec, cluster: Cluster, request: SplitRequest | None 
         )
     if len(cand) == 1:
         return cand.configs[0]
-    device, _ = _device(cluster, model, req.precision)
+    device, _ = _device(cluster, model, req.precision, arch_attention=req.hopper_attention)
     result = training.step(shape_of(model), cand.job, device, fabric_of(cluster))
     fits = np.asarray(result.memory_bytes) <= device.memory_bytes
     total = np.where(fits, np.broadcast_to(result.step, fits.shape), np.inf)

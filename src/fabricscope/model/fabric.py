@@ -12,8 +12,17 @@ out of one function, :func:`fabric_of` (one cluster) or :func:`fabric_columns`
   staged in host memory, so it crosses the PCIe uplink of the NIC and GPU twice
   (NIC <-> host memory, host memory <-> GPU): half the slot is left per NIC;
 * a node's GPUs talk at ``links x NCCL's per-link constant`` over NVLink or
-  Infinity Fabric, or at NCCL's share of the PCIe slot (half of it through host
+  Infinity Fabric (on a full mesh, one link per peer, a group of g GPUs uses only
+  the g-1 links between its members: ``mesh_links``), or at NCCL's share of the PCIe slot (half of it through host
   memory when peer-to-peer is off);
+* a GPU sends to and receives from the network through its own PCIe link, so
+  the NICs a group of ``g`` GPUs per node can drive are bounded by ``g`` times
+  that link (one H100 behind four 400G NICs reaches about one NIC's worth,
+  NVIDIA/nccl-tests issue 232);
+* RDMA over Ethernet (RoCE) hashes flows onto paths and throttles them with
+  congestion control and pause frames instead of routing adaptively, so its
+  bandwidth falls as nodes are added (``hashed`` marks such fabrics; the cost
+  model applies the loss);
 * a message between nodes pays the transport's latency above RDMA's and one
   switch latency per switch crossed (1 hop inside a leaf, 3 through a spine, 5
   through a third tier).
@@ -76,6 +85,12 @@ class Fabric:
     """1 where the switches reduce in the network (SHARP), else 0."""
     oversubscription: Num
     nodes_per_leaf: Num
+    gpu_pcie_gbps: Num = np.inf
+    """What one GPU's own PCIe link moves to or from a NIC, one direction, GB/s."""
+    hashed: Num = 0.0
+    """1 where the network is Ethernet RDMA (RoCE): flows hashed, no adaptive routing."""
+    mesh_links: Num = 0.0
+    """Links per GPU where the node is a full mesh with one link per peer (MI300X: 7); 0 otherwise."""
 
     @property
     def node_net_gbps(self) -> Num:
@@ -99,6 +114,9 @@ def inside_node(fab: Fabric) -> Fabric:
         sharp=0.0,
         oversubscription=1.0,
         nodes_per_leaf=1.0,
+        gpu_pcie_gbps=fab.gpu_pcie_gbps,
+        hashed=0.0,
+        mesh_links=fab.mesh_links,
     )
 
 
@@ -144,6 +162,9 @@ def make_fabric(
     oversubscription: Num,
     sharp: Num,
     extra_latency_us: Num = 0.0,
+    gpu_pcie_gbps: Num = np.inf,
+    hashed: Num = 0.0,
+    mesh_links: Num = 0.0,
 ) -> Fabric:
     """Apply the slowest-hop rules to raw catalog numbers (all arguments broadcast)."""
     ceiling = np.where(np.asarray(host_ceiling_gbps) > 0, host_ceiling_gbps, np.inf)
@@ -170,6 +191,9 @@ def make_fabric(
         sharp=sharp,
         oversubscription=oversubscription,
         nodes_per_leaf=leaf,
+        gpu_pcie_gbps=gpu_pcie_gbps,
+        hashed=hashed,
+        mesh_links=mesh_links,
     )
 
 
@@ -195,6 +219,7 @@ def fabric_inputs(cluster: Cluster) -> dict[str, float]:
     """The catalog numbers of one cluster that :func:`make_fabric` turns into a Fabric."""
     net = cluster.spec.network
     nic_pcie = hardware.lookup("pcie", cluster.nic.pcie, PCIe)
+    gpu_pcie = hardware.lookup("pcie", cluster.gpu.pcie, PCIe)
     nvls = (
         cluster.gpulink.nvls_efficiency
         if (cluster.intra == "nvswitch" and cluster.gpu.nvls and cluster.gpulink)
@@ -220,6 +245,9 @@ def fabric_inputs(cluster: Cluster) -> dict[str, float]:
         "oversubscription": net.oversubscription,
         "sharp": 1.0 if net.sharp else 0.0,
         "extra_latency_us": net.extra_latency_us,
+        "gpu_pcie_gbps": min(cluster.pcie.effective_gbps, gpu_pcie.effective_gbps),
+        "hashed": 1.0 if (cluster.nic.link == "ethernet" and cluster.transport.name != "tcp-socket") else 0.0,
+        "mesh_links": float(cluster.gpu.xgmi_links) if cluster.intra == "xgmi" else 0.0,
     }
 
 

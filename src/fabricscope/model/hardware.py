@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, ClassVar, Literal, TypeVar
 
-from fabricscope.errors import UsageError, closest
-from fabricscope.model.schema import FORBID_EXTRA, build, read_toml, require
+from fabricscope.errors import InvalidValue, UsageError, closest
+from fabricscope.schema import FORBID_EXTRA, build, require
+from fabricscope.userfiles import read_toml
 
 __all__ = [
     "GPU",
@@ -83,9 +84,9 @@ class GPU:
         tflops = float(getattr(self, f"tflops_{precision}"))
         if tflops <= 0:
             usable = [p for p in PRECISIONS if float(getattr(self, f"tflops_{p}")) > 0]
-            raise UsageError(
-                f"--precision {precision}: {self.name} has no {precision} tensor cores: use --precision "
-                f"{' or '.join(usable)}"
+            raise InvalidValue(
+                f"{precision}: {self.name} has no {precision} tensor cores: use {' or '.join(usable)}",
+                key="precision",
             )
         return tflops * 1e12
 

@@ -10,19 +10,22 @@ cluster), so a bad ``--zero`` is refused whether or not the rest is searched.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, Protocol, TypeVar, cast
+from dataclasses import dataclass, fields
+from typing import Any, Literal, Protocol, TypeVar, cast
 
-from fabricscope.errors import UsageError, closest
-from fabricscope.model.schema import InvalidValue
+from fabricscope.errors import InvalidValue, UsageError, closest
 from fabricscope.model.workload import ModelSpec
 
 T = TypeVar("T", bound=str)
 
 __all__ = [
+    "EMPTY_END_CHUNKS",
+    "FRAMEWORKS",
     "KNOBS",
     "PRECISIONS",
     "RECOMPUTE",
+    "STACK_FIELDS",
+    "Framework",
     "ParallelConfig",
     "Precision",
     "Recompute",
@@ -30,12 +33,19 @@ __all__ = [
     "as_choice",
     "check_layout",
     "check_values",
+    "stack_numbers",
+    "stack_settings",
 ]
 
 Recompute = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp16", "fp8", "tf32", "fp32"]
 RECOMPUTE: tuple[Recompute, ...] = ("none", "selective", "full")
 PRECISIONS: tuple[Precision, ...] = ("bf16", "fp16", "fp8", "tf32", "fp32")
+EMPTY_END_CHUNKS = 2
+"""(Virtual) stages that may hold no transformer layer: the first, with only the embedding, and
+the last, with only the output layer and loss (Llama 3: 'we reduce one Transformer layer each
+from the first and the last stages ... the first model chunk on the first stage has only the
+embedding')."""
 KNOBS = ("tp", "pp", "dp", "zero", "micro_batch", "recompute", "interleave", "sequence_parallel")
 """The parts of a split the search chooses when the user leaves them open."""
 
@@ -97,8 +107,146 @@ def check_values(split: _Split) -> None:
 
 
 @dataclass(kw_only=True, slots=True)
-class _Settings:
-    """What a job is run with, whatever its split."""
+class StackParameters:
+    """How a training stack moves data and runs kernels, beyond the split: the named parameters
+    every :class:`Framework` sets (with its source) and every split's settings carry."""
+
+    regather_on_recompute: bool = False
+    """ZeRO 3: recomputation gathers each unit's weights again before the backward gathers them."""
+    bucket_mb: float = 25.0
+    """Gradients reduced per collective (a vision model's unit): PyTorch DDP's ``bucket_cap_mb``."""
+    cycle_ms: float = 0.0
+    """Horovod's cycle time: each cycle all-reduces the gradients that became ready in it (0: none)."""
+    unit_tensors: int = 1
+    """Data-parallel collectives per transformer layer (1: the layer is one flat FSDP unit)."""
+    rank_copies: bool = False
+    """Gathers and reduce-scatters through the list API: one copy kernel per rank each."""
+    live_params: float = 0.0
+    """ZeRO 3: gathered parameters held at once (0: the unit in use and the one prefetched)."""
+    pp_scatter_gather: bool = True
+    """Each tensor-parallel rank sends 1/t of a stage's output to the next stage (Megatron)."""
+    hopper_attention: bool = True
+    """On Hopper, attention kernels of the FlashAttention-3 class (cuDNN fused attention, FA3: 75% of
+    peak); else FlashAttention-2, which reaches 35% of an H100's peak."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Framework(StackParameters):
+    """How a training stack runs a split, as named parameters with their sources (not a derate)."""
+
+    flash_attention: bool
+    """Attention scores never reach memory (FlashAttention); else they are written and read."""
+    dp_overlap: bool
+    """Gradient reduction (and ZeRO 3's gathers) run beside compute; else after it, in turn."""
+    source: str
+
+
+FRAMEWORKS: dict[str, Framework] = {
+    "megatron-lm-2021": Framework(
+        flash_attention=False,
+        dp_overlap=False,
+        regather_on_recompute=False,
+        hopper_attention=False,
+        source="Megatron-LM of 2021-22 (Narayanan et al. SC21; Korthikanti et al. 2022): fused softmax that "
+        "writes the scores, gradients all-reduced after the backward (--overlap-grad-reduce came with "
+        "Megatron-Core in 2023)",
+    ),
+    "megatron-core": Framework(
+        flash_attention=True,
+        dp_overlap=True,
+        regather_on_recompute=False,
+        source="Megatron-Core (NVIDIA/Megatron-LM core_r0.5+): fused attention through Transformer Engine "
+        "(cuDNN's Hopper kernels), --overlap-grad-reduce and --overlap-param-gather",
+    ),
+    "deepspeed-pipeline": Framework(
+        flash_attention=False,
+        dp_overlap=False,
+        regather_on_recompute=False,
+        hopper_attention=False,
+        pp_scatter_gather=False,
+        source="DeepSpeed PipelineEngine (deepspeed/runtime/pipe/engine.py, v0.5): the schedule ends with "
+        "ReduceGrads after the last backward, so gradients are reduced after the pipeline flush; "
+        "_exec_send_activations sends each stage output whole from every tensor-parallel rank, "
+        "synchronously (p2p.send: 'Doesnt support async_op true'); Megatron-DeepSpeed of 2021-22 ran "
+        "Megatron's fused softmax (no FlashAttention)",
+    ),
+    "deepspeed-zero3-2021": Framework(
+        flash_attention=False,
+        dp_overlap=False,
+        regather_on_recompute=True,
+        hopper_attention=False,
+        unit_tensors=4,
+        rank_copies=True,
+        live_params=1e9,
+        source="DeepSpeed ZeRO 3 as of v0.3.14 (April 2021), deepspeed/runtime/zero/partition_parameters.py "
+        "and stage3.py: each parameter above stage3_param_persistence_threshold (1e5 elements; the four "
+        "weight matrices of a layer) is gathered on its own after torch.cuda.synchronize() and waited for "
+        "(PR 1188: 'the async version is not async at all'), through torch.distributed.all_gather and "
+        "reduce_scatter on lists of one view per rank; parameters are released after each module's "
+        "forward, so recomputation fetches them again; prefetching stops at stage3_max_live_parameters "
+        "(1e9)",
+    ),
+    "pytorch-fsdp": Framework(
+        flash_attention=True,
+        dp_overlap=True,
+        regather_on_recompute=False,
+        hopper_attention=False,
+        source="PyTorch FSDP (Zhao et al. VLDB 2023): backward and forward prefetch overlap each unit's "
+        "all-gather and reduce-scatter with the neighbouring unit's compute; a checkpointed unit is "
+        "gathered once in the backward for its recomputation and its gradients; attention through "
+        "FlashAttention-2 (2023-24: MosaicML's MPT, Llama 3), before Hopper kernels (FlashAttention-3, July 2024)",
+    ),
+    "horovod": Framework(
+        flash_attention=False,
+        dp_overlap=True,
+        regather_on_recompute=False,
+        hopper_attention=False,
+        bucket_mb=64.0,
+        cycle_ms=5.0,
+        source="Horovod (Sergeev and Del Balso 2018; docs/tensor-fusion.rst): all-reduces run as gradients "
+        "become ready during the backward, fused into buffers of HOROVOD_FUSION_THRESHOLD = 64 MB, one "
+        "fused all-reduce per cycle (horovod/common/operations.cc: SetCycleTimeMs(5), HOROVOD_CYCLE_TIME)",
+    ),
+    "pytorch-ddp": Framework(
+        flash_attention=True,
+        dp_overlap=True,
+        regather_on_recompute=False,
+        hopper_attention=False,
+        bucket_mb=25.0,
+        source="PyTorch DDP (Li et al. VLDB 2020): gradient buckets of bucket_cap_mb = 25 MB all-reduced "
+        "during the backward",
+    ),
+}
+"""Training stacks the validation rows name (``framework`` column); each field may be overridden."""
+
+
+STACK_FIELDS = tuple(f.name for f in fields(StackParameters))
+"""The parameters of a stack that a split's settings carry as they are (a Framework's flash
+attention belongs to the model, its gradient overlap is a setting of its own)."""
+
+
+def stack_settings(source: StackParameters) -> dict[str, Any]:
+    """The :data:`STACK_FIELDS` of a Framework, a SplitRequest or a ParallelConfig."""
+    return {name: getattr(source, name) for name in STACK_FIELDS}
+
+
+def stack_numbers(source: StackParameters) -> dict[str, float]:
+    """The :data:`STACK_FIELDS` of ``source`` as the numbers of a ``training.Job`` (the attention
+    kernels go to the Device instead)."""
+    return {
+        "regather": 1.0 if source.regather_on_recompute else 0.0,
+        "bucket_bytes": float(source.bucket_mb) * 1e6,
+        "cycle_s": float(source.cycle_ms) * 1e-3,
+        "unit_tensors": float(source.unit_tensors),
+        "rank_copies": 1.0 if source.rank_copies else 0.0,
+        "live_params": float(source.live_params),
+        "pp_scatter": 1.0 if source.pp_scatter_gather else 0.0,
+    }
+
+
+@dataclass(kw_only=True, slots=True)
+class _Settings(StackParameters):
+    """What a job is run with, whatever its split (and the stack's parameters, modern by default)."""
 
     global_batch: int = 0
     """Sequences or samples per step; 0 takes the model's."""
@@ -213,8 +361,11 @@ def check_layout(
             )
         if tp is not None and model.heads % tp:
             raise UsageError(f"{named('tp', tp)} must divide the model's {model.heads} attention heads")
-        if pp is not None and model.layers % (pp * (v or 1)):
-            raise UsageError(f"pp*interleave = {pp * (v or 1)} must divide the model's {model.layers} layers")
+        if pp is not None and pp * (v or 1) > model.layers + EMPTY_END_CHUNKS:
+            raise UsageError(
+                f"pp*interleave = {pp * (v or 1)} is more than the model's {model.layers} layers + "
+                f"{EMPTY_END_CHUNKS}: every (virtual) stage needs a layer, but the first and the last"
+            )
     fixed = [(name, value) for name, value in (("tp", tp), ("pp", pp), ("dp", dp)) if value is not None]
     product = 1
     for _, value in fixed:

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 
-from fabricscope.errors import UsageError
+from fabricscope.errors import InvalidValue, UsageError
 from fabricscope.model import collective_cost as coll
 from fabricscope.model import hardware, training
 from fabricscope.model.cluster import Cluster, ClusterSpec, NetworkSpec, Topology, TransportName, resolve
@@ -32,9 +32,10 @@ from fabricscope.model.estimate import device_for, shape_of
 from fabricscope.model.fabric import Fabric, fabric_columns, take
 from fabricscope.model.hardware import GPU, NIC, Transport
 from fabricscope.model.parallel import Precision, SplitRequest
-from fabricscope.model.schema import FORBID_EXTRA, InvalidValue, build, read_toml, require
 from fabricscope.model.splits import Splits, splits
 from fabricscope.model.workload import ModelSpec
+from fabricscope.schema import FORBID_EXTRA, build, require
+from fabricscope.userfiles import read_toml
 
 __all__ = ["LATENCY_PROBE_BYTES", "Network", "Plan", "Scenario", "plan", "scenarios", "search_space"]
 
@@ -289,21 +290,22 @@ def plan(
     sc = scenario(scenario_name)
     gpu = hardware.lookup("gpu", gpu_name or sc.gpu, GPU)
     if gpus < 1:
-        raise UsageError(f"--gpus must be at least 1, got {gpus}")
+        raise InvalidValue(f"must be at least 1, got {gpus}", key="gpus")
     per_node = min(8, gpus)
     if gpus % per_node:
-        raise UsageError(f"--gpus {gpus} must be a multiple of 8 (servers of 8 GPUs) or 8 or fewer")
+        raise InvalidValue(f"must be a multiple of 8 (servers of 8 GPUs) or 8 or fewer, got {gpus}", key="gpus")
     target = sc.target_util if target_util is None else target_util
     if not 0 < target <= 1:
-        raise UsageError(f"--target-util must be in (0, 1], got {target}")
+        raise InvalidValue(f"must be in (0, 1], got {target}", key="target_util")
+    if max_latency_us is not None and not max_latency_us > 0:
+        # 0 is the scenarios' "no budget"; a caller who asks for a budget gives a positive one.
+        raise InvalidValue(f"must be positive, got {max_latency_us}", key="max_latency_us")
     budget = sc.max_latency_us if max_latency_us is None else max_latency_us
-    if budget < 0:
-        raise UsageError(f"--max-latency-us must not be negative, got {budget}")
     precision = precision or cast(Precision, gpu.default_precision)
     gpu.peak_flops(precision)
     nodes = gpus // per_node
     if global_batch < 0:
-        raise UsageError(f"--global-batch must be at least 1, got {global_batch}")
+        raise InvalidValue(f"must be at least 1, got {global_batch}", key="global_batch")
     cand = splits(
         model, gpus=gpus, gpus_per_node=per_node, batch=global_batch, request=SplitRequest(precision=precision)
     )

@@ -3,7 +3,8 @@
 The op registry of ``bench`` gives every row its ``size`` and ``count``
 columns and its busbw factor, so a predicted record and a measured one compare
 field by field.  Time comes from :mod:`fabricscope.model.collective_cost`,
-evaluated for all sizes of an op at once.
+evaluated for all sizes of an op at once, or from the measured terms of a
+calibrated cluster (:mod:`fabricscope.model.calibrate`) for the ops it covers.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fabricscope.dtypes import DTYPES
-from fabricscope.errors import UsageError
+from fabricscope.errors import InvalidValue, UsageError
 from fabricscope.model import collective_cost as model
+from fabricscope.model.cluster import CalibratedOp
 from fabricscope.model.fabric import Fabric
 from fabricscope.ops import Collective
 from fabricscope.results import CollectiveRecord
@@ -85,8 +87,14 @@ def predict_op(
     gpus_per_node: int,
     nodes: int,
     algo: str = "auto",
+    calibrated: CalibratedOp | None = None,
 ) -> OpPrediction:
-    """Rows for every size, datatype and reduction, out-of-place then in-place."""
+    """Rows for every size, datatype and reduction, out-of-place then in-place.
+
+    With ``calibrated`` terms (and no forced ``algo``) time comes from them, labelled
+    ``calibrated``; a shape they cannot reach (a 1-node calibration asked about two nodes)
+    is a usage error, not a silent fall-back to the catalog.
+    """
     nranks = gpus_per_node * nodes
     if not op.modelled:
         raise UsageError(f"predict has no cost model for {op.name}: measure it with 'fabricscope bench {op.name}'")
@@ -96,18 +104,34 @@ def predict_op(
         raise UsageError(f"-r (root) {root} is not a rank of this {nranks}-rank cluster (allowed 0 to {nranks - 1})")
     # --algo picks among all_reduce's algorithms; other ops run as NCCL runs them (ring or p2p).
     chosen = algo if (algo != "auto" and op.name == "all_reduce") else None
+    if calibrated is not None and chosen is None:
+        from fabricscope.model.calibrate import missing_hop
+
+        gap = missing_hop(calibrated, gpus_per_node, nodes)
+        if gap is not None:
+            raise UsageError(
+                f"the calibration of {op.name} measured no hops {gap}: calibrate with runs that have them, "
+                "or predict with the catalog cluster"
+            )
     records: list[CollectiveRecord] = []
     faster: list[Faster] = []
     for dtype_name in dtypes:
         eltsize = DTYPES[dtype_name].size
         layouts = [op.layout(size // eltsize, eltsize, nranks) for size in sizes]
         moved = np.array([op.algbw_elements(layout, nranks) * eltsize for layout in layouts], dtype=float)
-        found = list(model.candidates(op.name, fab, moved, float(gpus_per_node), float(nodes)))
-        seconds, labels = model.choose(found, chosen)
+        if calibrated is not None and chosen is None:
+            from fabricscope.model.calibrate import predicted_seconds
+
+            seconds = predicted_seconds(calibrated, op.name, moved, gpus_per_node, nodes)
+            labels = ["calibrated"] * len(moved)
+            found = []
+        else:
+            found = list(model.candidates(op.name, fab, moved, float(gpus_per_node), float(nodes)))
+            seconds, labels = model.choose(found, chosen)
         seconds = np.broadcast_to(seconds, moved.shape)
         if not np.all(np.isfinite(seconds)):
-            raise UsageError(f"--algo {algo} cannot run on this cluster: {_why_not(algo, nodes, gpus_per_node)}")
-        if chosen is None:
+            raise InvalidValue(f"{algo} cannot run on this cluster: {_why_not(algo, nodes, gpus_per_node)}", key="algo")
+        if chosen is None and found:
             best, best_labels = model.choose(found, plain=True)
             best = np.broadcast_to(best, moved.shape)
             for layout, t, label, b, b_label in zip(

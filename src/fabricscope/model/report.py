@@ -15,7 +15,7 @@ from fabricscope.model.parallel import KNOBS
 from fabricscope.model.planner import Option, Plan, percent
 from fabricscope.model.predict import FASTER_BY, Faster
 from fabricscope.model.training import BREAKDOWN
-from fabricscope.model.validation import Comparison, summary
+from fabricscope.model.validation import Comparison, by_group, summary
 from fabricscope.ops import Collective
 from fabricscope.results import CollectiveRecord
 
@@ -266,17 +266,21 @@ def plan_lines(p: Plan, *, top: int, seconds: float) -> list[str]:
 
 
 def validate_lines(checks: Sequence[Comparison]) -> list[str]:
+    """Every row by file, then the error of every group of rows and of all of them."""
     lines: list[str] = []
     by_file: dict[str, list[Comparison]] = {}
     for check in checks:
         by_file.setdefault(check.file, []).append(check)
+    width = max((len(c.group) for c in checks), default=5)
     for name, rows in by_file.items():
         lines.append(f"{name}:")
-        lines.append(f"  {'id':<5} {'metric':<15} {'published':>10} {'predicted':>10} {'error':>8}  detail")
+        lines.append(
+            f"  {'id':<5} {'group':<{width}} {'metric':<15} {'published':>10} {'predicted':>10} {'error':>8}  detail"
+        )
         for c in rows:
             lines.append(
-                f"  {c.id:<5} {c.metric:<15} {c.published:>10.4g} {c.predicted:>10.4g} "
-                f"{c.error_pct:>+7.1f}%  {c.detail}"
+                f"  {c.id:<5} {c.group:<{width}} {c.metric:<15} {c.published:>10.4g} {c.predicted:>10.4g} "
+                f"{c.error_pct:>+7.1f}%{'*' if c.known_off else ' '} {c.detail}"
             )
         stats = summary(rows)
         lines.append(
@@ -284,6 +288,23 @@ def validate_lines(checks: Sequence[Comparison]) -> list[str]:
             f"worst {stats['worst_abs_error_pct']:.1f}%"
         )
         lines.append("")
+    groups = by_group(checks)
+    kept = by_group(checks, known_off=False)
+    if groups:
+        lines.append("error by group (|error|; 'kept': without the rows marked * in their notes as known to be off):")
+        head = f"{'rows':>4} {'median':>8} {'worst':>8}"
+        lines.append(f"  {'group':<{max(width, 7)}} {head}   {head.replace('rows', 'kept')}")
+        for group, stats in groups.items():
+            mine = kept.get(group)
+            tail = (
+                f"{int(mine['rows']):>4} {mine['median_abs_error_pct']:>7.1f}% {mine['worst_abs_error_pct']:>7.1f}%"
+                if mine
+                else f"{0:>4} {'-':>8} {'-':>8}"
+            )
+            lines.append(
+                f"  {group:<{max(width, 7)}} {int(stats['rows']):>4} {stats['median_abs_error_pct']:>7.1f}% "
+                f"{stats['worst_abs_error_pct']:>7.1f}%   {tail}"
+            )
     return lines
 
 

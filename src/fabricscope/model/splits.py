@@ -4,8 +4,10 @@
 for every candidate network, the split a tuned job would run.  The knobs are
 searched as Megatron-LM users set them: tensor parallelism over the divisors
 of a node's GPUs (and of the attention heads), pipeline depth over the
-divisors of the layer count that divide the GPUs left, data parallelism the
-rest; ZeRO 0, 1 or 3; micro-batches of 1 to 8; each recomputation policy; 1 or
+divisors of the GPUs left, up to the layer count (stages may hold unequal
+layer counts: 126 layers on 16 stages; the first and last chunk may hold only
+the embedding and the output layer), data parallelism the rest; ZeRO 0, 1
+or 3; micro-batches of 1 to 8; each recomputation policy; 1 or
 2 virtual stages per GPU.  A knob the user fixed is only that value.
 """
 
@@ -17,7 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, Recompute, SplitRequest
+from fabricscope.model.parallel import (
+    EMPTY_END_CHUNKS,
+    RECOMPUTE,
+    ParallelConfig,
+    Recompute,
+    SplitRequest,
+    stack_numbers,
+    stack_settings,
+)
 from fabricscope.model.training import Job
 from fabricscope.model.workload import ModelSpec
 
@@ -66,6 +76,7 @@ def splits(
             **knobs,
             precision=req.precision,
             dp_overlap=req.dp_overlap,
+            **stack_settings(req),
             ps_servers=req.ps_servers,
             global_batch=batch,
         )
@@ -89,7 +100,8 @@ def splits(
             req.tp, [t for t in _divisors(gpus_per_node) if t >= least and model.heads % t == 0 and gpus % t == 0]
         )
         for tp in tps:
-            pps = _options(req.pp, [p for p in _divisors(model.layers) if (gpus // tp) % p == 0])
+            most = model.layers + EMPTY_END_CHUNKS
+            pps = _options(req.pp, [p for p in _divisors(gpus // tp) if p <= most])
             for pp in pps:
                 dp = gpus // (tp * pp)
                 if tp * pp * dp != gpus or (req.dp is not None and req.dp != dp):
@@ -97,7 +109,7 @@ def splits(
                 for zero, mb, recompute, v in itertools.product(
                     zeros, _options(req.micro_batch, MICRO_BATCH), recomputes, _options(req.interleave, INTERLEAVE)
                 ):
-                    if model.layers % (pp * v) or (v > 1 and pp == 1) or batch % (dp * mb):
+                    if pp * v > most or (v > 1 and pp == 1) or batch % (dp * mb):
                         continue
                     if zero and dp == 1 and req.zero is None:
                         continue
@@ -129,6 +141,7 @@ def splits(
         interleave=column("interleave"),
         sequence_parallel=column("sequence_parallel"),
         dp_overlap=column("dp_overlap"),
+        **stack_numbers(req),
         ps_servers=column("ps_servers"),
     )
     return Splits(configs=found, job=job, batch=batch)

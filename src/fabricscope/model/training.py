@@ -42,6 +42,13 @@ function prices the one configuration of ``estimate`` and the million of
   ``n`` units of ``c`` seconds beside ``w`` seconds of compute expose
   ``n max(c - w/n, 0) + min(c, w/n)``: never less than ``n c - w``, so a step
   is never shorter than the network time it contains;
+* **framework effects** are named parameters of the job, each from a training stack's source
+  (``parallel.FRAMEWORKS``): gradient reduction beside or after the backward, ZeRO 3 gathers
+  repeated for recomputation, collectives per layer and one copy kernel per rank (DeepSpeed's
+  ZeRO 3 of 2021), whole or scattered pipeline sends, gradient buckets and Horovod's cycle, and
+  FlashAttention's efficiency on the GPU (``Device.attention_eff``);
+* **pipeline stages may be uneven**: the busiest holds ``v ceil(L / (p v))`` layers and sets the
+  pace, the weights and the activations of a GPU;
 * **optimizer**: memory-bound Adam update of the local weights;
 * **data loading**: bytes per step from storage, overlapped with the step;
   what does not fit in the step is a stall.
@@ -136,7 +143,28 @@ class Job:
     interleave: Num = 1
     sequence_parallel: Num = 0
     dp_overlap: Num = 1
+    """1: gradient reduction (and ZeRO-3's gathers) run beside compute; 0: after it, in turn."""
+    regather: Num = 0
+    """ZeRO-3: 1 when recomputation gathers a unit's weights again (DeepSpeed releases them after
+    every module forward), 0 when the backward's gather serves recomputation too (FSDP units)."""
     ps_servers: Num = 0
+    bucket_bytes: Num = BUCKET_BYTES
+    """Gradient bytes per collective of a vision model (DDP buckets, Horovod's fusion buffer)."""
+    cycle_s: Num = 0.0
+    """Horovod's cycle: every cycle reduces the gradients that became ready in it (0: none)."""
+    pp_scatter: Num = 1
+    """1: each tensor-parallel rank sends 1/t of a stage's output (Megatron's scatter/gather,
+    Narayanan et al. 2021 section 4.1); 0: every rank sends all of it (DeepSpeed's pipeline engine)."""
+    unit_tensors: Num = 1
+    """Data-parallel collectives per transformer layer: 1 where a layer is one flat unit (FSDP),
+    one per weight matrix where each is gathered on its own (DeepSpeed ZeRO 3 of 2021: 4)."""
+    live_params: Num = 0
+    """ZeRO 3: gathered parameters allowed at once (DeepSpeed's stage3_max_live_parameters); 0: two
+    units, the one in use and the one prefetched (FSDP)."""
+    rank_copies: Num = 0
+    """1 where each gather or reduce-scatter also runs one copy kernel per rank (the list form of
+    ``torch.distributed.all_gather``/``reduce_scatter``, which copies every rank's part between
+    its own tensor and NCCL's flat buffer)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -156,6 +184,8 @@ class Device:
     cached_fraction: Num = 0.0
     flash: Num = 1.0
     """1 where the GPU runs FlashAttention (Ampere and newer), else 0."""
+    attention_eff: Num = 0.0
+    """Share of peak FLOP/s FlashAttention's kernels reach (0: the matmul efficiency)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -189,6 +219,13 @@ class Step:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def stage_layers(w: Shape, job: Job) -> Num:
+    """Transformer layers on the busiest pipeline stage: ``v`` chunks of ``ceil(L / (p v))``
+    layers each (126 layers on 16 stages: 8 on the busiest; Megatron-LM and Llama 3 give the
+    first and last stages fewer)."""
+    return np.ceil(w.layers / (job.pp * job.interleave)) * job.interleave
+
+
 def _gemm(m: Num, n: Num, k: Num, dev: Device, batch: Num = 1) -> Num:
     flops = 2.0 * m * n * k * batch
     moved = dev.act_bytes * (m * k + k * n + m * n) * batch
@@ -220,7 +257,8 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
     head_dim = h / w.heads
     batch_heads = b * w.heads / t
     dense_attention = _gemm(w.seq, w.seq, head_dim, dev, batch_heads) + _gemm(w.seq, head_dim, w.seq, dev, batch_heads)
-    flash_attention = 0.5 * 4.0 * w.seq * w.seq * head_dim * batch_heads / (dev.peak_flops * dev.matmul_eff)
+    attention_eff = np.where(dev.attention_eff > 0, dev.attention_eff, dev.matmul_eff)
+    flash_attention = 0.5 * 4.0 * w.seq * w.seq * head_dim * batch_heads / (dev.peak_flops * attention_eff)
     flash = w.flash * dev.flash
     attention = np.where(flash, flash_attention, dense_attention)
     attention_bwd = np.where(flash, FLASH_BWD_FACTOR, 2.0) * attention
@@ -236,7 +274,7 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
     all_reduce = coll.fastest(coll.all_reduce(inside_node(fab), act_message, t, 1.0))
     tp_comm = (4.0 + np.where(job.recompute >= 2, 2.0, 0.0)) * all_reduce
 
-    layers = w.layers / job.pp
+    layers = stage_layers(w, job)
     logits = 3.0 * _gemm(tokens, w.vocab / t, h, dev) + 3.0 * tokens * w.vocab / t * 4.0 / dev.hbm_bps
     return {
         "compute": layers * (fwd + bwd) + logits,
@@ -264,12 +302,16 @@ def _vision_microbatch(w: Shape, job: Job, dev: Device) -> dict[str, Num]:
     }
 
 
-def _units(w: Shape, job: Job, dev: Device) -> Num:
+def _units(w: Shape, job: Job, dev: Device, backward: Num) -> Num:
     """Data-parallel collectives per pass over one stage's weights: one per transformer layer
-    (an FSDP unit, a gradient bucket); a vision model's gradients in DDP's 25 MB buckets."""
+    (an FSDP unit, a gradient bucket); a vision model's gradients in buckets of ``bucket_bytes``,
+    and with a ``cycle_s`` (Horovod) at least one per cycle of the backward, since each cycle
+    reduces what became ready during it."""
     if w.transformer:
-        return w.layers / job.pp
-    return np.maximum(1.0, np.ceil(w.params * dev.grad_bytes / BUCKET_BYTES))
+        return stage_layers(w, job) * job.unit_tensors
+    buckets = np.maximum(1.0, np.ceil(w.params * dev.grad_bytes / job.bucket_bytes))
+    cycles = np.where(job.cycle_s > 0, np.ceil(backward / np.where(job.cycle_s > 0, job.cycle_s, 1.0)), 1.0)
+    return np.maximum(buckets, cycles)
 
 
 def _dp_comm(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tuple[Num, Num, Num]:
@@ -284,7 +326,7 @@ def _dp_comm(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tuple[
     local = np.minimum(job.dp, np.maximum(1, g // job.tp))
     dp_nodes = np.ceil(job.dp / local)
     share = fab.node_net_gbps * local / g
-    weights = w.params / (job.tp * job.pp) / units
+    weights = _stage_params(w, job) / units
     grads = weights * dev.grad_bytes
     all_reduce = coll.fastest(coll.all_reduce(fab, grads, local, dp_nodes, share))
     scatter = coll.fastest(coll.ring_like(fab, grads, local, dp_nodes, node_net=share))
@@ -305,7 +347,7 @@ def _per_group(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tupl
     every ZeRO stage, micro-batch, recomputation and interleaving: when the job's arrays are
     one row of splits, price the distinct groups and spread the results back.
     """
-    keys = [job.tp, job.pp, job.dp, job.ps_servers]
+    keys = [job.tp, job.pp, job.dp, job.ps_servers, job.interleave]
     arrays = [np.asarray(k) for k in keys]
     lengths = {a.shape[0] for a in arrays if a.ndim == 1}
     if any(a.ndim > 1 for a in arrays) or len(lengths) != 1 or np.ndim(units) > 1:
@@ -313,9 +355,16 @@ def _per_group(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tupl
     (n,) = lengths
     table = np.stack([np.broadcast_to(a, (n,)) for a in arrays] + [np.broadcast_to(units, (n,))])
     groups, inverse = np.unique(table, axis=1, return_inverse=True)
-    tp, pp, dp, ps, unit = groups
-    small = Job(tp=tp, pp=pp, dp=dp, ps_servers=ps)
+    tp, pp, dp, ps, v, unit = groups
+    small = Job(tp=tp, pp=pp, dp=dp, ps_servers=ps, interleave=v)
     return tuple(np.take(part, np.ravel(inverse), axis=-1) for part in _dp_comm(w, small, dev, fab, unit))  # type: ignore[return-value]
+
+
+def _stage_params(w: Shape, job: Job) -> Num:
+    """Parameters one GPU holds: its tensor-parallel share of the busiest stage's layers."""
+    if not w.transformer:
+        return w.params / (job.tp * job.pp)
+    return w.params / job.tp * np.minimum(stage_layers(w, job) / w.layers, 1.0)
 
 
 def _beside(units: Num, comm: Num, compute: Num) -> Num:
@@ -328,7 +377,7 @@ def _beside(units: Num, comm: Num, compute: Num) -> Num:
 
 def _pp_comm(w: Shape, job: Job, dev: Device, fab: Fabric) -> Num:
     """Point-to-point seconds per micro-batch: each stage boundary, both directions, each virtual stage."""
-    message = job.micro_batch * w.seq * w.hidden * dev.act_bytes / job.tp
+    message = job.micro_batch * w.seq * w.hidden * dev.act_bytes / np.where(job.pp_scatter, job.tp, 1)
     # Ranks are ordered tensor, data, pipeline: a pipeline longer than a node crosses nodes,
     # and the slowest boundary paces it.
     across_nodes = job.tp * job.dp * job.pp > fab.gpus_per_node
@@ -350,9 +399,11 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
     # the compute each part runs beside (see _beside): gradients beside the backward of the
     # last micro-batch, weight gathers beside a forward, ZeRO 3's backward gathers and
     # reduce-scatters one after another on the same NICs.
-    units = _units(w, job, dev)
-    reduce, scatter, gather = _per_group(w, job, dev, fab, units)
     forward, backward = mb["fwd"], mb["bwd"] + mb["recompute"]
+    units = _units(w, job, dev, backward)
+    reduce, scatter, gather = _per_group(w, job, dev, fab, units)
+    copies = job.rank_copies * job.dp * KERNEL_OVERHEAD_S
+    scatter, gather = scatter + copies, gather + copies
 
     def exposed(comm: Num, compute: Num) -> Num:
         return np.where(job.dp_overlap, _beside(units, comm, compute), units * comm)
@@ -360,20 +411,28 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
     z = job.zero
     once = np.where(z == 0, exposed(reduce, backward), np.where(z == 1, exposed(scatter, backward), 0.0))
     once = once + np.where((z == 1) | (z == 2), exposed(gather, forward), 0.0)
+    # ZeRO 3 with recomputation that gathers again: one more gather beside the replayed forward.
+    regather = np.where((job.recompute >= 1) & (job.regather > 0), 1.0, 0.0)
     every = np.where(
         z == 2,
         exposed(scatter, backward),
-        np.where(z == 3, exposed(gather, forward) + exposed(gather + scatter, backward), 0.0),
+        np.where(
+            z == 3,
+            exposed(gather, forward)
+            + regather * exposed(gather, mb["recompute"])
+            + exposed(gather + scatter, mb["bwd"] + (1.0 - regather) * mb["recompute"]),
+            0.0,
+        ),
     )
     dp_exposed = once + microbatches * every
     dp_total = units * np.select(
         [z == 0, z == 1, z == 2],
         [reduce, scatter + gather, gather + microbatches * scatter],
-        microbatches * (2.0 * gather + scatter),
+        microbatches * ((2.0 + regather) * gather + scatter),
     )
 
     sharded = np.where(job.zero >= 1, job.dp, 1)
-    weights = w.params / (job.tp * job.pp)
+    weights = _stage_params(w, job)
     optimizer = weights / sharded * OPTIMIZER_BYTES_PER_PARAM / dev.hbm_bps
 
     busy = microbatches * per_mb + bubble + dp_exposed + optimizer
@@ -412,7 +471,16 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
 
 
 def _memory(w: Shape, job: Job, dev: Device, weights: Num, act_layer: Num, scores: Num) -> Num:
-    """Peak bytes per GPU: weights, gradients and optimizer state (ZeRO-sharded) and activations."""
+    """Peak bytes per GPU: weights, gradients and optimizer state (ZeRO-sharded) and activations.
+
+    The first pipeline stage holds the most micro-batches in flight: ``min(p, m)`` under 1F1B,
+    ``(1 + (p - 1) / (p v))`` times more with ``v`` interleaved chunks (Korthikanti et al. 2022,
+    section 4.2.3).  What each keeps depends on recomputation: everything (none), everything but
+    the attention scores (selective), or only each layer's input (full).  With full
+    recomputation only one layer's working activations exist at a time, whatever the number in
+    flight: the one being recomputed and back-propagated (Korthikanti et al. 2022, section 5:
+    full recomputation stores only each layer's input).
+    """
     dp = job.dp
     state = np.select(
         [job.zero == 0, job.zero == 1, job.zero == 2],
@@ -423,12 +491,18 @@ def _memory(w: Shape, job: Job, dev: Device, weights: Num, act_layer: Num, score
         return weights * state + MEMORY_OVERHEAD_BYTES
     tokens = job.micro_batch * w.seq
     layer_input = tokens * w.hidden * dev.act_bytes / np.where(job.sequence_parallel, job.tp, 1)
-    layers = w.layers / job.pp
+    layers = stage_layers(w, job)
+    in_flight = np.minimum(job.pp, job.global_batch / (job.dp * job.micro_batch))
+    in_flight = in_flight * np.where(job.interleave > 1, 1.0 + (job.pp - 1) / (job.pp * job.interleave), 1.0)
     kept = np.select(
         [job.recompute >= 2, job.recompute >= 1],
-        [layers * layer_input + act_layer, layers * (act_layer - scores)],
-        layers * act_layer,
+        [layers * layer_input * in_flight + act_layer, layers * (act_layer - scores) * in_flight + scores],
+        layers * act_layer * in_flight,
     )
-    in_flight = np.minimum(job.pp, job.global_batch / (job.dp * job.micro_batch))
+    # ZeRO 3 holds one unit's gathered weights while the next is prefetched (FSDP: two units), or
+    # with a cap on live parameters as many as it allows, at least the unit in use (DeepSpeed).
+    unit = w.params / np.maximum(w.layers, 1) / job.tp / job.unit_tensors
+    live = np.where(job.live_params > 0, np.maximum(job.live_params, unit), 2.0 * unit)
+    gathered = np.where(job.zero == 3, live * dev.act_bytes, 0.0)
     logits = tokens * w.vocab / job.tp * 4.0 * 2.0
-    return weights * state + kept * in_flight + logits + MEMORY_OVERHEAD_BYTES
+    return weights * state + kept + gathered + logits + MEMORY_OVERHEAD_BYTES

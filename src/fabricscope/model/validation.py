@@ -7,6 +7,13 @@ from its hardware description alone, predicts the row's metric and reports the
 error.  Optional columns are used when present: ``micro_batch``,
 ``interleave``, ``flash_attention`` and ``dp_overlap`` for training rows.
 
+Every row belongs to a ``group`` (its column; a file without one puts every
+row in a group named after the file's kind).  ``validate`` reports the error of
+each group as well as overall: a model that is right on average can still be
+far off on one kind of system (TCP clusters, PCIe-only nodes), and a group is
+the unit the uncertainty of ``predict`` is taken from.  Training rows use the
+same mechanism.
+
 Training rows without ``flash_attention`` and ``dp_overlap`` columns are taken
 as Megatron-LM runs of 2021-22, the source of the shipped rows: attention
 scores materialized in memory (no FlashAttention) and gradients all-reduced
@@ -16,6 +23,7 @@ after the backward pass (Megatron-LM added ``--overlap-grad-reduce`` later).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import re
 import statistics
@@ -30,13 +38,33 @@ from fabricscope.model import hardware
 from fabricscope.model.cluster import ClusterSpec, IntraFabric, NetworkSpec, TransportName, resolve
 from fabricscope.model.estimate import estimate
 from fabricscope.model.fabric import fabric_of
-from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, Recompute, check_layout
+from fabricscope.model.parallel import (
+    FRAMEWORKS,
+    PRECISIONS,
+    RECOMPUTE,
+    Framework,
+    ParallelConfig,
+    Precision,
+    Recompute,
+    as_choice,
+    check_layout,
+    stack_settings,
+)
 from fabricscope.model.predict import predict_op
-from fabricscope.model.workload import PARAMS_TOLERANCE, ModelSpec
+from fabricscope.model.workload import PARAMS_TOLERANCE, ModelSpec, model_presets
 from fabricscope.ops import get as get_op
 from fabricscope.userfiles import read_text
 
-__all__ = ["Comparison", "default_files", "match_gpu", "match_nic", "summary", "validate_file"]
+__all__ = [
+    "KNOWN_OFF",
+    "Comparison",
+    "by_group",
+    "default_files",
+    "match_gpu",
+    "match_nic",
+    "summary",
+    "validate_file",
+]
 
 COLLECTIVE_COLUMNS = (
     "id",
@@ -81,6 +109,10 @@ class Comparison:
     published: float
     predicted: float
     detail: str = ""
+    group: str = ""
+    """Kind of system the row measures (``nvlink-node``, ``tcp``, ...); errors are reported per group."""
+    known_off: bool = False
+    """The row's ``notes`` say it ``stays off:`` and why (what the model lacks)."""
 
     @property
     def error_pct(self) -> float:
@@ -96,6 +128,8 @@ class Comparison:
             "predicted": self.predicted,
             "error_pct": self.error_pct,
             "detail": self.detail,
+            "group": self.group,
+            "known_off": self.known_off,
         }
 
 
@@ -105,7 +139,8 @@ def default_files() -> list[Any]:
     return sorted((p for p in folder.iterdir() if p.name.endswith(".csv")), key=lambda p: p.name)
 
 
-_GPU_FAMILIES = ("v100", "a100", "h100", "h200", "h20", "b200", "l40s", "mi300x", "4090")
+_GPU_FAMILIES = ("v100", "a100", "a800", "h100", "h200", "h800", "h20", "b200", "l40s", "mi300x", "4090", "5090")
+_FORM_FACTORS = ("pcie", "sxm")
 
 
 def match_gpu(text: str) -> str:
@@ -117,6 +152,11 @@ def match_gpu(text: str) -> str:
     if family is None:
         raise UsageError(f"cannot match GPU {text!r} to the catalog ({', '.join(hardware.entries('gpu'))})")
     names = [n for n in hardware.entries("gpu") if family in n]
+    form = next((f for f in _FORM_FACTORS if f in low), None)
+    if form is not None and any(form in n for n in names):
+        names = [n for n in names if form in n]
+    elif form is None or form == "sxm":
+        names = [n for n in names if "pcie" not in n] or names
     memory = re.search(r"(\d+)\s*gb", low)
     for name in names:
         if memory and f"{memory.group(1)}gb" in name:
@@ -239,7 +279,24 @@ def check_collective(row: Mapping[str, str], where: str) -> Comparison:
         published=published,
         predicted=predicted,
         detail=f"{op.name} {size} B on {nodes}x{cluster.gpus_per_node} {cluster.gpu.name}: {record.algorithm}",
+        group=_group(row, "collectives"),
+        known_off=KNOWN_OFF in (row.get("notes") or ""),
     )
+
+
+KNOWN_OFF = "stays off:"
+"""A row whose ``notes`` contain this is one the model is known to miss; the note says what it lacks."""
+GROUP_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+
+
+def _group(row: Mapping[str, str], kind: str) -> str:
+    """The row's ``group`` column (lower-case words joined by '-'), or the file's kind."""
+    text = (row.get("group") or "").strip().lower()
+    if not text:
+        return kind
+    if not GROUP_NAME.fullmatch(text) or text == "overall":
+        raise UsageError(f"group = {text[:40]!r} must be 1-40 lower-case letters, digits and '-' (not 'overall')")
+    return text
 
 
 def _flag(row: Mapping[str, str], key: str, default: bool) -> bool:
@@ -277,53 +334,122 @@ def _check_params(row: Mapping[str, str], model: ModelSpec) -> None:
         )
 
 
+TRAINING_METRICS = (
+    "tflops_per_gpu",
+    "model_tflops_per_gpu",
+    "iteration_s",
+    "tokens_per_s_per_gpu",
+    "images_per_s",
+    "scaling_efficiency",
+)
+"""What a training row may publish: TFLOP/s as Narayanan et al. count them (eq. 3, recomputation
+included when it ran), model TFLOP/s (6 x matmul parameters + attention per token, the MFU
+numerator of PaLM and Llama 3), seconds per step, tokens per second per GPU, images per second
+(all GPUs), and scaling efficiency (throughput over GPUs x the throughput of one GPU)."""
+
+
+def _framework(row: Mapping[str, str]) -> Framework:
+    """The ``framework`` column's named parameters (:data:`FRAMEWORKS`, megatron-lm-2021 when
+    empty), with ``flash_attention``, ``dp_overlap`` and ``regather_on_recompute`` overridden by
+    their own columns."""
+    name = (row.get("framework") or "").strip().lower() or "megatron-lm-2021"
+    if name not in FRAMEWORKS:
+        raise UsageError(f"framework = {name!r} is not one of {', '.join(FRAMEWORKS)}{closest(name, FRAMEWORKS)}")
+    stack = FRAMEWORKS[name]
+    return dataclasses.replace(
+        stack,
+        flash_attention=_flag(row, "flash_attention", stack.flash_attention),
+        dp_overlap=_flag(row, "dp_overlap", stack.dp_overlap),
+        regather_on_recompute=_flag(row, "regather_on_recompute", stack.regather_on_recompute),
+    )
+
+
+def _row_model(row: Mapping[str, str], batch: int, flash: bool) -> ModelSpec:
+    """The row's workload: a preset named in ``model`` (a vision row), or its transformer shape."""
+    name = (row.get("model") or "").strip().lower()
+    if name:
+        presets = model_presets()
+        if name not in presets:
+            raise UsageError(f"model = {name!r} is not a preset{closest(name, presets)}: use {', '.join(presets)}")
+        return dataclasses.replace(presets[name], global_batch=batch)
+    gated = _flag(row, "gated_mlp", False)
+    return ModelSpec(
+        name=row["id"],
+        layers=_number(row, "layers", whole=True),
+        hidden=_number(row, "hidden", whole=True),
+        heads=_number(row, "heads", whole=True),
+        kv_heads=_number(row, "kv_heads", whole=True) if (row.get("kv_heads") or "").strip() else 0,
+        ffn=_number(row, "ffn", whole=True) if (row.get("ffn") or "").strip() else 0,
+        gated_mlp=gated,
+        tied_embeddings=not gated,
+        seq=_number(row, "seq_len", whole=True),
+        vocab=_number(row, "vocab", whole=True),
+        flash_attention=flash,
+        global_batch=batch,
+    )
+
+
+def _optional_whole(row: Mapping[str, str], key: str, default: int, *, allow_zero: bool = False) -> int:
+    return int(_number(row, key, whole=True, allow_zero=allow_zero)) if (row.get(key) or "").strip() else default
+
+
 def check_training(row: Mapping[str, str], where: str) -> Comparison:
     gpus, per_node = _number(row, "gpus", whole=True), _number(row, "gpus_per_node", whole=True)
     if gpus % per_node and gpus > per_node:
         raise UsageError(f"gpus = {gpus} must be a multiple of gpus_per_node = {per_node} (whole nodes)")
     per_node = min(per_node, gpus)
     cluster = _cluster(row, gpus // per_node, per_node)
-    layers, hidden, seq, vocab = (_number(row, key, whole=True) for key in ("layers", "hidden", "seq_len", "vocab"))
     batch = _number(row, "global_batch", whole=True)
     published = _number(row, "value")
-    model = ModelSpec(
-        name=row["id"],
-        layers=layers,
-        hidden=hidden,
-        heads=_number(row, "heads", whole=True),
-        seq=seq,
-        vocab=vocab,
-        flash_attention=_flag(row, "flash_attention", False),
-        global_batch=batch,
-    )
+    metric = row["metric"]
+    if metric not in TRAINING_METRICS:
+        raise ConfigError(f"metric {metric!r} is not one of {', '.join(TRAINING_METRICS)}")
+    stack = _framework(row)
+    model = _row_model(row, batch, stack.flash_attention)
     recompute, sequence_parallel = _recompute(row.get("recompute") or "")
-    _check_params(row, model)
+    if model.is_transformer:
+        _check_params(row, model)
     par = ParallelConfig(
         tp=_number(row, "tp", whole=True),
         pp=_number(row, "pp", whole=True),
         dp=_number(row, "dp", whole=True),
-        zero=int(row.get("zero_stage") or 0),
-        micro_batch=int(row.get("micro_batch") or 1),
-        interleave=int(row.get("interleave") or 1),
+        zero=_optional_whole(row, "zero_stage", 0, allow_zero=True),
+        micro_batch=_optional_whole(row, "micro_batch", 1),
+        interleave=_optional_whole(row, "interleave", 1),
         recompute=recompute,
         sequence_parallel=sequence_parallel,
-        dp_overlap=_flag(row, "dp_overlap", False),
+        dp_overlap=stack.dp_overlap,
+        **stack_settings(stack),
+        ps_servers=_optional_whole(row, "ps_servers", 0, allow_zero=True),
+        precision=_precision(row, cluster),
     )
     check_layout(par, model, gpus=gpus, gpus_per_node=per_node, batch=batch, row=True)
     result = estimate(model, cluster, par, what_ifs=False)
     step = result.step_s
-    metric = row["metric"]
     if metric == "iteration_s":
         predicted = step
     elif metric == "tflops_per_gpu":
         # Counted as the papers count: Narayanan et al. eq. 3, with recomputation when it ran.
+        s, n, h, v = model.seq, model.layers, model.hidden, model.vocab
         if par.recompute == "full":
-            flops = 96 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+            flops = 96 * batch * s * n * h**2 * (1 + s / (6 * h) + v / (16 * n * h))
         else:
-            flops = 72 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (12 * layers * hidden))
+            flops = 72 * batch * s * n * h**2 * (1 + s / (6 * h) + v / (12 * n * h))
         predicted = flops / gpus / step / 1e12
-    else:
-        raise ConfigError(f"metric {metric!r} is not one of tflops_per_gpu, iteration_s")
+    elif metric == "model_tflops_per_gpu":
+        predicted = result.tflops_per_gpu
+    elif metric == "tokens_per_s_per_gpu":
+        predicted = batch * model.seq / step / gpus
+    elif metric == "images_per_s":
+        predicted = result.samples_per_s
+    else:  # scaling_efficiency: against the same job on one GPU, with the same per-GPU batch
+        one = estimate(
+            model,
+            _cluster(row, 1, 1),
+            dataclasses.replace(par, tp=1, pp=1, dp=1, zero=0, ps_servers=0, global_batch=batch // gpus),
+            what_ifs=False,
+        )
+        predicted = result.samples_per_s / (gpus * one.samples_per_s)
     return Comparison(
         id=row["id"],
         file=Path(where).name,
@@ -332,7 +458,17 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         published=published,
         predicted=predicted,
         detail=f"{gpus}x {cluster.gpu.name} tp{par.tp} pp{par.pp} dp{par.dp} {par.recompute}: {result.bottleneck}",
+        group=_group(row, "training"),
+        known_off=KNOWN_OFF in (row.get("notes") or ""),
     )
+
+
+def _precision(row: Mapping[str, str], cluster: Any) -> Precision:
+    """The ``precision`` column, or bf16 where the GPU has it (fp16 on V100)."""
+    text = (row.get("precision") or "").strip().lower()
+    if text:
+        return as_choice(text, PRECISIONS, "precision")
+    return "bf16" if float(cluster.gpu.tflops_bf16) > 0 else "fp16"
 
 
 def validate_file(path: Any) -> list[Comparison]:
@@ -364,6 +500,19 @@ def validate_file(path: Any) -> list[Comparison]:
                 f"{where}: line {number} ({kind} row {row.get('id', '?')}): invalid value ({exc})"
             ) from None
     return checks
+
+
+def by_group(checks: Iterable[Comparison], *, known_off: bool = True) -> dict[str, dict[str, float]]:
+    """:func:`summary` of every group, in the order groups first appear, then ``overall``;
+    without the rows marked as known to be off when ``known_off`` is false."""
+    rows = [c for c in checks if known_off or not c.known_off]
+    groups: dict[str, list[Comparison]] = {}
+    for check in rows:
+        groups.setdefault(check.group, []).append(check)
+    found = {name: summary(members) for name, members in groups.items()}
+    if rows:
+        found["overall"] = summary(rows)
+    return found
 
 
 def summary(checks: Iterable[Comparison]) -> dict[str, float]:

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from fabricscope.errors import UsageError
+from fabricscope.errors import InvalidValue, UsageError
 from fabricscope.model import hardware
-from fabricscope.model.schema import FORBID_EXTRA, InvalidValue, build, read_toml, require
-from fabricscope.userfiles import is_path, shorten
+from fabricscope.schema import FORBID_EXTRA, build, require
+from fabricscope.userfiles import is_path, read_toml, shorten
 
 __all__ = ["PARAMS_TOLERANCE", "ModelSpec", "load_model", "model_presets"]
 
@@ -187,7 +187,7 @@ def load_model(text: str) -> ModelSpec:
     """A preset name or the path of a model TOML file."""
     path = Path(text)
     if is_path(text):
-        data = read_toml(path, presets=_presets(), what="model")
+        data = read_toml(path, presets=_presets(), what="model file")
         return build(ModelSpec, {"name": path.stem, **data}, source=str(path))
     name = text.strip().lower()
     if name not in _presets():

@@ -1,4 +1,8 @@
-"""Reading TOML files into typed configs, with messages that name the file and the key.
+"""Validating user-written data into typed configs, with messages that name the file and the key.
+
+One way for every user file (cluster and model descriptions, doctor
+expectations, scenario tables): :mod:`fabricscope.userfiles` reads the file
+safely, :func:`build` validates the parsed table into a config class.
 
 Every config is a ``@dataclass(kw_only=True, slots=True)`` that validates its own
 values in ``__post_init__`` by raising :class:`InvalidValue`.  ``build`` hands a
@@ -19,14 +23,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import types
-from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from fabricscope.errors import ConfigError, InvalidValue, UsageError, closest
-from fabricscope.userfiles import read_toml as _read_toml
 
-__all__ = ["FORBID_EXTRA", "InvalidValue", "build", "read_toml", "require"]
+__all__ = ["FORBID_EXTRA", "build", "require"]
 
 T = TypeVar("T")
 
@@ -46,23 +48,15 @@ def _adapter(cls: Any) -> Any:
     return _ADAPTERS[cls]
 
 
-def read_toml(path: str | Path, *, presets: Iterable[str] = (), what: str = "") -> dict[str, Any]:
-    """Parse a user's TOML file; a missing ``NAME.toml`` whose NAME is one of ``presets`` says to
-    drop the ``.toml`` (``--cluster dgx-h100-ndr.toml`` meant the preset ``dgx-h100-ndr``)."""
-    try:
-        return _read_toml(path)
-    except ConfigError:
-        stem = Path(path).name.removesuffix(".toml").lower()
-        if stem in presets and not Path(path).exists():
-            raise ConfigError(f"{path}: no such file (did you mean the {what} preset '{stem}'?)") from None
-        raise
-
-
 def require(key: str, value: Any, allowed: str, ok: Callable[[float], bool]) -> None:
     """Raise InvalidValue ``"<key> must be <allowed>, got <value>"`` unless ``value`` is a finite
     number for which ``ok`` holds (NaN and infinities are never allowed)."""
     if not (math.isfinite(value) and ok(value)):
         raise InvalidValue(f"{key} must be {allowed}, got {value!r}")
+
+
+def _is_control(char: str) -> bool:
+    return (ord(char) < 0x20 and char != "\t") or 0x7F <= ord(char) < 0xA0
 
 
 _KINDS = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}
@@ -94,7 +88,10 @@ def _wrong_type(hint: Any, value: Any) -> str | None:
     if hint is float:
         return None if isinstance(value, (int, float)) and not isinstance(value, bool) else _KINDS[float]
     if hint is str:
-        return None if isinstance(value, str) else _KINDS[str]
+        if not isinstance(value, str):
+            return _KINDS[str]
+        # Escape codes in a name would reach the terminal raw (colours, cursor moves, a title change).
+        return "a string without control characters" if any(_is_control(c) for c in value) else None
     return None
 
 

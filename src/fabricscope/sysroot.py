@@ -1,8 +1,18 @@
-"""One root directory for every file the doctor reads.
+"""One root directory for every file the doctor and the monitor read.
 
 All of ``/sys``, ``/proc`` and ``/etc`` are reached through a :class:`SysRoot`,
-so tests and ``--root DIR`` point the probes at a captured tree, and
-``--capture DIR`` can copy exactly what was read.
+so tests and ``--root DIR`` point the probes and samplers at a captured tree,
+and ``doctor --capture DIR`` can copy exactly what was read.
+
+A root other than ``/`` confines every read as ``chroot(2)`` would: each path
+component is resolved inside the root, an absolute link (``etc/nccl.conf ->
+/etc/passwd``) restarts from the root, not from the host's ``/``, and ``..``
+never climbs above it.  A link loop or a chain of more than
+:data:`MAX_LINKS` links reads as ``ELOOP``, an unreadable file like any other.
+The last component is opened with ``O_NOFOLLOW``, so a link swapped in after
+the walk is refused rather than followed; a tree that is rewritten while it is
+read (a directory replaced by a link mid-walk) is out of scope: captured trees
+are static.
 
 Reads never raise and never block.  A file that does not exist reads as
 ``None`` quietly (many sysfs files exist only on some devices); ``EINVAL`` also
@@ -29,12 +39,12 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fabricscope.doctor.inventory import Anomaly
-
 __all__ = [
     "CAPTURE_DIR",
     "MANIFEST",
+    "MAX_LINKS",
     "MAX_READ",
+    "Anomaly",
     "NotAFileError",
     "SysRoot",
     "read_regular_file",
@@ -47,6 +57,8 @@ MANIFEST = f"{CAPTURE_DIR}/manifest.json"
 
 _QUIET = {errno.ENOENT, errno.EINVAL, errno.ENOTDIR, errno.ENODEV, errno.ENXIO, errno.EOPNOTSUPP}
 """Errors that mean "not there" or "unknown" in sysfs, not "something is wrong"."""
+MAX_LINKS = 40
+"""Most links followed while resolving one path (Linux's ``MAXSYMLINKS``); more is ``ELOOP``."""
 MAX_READ = 1 << 20
 """Largest file read (sysfs attributes are one page; ``ethtool -S`` captures a few hundred KiB)."""
 _NOT_TEXT = "ENOTTEXT"
@@ -59,9 +71,20 @@ _PROBLEMS = {
     "BLOCKDEV": "a block device, not a file: not read",
     "SOCKET": "a socket, not a file: not read",
     "BADPATH": "not a valid path (it holds a NUL byte)",
+    "ELOOP": f"a link loop or a chain of more than {MAX_LINKS} links: not read",
 }
 """Problems that have no errno of their own (pseudo errno names, as the capture manifest stores them)."""
 _KINDS = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "CHARDEV"), (stat.S_ISBLK, "BLOCKDEV"), (stat.S_ISSOCK, "SOCKET"))
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    """A file a probe or sampler needed but could not read or understand."""
+
+    path: str
+    """Path relative to the root, e.g. ``sys/class/net/eth0/mtu``."""
+    problem: str
+    """What went wrong: ``EACCES``, ``missing``, ``unparsable 'abc' (expected a whole number)``..."""
 
 
 class NotAFileError(OSError):
@@ -72,14 +95,16 @@ class NotAFileError(OSError):
         self.name = name
 
 
-def read_regular_file(path: str) -> bytes:
+def read_regular_file(path: str, *, follow: bool = True) -> bytes:
     """The bytes of ``path`` if it is a regular file (or a link to one) of at most :data:`MAX_READ` bytes.
 
     Opened without blocking, so a FIFO opens at once and is refused rather
     than read; a directory raises :class:`IsADirectoryError`, another
-    non-file or a file too large :class:`NotAFileError`.
+    non-file or a file too large :class:`NotAFileError`.  ``follow=False``
+    refuses a link as the last component (``ELOOP``).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
@@ -113,21 +138,20 @@ class _Record:
 class SysRoot:
     """Reads files under ``root`` by paths relative to it (``sys/class/net``)."""
 
-    __slots__ = ("_base", "_live", "_manifest_errors", "_real_base", "_record", "anomalies", "manifest", "path")
+    __slots__ = ("_live", "_manifest_errors", "_real_base", "_record", "anomalies", "manifest", "path")
 
     def __init__(self, root: str | os.PathLike[str] = "/") -> None:
         self.path = Path(root)
-        self._base = str(self.path)
-        self._real_base = os.path.realpath(self._base)
+        self._real_base = os.path.realpath(self.path)
         self._live = self._real_base == "/"
         self.anomalies: list[Anomaly] = []
         self._record = _Record()
         self.manifest: dict[str, object] = {}
         self._manifest_errors: dict[str, str] = {}
-        manifest = self.path / MANIFEST
-        if not self.is_live and manifest.is_file():
+        manifest = self.file(MANIFEST)
+        if not self.is_live and os.path.lexists(manifest):
             try:
-                data = json.loads(read_regular_file(str(manifest)).decode("utf-8"))
+                data = json.loads(read_regular_file(manifest, follow=False).decode("utf-8"))
                 wrong = _manifest_shape_problem(data)
                 if wrong is not None:
                     raise ValueError(wrong)
@@ -143,8 +167,64 @@ class SysRoot:
         return self._live
 
     def file(self, rel: str) -> str:
-        """The path of ``rel`` under the root."""
-        return os.path.join(self._base, rel.lstrip("/"))
+        """The path of ``rel`` under the root, its links resolved inside the root (see :meth:`resolve`).
+
+        A path that cannot be resolved (a link loop) comes back unresolved
+        under the root; opening it without following links then fails.
+        """
+        try:
+            return self._host(self.resolve(rel))
+        except OSError:
+            return os.path.join(self._real_base, _norm(rel))
+
+    def resolve(self, rel: str, *, last: bool = True) -> str:
+        """``rel`` with every link and ``..`` resolved inside the root, relative to it (``""`` is the root).
+
+        Links resolve as under ``chroot(2)``: an absolute target starts again
+        at the root and ``..`` stops there.  ``last=False`` leaves the final
+        component as it is (a link stays a link, as ``lstat`` sees it).
+        Components past one that does not exist (or is not a directory) are
+        kept as they are, so the read that follows fails as it would have.
+        Raises ``OSError(ELOOP)`` for a loop or more than :data:`MAX_LINKS`
+        links.  On the live root the kernel's own resolution is the same
+        (and knows /proc's magic links), so the path is only normalized.
+        """
+        if self._live:
+            return _norm(rel)
+        parts = [p for p in rel.split("/") if p not in ("", ".")]
+        done: list[str] = []
+        links = 0
+        while parts:
+            part = parts.pop(0)
+            if part == "..":
+                if done:
+                    done.pop()
+                continue
+            if not parts and not last:
+                done.append(part)
+                break
+            here = os.path.join(self._real_base, *done, part)
+            try:
+                mode = os.lstat(here).st_mode
+            except (OSError, ValueError):
+                done.append(part)
+                done.extend(parts)  # the read fails on this component, as the kernel's would
+                break
+            if not stat.S_ISLNK(mode):
+                done.append(part)
+                continue
+            links += 1
+            if links > MAX_LINKS:
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), rel)
+            target = os.readlink(here)
+            if target.startswith("/"):
+                done = []
+            parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+        return "/".join(done)
+
+    def _host(self, resolved: str) -> str:
+        """The host path of a path already resolved inside the root."""
+        return os.path.join(self._real_base, resolved) if resolved else self._real_base
 
     # -- reading ---------------------------------------------------------------
 
@@ -172,7 +252,7 @@ class SysRoot:
             self._fail(rel, injected, required)
             return None
         try:
-            data = read_regular_file(self.file(rel))
+            data = read_regular_file(self._host(self.resolve(rel)), follow=self._live)
         except NotAFileError as exc:
             self._fail(rel, exc.name, required)
             return None
@@ -187,6 +267,30 @@ class SysRoot:
         except UnicodeDecodeError:
             self._fail(rel, _NOT_TEXT, required)
             return None
+
+    def read_now(self, rel: str) -> str:
+        """The text of ``rel`` read again now, for counters sampled every interval.
+
+        Unlike :meth:`text` nothing is cached or recorded: the caller decides
+        what a failure means.  Raises :class:`OSError` (a
+        :class:`NotAFileError` for what is not a text file), with errors
+        replayed from a capture manifest as :meth:`text` does.
+        """
+        rel = _norm(rel)
+        injected = self._manifest_errors.get(rel)
+        if injected is not None:
+            code = getattr(errno, injected, None)
+            if isinstance(code, int):
+                raise OSError(code, os.strerror(code), rel)
+            raise NotAFileError(injected)
+        try:
+            data = read_regular_file(self._host(self.resolve(rel)), follow=self._live)
+        except ValueError:
+            raise NotAFileError("BADPATH") from None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise NotAFileError(_NOT_TEXT) from None
 
     def _fail(self, rel: str, name: str, required: bool) -> None:
         self._record.errors[rel] = name
@@ -214,8 +318,10 @@ class SysRoot:
         if cached is not None:
             return list(cached)
         try:
-            names = sorted(os.listdir(self.file(rel)))
-        except OSError as exc:
+            names = sorted(os.listdir(self._host(self.resolve(rel))))
+        except (OSError, ValueError) as exc:
+            if not isinstance(exc, OSError):  # a NUL byte in the path
+                exc = OSError(errno.EINVAL, "not a valid path")
             name = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
             if required or exc.errno not in _QUIET:
                 self.anomalies.append(Anomaly(rel, "missing directory" if exc.errno == errno.ENOENT else name))
@@ -225,11 +331,24 @@ class SysRoot:
         self._record.listed[rel] = names
         return list(names)
 
+    def listdir_now(self, rel: str) -> list[str]:
+        """Sorted entry names of a directory read again now (devices come and go); raises :class:`OSError`.
+
+        Nothing is cached or recorded, as with :meth:`read_now`.
+        """
+        try:
+            return sorted(os.listdir(self._host(self.resolve(rel))))
+        except ValueError:
+            raise NotAFileError("BADPATH") from None
+
     def exists(self, rel: str) -> bool:
         rel = _norm(rel)
         if rel in self._manifest_errors:
             return True
-        exists = os.path.lexists(self.file(rel))
+        try:
+            exists = os.path.lexists(self._host(self.resolve(rel, last=False)))
+        except OSError:
+            exists = True  # a link loop is there, even if it leads nowhere
         if exists:
             self._record.touched.add(rel)
         return exists
@@ -239,35 +358,42 @@ class SysRoot:
         rel = _norm(rel)
         self._record.touched.add(rel)
         try:
-            if os.path.isdir(self.file(rel)):
+            if os.path.isdir(self._host(self.resolve(rel))):
                 return True
         except OSError:
             pass
-        if os.path.islink(self.file(rel)):
+        try:
+            link = os.path.islink(self._host(self.resolve(rel, last=False)))
+        except OSError:
+            link = True  # the loop is on the way to it
+        if link:
             self.anomalies.append(Anomaly(rel, "link to nothing (dangling or looping)"))
         return False
 
     def realpath(self, rel: str) -> str | None:
-        """The path ``rel`` resolves to, relative to the root; None when it leaves the root."""
+        """The path ``rel`` resolves to inside the root, relative to it; None for a link loop.
+
+        On the live root this is ``os.path.realpath``.
+        """
         rel = _norm(rel)
-        base = self._real_base
         try:
-            full = os.path.realpath(self.file(rel))
-        except (OSError, RuntimeError):
-            self.anomalies.append(Anomaly(rel, "unresolvable link"))
-            return None
-        if full != base and not full.startswith(base.rstrip("/") + "/"):
-            self.anomalies.append(Anomaly(rel, f"link leaves the root ({full})"))
+            if self._live:
+                full = os.path.realpath(self.file(rel), strict=False)
+                resolved = os.path.relpath(full, "/") if full != "/" else ""
+            else:
+                resolved = self.resolve(rel)
+        except (OSError, RuntimeError, ValueError):
+            self.anomalies.append(Anomaly(rel, "unresolvable link (a loop or too many links)"))
             return None
         self._record.touched.add(rel)
-        return os.path.relpath(full, base) if full != base else ""
+        return resolved
 
     def link_name(self, rel: str) -> str | None:
         """The last component of a symlink's target (``driver`` -> ``mlx5_core``)."""
         rel = _norm(rel)
         try:
-            target = os.readlink(self.file(rel))
-        except OSError:
+            target = os.readlink(self._host(self.resolve(rel, last=False)))
+        except (OSError, ValueError):
             return None
         self._record.touched.add(rel)
         return os.path.basename(target.rstrip("/")) or None

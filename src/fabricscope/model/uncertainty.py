@@ -1,0 +1,165 @@
+"""How sure a prediction is: the validation error of the closest group of published rows.
+
+``predict``, ``estimate`` and ``plan`` name the group of shipped validation rows
+(``data/validation/*.csv``) that measured the same kind of system as the
+cluster asked about (an NVLink node, InfiniBand or RoCE between nodes, NCCL
+over TCP, PCIe-only GPUs, GPUs sharing a NIC) and report that group's median
+and worst |error| as the prediction's uncertainty, all rows counted, the ones
+the model is known to miss included.  They also warn when the cluster lies
+outside what any row covers: more nodes than the group's largest measurement
+(RoCE's scale loss is fitted on 2-6 nodes), a GPU no row measured.  A cluster
+whose ops were calibrated (``fabricscope calibrate``) reports the fit's own
+error instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from fabricscope.model.cluster import Cluster
+
+__all__ = ["Uncertainty", "collective_group", "for_collectives", "for_training"]
+
+
+@dataclass(frozen=True, slots=True)
+class Uncertainty:
+    """The error a prediction can be expected to carry, and where it comes from."""
+
+    basis: str
+    """``validation`` (published rows) or ``calibration`` (this cluster's own measurements)."""
+    group: str
+    rows: int
+    median_pct: float
+    worst_pct: float
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "basis": self.basis,
+            "group": self.group,
+            "rows": self.rows,
+            "median_abs_error_pct": self.median_pct,
+            "worst_abs_error_pct": self.worst_pct,
+            "warnings": list(self.warnings),
+        }
+
+    def lines(self, what: str, prefix: str = "# ") -> list[str]:
+        """What to print: ``prefix`` is "# " under an nccl-tests table, "" elsewhere."""
+        if self.basis == "calibration":
+            head = (
+                f"{prefix}uncertainty of {what}: fit to this cluster's measurements ({self.rows} points): "
+                f"median |error| {self.median_pct:.1f}%, worst op {self.worst_pct:.1f}%"
+            )
+        else:
+            head = (
+                f"{prefix}uncertainty of {what}: +-{self.median_pct:.0f}% typical, {self.worst_pct:.0f}% worst "
+                f"(validation group {self.group}: {self.rows} published rows)"
+            )
+        return [head, *(f"{prefix}warning: {w}" for w in self.warnings)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    id: str
+    group: str
+    gpu: str
+    nodes: int
+    error: float
+
+
+@functools.cache
+def _rows(kind: str) -> tuple[_Row, ...]:
+    """The shipped rows of one file kind (``collectives`` or ``training``) with their errors."""
+    from fabricscope.model.validation import default_files, validate_file
+
+    found: list[_Row] = []
+    for path in default_files():
+        if not path.name.startswith(kind):
+            continue
+        for check in validate_file(path):
+            detail = check.detail
+            nodes, gpu = 1, ""
+            if " on " in detail:  # "... on 2x8 h100-sxm: ring/Simple"
+                shape, _, rest = detail.split(" on ", 1)[1].partition(" ")
+                nodes = int(shape.split("x")[0]) if shape.split("x")[0].isdigit() else 1
+                gpu = rest.split(":")[0]
+            elif "x " in detail:  # "64x a100-sxm-80gb tp8 ..."
+                gpu = detail.split("x ", 1)[1].split(" ")[0]
+            found.append(_Row(check.id, check.group, gpu, nodes, abs(check.error_pct)))
+    return tuple(found)
+
+
+def collective_group(cluster: Cluster) -> str:
+    """The validation group whose rows measured this kind of system."""
+    net = cluster.spec.network
+    if cluster.nodes <= 1:
+        return "pcie-node" if cluster.intra == "pcie" else "nvlink-node"
+    if net.transport == "tcp-socket":
+        return "tcp"
+    if cluster.nic.link == "ethernet":
+        return "roce-multinode"
+    if net.nics_per_node < cluster.gpus_per_node:
+        return "shared-nic"
+    return "ib-multinode"
+
+
+def _stats(rows: list[_Row]) -> tuple[float, float]:
+    errors = [r.error for r in rows]
+    return statistics.median(errors), max(errors)
+
+
+def _coverage(cluster: Cluster, group: str, rows: list[_Row], every: tuple[_Row, ...]) -> list[str]:
+    warnings = []
+    largest = max((r.nodes for r in rows), default=0)
+    if rows and cluster.nodes > largest:
+        warnings.append(
+            f"{cluster.nodes} nodes is beyond the largest {group} measurement validated ({largest} nodes): "
+            "the model extrapolates"
+            + (" RoCE's loss with scale" if group == "roce-multinode" else " its network terms")
+        )
+    if cluster.gpu.name not in {r.gpu for r in every}:
+        warnings.append(f"no published row measured a {cluster.gpu.name}: its numbers are the catalog's alone")
+    return warnings
+
+
+def for_collectives(cluster: Cluster) -> Uncertainty:
+    """The uncertainty of collective predictions on ``cluster``."""
+    calibrated = cluster.spec.calibration
+    if calibrated:
+        errors = [t.residual_pct for t in calibrated.values()]
+        return Uncertainty(
+            basis="calibration",
+            group="calibrated",
+            rows=sum(t.points for t in calibrated.values()),
+            median_pct=statistics.median(errors),
+            worst_pct=max(errors),
+        )
+    every = _rows("collectives")
+    group = collective_group(cluster)
+    rows = [r for r in every if r.group == group] or list(every)
+    median, worst = _stats(rows)
+    return Uncertainty("validation", group, len(rows), median, worst, tuple(_coverage(cluster, group, rows, every)))
+
+
+def for_training(cluster: Cluster) -> Uncertainty:
+    """The uncertainty of a training-step estimate on ``cluster``: the training rows of the
+    closest group (the collectives group's name where training rows use it, else all of them),
+    with the network's coverage warnings."""
+    every = _rows("training")
+    group = collective_group(cluster)
+    rows = [r for r in every if r.group == group] or list(every)
+    name = group if rows and rows[0].group == group else (rows[0].group if rows else "training")
+    median, worst = _stats(rows) if rows else (0.0, 0.0)
+    network = for_collectives(cluster)
+    warnings = list(network.warnings)
+    if network.basis == "validation" and cluster.nodes > 1:
+        warnings.append(
+            f"its communication carries the collectives' uncertainty: +-{network.median_pct:.0f}% typical, "
+            f"{network.worst_pct:.0f}% worst ({network.group})"
+        )
+    if every and cluster.gpu.name not in {r.gpu for r in every}:
+        warnings.append(f"no published training run used a {cluster.gpu.name}")
+    return Uncertainty("validation", name, len(rows), median, worst, tuple(dict.fromkeys(warnings)))

@@ -1,0 +1,232 @@
+"""``fabricscope monitor``: is the network busy, and healthy, right now?
+
+Only the standard library is imported here; the samplers, rich and
+prometheus-client are imported by :func:`run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from fabricscope import options
+from fabricscope.store.save import add_save_options, check_save_options, wants_save
+
+__all__ = ["add_parser", "run"]
+
+_EPILOG = """\
+examples:
+  fabricscope monitor                                  # live view until Ctrl-C
+  fabricscope monitor --interval 0.5 --duration 60 --json net.json
+  fabricscope monitor --json job.json -- torchrun --nproc-per-node 8 train.py
+  fabricscope monitor --serve 9400                     # Prometheus exporter on 127.0.0.1:9400
+  fabricscope monitor --serve 0.0.0.0:9400 --record node.jsonl
+  fabricscope monitor --alert-rules --utilization 85% > fabricscope-rules.yml
+
+With a command after '--' the command's output passes through, the summary and verdict
+go to stderr, and the exit status is the command's (127 not found, 126 not executable,
+128+N killed by signal N). Ctrl-C reaches the command first. A usage error is exit 2.
+"""
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "monitor",
+        help="watch NIC, RDMA, TCP and GPU counters live, around a command, or as a Prometheus exporter",
+        description=(
+            "Is my training job network-bound right now, and is the network healthy? Samples "
+            "/proc/net/dev, TCP counters, RDMA ports, ethtool -S and GPUs, and shows rates as a share of line rate."
+        ),
+        epilog=_EPILOG,
+    )
+    parser.add_argument("--root", default="/", metavar="DIR", help="read sysfs/procfs under DIR (default /)")
+    parser.add_argument(
+        "--interval",
+        type=options.seconds(minimum=0.05, maximum=3600),
+        default=1.0,
+        metavar="S",
+        help="seconds between samples, 0.05 to 3600 (1); ms, s, m, h accepted",
+    )
+    parser.add_argument(
+        "--duration",
+        type=options.seconds(minimum=0.001, maximum=366 * 86400),
+        default=None,
+        metavar="S",
+        help="stop after S seconds (default: until Ctrl-C, or until the command ends)",
+    )
+    parser.add_argument("--interfaces", default=None, metavar="IF,...", help="only these network interfaces")
+    parser.add_argument("--no-gpu", action="store_true", help="do not sample GPUs through NVML")
+    parser.add_argument("--json", default=None, metavar="FILE", help="write the summary and time series as a Result")
+    parser.add_argument("--record", default=None, metavar="FILE", help="write JSON lines, flushed every interval")
+    parser.add_argument("--serve", default=None, metavar="[HOST:]PORT", help="Prometheus /metrics (host 127.0.0.1)")
+    parser.add_argument("--alert-rules", action="store_true", help="print Prometheus alerting rules and exit")
+    add_save_options(parser)
+    rules = parser.add_argument_group("alert rules (with --alert-rules)")
+    rules.add_argument(
+        "--retrans-ratio",
+        type=options.number(minimum=1e-9, maximum=0.5),
+        default=1e-3,
+        metavar="R",
+        help="TCP retransmitted/sent segments above which to alert (1e-3)",
+    )
+    rules.add_argument(
+        "--utilization",
+        type=options.fraction(minimum=0.01, maximum=1.0),
+        default=0.9,
+        metavar="P",
+        help="share of line rate, 90%% or 0.9 (90%%)",
+    )
+    rules.add_argument(
+        "--for",
+        dest="for_",
+        type=options.seconds(minimum=1, maximum=7 * 86400),
+        default=300.0,
+        metavar="S",
+        help="how long a link stays above it before the alert fires (5m)",
+    )
+    rules.add_argument(
+        "--window",
+        type=options.seconds(minimum=1, maximum=7 * 86400),
+        default=300.0,
+        metavar="S",
+        help="range of the rates and increases (5m)",
+    )
+    parser.add_argument(
+        "command", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="run CMD, watch it, exit with its status"
+    )
+    parser.set_defaults(func=run)
+
+
+def _usage(message: str) -> Exception:
+    from fabricscope.errors import UsageError
+
+    return UsageError(message)
+
+
+def run(args: argparse.Namespace) -> int:
+    command = list(args.command or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    if args.alert_rules:
+        return _print_rules(args, command)
+    if args.command and not command:
+        raise _usage("nothing after '--': give the command to run and watch")
+    if command and command[0].startswith("-") and not args.command[0] == "--":
+        raise _usage(f"unknown option {command[0]!r} (see 'fabricscope monitor --help'); put a command after '--'")
+    return _watch(args, command)
+
+
+def _print_rules(args: argparse.Namespace, command: list[str]) -> int:
+    from fabricscope.monitor.rules import AlertThresholds, alert_rules
+
+    if command or args.json or args.record or args.serve or wants_save(args):
+        raise _usage("--alert-rules only prints the rules: it takes no command, --json, --record or --serve")
+    thresholds = AlertThresholds(
+        retrans_ratio=args.retrans_ratio, utilization=args.utilization, for_s=args.for_, window_s=args.window
+    )
+    sys.stdout.write(alert_rules(thresholds))
+    return 0
+
+
+def _open_root(path: str) -> Any:
+    from fabricscope.sysroot import SysRoot
+
+    shown = path if len(path) <= 80 else path[:77] + "..."
+    if not os.path.isdir(path):
+        what = "no such directory" if not os.path.exists(path) else "not a directory"
+        raise _usage(f"--root {shown}: {what}; give / or the top of a captured tree (holding sys/ and proc/)")
+    if os.path.realpath(path) != "/" and not any(os.path.isdir(os.path.join(path, d)) for d in ("sys", "proc")):
+        raise _usage(f"--root {shown}: no sys/ or proc/ inside; give / or the top of a captured tree")
+    return SysRoot(path)
+
+
+def _watch(args: argparse.Namespace, command: list[str]) -> int:
+    from fabricscope.monitor.session import Monitor, MonitorConfig
+    from fabricscope.results import STDOUT, check_output_path
+
+    interfaces = tuple(n for n in args.interfaces.split(",") if n) if args.interfaces is not None else None
+    if interfaces is not None and not interfaces:
+        raise _usage("--interfaces needs at least one interface name, e.g. eth0,ib0")
+    inputs = [args.root] if os.path.realpath(args.root) != "/" else []
+    outputs = [(flag, value) for flag, value in (("--json", args.json), ("--record", args.record)) if value]
+    for flag, value in outputs:
+        check_output_path(flag, value, inputs=inputs)
+    if (
+        args.json
+        and args.record
+        and args.json != STDOUT
+        and os.path.realpath(args.json) == os.path.realpath(args.record)
+    ):
+        raise _usage(f"--json and --record name the same file ({args.json}); give two files")
+    serve = None
+    if args.serve is not None:
+        from fabricscope.monitor.exporter import parse_serve
+
+        serve = parse_serve(args.serve)
+    check_save_options(args)
+    root = _open_root(args.root)
+    if command:
+        from fabricscope.monitor.command import resolve_command
+
+        resolve_command(command)  # not found (127) or not executable (126) before anything starts
+    config = MonitorConfig(
+        interval_s=args.interval,
+        duration_s=args.duration,
+        interfaces=interfaces,
+        gpus=not args.no_gpu,
+        keep_records=bool(args.json) or wants_save(args),
+    )
+    monitor = Monitor(root, config)
+    from fabricscope.monitor.output import Outputs
+
+    with Outputs.open(monitor, args, serve=serve, command=command) as out:
+        return _run_watch(monitor, out, command)
+
+
+def _run_watch(monitor: Any, out: Any, command: list[str]) -> int:
+    from fabricscope.monitor.command import WatchedCommand
+    from fabricscope.monitor.session import run_loop
+
+    stop = threading.Event()
+    watched: list[Any] = []
+    interrupted: list[int] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        interrupted.append(signum)
+        if watched:
+            watched[0].forward(signum)
+        else:
+            stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if command:
+            monitor.sample()  # the baseline, before the command starts moving data
+            watched.append(WatchedCommand(command))
+            out.baseline_taken()
+        try:
+            run_loop(
+                monitor, out.after_sample, stop=stop, command=watched[0] if watched else None, sample_first=not watched
+            )
+        except Exception:
+            # The monitor failed mid-run (a full disk under --record...): stop the command it started, keep
+            # what was measured (--json, the recording's summary), then report the failure.
+            if watched:
+                watched[0].stop()
+            with contextlib.suppress(Exception):
+                out.finish(interrupted=True, command_status=watched[0].wait() if watched else None)
+            raise
+        status = exit_code = 0
+        if watched:
+            exit_code = watched[0].wait()
+            status = exit_code
+        out.finish(interrupted=bool(interrupted), command_status=status if watched else None)
+        return exit_code
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

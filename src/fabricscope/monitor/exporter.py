@@ -1,0 +1,300 @@
+"""``--serve HOST:PORT``: a Prometheus exporter on ``/metrics``, built on prometheus-client.
+
+Names never clash with node_exporter's: every one starts with
+``fabricscope_``, counters end in ``_total``, units are in the names
+(``_bytes_total``, ``_bits_per_second``, ``_ratio``), and labels carry the
+device and port (``device="mlx5_0", port="1"``).  Counters are the monitor's
+running totals (:attr:`~fabricscope.monitor.deltas.Tracker.totals`), so a
+kernel counter that wraps or resets still only grows here.  The gauges the
+alert rules use (line-rate share, retransmission ratio, link up) come from the
+last interval.  A scrape reads nothing from the system: it formats the last
+sample, so scraping often costs little and never races the sampler.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from fabricscope.errors import UsageError
+from fabricscope.monitor.deltas import RDMA_BYTES_PER_UNIT, Interval, Tracker
+from fabricscope.monitor.samplers import RDMA_SATURATING_BITS
+from fabricscope.monitor.samples import Port
+
+__all__ = ["DEFAULT_HOST", "Exporter", "MetricsState", "parse_serve"]
+
+DEFAULT_HOST = "127.0.0.1"
+"""Where ``--serve PORT`` binds: this machine only, unless an address is given."""
+
+_NET = {
+    "rx_bytes": ("net_receive_bytes", "Bytes received (/proc/net/dev)."),
+    "tx_bytes": ("net_transmit_bytes", "Bytes sent (/proc/net/dev)."),
+    "rx_packets": ("net_receive_packets", "Packets received."),
+    "tx_packets": ("net_transmit_packets", "Packets sent."),
+    "rx_errors": ("net_receive_errors", "Receive errors."),
+    "tx_errors": ("net_transmit_errors", "Transmit errors."),
+    "rx_dropped": ("net_receive_drops", "Received packets dropped."),
+    "tx_dropped": ("net_transmit_drops", "Packets dropped on transmit."),
+    "carrier_changes": ("net_carrier_changes", "Link carrier changes (flaps), /sys/class/net/<if>/carrier_changes."),
+}
+_TCP = {
+    "OutSegs": ("tcp_sent_segments", "TCP segments sent (Tcp: OutSegs)."),
+    "RetransSegs": ("tcp_retransmitted_segments", "TCP segments retransmitted (Tcp: RetransSegs)."),
+    "InSegs": ("tcp_received_segments", "TCP segments received (Tcp: InSegs)."),
+    "InErrs": ("tcp_receive_errors", "TCP segments received in error (Tcp: InErrs)."),
+    "OutRsts": ("tcp_sent_resets", "TCP resets sent (Tcp: OutRsts)."),
+    "TCPTimeouts": ("tcp_timeouts", "TCP retransmission timeouts (TcpExt: TCPTimeouts)."),
+    "ListenDrops": ("tcp_listen_drops", "Connections dropped at listen (TcpExt: ListenDrops)."),
+    "ListenOverflows": ("tcp_listen_overflows", "Listen queue overflows (TcpExt: ListenOverflows)."),
+}
+_RDMA = {
+    "port_xmit_data": ("rdma_transmit_bytes", "Bytes sent by the RDMA port (port_xmit_data x 4)."),
+    "port_rcv_data": ("rdma_receive_bytes", "Bytes received by the RDMA port (port_rcv_data x 4)."),
+    "port_xmit_packets": ("rdma_transmit_packets", "Packets sent by the RDMA port."),
+    "port_rcv_packets": ("rdma_receive_packets", "Packets received by the RDMA port."),
+    "port_xmit_wait": ("rdma_transmit_wait_ticks", "Ticks with data queued but not sent (congestion)."),
+}
+
+
+def parse_serve(text: str) -> tuple[str, int]:
+    """``PORT``, ``:PORT``, ``HOST:PORT`` or ``[IPv6]:PORT`` -> (host, port); the host defaults to 127.0.0.1."""
+    value = text.strip()
+    host, sep, port_text = value.rpartition(":")
+    if not sep:
+        host, port_text = "", value
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise UsageError(f"--serve {text!r}: write an IPv6 address in brackets, e.g. [::1]:9400")
+    if not port_text.isdigit() or len(port_text) > 5 or int(port_text) > 65535:
+        raise UsageError(f"--serve {text!r}: the port must be a whole number from 0 to 65535 (e.g. 9400 or HOST:9400)")
+    return host or DEFAULT_HOST, int(port_text)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsState:
+    """What a scrape shows: the totals and links of the last sample and the rates of the last interval."""
+
+    totals: dict[tuple[Port, str], int]
+    links: dict[Port, Any]
+    gauges: dict[tuple[Port, str], float]
+    interval: Interval | None
+    notes: int
+    wall_time: float
+
+
+class _Collector:
+    """A prometheus-client custom collector: the metric families of the latest :class:`MetricsState`.
+
+    The families are built once per sample (:meth:`set_state`), not once per
+    scrape, so many scrapers cost formatting only.
+    """
+
+    def __init__(self) -> None:
+        self.families: list[Any] = []
+
+    def describe(self) -> list[Any]:
+        return []  # no collect() at registration; the state is not there yet
+
+    def collect(self) -> Iterator[Any]:
+        yield from self.families  # one reference read: a sample swapping the list mid-scrape is harmless
+
+    def set_state(self, state: MetricsState) -> None:
+        self.families = _families(state)
+
+
+def _families(state: MetricsState) -> list[Any]:
+    """Every metric family for one state."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    families: dict[str, Any] = {}
+
+    def family(kind: type, name: str, doc: str, labels: list[str]) -> Any:
+        full = f"fabricscope_{name}"
+        if full not in families:
+            families[full] = kind(full, doc, labels=labels)
+        return families[full]
+
+    for (port, name), total in sorted(state.totals.items()):
+        _counter(family, CounterMetricFamily, port, name, total)
+    for port, link in sorted(state.links.items()):
+        labels, values = _labels(port)
+        if link.speed_bps:
+            family(GaugeMetricFamily, f"{port.kind}_link_speed_bits_per_second", "Line rate.", labels).add_metric(
+                values, link.speed_bps
+            )
+        if link.up is not None:
+            name = "rdma_port_up" if port.kind == "rdma" else "net_link_up"
+            doc = "1 when the port is ACTIVE and LinkUp." if port.kind == "rdma" else "1 when the link is up."
+            family(GaugeMetricFamily, name, doc, labels).add_metric(values, 1.0 if link.up else 0.0)
+    if state.interval is not None:
+        _interval_gauges(family, GaugeMetricFamily, state.interval)
+    for (port, name), value in sorted(state.gauges.items()):
+        if port.kind == "gpu" and name == "utilization_pct":
+            family(GaugeMetricFamily, "gpu_utilization_ratio", "GPU busy share (NVML).", ["gpu"]).add_metric(
+                [port.device], value / 100
+            )
+        elif port.kind == "gpu" and name in ("pcie_tx_kBps", "pcie_rx_kBps"):
+            direction = "transmit" if "tx" in name else "receive"
+            family(
+                GaugeMetricFamily,
+                f"gpu_pcie_{direction}_bytes_per_second",
+                "PCIe throughput (NVML, KiB/s x 1024).",
+                ["gpu"],
+            ).add_metric([port.device], value * 1024)
+    family(CounterMetricFamily, "monitor_notes", "Problems the monitor noted (each once).", []).add_metric(
+        [], state.notes
+    )
+    family(
+        GaugeMetricFamily, "monitor_last_sample_timestamp_seconds", "When the last sample was taken.", []
+    ).add_metric([], state.wall_time)
+    return list(families.values())
+
+
+def _labels(port: Port) -> tuple[list[str], list[str]]:
+    if port.kind == "rdma":
+        return ["device", "port"], [port.device, port.port]
+    if port.kind == "gpu":
+        return ["gpu"], [port.device]
+    if port.kind == "net":
+        return ["device"], [port.device]
+    return [], []
+
+
+def _counter(family: Any, kind: type, port: Port, name: str, value: int) -> None:
+    labels, values = _labels(port)
+    if port.kind == "net" and name in _NET:
+        metric, doc = _NET[name]
+        family(kind, metric, doc, labels).add_metric(values, value)
+    elif port.kind == "net" and name.startswith("ethtool:"):
+        family(
+            kind,
+            "net_ethtool_stat",
+            "ethtool -S counters: pause/PFC frames, discards (units as the driver's).",
+            [*labels, "stat"],
+        ).add_metric([*values, name.removeprefix("ethtool:")], value)
+    elif port.kind == "tcp" and name in _TCP:
+        metric, doc = _TCP[name]
+        family(kind, metric, doc, []).add_metric([], value)
+    elif port.kind == "rdma" and name in _RDMA:
+        metric, doc = _RDMA[name]
+        scale = RDMA_BYTES_PER_UNIT if name in ("port_xmit_data", "port_rcv_data") else 1
+        family(kind, metric, doc, labels).add_metric(values, value * scale)
+    elif port.kind == "rdma" and name in RDMA_SATURATING_BITS:
+        family(
+            kind, "rdma_port_errors", "RDMA port error counters (counters/), by kernel name.", [*labels, "counter"]
+        ).add_metric([*values, name], value)
+    elif port.kind == "rdma" and name.startswith("hw:"):
+        family(
+            kind,
+            "rdma_hw_counter",
+            "RDMA vendor counters (hw_counters/): CNPs, out-of-sequence, retransmissions.",
+            [*labels, "counter"],
+        ).add_metric([*values, name.removeprefix("hw:")], value)
+    elif port.kind == "gpu" and name in ("nvlink_tx_kib", "nvlink_rx_kib"):
+        direction = "transmit" if "tx" in name else "receive"
+        family(kind, f"gpu_nvlink_{direction}_bytes", "NVLink data (NVML throughput counters).", labels).add_metric(
+            values, value * 1024
+        )
+
+
+def _interval_gauges(family: Any, kind: type, interval: Interval) -> None:
+    for port, rates in interval.ports.items():
+        labels, values = _labels(port)
+        for direction, bps in (("receive", rates.rx_bps), ("transmit", rates.tx_bps)):
+            if bps is not None:
+                family(
+                    kind, f"{port.kind}_{direction}_bits_per_second", "Rate over the last interval.", labels
+                ).add_metric(values, bps)
+        if rates.utilization is not None:
+            family(
+                kind, f"{port.kind}_utilization_ratio", "Busier direction's share of line rate, last interval.", labels
+            ).add_metric(values, rates.utilization)
+    tcp = interval.tcp
+    if tcp is not None and tcp.retrans_ratio is not None:
+        family(kind, "tcp_retransmission_ratio", "RetransSegs/OutSegs over the last interval.", []).add_metric(
+            [], tcp.retrans_ratio
+        )
+
+
+def _make_server(host: str, port: int, family: int, app: Any) -> Any:
+    """A threading WSGI server for ``app`` on (host, port), with a listen backlog that fits many scrapers."""
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    class Server(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        address_family = family
+        request_queue_size = 128
+        """socketserver's default backlog of 5 drops the SYNs of 20 concurrent scrapers: 1 s retransmits."""
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            """No line on stderr per scrape."""
+
+    return make_server(host, port, app, Server, handler_class=Quiet)
+
+
+class Exporter:
+    """A running ``/metrics`` endpoint; :meth:`update` after each interval, :meth:`close` at the end."""
+
+    __slots__ = ("_collector", "_server", "_thread", "host", "port")
+
+    def __init__(self, host: str, port: int) -> None:
+        from prometheus_client import CollectorRegistry, make_wsgi_app
+
+        registry = CollectorRegistry(auto_describe=False)
+        self._collector = _Collector()
+        registry.register(self._collector)
+        try:
+            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        except (socket.gaierror, UnicodeError) as exc:
+            why = getattr(exc, "strerror", None) or exc
+            raise UsageError(f"--serve {host}:{port}: cannot resolve {host!r} ({why})") from None
+        try:
+            self._server = _make_server(host, port, family, make_wsgi_app(registry))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise UsageError(f"--serve {host}:{port}: port {port} is in use; pick another port") from None
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise UsageError(f"--serve {host}:{port}: {host} is not an address of this machine") from None
+            raise UsageError(f"--serve {host}:{port}: cannot listen ({exc.strerror or exc})") from None
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fabricscope-exporter", daemon=True)
+        self._thread.start()
+        self.host = host
+        self.port = int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def update(self, tracker: Tracker, interval: Interval | None, notes: int) -> None:
+        latest = tracker.latest
+        if latest is None:
+            return
+        self._collector.set_state(
+            MetricsState(
+                totals=dict(tracker.totals),
+                links=dict(latest.links),
+                gauges=dict(latest.gauges),
+                interval=interval,
+                notes=notes,
+                wall_time=latest.wall_time,
+            )
+        )
+
+    def close(self) -> None:
+        done = threading.Event()
+
+        def stop() -> None:
+            self._server.shutdown()
+            done.set()
+
+        threading.Thread(target=stop, daemon=True).start()
+        done.wait(5)
+        self._server.server_close()

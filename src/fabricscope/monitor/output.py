@@ -1,0 +1,182 @@
+"""Where a run's samples go: the live view or plain lines, the recording, the exporter, and at the end
+the summary, the verdict and the ``--json`` Result.
+
+Without a command the view and the summary go to stdout (an exporter whose stdout is not a
+terminal, such as a service, prints only its notes until the summary).  With one (``monitor
+-- CMD``) stdout belongs to the command: notes and the summary go to stderr
+and nothing is drawn while it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+from fabricscope.errors import FabricscopeError, RunError
+from fabricscope.monitor.session import Monitor
+from fabricscope.monitor.summary import RETRANS_RATIO
+from fabricscope.monitor.view import live_table, plain_lines, summary_lines
+from fabricscope.results import Result
+from fabricscope.store.save import save_result, wants_save
+
+__all__ = ["Outputs"]
+
+
+def _silence_stdout() -> None:
+    """The reader of stdout went away (``| head``): point fd 1 at /dev/null so later writes cost nothing."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+class Outputs:
+    """Everything a run writes, opened before the first sample and closed whatever happens."""
+
+    def __init__(
+        self, monitor: Monitor, args: argparse.Namespace, *, serve: tuple[str, int] | None, command: list[str]
+    ) -> None:
+        self.monitor = monitor
+        self.command = command
+        self.json_path: str | None = args.json
+        self.args = args
+        """The flags: ``--save``/``--label`` keep the final Result in the history."""
+        self.stream: TextIO = sys.stderr if command else sys.stdout
+        self.config: dict[str, Any] = {
+            **monitor.config.to_dict(),
+            "root": args.root,
+            "command": command or None,
+            "serve": args.serve,
+            "record": args.record,
+        }
+        self.broken = False
+        self.exporter: Any = None
+        self.recorder: Any = None
+        self.live: Any = None
+        if serve is not None:
+            from fabricscope.monitor.exporter import Exporter
+
+            self.exporter = Exporter(*serve)
+            sys.stderr.write(f"fabricscope monitor: serving {self.exporter.url}\n")
+            sys.stderr.flush()
+        if args.record:
+            from fabricscope.monitor.recording import Recorder
+
+            self.recorder = Recorder(args.record, self._result([], {}, "complete"))
+        if not command and _is_terminal(sys.stdout):
+            from rich.console import Console
+            from rich.live import Live
+
+            self.live = Live(console=Console(), auto_refresh=False, transient=False)
+            self.live.start()
+
+    @classmethod
+    @contextlib.contextmanager
+    def open(
+        cls, monitor: Monitor, args: argparse.Namespace, *, serve: tuple[str, int] | None, command: list[str]
+    ) -> Iterator[Outputs]:
+        outputs = cls(monitor, args, serve=serve, command=command)
+        try:
+            yield outputs
+        finally:
+            outputs.close()
+
+    def baseline_taken(self) -> None:
+        """With a command: the first sample is in, so the exporter has something to show."""
+        self._export()
+
+    def after_sample(self, records: list[dict[str, Any]]) -> bool:
+        """Show and store one interval; False when stdout has gone away (``| head``): time to stop."""
+        notes = self.monitor.notes.take()
+        if self.recorder is not None:
+            self.recorder.notes(notes)
+            if records:
+                self.recorder.records(records)
+        self._export()
+        if self.command:
+            for note in notes:
+                sys.stderr.write(f"fabricscope monitor: note: {note}\n")
+            return True
+        if self.broken:
+            return False
+        try:
+            if self.live is not None:
+                if records:
+                    self.live.update(
+                        live_table(records, self.monitor.notes.said, retrans_threshold=RETRANS_RATIO), refresh=True
+                    )
+            else:  # an exporter run as a service logs its notes, not a line per port every interval
+                lines = [f"note: {n}" for n in notes] + (plain_lines(records) if self.exporter is None else [])
+                if lines:
+                    self.stream.write("\n".join(lines) + "\n")
+                    self.stream.flush()
+        except BrokenPipeError:
+            self.broken = True
+            _silence_stdout()
+            return False
+        return True
+
+    def finish(self, *, interrupted: bool, command_status: int | None) -> None:
+        """The summary: saved to ``--json`` and the recording, then printed with the verdict."""
+        summary = self.monitor.summary.to_dict()
+        summary["notes"] = list(self.monitor.notes.said)
+        if command_status is not None:
+            summary["command_exit_status"] = command_status
+        status = "interrupted" if interrupted else "complete"
+        problem: FabricscopeError | None = None
+        if self.json_path or wants_save(self.args):
+            result = self._result(self.monitor.records, summary, status)
+            try:
+                if self.json_path:
+                    result.save(self.json_path)
+                save_result(self.args, result, what="the monitor result")
+            except FabricscopeError as exc:
+                problem = exc
+        if self.recorder is not None:
+            self.recorder.finish(summary, status)
+        self._stop_live()
+        if not self.broken:
+            try:
+                self.stream.write("\n".join(summary_lines(summary)) + "\n")
+                self.stream.flush()
+            except BrokenPipeError:
+                self.broken = True
+                _silence_stdout()
+        if problem is not None:
+            raise RunError(f"--json {self.json_path}: {problem}" if self.json_path else str(problem))
+
+    def close(self) -> None:
+        self._stop_live()
+        if self.exporter is not None:
+            self.exporter.close()
+            self.exporter = None
+        if self.recorder is not None:
+            self.recorder.close()
+
+    def _stop_live(self) -> None:
+        if self.live is not None:
+            with contextlib.suppress(BrokenPipeError, OSError):
+                self.live.stop()
+            self.live = None
+
+    def _export(self) -> None:
+        if self.exporter is not None:
+            self.exporter.update(self.monitor.tracker, self.monitor.last_interval, len(self.monitor.notes.said))
+
+    def _result(self, records: list[dict[str, Any]], summary: dict[str, Any], status: str) -> Result:
+        from fabricscope.metadata import collect_env
+
+        return Result(
+            kind="monitor", config=self.config, records=records, summary=summary, env=collect_env(), status=status
+        )
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (ValueError, AttributeError):
+        return False

@@ -1,0 +1,3 @@
+"""Show: plots of runs, baselines and predictions, and the self-contained HTML report."""
+
+__all__: list[str] = []

@@ -1,0 +1,235 @@
+"""The report: plots and tables for a set of runs, as one self-contained HTML file.
+
+Everything is inline: the plots are ``<svg>`` elements, the style is one
+``<style>`` block, there is no script, font, image or link the browser would
+fetch.  :func:`build` decides what to show from each Result's kind;
+:func:`to_html` and :func:`write_pngs` render it.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from fabricscope import __version__
+from fabricscope.report import plots
+from fabricscope.results import Result
+
+__all__ = ["Report", "Table", "build", "to_html", "write_pngs"]
+
+_COLLECTIVE_KINDS = ("bench", "nccl-tests", "predict")
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    name: str
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+
+
+@dataclass(slots=True)
+class Report:
+    title: str
+    plots: list[plots.Plot] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _hosts(result: Result) -> str:
+    host = result.host if isinstance(result.host, dict) else {}
+    ranks = host.get("ranks")
+    names = [str(r.get("host")) for r in ranks if isinstance(r, dict)] if isinstance(ranks, list) else []
+    names = list(dict.fromkeys(n for n in names if n and n != "None")) or [str(host.get("hostname") or "-")]
+    return ", ".join(names[:4]) + (f" (+{len(names) - 4})" if len(names) > 4 else "")
+
+
+def _runs_table(runs: Sequence[tuple[str, Result]]) -> Table:
+    rows = []
+    for label, result in runs:
+        host = result.host if isinstance(result.host, dict) else {}
+        ranks = host.get("ranks")
+        rows.append(
+            [
+                label,
+                result.kind,
+                result.created,
+                result.status + (f": {result.error}" if result.error else ""),
+                _hosts(result),
+                str(len(ranks)) if isinstance(ranks, list) and ranks else "-",
+            ]
+        )
+    return Table("runs", "Runs", ["run", "kind", "created", "status", "hosts", "ranks"], rows)
+
+
+def _peaks_table(series: Sequence[plots.Series]) -> Table | None:
+    rows = []
+    for s in series:
+        best: dict[str, dict[str, Any]] = {}
+        for r in s.result.records:
+            if not (isinstance(r, dict) and isinstance(r.get("busbw_gbps"), int | float) and "op" in r):
+                continue
+            if r["op"] not in best or r["busbw_gbps"] > best[r["op"]]["busbw_gbps"]:
+                best[r["op"]] = r
+        for op, r in best.items():
+            rows.append([s.label, s.role, op, f"{r['busbw_gbps']:.2f}", str(r["size_bytes"]), str(r.get("placement"))])
+    if not rows:
+        return None
+    return Table("peaks", "Peak bus bandwidth", ["run", "role", "op", "busbw GB/s", "at size (B)", "placement"], rows)
+
+
+def _findings_table(index: int, label: str, result: Result) -> Table:
+    rows = []
+    for r in result.records:
+        if isinstance(r, dict):
+            rows.append(
+                [
+                    str(r.get("severity", "")),
+                    str(r.get("node", "")),
+                    str(r.get("id", "")),
+                    str(r.get("subject", "")),
+                    str(r.get("observed", "")),
+                    str(r.get("expected", "")),
+                    str(r.get("advice", "")),
+                ]
+            )
+    verdict = result.summary.get("verdict") if isinstance(result.summary, dict) else None
+    return Table(
+        f"findings-{index}",
+        f"{label}: doctor findings" + (f" (verdict {verdict})" if verdict else ""),
+        ["severity", "node", "check", "subject", "observed", "expected", "advice"],
+        rows,
+    )
+
+
+def _estimate_table(runs: Sequence[tuple[str, Result]]) -> Table | None:
+    rows = []
+    for label, result in runs:
+        for r in result.records:
+            if isinstance(r, dict) and "step_time_s" in r:
+                rows.append(
+                    [
+                        label,
+                        str(r.get("model", "")),
+                        str(r.get("cluster", "")),
+                        f"{float(r['step_time_s']):.4g}",
+                        str(r.get("bottleneck", "")),
+                        f"{float(r.get('gpu_utilization') or 0) * 100:.1f}%",
+                    ]
+                )
+    if not rows:
+        return None
+    return Table("estimates", "Estimates", ["run", "model", "cluster", "step (s)", "bottleneck", "GPU use"], rows)
+
+
+def build(
+    runs: Sequence[tuple[str, Result]],
+    *,
+    baseline: tuple[str, Result] | None = None,
+    prediction: tuple[str, Result] | None = None,
+    peak_gbps: float | None = None,
+) -> Report:
+    """What to show for ``runs`` (label, Result), with a baseline and a prediction overlaid on the collective plots."""
+    report = Report(title="fabricscope report: " + ", ".join(label for label, _ in runs))
+    report.tables.append(_runs_table(runs))
+    series = [plots.Series(label, result) for label, result in runs if result.kind in _COLLECTIVE_KINDS]
+    if series:
+        if baseline is not None:
+            series.append(plots.Series(f"baseline {baseline[0]}", baseline[1], role="baseline"))
+        if prediction is not None:
+            series.append(plots.Series(f"prediction {prediction[0]}", prediction[1], role="prediction"))
+        report.plots.extend(plots.busbw_plots(series, peak_gbps=peak_gbps))
+        report.plots.extend(plots.latency_plots(series))
+        peaks = _peaks_table(series)
+        if peaks is not None:
+            report.tables.append(peaks)
+    elif baseline is not None or prediction is not None:
+        report.notes.append("the baseline and prediction are drawn over collective runs; none was given")
+    estimates = [(label, result) for label, result in runs if result.kind == "estimate"]
+    breakdown = plots.breakdown_plot(estimates)
+    if breakdown is not None:
+        report.plots.append(breakdown)
+    table = _estimate_table(estimates)
+    if table is not None:
+        report.tables.append(table)
+    for index, (label, result) in enumerate(runs):
+        if result.kind == "doctor":
+            report.tables.append(_findings_table(index, label, result))
+        pair_plot = plots.heatmap_plot(label, result)
+        if pair_plot is not None:
+            report.plots.append(pair_plot)
+        if result.kind == "monitor":
+            series_plot = plots.timeseries_plot(label, result)
+            if series_plot is not None:
+                report.plots.append(series_plot)
+    return report
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; background: #fff; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 2em; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
+th { background: #f0f3f7; }
+td.fail { background: #fbe3e3; } td.warn { background: #fdf3d8; }
+figure.plot { margin: 1em 0 2em; } figure.plot svg { max-width: 100%; height: auto; }
+figcaption { font-weight: 600; margin-bottom: 0.3em; }
+footer { margin-top: 3em; font-size: 0.8em; color: #666; }
+"""
+
+
+def _table_html(table: Table) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
+    body = []
+    for row in table.rows:
+        cells = []
+        for cell in row:
+            css = f' class="{cell}"' if cell in ("fail", "warn") else ""
+            cells.append(f"<td{css}>{html.escape(cell)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (
+        f'<section class="table" id="table-{html.escape(table.name)}"><h2>{html.escape(table.title)}</h2>'
+        f'<table data-name="{html.escape(table.name)}"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></section>"
+    )
+
+
+def to_html(report: Report) -> str:
+    """The whole report as one HTML document with nothing to fetch."""
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(report.title)}</title>",
+        f"<style>{_STYLE}</style></head><body>",
+        f"<h1>{html.escape(report.title)}</h1>",
+    ]
+    parts.extend(f'<p class="note">{html.escape(note)}</p>' for note in report.notes)
+    if report.tables:
+        parts.append(_table_html(report.tables[0]))
+    for plot in report.plots:
+        parts.append(
+            f'<figure class="plot" id="plot-{html.escape(plot.name)}" data-name="{html.escape(plot.name)}">'
+            f"<figcaption>{html.escape(plot.title)}</figcaption>{plots.svg_of(plot.figure)}</figure>"
+        )
+    parts.extend(_table_html(table) for table in report.tables[1:])
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    parts.append(
+        f"<footer>fabricscope {html.escape(__version__)}, {stamp}. GB/s = 1e9 bytes per second; busbw as nccl-tests "
+        "defines it.</footer></body></html>"
+    )
+    return "\n".join(parts) + "\n"
+
+
+def write_pngs(report: Report, folder: str) -> list[str]:
+    """Each plot as ``folder/<name>.png``; returns the paths."""
+    os.makedirs(folder, exist_ok=True)
+    written = []
+    for plot in report.plots:
+        path = os.path.join(folder, f"{plot.name}.png")
+        plot.figure.savefig(path, format="png", dpi=110, bbox_inches="tight")
+        written.append(path)
+    return written

@@ -1,0 +1,259 @@
+"""The report's plots, drawn with matplotlib's Agg backend (no display, no network).
+
+Each function takes Results (or their records) and returns :class:`Plot`
+objects: a name for files, a title, and the matplotlib figure.  What a plot
+needs from a record is what every producer writes: collective rows
+(``op, size_bytes, placement, time_us, busbw_gbps``), estimate records with a
+``breakdown``, pair records with ``src, dst, algbw_gbps``, monitor records with
+``t_s, label, rx_gbit_per_s, tx_gbit_per_s``.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fabricscope.results import Result
+
+__all__ = [
+    "SMALL_BYTES",
+    "Plot",
+    "Series",
+    "breakdown_plot",
+    "busbw_plots",
+    "heatmap_plot",
+    "latency_plots",
+    "svg_of",
+    "timeseries_plot",
+]
+
+SMALL_BYTES = 64 * 1024
+"""Largest size on the small-message latency plot."""
+
+_STYLES = {"run": "-", "baseline": "--", "prediction": ":"}
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One line family on the collective plots."""
+
+    label: str
+    result: Result
+    role: str = "run"
+    """``run``, ``baseline`` or ``prediction`` (line style and legend)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plot:
+    name: str
+    """File-safe name, for ``--png DIR``."""
+    title: str
+    figure: Any
+    """A matplotlib Figure."""
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:80] or "plot"
+
+
+def svg_of(figure: Any) -> str:
+    """The figure as an ``<svg>`` element to inline in HTML (no XML prolog, DOCTYPE or metadata links)."""
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
+    text = buffer.getvalue()
+    text = text[text.index("<svg") :]
+    return re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
+
+
+def _collective(records: Iterable[Any]) -> list[Mapping[str, Any]]:
+    keep = []
+    for r in records:
+        if isinstance(r, Mapping) and all(k in r for k in ("op", "size_bytes", "time_us", "busbw_gbps")):
+            number = r["busbw_gbps"]
+            if isinstance(number, int | float) and math.isfinite(number) and int(r["size_bytes"]) > 0:
+                keep.append(r)
+    return keep
+
+
+def _line(records: Sequence[Mapping[str, Any]], op: str, field: str) -> tuple[list[int], list[float]]:
+    """One curve per op: the most common datatype and reduction, out-of-place (in-place when only that)."""
+    mine = [r for r in records if r["op"] == op]
+    if not mine:
+        return [], []
+    dtype, redop = Counter((r.get("dtype"), r.get("redop")) for r in mine).most_common(1)[0][0]
+    mine = [r for r in mine if (r.get("dtype"), r.get("redop")) == (dtype, redop)]
+    placement = "out" if any(r.get("placement") == "out" for r in mine) else "in"
+    points: dict[int, list[float]] = {}
+    for r in mine:
+        if r.get("placement", "out") == placement:
+            points.setdefault(int(r["size_bytes"]), []).append(float(r[field]))
+    sizes = sorted(points)
+    return sizes, [sum(points[s]) / len(points[s]) for s in sizes]
+
+
+def _size_axis(axes: Any) -> None:
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    from fabricscope.units import format_size
+
+    axes.set_xscale("log", base=2)
+    axes.xaxis.set_major_locator(LogLocator(base=4))
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_size(int(x)) if x >= 1 else ""))
+    axes.set_xlabel("message size (bytes, binary K/M/G)")
+    axes.grid(True, which="major", alpha=0.3)
+
+
+def _draw(axes: Any, series: Series, sizes: Sequence[int], values: Sequence[float]) -> None:
+    marker = "." if series.role == "run" else None
+    axes.plot(sizes, values, _STYLES.get(series.role, "-"), marker=marker, label=series.label)
+
+
+def busbw_plots(series: Sequence[Series], *, peak_gbps: float | None = None) -> list[Plot]:
+    """busbw against size, one plot per op, every run (and the baseline and prediction) on it."""
+    plt = _pyplot()
+    ops = list(dict.fromkeys(str(r["op"]) for s in series if s.role == "run" for r in _collective(s.result.records)))
+    plots = []
+    for op in ops:
+        figure, axes = plt.subplots(figsize=(8, 4.5))
+        for s in series:
+            sizes, values = _line(_collective(s.result.records), op, "busbw_gbps")
+            if sizes:
+                axes.plot(
+                    sizes, values, _STYLES.get(s.role, "-"), marker="." if s.role == "run" else None, label=s.label
+                )
+        if peak_gbps:
+            axes.axhline(peak_gbps, color="tab:red", linewidth=1, label=f"theoretical peak {peak_gbps:g} GB/s")
+        _size_axis(axes)
+        axes.set_ylabel("busbw (GB/s, 1e9 B/s)")
+        axes.set_title(f"{op}: bus bandwidth")
+        axes.legend(fontsize="small")
+        plots.append(Plot(name=f"busbw-{_slug(op)}", title=f"{op}: busbw against size", figure=figure))
+    return plots
+
+
+def latency_plots(series: Sequence[Series]) -> list[Plot]:
+    """Time of small messages (up to 64K), where latency, not bandwidth, decides."""
+    plt = _pyplot()
+    ops = list(dict.fromkeys(str(r["op"]) for s in series if s.role == "run" for r in _collective(s.result.records)))
+    plots = []
+    for op in ops:
+        lines = []
+        for s in series:
+            small = [r for r in _collective(s.result.records) if int(r["size_bytes"]) <= SMALL_BYTES]
+            sizes, values = _line(small, op, "time_us")
+            if sizes:
+                lines.append((s, sizes, values))
+        if not any(s.role == "run" for s, _, _ in lines):
+            continue
+        figure, axes = plt.subplots(figsize=(8, 4))
+        for s, sizes, values in lines:
+            _draw(axes, s, sizes, values)
+        _size_axis(axes)
+        axes.set_yscale("log")
+        axes.set_ylabel("time (us)")
+        axes.set_title(f"{op}: small-message latency (up to 64K)")
+        axes.legend(fontsize="small")
+        plots.append(Plot(name=f"latency-{_slug(op)}", title=f"{op}: small-message latency", figure=figure))
+    return plots
+
+
+def breakdown_plot(results: Sequence[tuple[str, Result]]) -> Plot | None:
+    """The step-time breakdown of estimate results, one stacked bar each."""
+    bars = []
+    for label, result in results:
+        for record in result.records:
+            breakdown = record.get("breakdown") if isinstance(record, Mapping) else None
+            if isinstance(breakdown, Mapping):
+                parts = {str(k): float(v) for k, v in breakdown.items() if isinstance(v, int | float) and v > 0}
+                if parts:
+                    bars.append((label, parts))
+    if not bars:
+        return None
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(8, 1.2 + 0.6 * len(bars)))
+    names = list(dict.fromkeys(k for _, parts in bars for k in parts))
+    colors = plt.get_cmap("tab20").colors
+    for row, (_, parts) in enumerate(bars):
+        left = 0.0
+        for index, name in enumerate(names):
+            width = parts.get(name, 0.0)
+            axes.barh(row, width, left=left, color=colors[index % len(colors)], label=name if row == 0 else None)
+            left += width
+    axes.set_yticks(range(len(bars)), [label for label, _ in bars])
+    axes.set_xlabel("seconds per training step")
+    axes.set_title("estimate: where a step's time goes")
+    axes.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4)
+    return Plot(name="step-breakdown", title="step-time breakdown", figure=figure)
+
+
+def heatmap_plot(label: str, result: Result) -> Plot | None:
+    """Bandwidth of every pair (records with ``src``, ``dst``, ``algbw_gbps``)."""
+    cells: dict[tuple[Any, Any], float] = {}
+    for record in result.records:
+        if isinstance(record, Mapping) and {"src", "dst", "algbw_gbps"} <= record.keys():
+            value = record["algbw_gbps"]
+            if isinstance(value, int | float) and math.isfinite(value):
+                cells[(record["src"], record["dst"])] = float(value)
+    if not cells:
+        return None
+    names = sorted({k for pair in cells for k in pair}, key=lambda n: (str(type(n)), n))
+    index = {n: i for i, n in enumerate(names)}
+    grid = [[math.nan] * len(names) for _ in names]
+    for (src, dst), value in cells.items():
+        grid[index[src]][index[dst]] = value
+    plt = _pyplot()
+    size = min(10.0, 3.0 + 0.4 * len(names))
+    figure, axes = plt.subplots(figsize=(size + 1.5, size))
+    image = axes.imshow(grid, cmap="viridis")
+    figure.colorbar(image, ax=axes, label="algbw (GB/s)")
+    ticks = range(len(names))
+    axes.set_xticks(ticks, [str(n) for n in names], rotation=90 if len(names) > 8 else 0)
+    axes.set_yticks(ticks, [str(n) for n in names])
+    axes.set_xlabel("destination")
+    axes.set_ylabel("source")
+    if len(names) <= 12:
+        for (src, dst), value in cells.items():
+            axes.text(index[dst], index[src], f"{value:.3g}", ha="center", va="center", color="white", fontsize=8)
+    axes.set_title(f"{label}: bandwidth of every pair")
+    return Plot(name=f"pairs-{_slug(label)}", title=f"{label}: pairwise bandwidth", figure=figure)
+
+
+def timeseries_plot(label: str, result: Result) -> Plot | None:
+    """Receive and transmit rates over time of each port a monitor result recorded."""
+    lines: dict[str, tuple[list[float], list[float]]] = {}
+    for record in result.records:
+        if not isinstance(record, Mapping) or not isinstance(record.get("t_s"), int | float):
+            continue
+        for field in ("rx_gbit_per_s", "tx_gbit_per_s"):
+            value = record.get(field)
+            if isinstance(value, int | float) and math.isfinite(value):
+                key = f"{record.get('label') or record.get('device') or '?'} {field.split('_')[0]}"
+                xs, ys = lines.setdefault(key, ([], []))
+                xs.append(float(record["t_s"]))
+                ys.append(float(value))
+    if not lines:
+        return None
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(8, 4))
+    for key, (xs, ys) in sorted(lines.items()):
+        axes.plot(xs, ys, "-" if key.endswith("rx") else "--", label=key)
+    axes.set_xlabel("time (s)")
+    axes.set_ylabel("Gbit/s")
+    axes.set_title(f"{label}: traffic per port")
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize="small", ncol=2)
+    return Plot(name=f"monitor-{_slug(label)}", title=f"{label}: traffic over time", figure=figure)

@@ -1,0 +1,402 @@
+"""Sub-commands that remember: history, baseline, compare, import.
+
+Parse, call the library, print.  Only the standard library is imported at
+import time; sqlite3, scipy and the store modules are imported by the handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from fabricscope import options
+from fabricscope.errors import FabricscopeError
+
+__all__ = [
+    "LOG_MAX_BYTES",
+    "add_parser",
+    "parse_since",
+    "run_baseline",
+    "run_compare",
+    "run_history",
+    "run_import",
+]
+
+LOG_MAX_BYTES = 256 << 20
+"""Largest nccl-tests log imported (a log with NCCL_DEBUG=INFO from thousands of ranks stays below)."""
+
+
+def _usage(message: str) -> Exception:
+    from fabricscope.errors import UsageError
+
+    return UsageError(message)
+
+
+def _print(lines: Sequence[str]) -> None:
+    """Print; a reader that went away (``| head -1``) ends the printing, never the command or its verdict."""
+    try:
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+# --- history ------------------------------------------------------------------------------
+
+_HISTORY_EPILOG = """\
+A RUN is a result file or a history id.  The history lives in $FABRICSCOPE_HOME
+(default ~/.local/share/fabricscope); --save on bench, predict, estimate, doctor fills it.
+
+examples:
+  fabricscope history
+  fabricscope history --kind bench --host node07 --since 7d
+  fabricscope history show 12
+  fabricscope history show 12 --json run12.json
+  fabricscope history rm 12
+"""
+
+
+def _add_history(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "history",
+        help="list saved runs; show or remove one",
+        description="List the runs kept in the history (id, time, kind, label, hosts, ranks, headline figure).",
+        epilog=_HISTORY_EPILOG,
+    )
+    p.add_argument("--kind", default=None, help="only runs of this kind (bench, nccl-tests, predict, doctor...)")
+    p.add_argument("--label", default=None, help="only runs with this label")
+    p.add_argument("--host", default=None, help="only runs that ran on this host")
+    p.add_argument("--since", default=None, help="only runs created since: 2026-11-30, 2026-11-30T12:00, 36h, 7d")
+    p.add_argument("--json", default=None, metavar="FILE", help="write the list as JSON")
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    show = actions.add_parser("show", help="a saved run: metadata, summary and table", description="Show one run.")
+    show.add_argument("run", metavar="RUN", help="history id or result file")
+    show.add_argument("--json", dest="show_json", default=None, metavar="FILE", help="write the run's Result")
+    rm = actions.add_parser("rm", help="remove a run from the history", description="Remove a run from the history.")
+    rm.add_argument("run", metavar="RUN", help="history id")
+    p.set_defaults(func=run_history, action=None)
+
+
+def parse_since(text: str, *, now: datetime | None = None) -> datetime:
+    """``2026-11-30``, ``2026-11-30T12:00`` (UTC unless a zone is given), or an age: ``36h``, ``7d``, ``90m``."""
+    from fabricscope.units import parse_duration
+
+    value = text.strip()
+    try:
+        parsed = datetime.fromisoformat(value) if len(value) <= 40 else None
+    except ValueError:
+        parsed = None
+    if parsed is not None:
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    moment = now or datetime.now(UTC)
+    try:
+        return moment - timedelta(seconds=parse_duration(value, what="--since"))
+    except (OverflowError, ValueError):
+        raise _usage(f"--since {text[:60]!r} reaches back before year 1") from None
+    except FabricscopeError:
+        raise _usage(
+            f"--since {text[:60]!r} is neither a date (2026-11-30, 2026-11-30T12:00) nor an age (36h, 7d)"
+        ) from None
+
+
+def check_outputs(outputs: Sequence[tuple[str, str | None]], inputs: Sequence[str]) -> None:
+    from fabricscope.store.runs import check_outputs as check
+
+    check(outputs, inputs)
+
+
+def run_history(args: argparse.Namespace) -> int:
+    if args.action == "show":
+        return _history_show(args)
+    if args.action == "rm":
+        return _history_rm(args)
+    import json
+
+    from fabricscope.results import atomic_write_text
+    from fabricscope.store.history import History
+
+    since = parse_since(args.since) if args.since is not None else None
+    check_outputs([("--json", args.json)], [])
+    with History(create=False) as history:
+        entries = history.entries(kind=args.kind, label=args.label, host=args.host, since=since)
+    if args.json:
+        atomic_write_text(args.json, json.dumps([e.to_dict() for e in entries], indent=1) + "\n")
+    if not entries:
+        _print([f"# no saved runs match (history: {history.path})"])
+        return 0
+    rows = [["id", "created", "kind", "label", "hosts", "ranks", "headline"]]
+    for e in entries:
+        hosts = ",".join(e.hosts[:3]) + (f",+{len(e.hosts) - 3}" if len(e.hosts) > 3 else "")
+        status = "" if e.status == "complete" else f" [{e.status}]"
+        rows.append(
+            [str(e.id), e.created, e.kind, e.label or "-", hosts or "-", str(e.ranks or "-"), e.headline + status]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for index, row in enumerate(rows):
+        cells = [c.rjust(w) if i in (0, 5) else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        lines.append(("# " if index == 0 else "  ") + "  ".join(cells).rstrip())
+    _print(lines)
+    return 0
+
+
+def _history_show(args: argparse.Namespace) -> int:
+    from fabricscope import table
+    from fabricscope.store import runs
+    from fabricscope.store.history import describe
+
+    check_outputs([("--json", args.show_json)], [args.run])
+    run = runs.resolve(args.run)
+    result = run.result
+    facts = describe(result)
+    lines = [
+        f"# {run.source}: {result.kind}, created {result.created}, status {result.status}",
+        f"# hosts: {', '.join(facts['hosts']) or '-'}; ranks: {facts['ranks'] or '-'}",
+        f"# {facts['headline']}",
+    ]
+    if result.error:
+        lines.append(f"# error: {result.error}")
+    gpus = result.host.get("gpus") if isinstance(result.host, dict) else None
+    if gpus:
+        lines.append(f"# GPUs: {', '.join(map(str, gpus))}")
+    collective = [r for r in result.records if isinstance(r, dict) and "busbw_gbps" in r and "placement" in r]
+    for op in dict.fromkeys(str(r.get("op")) for r in collective):
+        mine = [r for r in collective if r.get("op") == op]
+        lines.append(f"# {op}")
+        lines.extend(table.header_lines()[1:])
+        check = any(r.get("wrong") is not None for r in mine)
+        lines.extend(table.format_row(row, check=check) for row in table.pair_rows(mine))
+        lines.extend(table.footer_lines(mine, check=check))
+    if not collective:
+        import json
+
+        lines.append("# summary:")
+        lines.extend("  " + line for line in json.dumps(result.summary, indent=1, default=str).splitlines())
+    _print(lines)
+    if args.show_json:
+        result.save(args.show_json)
+        sys.stderr.write(f"wrote {args.show_json}\n")
+    return 0
+
+
+def _history_rm(args: argparse.Namespace) -> int:
+    from fabricscope.store import runs
+    from fabricscope.store.history import History
+
+    run_id = runs.parse_run_id(args.run)
+    if run_id is None:
+        raise _usage(f"history rm takes a history id (a number 'fabricscope history' lists), got {args.run[:60]!r}")
+    with History(create=False) as history:
+        history.remove(run_id)
+    sys.stderr.write(f"removed run {run_id}\n")
+    return 0
+
+
+# --- baseline -------------------------------------------------------------------------------
+
+
+def _add_baseline(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "baseline",
+        help="name a run as the reference to compare against",
+        description="Set, list and remove baselines: names for runs in the history.",
+        epilog="examples:\n  fabricscope baseline set h100-ndr 12\n  fabricscope baseline set lab-a result.json\n"
+        "  fabricscope baseline list\n  fabricscope baseline rm lab-a",
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    set_ = actions.add_parser("set", help="point NAME at RUN (a result file is saved into the history)")
+    set_.add_argument("name", metavar="NAME")
+    set_.add_argument("run", metavar="RUN", help="history id or result file")
+    actions.add_parser("list", help="list the baselines")
+    rm = actions.add_parser("rm", help="forget a baseline (its run stays in the history)")
+    rm.add_argument("name", metavar="NAME")
+    p.set_defaults(func=run_baseline, action=None)
+
+
+def run_baseline(args: argparse.Namespace) -> int:
+    from fabricscope.store import baselines, runs
+    from fabricscope.store.history import History
+
+    if args.action == "set":
+        baselines.check_name(args.name)
+        run = runs.resolve(args.run, kinds=runs.COLLECTIVE_KINDS)
+        with History() as history:
+            run_id = baselines.set_baseline(history, args.name, run)
+        sys.stderr.write(f"baseline {args.name} is run {run_id}\n")
+        return 0
+    if args.action == "rm":
+        with History(create=False) as history:
+            baselines.remove(history, args.name)
+        sys.stderr.write(f"removed baseline {args.name}\n")
+        return 0
+    with History(create=False) as history:
+        found = baselines.listing(history)
+    if not found:
+        _print(["# no baselines (fabricscope baseline set NAME RUN)"])
+        return 0
+    width = max(len(b.name) for b in found)
+    _print(
+        [f"# {'name'.ljust(width)}  run  set at                     kind        headline"]
+        + [f"  {b.name.ljust(width)}  {b.run_id:>3}  {b.set_at:<25}  {b.kind:<10}  {b.headline}" for b in found]
+    )
+    return 0
+
+
+# --- compare ----------------------------------------------------------------------------------
+
+_COMPARE_EPILOG = """\
+Per op and size: the change in busbw (time for sizes up to 64K).  With raw samples on both
+sides (bench), a difference within noise is "not significant" (Mann-Whitney U, scipy); without
+(imported logs, predictions) values are held against the tolerance.
+
+exit status: 1 when a row regressed beyond the tolerance, 0 otherwise, 2 on a usage error.
+
+examples:
+  fabricscope compare today.json --baseline h100-ndr
+  fabricscope compare 14 --against 12 --tolerance 3%
+  fabricscope compare bench.json --against prediction.json --markdown ticket.md
+"""
+
+
+def _add_compare(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "compare",
+        help="a run against a baseline, another run or a prediction: regressions per op and size",
+        description="Compare a run with a reference, row by row; exit 1 on a regression beyond the tolerance.",
+        epilog=_COMPARE_EPILOG,
+    )
+    p.add_argument("run", metavar="RUN", help="history id or result file (bench, nccl-tests or predict)")
+    ref = p.add_mutually_exclusive_group()
+    ref.add_argument("--baseline", default=None, metavar="NAME", help="compare against this baseline")
+    ref.add_argument("--against", default=None, metavar="RUN", help="compare against this run or prediction")
+    p.add_argument(
+        "--tolerance",
+        default=0.05,
+        type=options.fraction(maximum=10.0),
+        help="change allowed before a row counts: 5%% or 0.05 (default 5%%)",
+    )
+    p.add_argument("--json", default=None, metavar="FILE", help="write the comparison as a Result (kind compare)")
+    p.add_argument("--markdown", default=None, metavar="FILE", help="write the comparison as Markdown for a ticket")
+    p.set_defaults(func=run_compare)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from fabricscope.results import atomic_write_text
+    from fabricscope.store import baselines, compare, runs
+    from fabricscope.store.history import History
+
+    if args.baseline is None and args.against is None:
+        raise _usage("compare needs a reference: --baseline NAME or --against RUN")
+    inputs = [args.run] + ([args.against] if args.against else [])
+    check_outputs([("--json", args.json), ("--markdown", args.markdown)], inputs)
+    current = runs.resolve(args.run, kinds=runs.COLLECTIVE_KINDS)
+    if args.baseline is not None:
+        with History(create=False) as history:
+            reference = baselines.get(history, args.baseline)
+    else:
+        reference = runs.resolve(args.against, kinds=runs.COLLECTIVE_KINDS, what="--against")
+    comparison = compare.compare(
+        current.result,
+        reference.result,
+        tolerance=args.tolerance,
+        current_name=current.source,
+        reference_name=reference.source,
+    )
+    _print(compare.text_lines(comparison))
+    if args.json:
+        comparison.to_result().save(args.json)
+    if args.markdown:
+        atomic_write_text(args.markdown, "\n".join(compare.markdown_lines(comparison)) + "\n")
+    return comparison.exit_code
+
+
+# --- import --------------------------------------------------------------------------------------
+
+_IMPORT_EPILOG = """\
+Reads the text output of the C nccl-tests (current and older formats, several collectives per
+log, mpirun --tag-output and srun --label prefixes, logs cut short) and their -J JSON files.
+
+examples:
+  fabricscope import nccl-tests all_reduce.log
+  fabricscope import nccl-tests node*.log --save --label before-upgrade
+  fabricscope import nccl-tests run.json --json run-result.json
+  fabricscope import nccl-tests old.txt --op all_gather   # a log that does not name its collective
+"""
+
+
+def _add_import(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "import",
+        help="read other tools' output as Results (nccl-tests)",
+        description="Import other tools' output as fabricscope Results.",
+        epilog=_IMPORT_EPILOG,
+    )
+    tools = p.add_subparsers(dest="tool", metavar="TOOL")
+    nccl = tools.add_parser(
+        "nccl-tests",
+        help="text or -J JSON output of the C nccl-tests",
+        description="Import nccl-tests logs.",
+        epilog=_IMPORT_EPILOG,
+    )
+    nccl.add_argument("files", nargs="+", metavar="FILE")
+    nccl.add_argument("--op", default=None, help="the collective, for logs that do not name it")
+    nccl.add_argument("--json", default=None, metavar="FILE", help="write the Result (one FILE only)")
+    from fabricscope.store.save import add_save_options
+
+    add_save_options(nccl)
+    p.set_defaults(func=run_import, tool=None)
+
+
+def run_import(args: argparse.Namespace) -> int:
+    from fabricscope.errors import closest
+    from fabricscope.ops import COLLECTIVES
+    from fabricscope.store import nccl_tests
+    from fabricscope.store.history import describe
+    from fabricscope.store.save import check_save_options, save_result
+    from fabricscope.userfiles import read_text
+
+    if args.tool is None:
+        raise _usage("import needs a tool: fabricscope import nccl-tests FILE...")
+    check_save_options(args)
+    if args.json and len(args.files) > 1:
+        raise _usage("--json takes one imported FILE; import several with --save, or one at a time")
+    check_outputs([("--json", args.json)], args.files)
+    op = None
+    if args.op is not None:
+        op = args.op.strip().lower()
+        names = list(COLLECTIVES)
+        if op not in names:
+            raise _usage(f"unknown --op {args.op[:40]!r}{closest(op, names)}: use one of {', '.join(names)}")
+    # Every file is read before anything is saved: one bad file saves none.
+    texts = [(path, read_text(path, what="nccl-tests log", max_bytes=LOG_MAX_BYTES)) for path in args.files]
+    results = [(path, nccl_tests.parse(text, source=path, op=op)) for path, text in texts]
+    lines = []
+    for path, result in results:
+        facts = describe(result)
+        rows = len(result.records)
+        lines.append(
+            f"# {path}: {', '.join(result.config['ops'])}; {rows} records; ranks {facts['ranks'] or '?'} "
+            f"on {', '.join(facts['hosts']) or '?'}; {facts['headline']}"
+        )
+        if result.status != "complete":
+            lines.append(f"#   {result.status}: {result.error}")
+        lines.extend(f"#   note: {note}" for note in result.summary.get("notes", []))
+    _print(lines)
+    if args.json:
+        results[0][1].save(args.json)
+    for path, result in results:
+        save_result(args, result, what=path)
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    _add_history(subparsers)
+    _add_baseline(subparsers)
+    _add_compare(subparsers)
+    _add_import(subparsers)

@@ -1,0 +1,402 @@
+"""The history: every saved Result in one SQLite database under ``$FABRICSCOPE_HOME``.
+
+One file, ``history.sqlite``, in write-ahead-log mode so that readers never
+wait for a writer, with a busy timeout and one ``BEGIN IMMEDIATE``
+transaction per change so that many processes saving at once (the ranks of a
+fleet, parallel jobs) all land.  The whole Result document is kept, with the
+columns ``history`` lists and filters on beside it.
+
+A database that is not SQLite, or is damaged, gives one :class:`HistoryError`
+and is never written: nothing here deletes or recreates an existing file.
+
+Schema history (bump ``SCHEMA_VERSION`` and add a line when it changes)::
+
+    1 - runs (id, saved, created, kind, label, status, hosts, ranks, headline,
+        document) and baselines (name, run_id, set_at).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from fabricscope.errors import ResultFormatError, RunError, UsageError
+from fabricscope.results import Result
+
+__all__ = [
+    "DATABASE_NAME",
+    "HOME_VARIABLE",
+    "SCHEMA_VERSION",
+    "Entry",
+    "History",
+    "HistoryError",
+    "check_label",
+    "database_path",
+    "headline",
+    "home",
+]
+
+HOME_VARIABLE = "FABRICSCOPE_HOME"
+DATABASE_NAME = "history.sqlite"
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 60.0
+"""How long a save waits for other writers before giving up."""
+
+_SCHEMA = """
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    saved TEXT NOT NULL,
+    created TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    label TEXT,
+    status TEXT NOT NULL,
+    hosts TEXT NOT NULL,
+    ranks INTEGER,
+    headline TEXT NOT NULL,
+    document TEXT NOT NULL
+);
+CREATE INDEX runs_kind ON runs (kind);
+CREATE INDEX runs_label ON runs (label);
+CREATE TABLE baselines (
+    name TEXT PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs (id),
+    set_at TEXT NOT NULL
+);
+"""
+
+
+class HistoryError(RunError):
+    """The history database cannot be used (damaged, foreign, from a newer fabricscope, busy)."""
+
+
+def home() -> Path:
+    """``$FABRICSCOPE_HOME``, else ``$XDG_DATA_HOME/fabricscope``, else ``~/.local/share/fabricscope``."""
+    given = os.environ.get(HOME_VARIABLE)
+    if given:
+        return Path(given)
+    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(data) / "fabricscope"
+
+
+def database_path() -> Path:
+    return home() / DATABASE_NAME
+
+
+def check_label(label: str) -> str:
+    """A label as kept: 1 to 200 printable characters."""
+    text = label.strip()
+    if not text or len(text) > 200 or not text.isprintable():
+        raise UsageError(f"a label must be 1 to 200 printable characters, got {label[:60]!r}")
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One saved run as ``history`` lists it."""
+
+    id: int
+    saved: str
+    created: str
+    kind: str
+    label: str | None
+    status: str
+    hosts: tuple[str, ...]
+    ranks: int | None
+    headline: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "saved": self.saved,
+            "created": self.created,
+            "kind": self.kind,
+            "label": self.label,
+            "status": self.status,
+            "hosts": list(self.hosts),
+            "ranks": self.ranks,
+            "headline": self.headline,
+        }
+
+
+_COLUMNS = "id, saved, created, kind, label, status, hosts, ranks, headline"
+
+
+def _entry(row: tuple[Any, ...]) -> Entry:
+    hosts = tuple(h for h in str(row[6]).split("\n") if h)
+    return Entry(
+        id=row[0],
+        saved=row[1],
+        created=row[2],
+        kind=row[3],
+        label=row[4],
+        status=row[5],
+        hosts=hosts,
+        ranks=row[7],
+        headline=row[8],
+    )
+
+
+class History:
+    """The history database at ``path`` (default :func:`database_path`).
+
+    With ``create=False`` a missing database reads as an empty history and
+    nothing is created: listing or resolving never leaves a file behind.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True) -> None:
+        self.path = Path(path) if path is not None else database_path()
+        self._conn: sqlite3.Connection | None = None
+        if not self._check_file(create):
+            return
+        try:
+            self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            self._prepare()
+        except sqlite3.Error as exc:
+            self.close()
+            raise self._error(exc) from None
+        except BaseException:
+            self.close()
+            raise
+
+    # --- opening --------------------------------------------------------------------
+
+    def _check_file(self, create: bool) -> bool:
+        try:
+            mode = os.stat(self.path).st_mode
+        except FileNotFoundError:
+            if not create:
+                return False
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise HistoryError(
+                    f"cannot create the history folder {self.path.parent} ({exc.strerror or exc}); "
+                    f"set {HOME_VARIABLE} to a writable folder"
+                ) from None
+            return True
+        except OSError as exc:
+            raise HistoryError(f"cannot use the history {self.path} ({exc.strerror or exc})") from None
+        if not stat.S_ISREG(mode):
+            raise HistoryError(f"the history {self.path} is not a regular file; move it away or set {HOME_VARIABLE}")
+        return True
+
+    def _prepare(self) -> None:
+        conn = self._db()
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise HistoryError(
+                f"the history {self.path} has schema {version}, newer than this fabricscope reads "
+                f"({SCHEMA_VERSION}): upgrade fabricscope"
+            )
+        if version == SCHEMA_VERSION:
+            conn.execute("PRAGMA foreign_keys = ON")
+            return
+        if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            raise HistoryError(f"{self.path} is an SQLite database but not a fabricscope history; it was left as is")
+        conn.execute("PRAGMA journal_mode = WAL")
+        with self.transaction():
+            # Another process may have created the schema while this one waited for the lock.
+            if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
+                if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                    raise HistoryError(
+                        f"{self.path} is an SQLite database but not a fabricscope history; it was left as is"
+                    )
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("PRAGMA foreign_keys = ON")
+
+    def _db(self) -> sqlite3.Connection:
+        assert self._conn is not None
+        return self._conn
+
+    def _error(self, exc: sqlite3.Error) -> HistoryError:
+        text = str(exc)
+        if "not a database" in text or "malformed" in text or "disk image" in text:
+            return HistoryError(
+                f"the history {self.path} is damaged or not a database ({text}); it was left untouched: "
+                f"move it away (a new one is created) or set {HOME_VARIABLE}"
+            )
+        if "locked" in text or "busy" in text:
+            return HistoryError(f"the history {self.path} stayed busy for {BUSY_TIMEOUT_S:g} s ({text}); try again")
+        return HistoryError(f"the history {self.path} cannot be used ({text})")
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> History:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def exists(self) -> bool:
+        return self._conn is not None
+
+    # --- transactions -----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken at once (``BEGIN IMMEDIATE``) so that writers queue, not fail."""
+        conn = self._db()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Rows of a read; an absent history has none."""
+        if self._conn is None:
+            return []
+        try:
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+
+    # --- runs ---------------------------------------------------------------------------
+
+    def add(self, result: Result, *, label: str | None = None) -> int:
+        """Save ``result``; returns its id."""
+        document = result.to_json()
+        summary = describe(result)
+        saved = datetime.now(UTC).isoformat(timespec="seconds")
+        with self.transaction() as conn:
+            cursor = conn.execute(
+                "INSERT INTO runs (saved, created, kind, label, status, hosts, ranks, headline, document) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    saved,
+                    result.created or saved,
+                    result.kind,
+                    check_label(label) if label is not None else None,
+                    result.status,
+                    "\n".join(summary["hosts"]),
+                    summary["ranks"],
+                    summary["headline"],
+                    document,
+                ),
+            )
+            run_id = cursor.lastrowid
+        assert run_id is not None
+        return int(run_id)
+
+    def entries(
+        self,
+        *,
+        kind: str | None = None,
+        label: str | None = None,
+        host: str | None = None,
+        since: datetime | None = None,
+    ) -> list[Entry]:
+        """Saved runs, oldest first, filtered as asked (``since`` compares the run's creation time)."""
+        where, params = [], []
+        if kind is not None:
+            where.append("kind = ?")
+            params.append(kind)
+        if label is not None:
+            where.append("label = ?")
+            params.append(label)
+        rows = self.query(
+            f"SELECT {_COLUMNS} FROM runs {'WHERE ' + ' AND '.join(where) if where else ''} ORDER BY id",
+            tuple(params),
+        )
+        found = [_entry(row) for row in rows]
+        if host is not None:
+            found = [e for e in found if host in e.hosts]
+        if since is not None:
+            found = [e for e in found if _instant(e.created) >= since]
+        return found
+
+    def entry(self, run_id: int) -> Entry:
+        rows = self.query(f"SELECT {_COLUMNS} FROM runs WHERE id = ?", (run_id,))
+        if not rows:
+            raise self._missing(run_id)
+        return _entry(rows[0])
+
+    def get(self, run_id: int) -> Result:
+        rows = self.query("SELECT document FROM runs WHERE id = ?", (run_id,))
+        if not rows:
+            raise self._missing(run_id)
+        source = f"history run {run_id}"
+        try:
+            data = json.loads(rows[0][0])
+        except json.JSONDecodeError as exc:
+            raise ResultFormatError(f"{source}: the stored document is corrupt ({exc.msg})") from None
+        return Result.from_dict(data, source=source)
+
+    def remove(self, run_id: int) -> None:
+        with self.transaction() as conn:
+            if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+                raise self._missing(run_id)
+            names = [r[0] for r in conn.execute("SELECT name FROM baselines WHERE run_id = ?", (run_id,))]
+            if names:
+                raise UsageError(
+                    f"run {run_id} is the baseline {', '.join(names)}: "
+                    f"remove it first with 'fabricscope baseline rm {names[0]}'"
+                )
+            conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+
+    def _missing(self, run_id: int) -> UsageError:
+        if self._conn is None:
+            return UsageError(f"no run {run_id} in the history: nothing is saved yet ({self.path})")
+        return UsageError(f"no run {run_id} in the history (see 'fabricscope history')")
+
+
+def _instant(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def describe(result: Result) -> dict[str, Any]:
+    """The hosts, rank count and headline figure ``history`` shows for a Result."""
+    host = result.host if isinstance(result.host, dict) else {}
+    ranks = host.get("ranks")
+    hosts: list[str] = []
+    if isinstance(ranks, list):
+        hosts = [str(r.get("host")) for r in ranks if isinstance(r, dict) and r.get("host")]
+    if not hosts and isinstance(host.get("hostname"), str) and host["hostname"]:
+        hosts = [host["hostname"]]
+    count = len(ranks) if isinstance(ranks, list) and ranks else None
+    return {"hosts": list(dict.fromkeys(hosts)), "ranks": count, "headline": headline(result)}
+
+
+def headline(result: Result) -> str:
+    """One figure that says what a run found: peak busbw, step time, verdict..."""
+    busbw: dict[str, float] = {}
+    for record in result.records:
+        if isinstance(record, dict) and isinstance(record.get("busbw_gbps"), int | float) and "op" in record:
+            op = str(record["op"])
+            busbw[op] = max(busbw.get(op, 0.0), float(record["busbw_gbps"]))
+    if busbw:
+        op, peak = next(iter(busbw.items()))
+        more = f" (+{len(busbw) - 1} ops)" if len(busbw) > 1 else ""
+        return f"{op} peak busbw {peak:.2f} GB/s{more}"
+    summary = result.summary if isinstance(result.summary, dict) else {}
+    if isinstance(summary.get("step_time_s"), int | float):
+        return f"step {summary['step_time_s']:.3g} s, bottleneck {summary.get('bottleneck', '?')}"
+    for key in ("verdict", "status"):
+        if isinstance(summary.get(key), str):
+            return f"{key} {summary[key]}"
+    return f"{len(result.records)} records"

@@ -1,0 +1,155 @@
+"""``calibrate``: the fit itself, a real 2-rank bench calibrated and predicted, and hostile input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from model_helpers import one_error_line
+
+from fabricscope.model.calibrate import Run, calibrate, fit_line, load_runs, predicted_seconds
+from fabricscope.model.cluster import load_cluster
+from fabricscope.ops import COLLECTIVES
+
+SIZES = np.array([64e3 * 2**k for k in range(10)])
+
+
+def line(base_us: float, gbps: float) -> np.ndarray:
+    return base_us * 1e-6 + SIZES / (gbps * 1e9)
+
+
+def test_the_fit_recovers_a_line_and_shrugs_off_a_stalled_point() -> None:
+    seconds = line(50.0, 2.0)
+    a, b = fit_line(SIZES, seconds)
+    assert a == pytest.approx(50e-6, rel=1e-6) and b == pytest.approx(1 / 2e9, rel=1e-6)
+    stalled = seconds.copy()
+    stalled[3] *= 10  # one size stalled by the scheduler
+    a, b = fit_line(SIZES, stalled)
+    assert a == pytest.approx(50e-6, rel=0.05) and b == pytest.approx(1 / 2e9, rel=0.05)
+    # Plain least squares would have been pulled far off by the same point.
+    plain_a, plain_b = np.polyfit(SIZES, stalled, 1)[::-1]
+    assert abs(plain_b * 2e9 - 1) > 0.1 or abs(plain_a / 50e-6 - 1) > 0.5
+
+
+def test_runs_at_two_rank_counts_split_call_latency_from_step_latency() -> None:
+    factor = COLLECTIVES["all_reduce"].busbw_factor
+
+    def run(ranks: int) -> Run:
+        seconds = (20.0 + 2 * (ranks - 1) * 5.0) * 1e-6 + SIZES * factor(ranks) / 3e9
+        return Run("synthetic", "all_reduce", ranks, 1, SIZES, seconds)
+
+    terms = calibrate([run(2), run(4)])["all_reduce"]
+    assert terms.base_us == pytest.approx(20.0, rel=1e-3) and terms.intra_hop_us == pytest.approx(5.0, rel=1e-3)
+    assert terms.intra_busbw_gbps == pytest.approx(3.0, rel=1e-3)
+    assert terms.inter_busbw_gbps == 0 and terms.residual_pct < 0.1
+    eight = predicted_seconds(terms, "all_reduce", SIZES, 8, 1)
+    assert eight == pytest.approx((20.0 + 14 * 5.0) * 1e-6 + SIZES * factor(8) / 3e9, rel=1e-6)
+
+
+def test_runs_across_nodes_give_the_network_terms() -> None:
+    factor = COLLECTIVES["all_gather"].busbw_factor
+    inside = Run("a", "all_gather", 2, 1, SIZES, 1 * 4e-6 + SIZES * factor(2) / 10e9)
+    # 2 nodes x 2 ranks: 3 steps, 1 of them between nodes at 30 us; the network at 1 GB/s bounds the ring.
+    across = Run("b", "all_gather", 4, 2, SIZES, (2 * 4.0 + 30.0) * 1e-6 + SIZES * factor(4) / 1e9)
+    terms = calibrate([inside, across])["all_gather"]
+    assert terms.inter_hop_us == pytest.approx(30.0, rel=1e-3)
+    assert terms.inter_busbw_gbps == pytest.approx(1.0, rel=1e-3)
+    assert terms.intra_busbw_gbps == pytest.approx(10.0, rel=1e-3)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real 2-rank gloo bench of all_reduce and all_gather, 64 KiB to 1 MiB."""
+    out = tmp_path_factory.mktemp("bench") / "two.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "fabricscope", "bench", "all_reduce,all_gather", "--nproc", "2", "-b", "64K",
+         "-e", "1M", "-n", "5", "-w", "1", "-c", "0", "--json", str(out)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_a_real_bench_calibrates_and_predict_uses_the_fit(cli, two_ranks, tmp_path) -> None:
+    out = tmp_path / "mine.toml"
+    done = cli("calibrate", str(two_ranks), "-o", str(out))
+    assert done.code == 0, done.err
+    assert "all_reduce" in done.out and "all_gather" in done.out
+    cluster = load_cluster(str(out))
+    assert (cluster.nodes, cluster.gpus_per_node) == (1, 2)
+    terms = cluster.spec.calibration["all_reduce"]
+    assert terms.points == 10 and terms.intra_busbw_gbps > 0 and terms.inter_busbw_gbps == 0
+    # The file's terms are the fit of the measured points, and predict prints exactly them.
+    runs = [r for r in load_runs([str(two_ranks)]) if r.op == "all_reduce"]
+    a, b = fit_line(runs[0].moved, runs[0].seconds)
+    assert terms.intra_hop_us * 2 == pytest.approx(a * 1e6, rel=1e-3)
+    assert terms.intra_busbw_gbps == pytest.approx(COLLECTIVES["all_reduce"].busbw_factor(2) / b / 1e9, rel=1e-3)
+    pred = tmp_path / "p.json"
+    done = cli("predict", "--cluster", str(out), "--gpus-per-node", "4", "-b", "64K", "-e", "1M", "--json", str(pred))
+    assert done.code == 0, done.err
+    records = json.loads(pred.read_text())["records"]
+    assert {r["algorithm"] for r in records} == {"calibrated"}
+    expect = predicted_seconds(terms, "all_reduce", [records[0]["size_bytes"]], 4, 1)[0] * 1e6
+    assert records[0]["time_us"] == pytest.approx(expect, rel=1e-9)
+    # Two nodes need network terms this calibration never measured: one error line, exit 2.
+    done = cli("predict", "--cluster", str(out), "--nodes", "2", "-b", "64K", "-e", "1M")
+    assert done.code == 2 and "measured no hops between nodes" in one_error_line(done)
+
+
+def test_calibrate_refuses_hostile_and_wrong_inputs(cli, two_ranks, tmp_path, write) -> None:
+    out = str(tmp_path / "c.toml")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.json"
+    zero.symlink_to("/dev/zero")
+    deep = write("deep.json", "[" * 5000 + "]" * 5000)
+    predicted = tmp_path / "predicted.json"
+    assert cli("predict", "--cluster", "dgx-a100-hdr", "-b", "64K", "-e", "1M", "--json", str(predicted)).code == 0
+    data = json.loads(two_ranks.read_text())
+    data["records"][0]["time_us"] = "fast"
+    bad_record = write("bad.json", json.dumps(data))
+    few = json.loads(two_ranks.read_text())
+    few["records"] = [r for r in few["records"] if r["size_bytes"] <= 131072]
+    too_few = write("few.json", json.dumps(few))
+    cases = {
+        str(fifo): "FIFO",
+        str(zero): "character device",
+        str(folder): "directory",
+        str(tmp_path / ("x" * 5000)): "",
+        str(deep): "",
+        str(predicted): "calibrate reads bench or import results",
+        str(bad_record): "record 0: time_us = 'fast' is not a positive number",
+        str(too_few): "fewer than 3 message sizes",
+    }
+    for path, fragment in cases.items():
+        done = cli("calibrate", path, "-o", out)
+        assert done.code == 2, path
+        assert fragment in one_error_line(done)
+    # Its own input as its output is refused before anything is overwritten.
+    before = two_ranks.read_text()
+    done = cli("calibrate", str(two_ranks), "-o", str(two_ranks))
+    assert done.code == 2 and "an input of this command" in one_error_line(done)
+    assert two_ranks.read_text() == before
+    assert not Path(out).exists()
+
+
+@pytest.mark.parametrize(
+    ("table", "fragment"),
+    [
+        ("[calibration.all_reduse]\nbase_us = 1.0\n", "did you mean 'all_reduce'"),
+        ("[calibration.all_reduce]\nintra_busbw_gbps = -1.0\n", "intra_busbw_gbps must be 0 or more"),
+        ("[calibration.all_reduce]\nbase_us = nan\n", "base_us must be 0 or more"),
+        ("[calibration.all_reduce]\nspeed = 3\n", "speed"),
+    ],
+)
+def test_bad_calibration_tables(cli, write, table, fragment) -> None:
+    path = write("c.toml", 'gpu = "h100-sxm"\n' + table)
+    done = cli("predict", "--cluster", str(path))
+    assert done.code == 2 and fragment in one_error_line(done)

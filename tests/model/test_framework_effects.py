@@ -1,0 +1,127 @@
+"""Framework effects are named parameters: each changes the step the way its mechanism says."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from fabricscope.model import training
+from fabricscope.model.cluster import load_cluster
+from fabricscope.model.estimate import device_for, estimate, job_of, shape_of
+from fabricscope.model.parallel import FRAMEWORKS, ParallelConfig
+from fabricscope.model.workload import load_model
+
+
+def _step(model_name: str, cluster_name: str, nodes: int, **knobs: object) -> training.Step:
+    model = load_model(model_name)
+    cluster = load_cluster(cluster_name).with_nodes(nodes)
+    return estimate(model, cluster, ParallelConfig(**knobs), what_ifs=False).step  # type: ignore[arg-type]
+
+
+def test_pipeline_engine_sends_whole_outputs_from_every_tensor_rank() -> None:
+    # Megatron's scatter/gather sends 1/t per rank; DeepSpeed's engine sends all of it, t times more
+    # bytes on the same links (the latency part is the same).
+    split = dict(tp=8, pp=35, dp=8, recompute="full", global_batch=1920)
+    megatron = _step("megatron-530b", "dgx-a100-hdr", 280, **split)
+    engine = _step("megatron-530b", "dgx-a100-hdr", 280, pp_scatter_gather=False, **split)
+    assert 4 < float(engine.pp_comm) / float(megatron.pp_comm) <= 8
+    assert float(engine.compute) == pytest.approx(float(megatron.compute))
+
+
+def test_zero3_regathers_for_recomputation_only_when_the_stack_does() -> None:
+    split = dict(dp=64, zero=3, recompute="full", micro_batch=1, global_batch=64, dp_overlap=False)
+    fsdp = _step("llama-7b", "dgx-a100-hdr", 8, **split)
+    deepspeed = _step("llama-7b", "dgx-a100-hdr", 8, regather_on_recompute=True, **split)
+    assert float(deepspeed.dp_comm_total) > float(fsdp.dp_comm_total)
+    # Without recomputation there is nothing to gather again.
+    plain = dict(split, recompute="none")
+    assert float(_step("llama-7b", "dgx-a100-hdr", 8, **plain).dp_comm_total) == pytest.approx(
+        float(_step("llama-7b", "dgx-a100-hdr", 8, regather_on_recompute=True, **plain).dp_comm_total)
+    )
+
+
+def test_list_collectives_cost_a_copy_kernel_per_rank() -> None:
+    # Per micro-batch ZeRO 3 runs 3 collectives per unit (two gathers, one reduce-scatter); with the
+    # list API each also runs dp copy kernels.
+    split = dict(dp=256, zero=3, micro_batch=1, global_batch=256, recompute="none", dp_overlap=False)
+    base = _step("llama-7b", "dgx-a100-hdr", 32, **split)
+    copies = _step("llama-7b", "dgx-a100-hdr", 32, rank_copies=True, **split)
+    units = 32
+    expected = units * 3 * 256 * training.KERNEL_OVERHEAD_S
+    assert float(copies.dp_comm_total) - float(base.dp_comm_total) == pytest.approx(expected, rel=1e-9)
+
+
+def test_one_gather_per_weight_matrix_pays_more_latency() -> None:
+    split = dict(dp=256, zero=3, micro_batch=1, global_batch=256, recompute="none", dp_overlap=False)
+    layer = _step("llama-7b", "dgx-a100-hdr", 32, **split)
+    matrices = _step("llama-7b", "dgx-a100-hdr", 32, unit_tensors=4, **split)
+    assert float(matrices.dp_comm_total) > float(layer.dp_comm_total)
+
+
+def test_horovod_reduces_once_per_cycle_of_the_backward() -> None:
+    model = load_model("resnet50")
+    cluster = load_cluster("v100-100gbe-tcp").with_nodes(2)
+    horovod = FRAMEWORKS["horovod"]
+    par = ParallelConfig(dp=16, micro_batch=64, global_batch=1024, precision="fp16")
+    hvd = dataclasses.replace(par, bucket_mb=horovod.bucket_mb, cycle_ms=horovod.cycle_ms)
+    job = job_of(hvd, 1024)
+    step = estimate(model, cluster, hvd, what_ifs=False).step
+    backward = 2.0 / 3.0 * float(step.compute)
+    device_units = training._units(shape_of(model), job, device_for(cluster.gpu, "fp16"), backward)
+    assert float(device_units) == np.ceil(backward / 5e-3) > 1
+    # One fused buffer without the cycle: the whole reduction waits for the end of the backward.
+    one_buffer = dataclasses.replace(hvd, cycle_ms=0.0)
+    assert float(estimate(model, cluster, one_buffer, what_ifs=False).step.dp_comm) > float(step.dp_comm)
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "v", "busiest"),
+    [(126, 16, 1, 8), (126, 16, 8, 8), (105, 35, 1, 3), (70, 12, 1, 6), (32, 3, 1, 11), (128, 64, 1, 2)],
+)
+def test_the_busiest_stage_sets_the_pace(layers: int, pp: int, v: int, busiest: int) -> None:
+    shape = training.Shape(transformer=True, layers=layers)
+    assert training.stage_layers(shape, training.Job(pp=pp, interleave=v)) == busiest
+
+
+def test_estimate_prices_a_named_stack(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    common = ["estimate", "--model", "megatron-530b", "--cluster", "dgx-a100-hdr", "--nodes", "280", "--tp", "8"]
+    common += ["--pp", "35", "--recompute", "full", "--global-batch", "1920", "--micro-batch", "1"]
+    common += ["--interleave", "1", "--zero", "1"]
+    out = {}
+    for name in ("megatron-core", "deepspeed-pipeline"):
+        path = tmp_path / f"{name}.json"
+        done = cli(*common, "--framework", name, "--json", str(path))
+        assert done.code == 0, done.err
+        out[name] = json.loads(path.read_text())["records"][0]
+    engine, core = out["deepspeed-pipeline"], out["megatron-core"]
+    assert engine["parallel"]["pp_scatter_gather"] is False and core["parallel"]["pp_scatter_gather"] is True
+    assert engine["breakdown"]["pp_comm"] > 4 * core["breakdown"]["pp_comm"]
+    assert engine["step_time_s"] > core["step_time_s"]
+
+
+def test_an_unknown_stack_is_one_error_line(cli) -> None:  # type: ignore[no-untyped-def]
+    from model_helpers import one_error_line
+
+    line = one_error_line(
+        cli("estimate", "--model", "llama-7b", "--cluster", "dgx-a100-hdr", "--framework", "deepspeed-pipelin")
+    )
+    assert "unknown --framework 'deepspeed-pipelin'" in line and "did you mean 'deepspeed-pipeline'" in line
+
+
+def test_flashattention_2_reaches_a_third_of_hopper() -> None:
+    # FlashAttention-3 paper: FA2 'achieves only 35% utilization on the H100'; FA3 reaches 75%.
+    from fabricscope.model.hardware import GPU, lookup
+
+    h100 = lookup("gpu", "h100-sxm", GPU)
+    a100 = lookup("gpu", "a100-sxm-80gb", GPU)
+    assert device_for(h100, "bf16", arch_attention=False).attention_eff == 0.35
+    assert device_for(h100, "bf16").attention_eff == 0.75
+    assert device_for(a100, "bf16", arch_attention=False).attention_eff == 0.0  # the matmul efficiency
+    split = dict(tp=8, dp=8, micro_batch=1, global_batch=64, recompute="none")
+    fa2 = _step("llama-7b", "dgx-h100-ndr", 8, hopper_attention=False, **split)
+    fa3 = _step("llama-7b", "dgx-h100-ndr", 8, **split)
+    assert float(fa2.compute) > float(fa3.compute)

@@ -1,0 +1,288 @@
+"""The exporter against a real Prometheus server, the rules against promtool, real loopback traffic.
+
+Prometheus and promtool come from the Debian ``prometheus`` package.  When they
+are missing these tests skip, unless ``FABRICSCOPE_REQUIRE_PROMETHEUS`` is set
+(CI sets it), in which case they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from monitor_helpers import SEQUENCE, LoopbackTraffic, free_port
+
+from fabricscope.monitor.rules import AlertThresholds, alert_rules
+from helpers import cli_env
+
+
+def need(binary: str) -> str:
+    path = shutil.which(binary)
+    if path is None:
+        if os.environ.get("FABRICSCOPE_REQUIRE_PROMETHEUS"):
+            pytest.fail(f"{binary} is not installed and FABRICSCOPE_REQUIRE_PROMETHEUS is set")
+        pytest.skip(
+            f"{binary} is not installed (Debian package prometheus); set FABRICSCOPE_REQUIRE_PROMETHEUS to fail"
+        )
+    return path
+
+
+def get(url: str, timeout: float = 5) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return str(response.read().decode())
+
+
+def scrape_value(text: str, name: str, labels: str = "") -> float | None:
+    for line in text.splitlines():
+        if line.startswith(f"{name}{labels} ") or (not labels and line.startswith(f"{name} ")):
+            return float(line.split()[-1])
+    return None
+
+
+def wait_for(predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM, then SIGKILL after 20 s; its pipes drained and closed."""
+    proc.terminate()
+    try:
+        proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+
+
+@pytest.fixture
+def exporter(request: pytest.FixtureRequest) -> Iterator[tuple[int, subprocess.Popen[str]]]:
+    """A real ``fabricscope monitor --serve`` process on a free 127.0.0.1 port."""
+    port = free_port()
+    args = getattr(request, "param", [])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fabricscope", "monitor", "--interval", "0.2", "--serve", str(port), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+    )
+    try:
+        wait_for(lambda: _up(port), 30, "the exporter to answer")
+        yield port, proc
+    finally:
+        stop(proc)
+
+
+def _up(port: int) -> bool:
+    try:
+        return "fabricscope_monitor_last_sample_timestamp_seconds" in get(f"http://127.0.0.1:{port}/metrics", 2)
+    except OSError:
+        return False
+
+
+def test_rising_loopback_byte_rate_shows_in_the_exporter(exporter: tuple[int, subprocess.Popen[str]]) -> None:
+    port, _ = exporter
+    url = f"http://127.0.0.1:{port}/metrics"
+    text = get(url)
+    before = scrape_value(text, "fabricscope_net_receive_bytes_total", '{device="lo"}')
+    assert before is not None, text
+    assert "# TYPE fabricscope_net_receive_bytes_total counter" in text
+    with LoopbackTraffic() as traffic:
+        rate = wait_for(
+            lambda: (v := scrape_value(get(url), "fabricscope_net_receive_bits_per_second", '{device="lo"}')) and v > 0,
+            30,
+            "a loopback receive rate",
+        )
+        wait_for(lambda: traffic.sent > 20 << 20, 30, "20 MiB sent")
+        time.sleep(0.5)  # two more samples
+        after = scrape_value(get(url), "fabricscope_net_receive_bytes_total", '{device="lo"}')
+    assert rate
+    assert after is not None and after - before >= 20 << 20
+
+
+def metric_types(text: str) -> dict[str, str]:
+    """``# TYPE name kind`` lines of an exposition, as {name: kind}."""
+    return {line.split()[2]: line.split()[3] for line in text.splitlines() if line.startswith("# TYPE ")}
+
+
+def test_names_follow_the_conventions_and_do_not_clash_with_node_exporter(
+    exporter: tuple[int, subprocess.Popen[str]],
+) -> None:
+    port, _ = exporter
+    ours = metric_types(get(f"http://127.0.0.1:{port}/metrics"))
+    assert ours and all(name.startswith("fabricscope_") for name in ours)
+    for name, kind in ours.items():
+        if kind == "counter":
+            assert name.endswith("_total"), name
+        else:
+            assert name.endswith(("_bits_per_second", "_ratio", "_seconds", "_up", "_bytes_per_second")), name
+    node_exporter = need("prometheus-node-exporter")
+    node_port = free_port()
+    proc = subprocess.Popen(
+        [node_exporter, f"--web.listen-address=127.0.0.1:{node_port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        theirs = metric_types(wait_for(lambda: _text_or_none(f"http://127.0.0.1:{node_port}/metrics"), 30, "node"))
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    assert "node_network_receive_bytes_total" in theirs  # the same facts, under node_exporter's own names
+    assert not set(ours) & set(theirs)
+
+
+def _text_or_none(url: str) -> str | None:
+    try:
+        return get(url)
+    except OSError:
+        return None
+
+
+@pytest.mark.parametrize("exporter", [["--root", str(SEQUENCE / "t1")]], indirect=True)
+def test_rdma_metrics_from_a_fixture_tree(exporter: tuple[int, subprocess.Popen[str]]) -> None:
+    port, _ = exporter
+    text = get(f"http://127.0.0.1:{port}/metrics")
+    labels = '{device="mlx5_0",port="1"}'
+    assert scrape_value(text, "fabricscope_rdma_transmit_bytes_total", labels) == 5_249_000_000 * 4
+    assert scrape_value(text, "fabricscope_rdma_port_up", labels) == 1.0
+    assert scrape_value(text, "fabricscope_rdma_link_speed_bits_per_second", labels) == 200e9
+    errors = '{counter="symbol_error",device="mlx5_0",port="1"}'
+    assert scrape_value(text, "fabricscope_rdma_port_errors_total", errors) == 5.0
+    pause = '{device="ens1f0np0",stat="rx_prio3_pause"}'
+    assert scrape_value(text, "fabricscope_net_ethtool_stat_total", pause) == 50.0
+    assert scrape_value(text, "fabricscope_tcp_retransmitted_segments_total") == 1250.0
+
+
+def test_a_real_prometheus_scrapes_the_exporter(exporter: tuple[int, subprocess.Popen[str]], tmp_path: Path) -> None:
+    prometheus = need("prometheus")
+    port, _ = exporter
+    web = free_port()
+    rules = tmp_path / "rules.yml"
+    rules.write_text(alert_rules())
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        f"rule_files:\n  - {rules}\n"
+        "scrape_configs:\n  - job_name: fabricscope\n    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{port}']\n"
+    )
+    server = subprocess.Popen(
+        [
+            prometheus,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{web}",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    api = f"http://127.0.0.1:{web}/api/v1"
+    try:
+
+        def target_up() -> bool:
+            try:
+                targets = json.loads(get(f"{api}/targets"))["data"]["activeTargets"]
+            except OSError:
+                return False
+            return any(t["health"] == "up" for t in targets)
+
+        wait_for(target_up, 60, "Prometheus to scrape the exporter")
+        with LoopbackTraffic():
+            query = urllib.parse.quote('fabricscope_net_receive_bytes_total{device="lo"}')
+
+            def value() -> float | None:
+                result = json.loads(get(f"{api}/query?query={query}"))["data"]["result"]
+                return float(result[0]["value"][1]) if result else None
+
+            first = wait_for(value, 30, "the lo byte counter in Prometheus")
+            rising = wait_for(lambda: (v := value()) is not None and v > first, 30, "the counter to rise")
+        assert rising
+        rules_loaded = json.loads(get(f"{api}/rules"))["data"]["groups"]
+        assert {r["name"] for g in rules_loaded for r in g["rules"]} >= {
+            "FabricscopeTcpRetransmissionsHigh",
+            "FabricscopeLinkSaturated",
+        }
+    finally:
+        stop(server)
+
+
+@pytest.mark.parametrize(
+    "thresholds",
+    [AlertThresholds(), AlertThresholds(retrans_ratio=2e-4, utilization=0.75, for_s=600, window_s=90.5)],
+)
+def test_promtool_accepts_the_rules(thresholds: AlertThresholds, tmp_path: Path) -> None:
+    promtool = need("promtool")
+    rules = tmp_path / "rules.yml"
+    rules.write_text(alert_rules(thresholds))
+    done = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS: 8 rules found" in done.stdout
+
+
+def test_promtool_unit_tests_the_retransmission_and_rdma_rules(tmp_path: Path) -> None:
+    """The rules fire on the series they are meant for (promtool's rule unit tests, real evaluation)."""
+    promtool = need("promtool")
+    (tmp_path / "rules.yml").write_text(alert_rules())
+    (tmp_path / "tests.yml").write_text(
+        "rule_files: [rules.yml]\n"
+        "evaluation_interval: 1m\n"
+        "tests:\n"
+        "  - interval: 1m\n"
+        "    input_series:\n"
+        "      - series: 'fabricscope_tcp_sent_segments_total{instance=\"n1\"}'\n"
+        "        values: '0+10000x10'\n"
+        "      - series: 'fabricscope_tcp_retransmitted_segments_total{instance=\"n1\"}'\n"
+        "        values: '0+50x10'\n"
+        '      - series: \'fabricscope_rdma_port_errors_total{instance="n1",device="mlx5_0",port="1",'
+        'counter="symbol_error"}\'\n'
+        "        values: '0 0 0 0 0 3 3 3 3 3 3'\n"
+        "    alert_rule_test:\n"
+        "      - eval_time: 8m\n"
+        "        alertname: FabricscopeTcpRetransmissionsHigh\n"
+        "        exp_alerts:\n"
+        "          - exp_labels: {severity: warning, instance: n1}\n"
+        "            exp_annotations:\n"
+        "              summary: 'TCP retransmission ratio above 0.001 on n1'\n"
+        "              description: '0.5% of TCP segments were retransmitted over the last 5m.'\n"
+        "      - eval_time: 6m\n"
+        "        alertname: FabricscopeRdmaPortErrors\n"
+        "        exp_alerts:\n"
+        "          - exp_labels: {severity: critical, instance: n1, device: mlx5_0, port: '1', counter: symbol_error}\n"
+        "            exp_annotations:\n"
+        "              summary: 'RDMA symbol_error rising on mlx5_0/1'\n"
+        "              description: 'symbol_error grew by 3 over the last 5m on n1.'\n"
+        "      - eval_time: 3m\n"
+        "        alertname: FabricscopeRdmaPortErrors\n"
+        "        exp_alerts: []\n"
+        "  - interval: 1m\n"  # 0.05% retransmitted: under the threshold, no alert
+        "    input_series:\n"
+        "      - series: 'fabricscope_tcp_sent_segments_total{instance=\"n2\"}'\n"
+        "        values: '0+10000x10'\n"
+        "      - series: 'fabricscope_tcp_retransmitted_segments_total{instance=\"n2\"}'\n"
+        "        values: '0+5x10'\n"
+        "    alert_rule_test:\n"
+        "      - eval_time: 8m\n"
+        "        alertname: FabricscopeTcpRetransmissionsHigh\n"
+        "        exp_alerts: []\n"
+    )
+    done = subprocess.run(
+        [promtool, "test", "rules", "tests.yml"], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1,0 +1,192 @@
+"""The store commands end to end: real processes, a real SQLite history under a temporary home."""
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from helpers import run_cli
+
+DATA = Path(__file__).parent / "data"
+LOG = str(DATA / "current_all_reduce_h100x8.log")
+JSON_LOG = str(DATA / "json_all_reduce_2x8.json")
+
+
+@pytest.fixture
+def home(tmp_path):
+    return tmp_path / "home"
+
+
+def cli(home, *args, **kwargs):
+    return run_cli([str(a) for a in args], env={"FABRICSCOPE_HOME": str(home)}, **kwargs)
+
+
+def content(home):
+    """Everything the history holds (None when there is no database)."""
+    path = home / "history.sqlite"
+    if not path.exists():
+        return None
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT * FROM runs").fetchall(), conn.execute("SELECT * FROM baselines").fetchall()
+
+
+def assert_usage_error(done, pattern):
+    assert done.returncode == 2, done
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert pattern in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_import_save_list_show_baseline_compare_rm(home, tmp_path):
+    done = cli(home, "import", "nccl-tests", LOG, JSON_LOG, "--save", "--label", "week48")
+    assert done.returncode == 0, done.stderr
+    assert "h100x8.log as run 1" in done.stderr and "2x8.json as run 2" in done.stderr
+    listing = cli(home, "history", "--kind", "nccl-tests", "--host", "h100-1")
+    assert listing.returncode == 0 and listing.stdout.splitlines()[1].split()[:4] == [
+        "2",
+        listing.stdout.splitlines()[1].split()[1],
+        "nccl-tests",
+        "week48",
+    ]
+    assert len(listing.stdout.splitlines()) == 2
+    assert "no saved runs match" in cli(home, "history", "--label", "other").stdout
+    shown = cli(home, "history", "show", "1", "--json", tmp_path / "one.json")
+    assert shown.returncode == 0 and "dgx-a07" in shown.stdout and "134217728" in shown.stdout
+    assert json.loads((tmp_path / "one.json").read_text())["kind"] == "nccl-tests"
+    assert cli(home, "baseline", "set", "h100", "1").returncode == 0
+    assert "h100" in cli(home, "baseline", "list").stdout
+    # Run 2 is another cluster (16 ranks): the sweep is slower below 32M: regressions, exit 1.
+    md = tmp_path / "ticket.md"
+    compared = cli(home, "compare", "2", "--baseline", "h100", "--markdown", md, "--json", tmp_path / "c.json")
+    assert compared.returncode == 1, compared.stderr
+    assert "regressed" in compared.stdout and md.read_text().startswith("### run 2 against baseline h100")
+    assert json.loads((tmp_path / "c.json").read_text())["summary"]["verdict"] == "regressed"
+    same = cli(home, "compare", "1", "--against", tmp_path / "one.json")
+    assert same.returncode == 0 and "no row regressed" in same.stdout
+    assert cli(home, "compare", "1", "--against", "2", "--tolerance", "1000%").returncode == 0
+    assert_usage_error(cli(home, "history", "rm", "1"), "is the baseline h100")
+    assert cli(home, "baseline", "rm", "h100").returncode == 0
+    assert cli(home, "history", "rm", "1").returncode == 0
+    assert [row[0] for row in content(home)[0]] == [2]
+
+
+def test_bad_input_is_one_line_exit_2_and_history_unchanged(home, tmp_path):
+    assert cli(home, "import", "nccl-tests", LOG, "--save").returncode == 0
+    before = content(home)
+    doctor = tmp_path / "doctor.json"
+    doctor.write_text(
+        json.dumps({"format": "fabricscope-result", "version": 1, "kind": "doctor", "config": {}, "records": []})
+    )
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.log"
+    zero.symlink_to("/dev/zero")
+    long_name = "x" * 5000
+    cases = [
+        (("compare", "lastweek", "--against", "1"), "neither a result file nor a history id"),
+        (("compare", "1", "--against", "99"), "no run 99 in the history"),
+        (("compare", doctor, "--against", "1"), "is a 'doctor' result"),
+        (("compare", "1"), "needs a reference"),
+        (("compare", "1", "--against", LOG, "--tolerance", "lots"), "--tolerance must be a share"),
+        (("compare", "1", "--against", LOG, "--tolerance", "1" * 400), "--tolerance must be a share"),
+        (("compare", "1", "--baseline", "nope"), "no baseline named 'nope'"),
+        (("compare", "1", "--against", fifo), "not a regular"),
+        (("compare", "1", "--against", tmp_path), "a directory"),
+        (("compare", "1", "--against", tmp_path / long_name), "file name too long"),
+        (("compare", "1", "--against", long_name), "neither a result file"),
+        (("compare", LOG.replace(".log", ".json"), "--against", "1"), "no such result file"),
+        (("compare", LOG, "--against", "1"), "import it first: fabricscope import nccl-tests"),
+        (("import", "nccl-tests", DATA / "not_nccl_tests_iperf3.txt", "--save"), "not nccl-tests output"),
+        (("import", "nccl-tests", LOG, DATA / "not_nccl_tests_iperf3.txt", "--save"), "not nccl-tests output"),
+        (("import", "nccl-tests", zero, "--save"), "not a regular"),
+        (("import", "nccl-tests", fifo, "--save"), "not a regular"),
+        (("import", "nccl-tests", tmp_path, "--save"), "a directory"),
+        (("import", "nccl-tests", tmp_path / long_name), "file name too long"),
+        (("import", "nccl-tests", LOG, "--json", LOG), "is also an input"),
+        (("import", "nccl-tests", LOG, "--save", "--label", ""), "label"),
+        (("import", "nccl-tests", LOG, "--op", "allreduce"), "unknown --op"),
+        (("history", "show", "abc"), "neither a result file nor a history id"),
+        (("history", "rm", LOG), "history rm takes a history id"),
+        (("history", "rm", "42"), "no run 42"),
+        (("history", "--since", "last tuesday"), "--since"),
+        (("baseline", "set", "bad name", "1"), "not allowed"),
+        (("baseline", "set", "x", doctor), "is a 'doctor' result"),
+        (("baseline", "rm", "nope"), "no baseline named"),
+    ]
+    for args, pattern in cases:
+        assert_usage_error(cli(home, *args, timeout=30), pattern)
+    assert content(home) == before
+
+
+def test_outputs_that_are_inputs_or_folders_are_refused_before_any_work(home, tmp_path):
+    copy = tmp_path / "run.json"
+    assert cli(home, "import", "nccl-tests", LOG, "--json", copy).returncode == 0
+    text = copy.read_text()
+    assert_usage_error(cli(home, "compare", copy, "--against", LOG, "--json", copy), "is also an input")
+    assert_usage_error(cli(home, "compare", copy, "--against", LOG, "--markdown", tmp_path), "is a folder")
+    assert copy.read_text() == text
+    assert content(home) is None  # nothing above needed or created a history
+
+
+def test_a_damaged_history_is_one_error_and_kept(home):
+    home.mkdir()
+    damaged = b"SQLite format 3\x00" + b"\x01" * 500
+    (home / "history.sqlite").write_bytes(damaged)
+    done = cli(home, "import", "nccl-tests", LOG, "--save")
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "damaged" in done.stderr
+    assert cli(home, "history").returncode == 1
+    assert (home / "history.sqlite").read_bytes() == damaged
+
+
+def test_a_closed_stdout_keeps_the_verdict(home, tmp_path):
+    import subprocess
+    import sys
+
+    from helpers import cli_env
+
+    older = tmp_path / "older.json"
+    assert cli(home, "import", "nccl-tests", LOG, "--json", older).returncode == 0
+    command = [sys.executable, "-m", "fabricscope", "compare", LOG, "--against", older, "--json", tmp_path / "c.json"]
+    command[4] = str(tmp_path / "current.json")
+    assert cli(home, "import", "nccl-tests", JSON_LOG, "--json", command[4]).returncode == 0
+    proc = subprocess.Popen(
+        [str(c) for c in command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env({"FABRICSCOPE_HOME": str(home)}),
+    )
+    proc.stdout.close()  # the reader is gone before the first line
+    stderr = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 1, stderr
+    assert json.loads((tmp_path / "c.json").read_text())["summary"]["verdict"] == "regressed"
+
+
+@pytest.mark.multiprocess
+def test_save_on_bench_predict_estimate_doctor(home, tmp_path):
+    from helpers import REPO
+
+    fixture = REPO / "tests" / "doctor" / "fixtures" / "healthy-ib-8gpu"
+    commands = [
+        ("bench", "-b", "1K", "-e", "4K", "-n", "3", "--nproc", "2", "--save", "--label", "ci"),
+        ("predict", "--cluster", "dgx-a100-hdr", "-b", "1M", "-e", "4M", "--save"),
+        ("estimate", "--model", "llama-7b", "--cluster", "dgx-a100-hdr", "--label", "plan-b"),
+        ("doctor", "--root", fixture, "--save"),
+    ]
+    for args in commands:
+        done = cli(home, *args, timeout=180)
+        assert done.returncode in (0, 1), done.stderr  # doctor: 1 is a verdict with warnings
+        assert "saved " in done.stderr and " as run " in done.stderr, done.stderr
+    runs, _ = content(home)
+    assert [(row[3], row[4]) for row in runs] == [
+        ("bench", "ci"),
+        ("predict", None),
+        ("estimate", "plan-b"),
+        ("doctor", None),
+    ]
+    bench = json.loads(runs[0][-1])
+    assert bench["status"] == "complete" and bench["records"][0]["samples_us"]
+    assert_usage_error(cli(home, "doctor", "--root", fixture, "--nproc", "2", "--save"), "fleet mode does not save")
+    assert_usage_error(cli(home, "predict", "--cluster", "dgx-a100-hdr", "--label", ""), "label")
+    assert len(content(home)[0]) == 4

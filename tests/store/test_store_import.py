@@ -1,0 +1,166 @@
+"""The nccl-tests importer: pure parsing of the logs in tests/store/data (see its README)."""
+
+from pathlib import Path
+
+import pytest
+
+from fabricscope.errors import UsageError
+from fabricscope.store import nccl_tests
+
+DATA = Path(__file__).parent / "data"
+
+
+def parse(name, **kwargs):
+    path = DATA / name
+    return nccl_tests.parse(path.read_text(), source=str(path), **kwargs)
+
+
+def rows(result, op=None, placement="out"):
+    return [r for r in result.records if r["placement"] == placement and (op is None or r["op"] == op)]
+
+
+def test_current_format_keeps_every_column_and_the_devices():
+    result = parse("current_all_reduce_h100x8.log")
+    assert result.kind == "nccl-tests" and result.status == "complete"
+    out = rows(result)
+    assert [r["size_bytes"] for r in out] == [8 << i for i in range(25)]
+    first = out[0]
+    assert (first["count"], first["dtype"], first["redop"], first["root"], first["wrong"]) == (2, "float", "sum", -1, 0)
+    last = out[-1]
+    assert last["size_bytes"] == 134217728 and last["busbw_gbps"] > 300
+    assert len(rows(result, placement="in")) == 25
+    assert [r["rank"] for r in result.host["ranks"]] == list(range(8))
+    assert result.host["ranks"][3]["bus_id"] == "0000:48:00"
+    assert result.host["gpus"] == ["NVIDIA H100 80GB HBM3"]
+    assert result.env["nccl_tests_version"] == "2.17.1" and result.env["nccl_version_code"] == 22703
+    assert result.config["tests"][0]["iters"] == 20 and result.config["tests"][0]["step_factor"] == 2
+    summary = result.summary["all_reduce"]
+    assert summary["nccl_tests_avg_busbw_gbps"] == pytest.approx(
+        sum(r["busbw_gbps"] for r in result.records) / len(result.records), rel=1e-3
+    )
+
+
+def test_several_collectives_in_one_log_and_unchecked_rows():
+    result = parse("multi_collective_2x4_a100.log")
+    assert result.config["ops"] == ["all_reduce", "all_gather", "broadcast"]
+    assert {r["op"] for r in result.records} == {"all_reduce", "all_gather", "broadcast"}
+    assert all(r["wrong"] is None for r in result.records)  # -c 0 prints N/A
+    assert {r["root"] for r in rows(result, "broadcast")} == {0}
+    assert {r["redop"] for r in rows(result, "all_gather")} == {"none"}
+    assert result.host["hosts"] == ["node-a", "node-b"]
+
+
+def test_old_format_error_column_and_devices_without_group():
+    result = parse("old_error_column_rtx2080.log")
+    assert result.config["ops"] == ["all_gather"]  # from the echoed mpirun command
+    out = rows(result)
+    assert out[0]["root"] == -1 and out[0]["wrong"] is None
+    assert out[0]["max_error"] == pytest.approx(3e-08)
+    assert result.host["ranks"][0]["group"] is None and result.host["ranks"][0]["bus_id"] == "0x3d"
+
+
+def test_old_format_without_program_name_takes_the_file_name_or_op():
+    assert parse("old_format_allreduce_8xa100.log").config["ops"] == ["all_reduce"]
+    text = (DATA / "old_format_allreduce_8xa100.log").read_text()
+    with pytest.raises(UsageError, match="--op"):
+        nccl_tests.parse(text, source="run.log")
+    assert nccl_tests.parse(text, source="run.log", op="all_reduce").records[-1]["size_bytes"] == 8 << 30
+
+
+def test_mpirun_tags_are_stripped_and_other_ranks_noise_ignored():
+    result = parse("mpirun_tagged_reduce_scatter_2x8.log")
+    assert result.status == "complete" and len(result.host["ranks"]) == 16
+    assert [r["size_bytes"] for r in rows(result)] == [1 << i for i in range(20, 31)]
+
+
+def test_slurm_labels_are_stripped():
+    result = parse("slurm_labelled_alltoall_4x8.log")
+    assert result.config["ops"] == ["alltoall"] and len(result.host["ranks"]) == 32
+    assert result.host["hosts"] == ["gpu-000", "gpu-001", "gpu-002", "gpu-003"]
+
+
+def test_a_build_without_mpi_keeps_the_first_process_table():
+    result = parse("mpirun_without_mpi_build.log")
+    assert [r["host"] for r in result.host["ranks"]] == ["ip-10-0-1-5"]
+    assert len(rows(result)) == 7 and "other process" in result.summary["notes"][0]
+
+
+def test_cputime_and_timestamp_columns():
+    result = parse("cputime_timestamps_sendrecv_rccl.log")
+    assert len(rows(result)) == 15 and result.host["ranks"][1]["bus_id"] == "0000:25:00.0"
+    assert rows(result)[0]["time_us"] == pytest.approx(11.89)
+
+
+def test_truncated_log_keeps_rows_before_the_cut():
+    result = parse("truncated_all_reduce.log")
+    assert result.status == "partial" and "ends inside a row" in result.error
+    assert rows(result)[-1]["size_bytes"] == 8388608  # the 16M row was cut
+
+
+def test_truncated_log_at_a_line_end_is_partial_too():
+    text = (DATA / "current_all_reduce_h100x8.log").read_text()
+    cut = text[: text.index("# Out of bounds")]
+    result = nccl_tests.parse(cut, source="x.log")
+    assert result.status == "partial" and "footer" in result.error and len(result.records) == 50
+
+
+def test_json_output():
+    result = parse("json_all_reduce_2x8.json")
+    assert result.status == "complete" and result.config["ops"] == ["all_reduce"]
+    assert len(result.records) == 2 * 26 and rows(result)[0]["root"] == -1 and rows(result)[0]["wrong"] == 0
+    assert result.env["nccl_env"] == {"NCCL_IB_HCA": "mlx5_0,mlx5_3", "NCCL_DEBUG": "WARN"}
+    assert result.host["hosts"] == ["h100-0", "h100-1"] and len(result.host["ranks"]) == 16
+
+
+def test_json_cut_short_is_partial_with_the_finished_rows():
+    result = parse("json_truncated_all_gather.json")
+    assert result.status == "partial" and len(rows(result)) == 9
+    assert result.config["ops"] == ["all_gather"] and len(result.host["ranks"]) == 8
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        (DATA / "not_nccl_tests_iperf3.txt").read_text(),
+        "",
+        "{}",
+        '{"results": 3}',
+        "# size count\n1 2 3\n",
+        "\x00" * 100,
+    ],
+)
+def test_other_text_is_refused(text):
+    with pytest.raises(UsageError, match="not nccl-tests"):
+        nccl_tests.parse(text, source="other.txt")
+
+
+def test_prefix_and_program_helpers():
+    assert nccl_tests.strip_prefix("[1,3]<stdout>:# x") == ("mpi:3", "# x")
+    assert nccl_tests.strip_prefix("12: # x") == ("slurm:12", "# x")
+    assert nccl_tests.strip_prefix("           8             2") == ("", "           8             2")
+    assert nccl_tests.op_from_program("/opt/build/all_reduce_perf_mpi") == "all_reduce"
+    assert nccl_tests.guess_op("AllGather-2nodes.log") == "all_gather"
+    assert nccl_tests.guess_op("run.log") is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "# size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
+        + "9" * 5000
+        + " 2 float sum -1 1 1 1 0 1 1 1 0\n",
+        '{"config": {}, "results": [{"size": ' + "9" * 5000 + "}]}",
+        '{"config": {}, "results": [{"size": ' + "9" * 400 + ', "count": 1, "type": "float", "redop": "sum", '
+        '"out_of_place": {"time": 1, "alg_bw": 1, "bus_bw": 1, "nwrong": 0}}]}',
+        '{"config": ' + "[" * 5000 + "]" * 5000 + ', "results": []}',
+        '{"config": {}, "results": [' + "[" * 5000,
+    ],
+    ids=["5000-digit-row", "5000-digit-json", "400-digit-json", "nested-5000", "nested-cut"],
+)
+def test_hostile_numbers_and_nesting_are_refused_or_skipped(text):
+    try:
+        result = nccl_tests.parse(text, source="hostile.log", op="all_reduce")
+    except UsageError as exc:
+        assert "hostile.log" in str(exc)
+    else:
+        assert all(len(str(r["size_bytes"])) <= 20 for r in result.records)

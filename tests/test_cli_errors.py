@@ -1,0 +1,31 @@
+"""The CLI's one error policy: one line, no control characters from user data, the flag named."""
+
+from __future__ import annotations
+
+from helpers import run_cli
+
+
+def _line(done):
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    return line
+
+
+def test_escape_codes_from_a_file_or_a_flag_never_reach_the_terminal(tmp_path):
+    cluster = tmp_path / "evil.toml"
+    cluster.write_text(
+        'description = "evil\\u001b[31mred"\nnodes = 1\ngpus_per_node = 8\ngpu = "rtx-4090"\nintra = "pcie"\n'
+        '[network]\nnic = "eth-100g"\nnics_per_node = 1\ntransport = "rdma"\n'
+    )
+    line = _line(run_cli(["predict", "--cluster", str(cluster)]))
+    assert "must be a string without control characters" in line and "\x1b" not in line
+    line = _line(run_cli(["bench", "-d", "fl\x1b[2Joat\nnext"]))
+    assert "\x1b" not in line and "\\x1b[2J" in line and "\\n" in line
+
+
+def test_library_errors_are_reworded_with_the_flag_that_set_the_value():
+    assert _line(run_cli(["plan", "--model", "llama-7b", "--gpus", "12"])).startswith(
+        "error: --gpus must be a multiple of 8"
+    )
+    line = _line(run_cli(["estimate", "--model", "llama-7b", "--cluster", "dgx-a100-hdr", "--precision", "fp8"]))
+    assert line.startswith("error: --precision fp8: a100-sxm-80gb has no fp8 tensor cores")

@@ -1,0 +1,137 @@
+"""``--root`` confines every read as a chroot would: links resolve inside the root, never on the host.
+
+A real tree with hostile links (absolute, relative ``..`` escapes, loops, chains
+longer than the kernel allows) is read directly and through ``doctor --root``
+with ``--capture``; nothing from outside the root may reach the report, the
+JSON or the capture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fabricscope.sysroot import MAX_LINKS, SysRoot
+from helpers import REPO, run_cli
+
+VM = REPO / "tests/doctor/fixtures/vm-virtio"
+SECRET = "LEAKED-FROM-THE-HOST-5d1e"
+
+
+def hostile_tree(tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of a captured VM tree plus links that point out of it; and the secret file outside it."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret.conf"
+    secret.write_text(f"NCCL_ALGO={SECRET}\nNCCL_DEBUG={SECRET}\n")
+    tree = tmp_path / "tree"
+    shutil.copytree(VM, tree, symlinks=True)
+    etc = tree / "etc"
+    etc.mkdir()
+    # Absolute links: on the host they would read /etc/passwd and the secret.
+    os.symlink("/etc/passwd", etc / "hostile.conf")
+    os.symlink(str(secret), etc / "nccl.conf")
+    # A relative link climbing out with `..`: stops at the root, as in a chroot.
+    os.symlink("../" * 30 + str(secret).lstrip("/"), etc / "climb.conf")
+    # An absolute link whose target exists inside the root: read from the root.
+    (etc / "real").mkdir()
+    (etc / "real/site.conf").write_text("NCCL_IB_HCA==mlx5_0\n")
+    os.symlink("/etc/real/site.conf", etc / "inside.conf")
+    # A loop and a chain too long, in place of files the doctor reads.
+    net = tree / "sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0"
+    (net / "operstate").unlink()
+    os.symlink("operstate2", net / "operstate")
+    os.symlink("operstate", net / "operstate2")
+    (net / "mtu").unlink()
+    for i in range(MAX_LINKS + 5):
+        os.symlink(f"mtu{i + 1}", net / ("mtu" if i == 0 else f"mtu{i}"))
+    (net / f"mtu{MAX_LINKS + 5}").write_text("9000\n")
+    return tree, secret
+
+
+def host_passwd_lines() -> list[str]:
+    try:
+        return [line for line in Path("/etc/passwd").read_text().splitlines() if line.strip()]
+    except OSError:
+        return []
+
+
+def test_absolute_links_resolve_inside_the_root(tmp_path: Path) -> None:
+    tree, secret = hostile_tree(tmp_path)
+    root = SysRoot(tree)
+    assert root.text("etc/hostile.conf") is None  # /etc/passwd of the root: there is none
+    assert root.read_errors()["etc/hostile.conf"] == "ENOENT"
+    assert root.text("etc/nccl.conf") is None
+    assert root.text("etc/climb.conf") is None
+    assert root.text("etc/inside.conf") == "NCCL_IB_HCA==mlx5_0"
+    assert root.realpath("etc/inside.conf") == "etc/real/site.conf"
+    assert root.realpath("etc/climb.conf") == str(secret).lstrip("/")  # re-rooted, not the host's file
+    assert root.resolve("sys/class/net/eth0/../../../../../../etc/real") == "sys/etc/real"  # physical `..`
+    assert root.resolve("sys/class/net/eth0" + "/.." * 12 + "/etc/real") == "etc/real"
+    with pytest.raises(FileNotFoundError):
+        root.read_now("etc/nccl.conf")
+
+
+def test_a_loop_or_a_too_long_chain_is_an_unreadable_file(tmp_path: Path) -> None:
+    tree, _ = hostile_tree(tmp_path)
+    root = SysRoot(tree)
+    assert root.text("sys/class/net/eth0/operstate") is None
+    assert root.text("sys/class/net/eth0/mtu") is None
+    problems = {a.path: a.problem for a in root.anomalies}
+    assert problems["sys/class/net/eth0/operstate"].startswith("a link loop")
+    assert problems["sys/class/net/eth0/mtu"].startswith("a link loop or a chain of more than 40 links")
+    assert not root.is_dir("sys/class/net/eth0/operstate")
+    assert root.realpath("sys/class/net/eth0/operstate") is None
+    with pytest.raises(OSError, match="Too many levels"):
+        root.read_now("sys/class/net/eth0/mtu")
+    # MAX_LINKS links in all (eth0 itself is one) still resolve, as in the kernel; one more does not.
+    assert root.text("sys/class/net/eth0/mtu6") == "9000"
+    assert root.text("sys/class/net/eth0/mtu5") is None
+
+
+def test_live_root_is_the_hosts_own_resolution() -> None:
+    root = SysRoot("/")
+    assert root.resolve("proc/../proc/self/../net") == "proc/net"
+    if Path("/proc/net/dev").is_file():
+        assert "Inter-|" in root.read_now("proc/net/dev")
+
+
+def test_doctor_report_json_and_capture_hold_nothing_from_outside(tmp_path: Path) -> None:
+    tree, secret = hostile_tree(tmp_path)
+    out = tmp_path / "node.json"
+    capture = tmp_path / "capture"
+    result = run_cli(
+        ["doctor", "--root", str(tree), "--live-env", "--verbose", "--json", str(out), "--capture", str(capture)],
+        env={"NCCL_CONF_FILE": "/etc/hostile.conf", "COLUMNS": "200"},
+    )
+    assert result.returncode in (0, 1, 2), result.stderr
+    assert "Traceback" not in result.stderr
+    texts = {"stdout": result.stdout, "stderr": result.stderr, "json": out.read_text()}
+    for path in capture.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            texts[str(path.relative_to(capture))] = path.read_text(errors="replace")
+    passwd = host_passwd_lines()
+    for name, text in texts.items():
+        assert SECRET not in text, name
+        for line in passwd:
+            assert line not in text, (name, line)
+    # The unreadable files are notes in the report, and the loop's error is kept for the capture's replay.
+    assert "sys/class/net/eth0/operstate" in result.stdout
+    manifest = json.loads((capture / "fabricscope-capture/manifest.json").read_text())
+    assert manifest["errors"]["sys/class/net/eth0/operstate"] == "ELOOP"
+    # And the secret really was reachable on the host: the test would catch a leak.
+    assert SECRET in secret.read_text()
+
+
+def test_doctor_reads_an_in_root_absolute_link(tmp_path: Path) -> None:
+    tree, _ = hostile_tree(tmp_path)
+    result = run_cli(
+        ["doctor", "--root", str(tree), "--live-env", "--verbose"],
+        env={"NCCL_CONF_FILE": "/etc/inside.conf", "COLUMNS": "200"},
+    )
+    assert "Traceback" not in result.stderr
+    assert "NCCL_IB_HCA==mlx5_0" in result.stdout, result.stdout
