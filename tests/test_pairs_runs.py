@@ -1,5 +1,6 @@
 """Real ``fabricscope pairs`` runs: spawned ranks, torchrun, mpirun, bad input, a killed rank, Ctrl-C."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -150,6 +151,29 @@ def test_killed_rank_is_named_and_finished_pairs_are_kept(tmp_path, victim):
     assert result.status == "failed" and f"rank {victim}" in result.error, result.error
     assert len(result.records) >= 8 and result.summary["rounds_done"] >= 1
     assert all(r["round"] <= result.summary["rounds_done"] for r in result.records)
+    assert_gone(list(pids.values()))
+
+
+def test_frozen_rank_is_named_alone_within_the_timeout(tmp_path):
+    out = tmp_path / "f.json"
+    proc = start_cli([*LONG, "--json", str(out)])
+    data = wait_for_records(out, 8)
+    pids = _pids(data)
+    os.kill(pids[2], signal.SIGSTOP)
+    start = time.monotonic()
+    try:
+        _, stderr = proc.communicate(timeout=TIMEOUT_S + 40)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pids[2], signal.SIGKILL)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 1, stderr
+    assert elapsed < TIMEOUT_S + 20, (elapsed, stderr)
+    result = load(out)
+    host = socket.gethostname()
+    assert result.status == "failed" and f"rank 2 (pid {pids[2]} on {host}) stopped responding" in result.error
+    # The ranks that left because of it are not blamed.
+    assert all(f"rank {r} (pid" not in result.error for r in (1, 3)), result.error
     assert_gone(list(pids.values()))
 
 

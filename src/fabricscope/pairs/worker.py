@@ -184,6 +184,8 @@ def _run(config: PairsConfig, world: launch.World) -> int:
         reason = f"{culprit or describe_exception(failure.cause)}, during {failure.phase}"
         if culprit:
             reason += f" [{describe_exception(failure.cause)}]"
+            # Say we leave because of the culprit, so that ranks diagnosing later name it, not us.
+            heartbeat.mark_stopped()
         if output is not None:
             output.finish("failed", reason)
             kept = len(output.result.records)
