@@ -25,7 +25,7 @@ from fabricscope.bench.outcome import Ending, decide
 from fabricscope.bench.runner import CollectiveFailed, Interrupted, StopFlag, Sweep
 from fabricscope.errors import FabricscopeError, RunError, UsageError
 from fabricscope.launch import rank
-from fabricscope.launch.heartbeat import Heartbeat, describe_exception, make_store_factory
+from fabricscope.launch.heartbeat import Heartbeat, describe_exception
 from fabricscope.metadata import collect_env
 
 __all__ = ["CONFIG_VARIABLE", "main", "run_rank"]
@@ -95,15 +95,7 @@ def _run(config: BenchConfig, world: launch.World, notes: list[str]) -> int:
         if output is not None:
             output.finish("failed", message)
 
-    heartbeat = Heartbeat(
-        store_factory=make_store_factory(world.master_addr, world.master_port),
-        rank=world.rank,
-        peers=peers,
-        store_host_rank=None if world.agent_store else 0,
-        store_address=(world.master_addr, world.master_port),
-        on_stall=on_stall,
-    )
-    heartbeat.start()
+    heartbeat = rank.start_heartbeat(world, peers, on_stall)
 
     # From here on a stop request ends the current row, keeps every row finished,
     # and exits cleanly on every rank; before, there is nothing to keep (see main()).

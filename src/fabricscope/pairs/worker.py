@@ -24,7 +24,7 @@ from typing import Any
 from fabricscope import launch
 from fabricscope.errors import FabricscopeError, RunError, UsageError
 from fabricscope.launch import rank
-from fabricscope.launch.heartbeat import Heartbeat, Peer, describe_exception, make_store_factory
+from fabricscope.launch.heartbeat import Heartbeat, Peer, describe_exception
 from fabricscope.metadata import collect_env
 from fabricscope.pairs.config import PairsConfig
 from fabricscope.pairs.exchange import Buffers, ExchangeFailed, Stopped, measure_pair
@@ -110,15 +110,7 @@ def _run(config: PairsConfig, world: launch.World) -> int:
         if output is not None:
             output.finish("failed", message)
 
-    heartbeat = Heartbeat(
-        store_factory=make_store_factory(world.master_addr, world.master_port),
-        rank=world.rank,
-        peers=peers,
-        store_host_rank=None if world.agent_store else 0,
-        store_address=(world.master_addr, world.master_port),
-        on_stall=on_stall,
-    )
-    heartbeat.start()
+    heartbeat = rank.start_heartbeat(world, peers, on_stall)
     stop = _Stop()
     signal.signal(signal.SIGINT, stop.set)
     signal.signal(signal.SIGTERM, stop.set)
