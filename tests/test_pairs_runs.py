@@ -200,3 +200,10 @@ def test_closed_stdout_keeps_the_exit_code(tmp_path):
     assert done.stdout.startswith("# pairs by rank")
     assert load(out).status == "complete"
     assert json.loads(out.read_text())["records"]
+
+
+def test_json_to_stdout_is_written_once_at_the_end():
+    done = run_cli(["pairs", "--size", "4K", "-n", "2", "--nproc", "3", "--json", "-"])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count('"format": "fabricscope-result"') == 1
+    assert '"status": "complete"' in done.stdout and "slowest link:" in done.stdout

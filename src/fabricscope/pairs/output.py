@@ -18,7 +18,7 @@ from fabricscope.launch.heartbeat import Peer
 from fabricscope.pairs.analysis import analyse
 from fabricscope.pairs.config import PairsConfig
 from fabricscope.pairs.report import print_report
-from fabricscope.results import Result
+from fabricscope.results import Result, written_through
 
 __all__ = ["PAIR_FIELDS", "Output"]
 
@@ -59,9 +59,11 @@ class Output:
         self.result.summary["rounds_done"] += 1
         self.save()
 
-    def save(self) -> None:
+    def save(self, *, final: bool = False) -> None:
         if not self.config.json_path:
             return
+        if not final and written_through(self.config.json_path):
+            return  # a stream (--json - or /dev/stdout) gets the Result once, at the end
         try:
             self.result.save(self.config.json_path)
         except RunError as exc:
@@ -73,7 +75,7 @@ class Output:
         findings = analyse(self.result.records)
         self.result.summary["findings"] = findings.to_dict()
         self.result.status, self.result.error = status, error
-        self.save()
+        self.save(final=True)
         if status == "complete" and self.result.records:
             try:
                 print_report(self.result.records, findings, self.config.by, self.out)
