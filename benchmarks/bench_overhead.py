@@ -15,7 +15,19 @@ of the default ``fabricscope bench`` sweep.  A control runs the raw loop a
 second time in every round: raw2/raw shows how far two identical loops differ
 on this machine, the yardstick for reading fs/raw.
 
+The harness alone (issue 12), measured two ways:
+
+- **per call**: fabricscope's own timed loop (``Sweep._time``, the code that
+  times every row) around a no-op collective, against a bare loop around the
+  same no-op; the difference is what the harness adds to each call, in ns.
+- **background threads**: the raw loop again with the threads every
+  fabricscope rank runs (the heartbeat, which writes to the rendezvous store
+  every 0.5 s, and the launcher watch, which looks every second):
+  ``thr/raw`` against the control ``raw2/raw`` says whether they cost anything
+  visible at that size.
+
     python benchmarks/bench_overhead.py [--rounds 5] [--iters 50] [--warmup 5] [--ranks 2 4] [--sizes 8 1048576]
+    python benchmarks/bench_overhead.py --harness-only --rounds 5 --ranks 2 --sizes 8 --iters 500
 """
 
 from __future__ import annotations
@@ -44,6 +56,8 @@ def raw_worker() -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", rank=rank, world_size=world)
     size, iters, warmup = (int(v) for v in os.environ["RAW_ARGS"].split(","))
+    if os.environ.get("RAW_THREADS") == "1":
+        _start_fabricscope_threads(rank, world)
     tensor = torch.ones(max(size // 4, 1) if size >= 4 else 2, dtype=torch.float32)
     for _ in range(warmup):
         dist.all_reduce(tensor)
@@ -60,15 +74,74 @@ def raw_worker() -> None:
     dist.destroy_process_group()
 
 
+def _start_fabricscope_threads(rank: int, world: int) -> None:
+    """The background threads of a fabricscope rank, as its worker starts them."""
+    from fabricscope.launch import rank as rank_life
+    from fabricscope.launch.heartbeat import Heartbeat, Peer, make_store_factory
+
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    peers = [Peer(rank=r, host=socket.gethostname(), pid=0, device="cpu") for r in range(world)]
+    rank_life.stop_when_orphaned()
+    Heartbeat(store_factory=make_store_factory(addr, port), rank=rank, peers=peers).start()
+
+
+def harness_per_call(iters: int) -> tuple[float, float]:
+    """Seconds per call of fabricscope's timed loop and of a bare loop, both around a no-op collective."""
+    import torch
+    import torch.distributed as dist
+
+    from fabricscope.bench.config import BenchConfig
+    from fabricscope.bench.runner import StopFlag, Sweep
+    from fabricscope.ops import Call
+
+    if not dist.is_initialized():
+        store = dist.TCPStore("127.0.0.1", _port(), 1, is_master=True)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+
+    def noop() -> None:
+        pass
+
+    def load(seed: int) -> None:
+        pass
+
+    class Idle:  # the heartbeat's main-thread side, without its thread (timed separately)
+        def enter(self, phase: str, deadline_s: float) -> None:
+            pass
+
+        def leave(self) -> None:
+            pass
+
+    sweep = Sweep(
+        torch=torch,
+        dist=dist,
+        config=BenchConfig(iters=iters),
+        rank=0,
+        world_size=1,
+        backend="gloo",
+        device=torch.device("cpu"),
+        heartbeat=Idle(),  # type: ignore[arg-type]
+        stop=StopFlag(),
+    )
+    harness, _ = sweep._time(Call(step=noop, load=load, expected=None, output=None))
+    clock = time.perf_counter
+    stamps = [0.0] * (iters + 1)
+    stamps[0] = clock()
+    for i in range(1, iters + 1):
+        noop()
+        stamps[i] = clock()
+    return harness, (stamps[iters] - stamps[0]) / iters
+
+
 def _port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def run_raw(size: int, ranks: int, iters: int, warmup: int) -> tuple[float, float]:
+def run_raw(size: int, ranks: int, iters: int, warmup: int, *, threads: bool = False) -> tuple[float, float]:
     env = dict(
         os.environ,
+        RAW_THREADS="1" if threads else "0",
         WORLD_SIZE=str(ranks),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(_port()),
@@ -101,6 +174,38 @@ def run_fabricscope(size: int, ranks: int, iters: int, warmup: int) -> tuple[flo
     return float(record["time_us"]) / 1e6, float(record["p50_us"]) / 1e6
 
 
+def run_raw_with_threads(size: int, ranks: int, iters: int, warmup: int) -> tuple[float, float]:
+    return run_raw(size, ranks, iters, warmup, threads=True)
+
+
+def print_harness(args: argparse.Namespace) -> None:
+    """The harness alone: its cost per call, and the background threads against the raw loop."""
+    calls = max(args.iters, 10_000)
+    rounds = [harness_per_call(calls) for _ in range(args.rounds)]
+    timed = statistics.median(h for h, _ in rounds)
+    bare = statistics.median(b for _, b in rounds)
+    print(
+        f"# harness per call (no-op collective, {calls} calls, median of {args.rounds}): fabricscope's timed loop "
+        f"{timed * 1e9:.0f} ns, bare loop {bare * 1e9:.0f} ns: the harness adds {(timed - bare) * 1e9:+.0f} ns per call"
+    )
+    print("# thr: the raw loop with fabricscope's background threads; raw2: the raw loop again (the control)")
+    print(f"# {'ranks':>5} {'size(B)':>10} {'raw us':>10} {'thr us':>10} {'thr/raw':>8} {'raw2/raw':>9}")
+    for ranks in args.ranks:
+        for size in args.sizes:
+            runners = [("raw", run_raw), ("thr", run_raw_with_threads), ("raw2", run_raw)]
+            runs: dict[str, list[float]] = {name: [] for name, _ in runners}
+            for round_index in range(args.rounds):
+                shift = round_index % len(runners)
+                for name, runner in runners[shift:] + runners[:shift]:
+                    runs[name].append(runner(size, ranks, args.iters, args.warmup)[0])
+            mean = {k: statistics.median(v) for k, v in runs.items()}
+            print(
+                f"  {ranks:>5} {size:>10} {mean['raw'] * 1e6:>10.1f} {mean['thr'] * 1e6:>10.1f}"
+                f" {mean['thr'] / mean['raw']:>8.3f} {mean['raw2'] / mean['raw']:>9.3f}",
+                flush=True,
+            )
+
+
 def busbw(size: int, ranks: int, seconds: float) -> float:
     return size / seconds / 1e9 * 2 * (ranks - 1) / ranks
 
@@ -115,10 +220,16 @@ def main() -> None:
     parser.add_argument(
         "--no-control", dest="control", action="store_false", help="skip the raw-against-raw control runs"
     )
+    parser.add_argument(
+        "--harness-only", action="store_true", help="only the harness: its cost per call and the threads' cost"
+    )
     parser.add_argument("--raw-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.raw_worker:
         raw_worker()
+        return
+    print_harness(args)
+    if args.harness_only:
         return
 
     print(

@@ -64,10 +64,10 @@ def test_every_op_checks_clean_on_three_ranks(tmp_path):
     out = tmp_path / "all.json"
     done = run_cli(["bench", "all", "-b", "1K", "-e", "4K", "-f", "4", "-n", "3", "--nproc", "3", "--json", str(out)])
     assert done.returncode == 0, done.stderr
-    assert done.stdout.count("# Out of bounds values : 0 OK") == 9
+    assert done.stdout.count("# Out of bounds values : 0 OK") == 10
     result = load(out)
     ops = {r["op"] for r in result.records}
-    assert len(ops) == 9
+    assert len(ops) == 10
     assert all(r["wrong"] == 0 for r in result.records)
     # torch has no in-place alltoall or sendrecv: those rows print N/A there.
     assert {r["placement"] for r in result.records if r["op"] in ("alltoall", "sendrecv")} == {"out"}

@@ -32,7 +32,7 @@ from helpers import cli_env, run_cli
             ["-T/--timeout must be a duration from 1 s to 7 days (seconds, or with ms, s, m, h, d), got '1ms'"],
         ),
         (["bench", "--nproc", "100000"], ["--nproc must be a whole number from 1 to 1024, got '100000'", "torchrun"]),
-        (["bench", "all", "-N", "0"], ["-N 0 repeats one sweep", "got 9 op(s)", "give -N a count"]),
+        (["bench", "all", "-N", "0"], ["-N 0 repeats one sweep", "got 10 op(s)", "give -N a count"]),
         (["bench", "-d", "all", "-N", "0"], ["-N 0 repeats one sweep", "8 datatype(s)"]),
         (["bench", "--json", "/tmp/x.out", "--csv", "/tmp/x.out"], ["--json and --csv name the same file"]),
         (["bench", "--json", ""], ["--json needs a file name"]),
@@ -146,6 +146,7 @@ def test_all_on_one_rank_skips_sendrecv_with_a_note():
     done = run_cli(["bench", "all", "--nproc", "1", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0"])
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("# sendrecv skipped: it needs at least 2 ranks and this world has 1") == 1
+    assert done.stdout.count("# ps skipped: it needs at least 2 ranks and this world has 1") == 1
     assert done.stdout.count("# Collective test concluded") == 8
 
 

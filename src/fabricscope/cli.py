@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "fabricscope.monitor.cli",
     "fabricscope.store.cli",
     "fabricscope.report.cli",
+    "fabricscope.pairs.cli",
 )
 """Modules that each register one or more sub-commands, in help order."""
 

@@ -19,7 +19,15 @@ scatter         count * eltsize * n            (n-1)/n
 broadcast       count * eltsize                1
 reduce          count * eltsize                1
 sendrecv        count * eltsize                1
+ps              count * eltsize                1
 =============== ============================== ==========
+
+``ps`` (the parameter-server pattern, fabricscope's own: nccl-tests has none)
+is defined as sendrecv-like traffic: every rank pushes its gradient of S bytes
+(sharded over the servers) and pulls S bytes of result back over its own
+link, so busbw = algbw = S/t, the rate each worker sees; a server's link
+carries n/servers times that, the incast that makes ps fall behind an
+all_reduce of the same bytes (busbw 2(n-1)/n x algbw) as ranks are added.
 
 ``count`` is the per-rank element count of the ``count`` column; the ``size``
 column is max(send bytes, receive bytes).  all_gather, reduce_scatter and
@@ -110,6 +118,8 @@ class Collective:
 
     In place, ``send`` and ``recv`` are views of one buffer at the layout's
     in-place offsets (the same tensor object when both offsets are 0)."""
+    modelled: bool = True
+    """Whether the model (``predict``) has a cost model for it; ``ps`` has none."""
 
     @property
     def program(self) -> str:
@@ -216,6 +226,8 @@ class Context:
     avg_divisor: int
     """When > 0, avg is emulated as sum then integer division by this (gloo ints)."""
     device: Any
+    servers: int = 1
+    """``ps``: ranks 0 to servers-1 each own one shard of the gradient."""
 
 
 CHUNK = 1 << 22
@@ -449,6 +461,71 @@ def _build_sendrecv(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any
     )
 
 
+def _ps_reducer(torch: Any, ctx: Context) -> Callable[[Any, Any], None]:
+    """``acc <- acc (op) other`` in the buffer's own type (wrapping as NCCL's integer sums do)."""
+    redop = ctx.redop
+    if redop in ("sum", "avg"):
+        return lambda acc, other: acc.add_(other)
+    if redop == "prod":
+        return lambda acc, other: acc.mul_(other)
+    pick = torch.minimum if redop == "min" else torch.maximum
+    return lambda acc, other: pick(acc, other, out=acc)
+
+
+def _build_ps(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool) -> Call:
+    """The parameter-server pattern, colocated: every rank is a worker; ranks below ``servers`` also serve.
+
+    The gradient (``count`` elements, in ``recv`` after loading, as all_reduce)
+    is cut into ``servers`` shards.  Push: every rank sends shard k to server k,
+    which receives one shard from every rank (the incast), and reduces them in
+    rank order.  Pull: server k sends the reduced shard back to every rank.
+    Every rank ends with the same result as an all_reduce of the same bytes.
+    """
+    inputs, expected = _reduction(torch, ctx)
+    n, rank = ctx.nranks, ctx.rank
+    servers = min(ctx.servers, n)
+    count = recv.numel()
+    bounds = [(count * k // servers, count * (k + 1) // servers) for k in range(servers)]
+    shards = [(k, recv[lo:hi]) for k, (lo, hi) in enumerate(bounds) if hi > lo]
+    lo, hi = bounds[rank] if rank < servers else (0, 0)
+    mine = recv[lo:hi]  # this rank's shard when it serves one (empty otherwise)
+    serving = hi > lo
+    staging = torch.empty((n, hi - lo), dtype=recv.dtype, device=recv.device)
+    push = [dist.P2POp(dist.isend, shard, k) for k, shard in shards if k != rank]
+    pull = [dist.P2POp(dist.irecv, shard, k) for k, shard in shards if k != rank]
+    if serving:
+        push += [dist.P2POp(dist.irecv, staging[r], r) for r in range(n) if r != rank]
+        pull += [dist.P2POp(dist.isend, mine, r) for r in range(n) if r != rank]
+    reduce = _ps_reducer(torch, ctx)
+
+    def exchange(ops: list[Any]) -> None:
+        if ops:
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+
+    def step() -> None:
+        if serving:
+            staging[rank].copy_(mine)
+        exchange(push)
+        if serving:
+            mine.copy_(staging[0])
+            for r in range(1, n):
+                reduce(mine, staging[r])
+            if ctx.redop == "avg":
+                if mine.is_floating_point():
+                    mine.div_(n)
+                else:
+                    mine.div_(n, rounding_mode="trunc")
+        exchange(pull)
+
+    return Call(
+        step=step,
+        load=_copy_in_loader(torch, send, recv, ctx, in_place, inputs),
+        expected=lambda seed, idx: expected(idx, seed),
+        output=recv,
+    )
+
+
 COLLECTIVES: dict[str, Collective] = {
     c.name: c
     for c in (
@@ -560,6 +637,19 @@ COLLECTIVES: dict[str, Collective] = {
             busbw_factor=_ring_factor,
             build=_build_scatter,
         ),
+        Collective(
+            name="ps",
+            title="ParameterServer",
+            reduces=True,
+            rooted=False,
+            in_place=True,
+            min_ranks=2,
+            layout=_same,
+            algbw_elements=_per_rank,
+            busbw_factor=_one,
+            build=_build_ps,
+            modelled=False,
+        ),
     )
 }
 """Every collective, in the order ``all`` runs them."""
@@ -572,6 +662,7 @@ _ALIASES = {
     "all2all": "alltoall",
     "send_recv": "sendrecv",
     "bcast": "broadcast",
+    "parameter_server": "ps",
 }
 
 

@@ -11,7 +11,9 @@ Format history (bump ``VERSION`` and add a line when the layout changes)::
     1 - first version: format, version, kind, created, status, host, env,
         config, records, summary, error.  Collective records may carry ``cv``
         (coefficient of variation of their samples) since fabricscope 0.2; a
-        reader treats a missing ``cv`` as unknown.
+        reader treats a missing ``cv`` as unknown.  Measured records of ``bench
+        --streams K`` carry ``streams`` (each stream's time and bandwidths; the
+        record's own are the aggregate) since fabricscope 0.3.
 """
 
 from __future__ import annotations
@@ -137,6 +139,9 @@ class CollectiveRecord:
     """Coefficient of variation of the samples (standard deviation / mean)."""
     algorithm: str | None = None
     """Predicted records: the algorithm the model chose (ring, tree, ...)."""
+    streams: list[dict[str, Any]] | None = None
+    """``bench --streams K``: each stream's ``stream``, ``time_us``, ``algbw_gbps``, ``busbw_gbps``
+    (the record's own time and bandwidths are then the aggregate of all K)."""
 
     def __post_init__(self) -> None:
         if self.placement not in ("out", "in"):

@@ -20,18 +20,22 @@ from fabricscope.bench.config import (
     AVERAGE_MODES,
     BACKENDS,
     MAX_CHECK_ITERS,
+    MAX_DURATION_S,
     MAX_ITERS,
     MAX_LOCAL_RANKS,
     MAX_RANKS,
     MAX_TIMEOUT_S,
+    MIN_DURATION_S,
     MIN_TIMEOUT_S,
 )
+from fabricscope.bench.streams import MAX_STREAMS
 from fabricscope.store.save import add_save_options, check_save_options, wants_save
 
 __all__ = ["add_parser", "build_config", "run"]
 
 _EPILOG = """\
-ops: all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter, or all
+ops: all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter ps, or all
+  (ps: the parameter-server pattern, run beside an all_reduce of the same bytes; --servers K)
 datatypes: float half bfloat16 double int8 uint8 int32 int64, or all
   (aliases: float32 fp32 float16 fp16 float64 fp64 bf16 char int)
 reductions: sum prod min max avg, or all
@@ -99,8 +103,24 @@ def add_parser(subparsers: Any) -> None:
         "-N",
         "--run_cycles",
         type=options.whole(minimum=0, maximum=MAX_ITERS),
-        default="1",
+        default=None,
         help="repeat the sweep N times (default 1); 0 = until interrupted (one op, datatype and reduction)",
+    )
+    timing.add_argument(
+        "--duration",
+        type=options.seconds(minimum=MIN_DURATION_S, maximum=MAX_DURATION_S),
+        default=None,
+        metavar="S",
+        help="instead of -N: repeat the sweep (or one size, -b = -e) of each op for S seconds and keep every "
+        "iteration: p50, p99, max, CV, spikes above 3x the median and the time series (in --json)",
+    )
+    timing.add_argument(
+        "--streams",
+        type=options.whole(minimum=1, maximum=MAX_STREAMS, hint="1 runs one collective at a time, as nccl-tests"),
+        default="1",
+        metavar="K",
+        help="run K collectives at once, each on its own process group (threads; CUDA streams on GPUs); "
+        "prints the aggregate busbw and each stream's (default 1)",
     )
     data = parser.add_argument_group("data")
     data.add_argument("-d", "--datatype", default="float", help="datatype or all (default float)")
@@ -113,6 +133,13 @@ def add_parser(subparsers: Any) -> None:
         type=options.whole(minimum=0, maximum=MAX_RANKS),
         default="0",
         help="root rank of broadcast/reduce/gather/scatter (default 0)",
+    )
+    data.add_argument(
+        "--servers",
+        type=options.whole(minimum=1, maximum=MAX_RANKS),
+        default="1",
+        metavar="K",
+        help="ps: server ranks 0..K-1, each owning 1/K of the gradient (default 1)",
     )
     launching = parser.add_argument_group("launch and output")
     launching.add_argument(
@@ -172,7 +199,12 @@ def build_config(args: argparse.Namespace) -> Any:
     ops = [c.name for c in ops_registry.parse_ops(args.ops)] if args.ops else ["all_reduce"]
     named = [c.name for c in ops_registry.parse_ops([o for o in args.ops if o.strip().lower() != "all"])]
     optional = [op for op in ops if op not in named] if args.ops else []
+    if "ps" in ops and "all_reduce" not in ops:
+        # ps is read against an all_reduce of the same bytes: run it beside, right after.
+        ops.insert(ops.index("ps") + 1, "all_reduce")
     steps = options.sweep_steps(args)
+    if args.duration is not None and args.run_cycles is not None:
+        raise _usage("-N/--run_cycles and --duration both say how long to repeat the sweep: give one of them")
     return BenchConfig(
         ops=ops,
         min_bytes=steps.min_bytes,
@@ -186,7 +218,10 @@ def build_config(args: argparse.Namespace) -> Any:
         redops=parse_redops(args.redop),
         root=args.root,
         average=args.average,
-        run_cycles=args.run_cycles,
+        run_cycles=1 if args.run_cycles is None else args.run_cycles,
+        duration_s=args.duration,
+        streams=args.streams,
+        servers=args.servers,
         nproc=args.nproc if args.nproc is not None else _default_nproc(),
         backend=args.backend,
         timeout_s=args.timeout,

@@ -9,6 +9,7 @@ from enum import IntEnum
 from typing import Any, Literal
 
 from fabricscope import ops as ops_registry
+from fabricscope.bench.streams import MAX_STREAMS
 from fabricscope.dtypes import DTYPES, REDOPS
 from fabricscope.errors import UsageError
 
@@ -16,11 +17,13 @@ __all__ = [
     "AVERAGE_MODES",
     "BACKENDS",
     "MAX_CHECK_ITERS",
+    "MAX_DURATION_S",
     "MAX_ITERS",
     "MAX_LOCAL_RANKS",
     "MAX_RANKS",
     "MAX_SWEEP_ROWS",
     "MAX_TIMEOUT_S",
+    "MIN_DURATION_S",
     "MIN_TIMEOUT_S",
     "Average",
     "Backend",
@@ -54,6 +57,9 @@ MAX_LOCAL_RANKS = 1024
 """``--nproc`` bound: more ranks than this on one machine is a typo, not a benchmark."""
 MIN_TIMEOUT_S = 1.0
 MAX_TIMEOUT_S = 7 * 86400.0
+MIN_DURATION_S = 1.0
+MAX_DURATION_S = 7 * 86400.0
+"""``--duration`` bounds (each row's series is bounded in memory, whatever the duration)."""
 """``--timeout`` bounds: under a second no rendezvous completes; the backends' timers overflow far above a week."""
 
 
@@ -83,6 +89,13 @@ class BenchConfig:
     """``-a``: 0 rank 0's time, 1 the mean over ranks, 2 the minimum, 3 the maximum."""
     run_cycles: int = 1
     """``-N``: repeat the sweep; 0 repeats until interrupted."""
+    servers: int = 1
+    """``--servers``: the ``ps`` op's server ranks (0 to servers-1, each owning a shard)."""
+    streams: int = 1
+    """``--streams``: collectives run at once, each on its own process group (see :mod:`~fabricscope.bench.streams`)."""
+    duration_s: float | None = None
+    """``--duration``: repeat the sweep of each op for this long, keeping every iteration
+    (:mod:`fabricscope.bench.stability`); ``run_cycles`` is then 0."""
     nproc: int = 2
     """Local ranks to spawn when no launcher started us."""
     backend: Backend = "auto"
@@ -139,7 +152,21 @@ class BenchConfig:
                 f"--nproc {self.nproc} is more local ranks than one machine runs: at most {MAX_LOCAL_RANKS}; "
                 "for more, start ranks on several nodes with torchrun, mpirun or srun"
             )
-        if self.run_cycles == 0 and (len(self.ops) > 1 or len(self.dtypes) > 1 or len(self.redops) > 1):
+        _at_least(self.servers, 1, "--servers")
+        if not 1 <= self.streams <= MAX_STREAMS:
+            raise UsageError(f"--streams must be from 1 to {MAX_STREAMS}, got {self.streams}")
+        if self.duration_s is not None:
+            if not MIN_DURATION_S <= self.duration_s <= MAX_DURATION_S:
+                raise UsageError(
+                    f"--duration must be from {MIN_DURATION_S:g} s to {MAX_DURATION_S / 86400:g} days, "
+                    f"got {self.duration_s:g} s"
+                )
+            self.run_cycles = 0
+        if (
+            self.run_cycles == 0
+            and self.duration_s is None
+            and (len(self.ops) > 1 or len(self.dtypes) > 1 or len(self.redops) > 1)
+        ):
             raise UsageError(
                 "-N 0 repeats one sweep until interrupted, so it takes one op, one datatype (-d) and one "
                 f"reduction (-o); got {len(self.ops)} op(s), {len(self.dtypes)} datatype(s), "
@@ -221,6 +248,11 @@ class BenchConfig:
                 raise UsageError(f"{op} needs at least {need} ranks; this world has {world_size}")
             self.ops.remove(op)
             notes.append(f"# {op} skipped: it needs at least {need} ranks and this world has {world_size}")
+        if "ps" in self.ops and self.servers > world_size:
+            raise UsageError(
+                f"--servers {self.servers} asks for more parameter servers than this {world_size}-rank world has "
+                f"(allowed 1 to {world_size})"
+            )
         rooted = [op for op in self.ops if ops_registry.get(op).rooted]
         if rooted and self.root >= world_size:
             raise UsageError(

@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from fabricscope import __version__, table
 from fabricscope.bench.config import AVERAGE_MODES, BenchConfig
+from fabricscope.bench.stability import SPIKE_FACTOR, Series
 from fabricscope.errors import RunError
 from fabricscope.launch.heartbeat import Peer
 from fabricscope.ops import Collective
@@ -29,6 +30,38 @@ __all__ = ["CSV_FIELDS", "Output", "op_summary"]
 
 _SAVE_EVERY_ROW_UP_TO = 2000
 _SAVE_INTERVAL_S = 5.0
+
+_SERIES_KEY = ("op", "dtype", "redop", "size_bytes", "placement")
+
+
+def _stability_line(key: tuple[Any, ...], series: Series) -> str:
+    stats = series.statistics()
+    op, dtype, redop, size, placement = key
+    cv = f"{stats['cv']:.3f}" if stats["cv"] is not None else "n/a"
+    where = "out-of-place" if placement == "out" else "in-place"
+    return (
+        f"# stability {op} {size} B {dtype} {redop} {where}: {stats['iterations']} iterations, "
+        f"p50 {stats['p50_us']:.1f} us, p99 {stats['p99_us']:.1f} us, max {stats['max_us']:.1f} us, cv {cv}, "
+        f"{stats['spikes']} spike(s) above {SPIKE_FACTOR:g}x the median"
+    )
+
+
+def _ps_against_all_reduce(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Once both ran: ps time over all_reduce time for the same bytes (above 1: the servers' incast costs)."""
+    ps = {(r["size_bytes"], r["dtype"], r["redop"], r["placement"]): r for r in records if r["op"] == "ps"}
+    pairs = [
+        (r["size_bytes"], ps[key]["time_us"] / r["time_us"])
+        for r in records
+        if r["op"] == "all_reduce"
+        and (key := (r["size_bytes"], r["dtype"], r["redop"], r["placement"])) in ps
+        and r["placement"] == "out"
+        and r["time_us"] > 0
+    ]
+    if not pairs:
+        return []
+    ratios = "  ".join(f"{size} B: {ratio:.2f}" for size, ratio in pairs)
+    return [f"# ps / all_reduce time for the same bytes (out-of-place): {ratios}"]
+
 
 CSV_FIELDS = (*COLLECTIVE_FIELDS, "min_us", "p50_us", "p99_us", "max_us", "ranks", "backend")
 
@@ -78,6 +111,9 @@ class Output:
         self.below_minimum: list[str] = []
         """Ops whose average busbw fell below 0.9 x NCCL_TESTS_MIN_BW."""
         self._op_records: list[dict[str, Any]] = []
+        self._series: dict[tuple[Any, ...], Series] = {}
+        """``--duration``: each row's iterations, by (op, dtype, redop, size, placement)."""
+        self._started = time.monotonic()
         self._progress: Any = None
         self._task: Any = None
         self._shared_terminal = False
@@ -138,6 +174,11 @@ class Output:
             f"# {len(self.peers)} ranks launched by {self.launcher}; time = mean of {cfg.iters} iterations, "
             f"combined across ranks by {AVERAGE_MODES[cfg.average]} (-a {cfg.average}); GB/s = 1e9 bytes/s"
         )
+        if cfg.streams > 1:
+            self._print(
+                f"# {cfg.streams} streams at once, each on its own process group: time = wall time per call of "
+                f"all {cfg.streams}, algbw/busbw = their aggregate; each stream's busbw below its row"
+            )
         self._print("#")
         self._print("# Using devices")
         for peer in self.peers:
@@ -151,20 +192,71 @@ class Output:
 
     def row(self, records: Sequence[CollectiveRecord]) -> None:
         dicts = [r.to_dict() for r in records]
-        self._op_records.extend(dicts)
-        self.result.records.extend(dicts)
         for row in table.pair_rows(dicts):
             self._print(table.format_row(row, check=self.config.check > 0))
+        for record in dicts:
+            if record.get("streams"):
+                each = "  ".join(f"{s['stream']}: {s['busbw_gbps']:.3g}" for s in record["streams"])
+                where = "out-of-place" if record["placement"] == "out" else "in-place"
+                self._print(f"#  {where} streams, busbw GB/s each: {each}")
         self._flush()
-        # Every row reaches the file at once; in very long runs (-N 0) rewriting
-        # the whole file each row would cost more than the rows, so then at most
-        # every few seconds (finish() always writes the rest).
-        if len(self.result.records) < _SAVE_EVERY_ROW_UP_TO or time.monotonic() - self._saved_at > _SAVE_INTERVAL_S:
-            self._save()
+        if self.config.duration_s is not None:
+            # --duration: one record per row, updated with every repeat; the iterations go to its series.
+            first = not self._series
+            for record in dicts:
+                self._keep_in_series(record)
+            if first or time.monotonic() - self._saved_at > _SAVE_INTERVAL_S:
+                self._save()
+        else:
+            self._op_records.extend(dicts)
+            self.result.records.extend(dicts)
+            # Every row reaches the file at once; in very long runs (-N 0) rewriting
+            # the whole file each row would cost more than the rows, so then at most
+            # every few seconds (finish() always writes the rest).
+            if len(self.result.records) < _SAVE_EVERY_ROW_UP_TO or time.monotonic() - self._saved_at > _SAVE_INTERVAL_S:
+                self._save()
         if self._csv_streamed:
             self._write_csv_text(self._csv_lines(dicts, header=False), replace=False)
         if self._progress is not None:
             self._progress.advance(self._task)
+
+    def _keep_in_series(self, record: dict[str, Any]) -> None:
+        """Add a repeated row's samples to its series and update its one record (``--duration``)."""
+        key = tuple(record[k] for k in _SERIES_KEY)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = Series()
+            self._op_records.append(record)
+            self.result.records.append(record)
+        series.add(record.pop("samples_us", None) or [], time.monotonic() - self._started)
+        stats = series.statistics()
+        # Bandwidths scale with 1/time: the row's, moved to the mean over every iteration.
+        ratio = record["time_us"] / series.mean_us if series.mean_us > 0 else 1.0
+        previous = self._kept_record(key)
+        wrong = record.get("wrong")
+        if previous is not record and wrong is not None:
+            wrong += previous.get("wrong") or 0
+        previous.update(
+            {k: v for k, v in record.items() if k not in ("min_us",)},
+            time_us=series.mean_us,
+            algbw_gbps=record["algbw_gbps"] * ratio,
+            busbw_gbps=record["busbw_gbps"] * ratio,
+            wrong=wrong,
+            p50_us=stats["p50_us"],
+            p99_us=stats["p99_us"],
+            max_us=stats["max_us"],
+            cv=stats["cv"],
+            iterations=series.iterations,
+            spikes=stats["spikes"],
+        )
+        previous.pop("min_us", None)
+
+    def _kept_record(self, key: tuple[Any, ...]) -> dict[str, Any]:
+        return next(r for r in self._op_records if tuple(r[k] for k in _SERIES_KEY) == key)
+
+    def stability(self) -> list[dict[str, Any]]:
+        """Every row's series (``--duration``): statistics and the time series, for the Result."""
+        return [{**dict(zip(_SERIES_KEY, key, strict=True)), **s.to_dict()} for key, s in self._series.items()]
 
     def end_op(self, op: Collective, *, stopped: str = "") -> None:
         """The footer and summary of an op; ``stopped`` says why a sweep ended early."""
@@ -179,6 +271,12 @@ class Output:
             self.below_minimum.append(op.name)
         for line in table.summary_lines(records):
             self._print(line)
+        for key, series in self._series.items():
+            if key[0] == op.name:
+                self._print(_stability_line(key, series))
+        if op.name in ("ps", "all_reduce"):
+            for line in _ps_against_all_reduce(self.result.records):
+                self._print(line)
         self._print("#")
         self._print(f"# Collective test concluded: {op.program}")
         self._print("")
@@ -205,6 +303,8 @@ class Output:
         self._saved_at = time.monotonic()
         if not self.config.json_path:
             return
+        if self._series:
+            self.result.summary["stability"] = self.stability()
         if not final and written_through(self.config.json_path):
             return  # a stream (--json /dev/stdout) gets the Result once, at the end
         try:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from fabricscope.bench.config import Average, BenchConfig
+from fabricscope.bench.streams import GroupDist, StreamTimes, time_streams
 from fabricscope.dtypes import DTYPES, DType
 from fabricscope.errors import RunError
 from fabricscope.launch.heartbeat import Heartbeat, describe_exception
@@ -89,6 +90,14 @@ class Sweep:
         self.stop = stop
         self.cuda = device.type == "cuda"
         self._seed = 0
+        self.stream_dists: list[Any] = []
+        """``--streams K`` above 1: one ``dist`` per stream, bound to its own process group."""
+        self._cuda_streams: list[Any] = []
+        if config.streams > 1:
+            groups = [dist.new_group(backend=backend) for _ in range(config.streams)]
+            self.stream_dists = [GroupDist(dist, group) for group in groups]
+            if self.cuda:
+                self._cuda_streams = [torch.cuda.Stream(device=device) for _ in groups]
 
     # --- public --------------------------------------------------------------
 
@@ -104,15 +113,23 @@ class Sweep:
             layouts = {s: op.layout(s // dtype.size, dtype.size, self.nranks) for s in sizes}
             warm = {s: op.layout(s // dtype.size, dtype.size, self.nranks) for s in self.config.warmup_sizes()}
             send, recv = self._allocate([*layouts.values(), *warm.values()], dtype)
+            # Every further stream gets its own buffers, sized for the sweep (not its warmup).
+            extra = [self._allocate(list(layouts.values()), dtype) for _ in self.stream_dists[1:]]
+            self._stream_buffers = [(send, recv), *extra]
             ctx = self._context(op, dtype, redop)
             self._warmup(op, warm, send, recv, ctx)
             cycles = self.config.run_cycles
             cycle = 0
-            while cycles == 0 or cycle < cycles:
+            duration = self.config.duration_s
+            deadline = time.monotonic() + duration if duration is not None else None
+            time_up = False
+            while not time_up and (cycles == 0 or cycle < cycles):
                 cycle += 1
                 for size in sizes:
                     yield self._row(op, size, layouts[size], send, recv, ctx)
-                    self._agree_to_go_on()
+                    time_up = self._agree_to_go_on(deadline)
+                    if time_up:
+                        break
 
     # --- pieces ---------------------------------------------------------------
 
@@ -142,6 +159,7 @@ class Sweep:
             reduce_op=reduce_op,
             avg_divisor=avg_divisor,
             device=self.device,
+            servers=self.config.servers,
         )
 
     def _allocate(self, layouts: list[Buffers], dtype: DType) -> tuple[Any, Any]:
@@ -161,7 +179,9 @@ class Sweep:
             ) from None
         return send, recv
 
-    def _plan(self, op: Collective, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool) -> Call:
+    def _plan(
+        self, op: Collective, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool, dist: Any = None
+    ) -> Call:
         if in_place:
             offset_in = self.rank * layout.send_inplace_offset
             offset_out = self.rank * layout.recv_inplace_offset
@@ -173,7 +193,7 @@ class Sweep:
         else:
             inp = send.narrow(0, 0, layout.send_count)
             out = recv.narrow(0, 0, layout.recv_count)
-        return op.build(self.torch, self.dist, layout, inp, out, ctx, in_place)
+        return op.build(self.torch, dist or self.dist, layout, inp, out, ctx, in_place)
 
     def _guarded(self, phase: str, calls: int, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn(*args)`` as one watched phase of ``calls`` collectives."""
@@ -185,25 +205,29 @@ class Sweep:
         self.heartbeat.leave()
         return result
 
-    def _agree_to_go_on(self) -> None:
+    def _agree_to_go_on(self, deadline: float | None = None) -> bool:
         """After every row, all ranks learn whether any of them was asked to stop.
 
         Ctrl-C may reach one rank (or one node) only, and rank 0 stops when its
         stdout is closed: one tiny all-reduce per row (outside the timed loop)
-        makes every rank stop at the same row boundary, cleanly.
+        makes every rank stop at the same row boundary, cleanly.  Returns True
+        when rank 0's clock passed ``deadline`` (``--duration``): this op's
+        sweep is over, normally.
         """
         torch, dist = self.torch, self.dist
+        time_up = deadline is not None and self.rank == 0 and time.monotonic() >= deadline
 
         def vote() -> int:
-            # 0 go on, 1 stop quietly (rank 0's stdout closed), 2 a signal: the strongest wins.
-            mine = 2 if self.stop.now else 1 if self.stop.is_set else 0
+            # 0 go on, 1 time is up, 2 stop quietly (rank 0's stdout closed), 3 a signal: the strongest wins.
+            mine = 3 if self.stop.now else 2 if self.stop.is_set else 1 if time_up else 0
             flag = torch.tensor([mine], dtype=torch.int64, device=self.device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             return int(flag.item())
 
-        agreed = self._guarded("agreeing to go on", 1, vote)
-        if agreed:
-            raise Interrupted(output_closed=agreed == 1)
+        agreed = int(self._guarded("agreeing to go on", 1, vote))
+        if agreed > 1:
+            raise Interrupted(output_closed=agreed == 2)
+        return agreed == 1
 
     def _sync(self) -> None:
         if self.cuda:
@@ -233,15 +257,38 @@ class Sweep:
             if in_place and not op.in_place:
                 continue
             placement = "in" if in_place else "out"
-            plan = self._plan(op, layout, send, recv, ctx, in_place)
             label = f"{op.name} {size} B {ctx.dtype.name} {'in-place' if in_place else 'out-of-place'}"
-            mean_s, samples = self._guarded(label, self.config.iters + 2, self._time, plan)
-            mean_s, samples = self._guarded(f"{label} (combining times)", 1, self._combine, mean_s, samples)
+            per_stream: list[float] = []
+            if self.stream_dists:
+                plans = [
+                    self._plan(op, layout, s, r, ctx, in_place, dist=d)
+                    for (s, r), d in zip(self._stream_buffers, self.stream_dists, strict=True)
+                ]
+                plan = plans[0]
+                times = self._guarded(label, self.config.iters + 2, self._time_streams, plans)
+                mean_s, samples, per_stream = times.mean_s, times.samples, times.per_stream_s
+            else:
+                plan = self._plan(op, layout, send, recv, ctx, in_place)
+                mean_s, samples = self._guarded(label, self.config.iters + 2, self._time, plan)
+            mean_s, combined = self._guarded(
+                f"{label} (combining times)", 1, self._combine, mean_s, [*samples, *per_stream]
+            )
+            samples, per_stream = combined[: len(samples)], combined[len(samples) :]
             wrong = None
             if self.config.check:
                 tolerant = ctx.redop == "avg" and ctx.dtype.is_float
                 wrong = self._guarded(f"{label} (check)", 2 * self.config.check, self._check, plan, tolerant)
             algbw, busbw = op.bandwidths(layout, ctx.dtype.size, self.nranks, mean_s)
+            streams = None
+            if per_stream:
+                # The aggregate moves the bytes of every stream in its time.
+                algbw, busbw = algbw * len(per_stream), busbw * len(per_stream)
+                streams = []
+                for k, seconds in enumerate(per_stream):
+                    one_alg, one_bus = op.bandwidths(layout, ctx.dtype.size, self.nranks, seconds)
+                    streams.append(
+                        {"stream": k, "time_us": seconds * 1e6, "algbw_gbps": one_alg, "busbw_gbps": one_bus}
+                    )
             records.append(
                 CollectiveRecord(
                     op=op.name,
@@ -256,9 +303,37 @@ class Sweep:
                     busbw_gbps=busbw,
                     wrong=wrong,
                     samples_us=[s * 1e6 for s in samples],
+                    streams=streams,
                 )
             )
         return records
+
+    def _time_streams(self, plans: list[Call]) -> StreamTimes:
+        """Time every stream's plan at once (one untimed call each and a barrier first)."""
+        for plan in plans:
+            plan.load(0)
+        for plan in plans:
+            plan.step()
+        self._sync()
+        self.dist.barrier()
+        wrap = None
+        sync = self._sync
+        if self._cuda_streams:
+            torch, cuda_streams = self.torch, self._cuda_streams
+
+            def wrap(k: int) -> Any:
+                return torch.cuda.stream(cuda_streams[k])
+
+            def sync() -> None:
+                torch.cuda.current_stream().synchronize()
+
+        stop = self.stop
+        try:
+            return time_streams(
+                [p.step for p in plans], self.config.iters, stopped=lambda: stop.now, wrap=wrap, sync=sync
+            )
+        except InterruptedError:
+            raise Interrupted from None
 
     def _time(self, plan: Call) -> tuple[float, list[float]]:
         iters = self.config.iters

@@ -25,7 +25,7 @@ from fabricscope.bench.outcome import Ending, decide
 from fabricscope.bench.runner import CollectiveFailed, Interrupted, StopFlag, Sweep
 from fabricscope.errors import FabricscopeError, RunError, UsageError
 from fabricscope.launch import rank
-from fabricscope.launch.heartbeat import Heartbeat, describe_exception, make_store_factory
+from fabricscope.launch.heartbeat import Heartbeat, describe_exception
 from fabricscope.metadata import collect_env
 
 __all__ = ["CONFIG_VARIABLE", "main", "run_rank"]
@@ -95,15 +95,7 @@ def _run(config: BenchConfig, world: launch.World, notes: list[str]) -> int:
         if output is not None:
             output.finish("failed", message)
 
-    heartbeat = Heartbeat(
-        store_factory=make_store_factory(world.master_addr, world.master_port),
-        rank=world.rank,
-        peers=peers,
-        store_host_rank=None if world.agent_store else 0,
-        store_address=(world.master_addr, world.master_port),
-        on_stall=on_stall,
-    )
-    heartbeat.start()
+    heartbeat = rank.start_heartbeat(world, peers, on_stall)
 
     # From here on a stop request ends the current row, keeps every row finished,
     # and exits cleanly on every rank; before, there is nothing to keep (see main()).
@@ -216,12 +208,14 @@ def _fit_to_memory(config: BenchConfig, world: launch.World, torch: Any, dist: A
         free = available_bytes() // max(world.local_world_size, 1)
     budget = torch.tensor([free], dtype=torch.int64, device=device)
     dist.all_reduce(budget, op=dist.ReduceOp.MIN)
-    limit = max(0, (int(budget.item()) - _RESERVE_BYTES) // 2)
+    buffers = 2 * config.streams  # --streams K: every stream has its own pair
+    limit = max(0, (int(budget.item()) - _RESERVE_BYTES) // buffers)
     if config.max_bytes <= limit:
         return ""
     if config.min_bytes > limit:
         raise UsageError(
-            f"-b {config.min_bytes} needs two buffers of that size on every rank, but the tightest rank has "
+            f"-b {config.min_bytes} needs {'two' if buffers == 2 else buffers} buffers of that size on every rank, "
+            "but the tightest rank has "
             f"{int(budget.item())} bytes free: the largest size that fits is {limit} bytes"
         )
     config.max_bytes = limit

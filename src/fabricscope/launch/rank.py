@@ -19,12 +19,13 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from fabricscope.errors import MissingDependencyError, RunError, UsageError
-from fabricscope.launch.heartbeat import Peer, describe_exception
+from fabricscope.launch.heartbeat import Heartbeat, Peer, describe_exception, make_store_factory
 from fabricscope.launch.world import World, check_master_reachable
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "join_group",
     "orphaned",
     "say",
+    "start_heartbeat",
     "stop_when_orphaned",
 ]
 
@@ -213,3 +215,21 @@ def join_group(world: World, *, backend: str, timeout_s: float, command: str = "
         raise RunError(f"ranks could not exchange their details: {describe_exception(exc)}") from None
     peers = tuple(Peer(rank=r, host=h, pid=p, device=d) for r, h, p, d in gathered)
     return Group(torch=torch, dist=dist, backend=chosen, device=device, world=world, peers=peers)
+
+
+def start_heartbeat(world: World, peers: Sequence[Peer], on_stall: Callable[[str], None]) -> Heartbeat:
+    """Start this rank's heartbeat through the world's rendezvous store (see :mod:`~fabricscope.launch.heartbeat`).
+
+    ``on_stall`` hears why the main thread overran its phase's deadline, just
+    before the process ends.
+    """
+    heartbeat = Heartbeat(
+        store_factory=make_store_factory(world.master_addr, world.master_port),
+        rank=world.rank,
+        peers=peers,
+        store_host_rank=None if world.agent_store else 0,
+        store_address=(world.master_addr, world.master_port),
+        on_stall=on_stall,
+    )
+    heartbeat.start()
+    return heartbeat

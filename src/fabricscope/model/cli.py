@@ -162,6 +162,10 @@ def run_predict(args: argparse.Namespace) -> int:
     steps = options.sweep_steps(args)
     names = [c.name for c in ops.parse_ops(args.ops)] if args.ops else ["all_reduce"]
     named = [c.name for c in ops.parse_ops([o for o in args.ops if o.strip().lower() != "all"])]
+    for name in [n for n in names if not ops.get(n).modelled]:
+        if name in named:
+            raise _usage(f"predict has no cost model for {name}: measure it with 'fabricscope bench {name}'")
+        names.remove(name)  # 'all' means every op the model knows
     config = BenchConfig(
         ops=names,
         optional_ops=[name for name in names if name not in named],

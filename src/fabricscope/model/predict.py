@@ -96,6 +96,8 @@ def predict_op(
     is a usage error, not a silent fall-back to the catalog.
     """
     nranks = gpus_per_node * nodes
+    if not op.modelled:
+        raise UsageError(f"predict has no cost model for {op.name}: measure it with 'fabricscope bench {op.name}'")
     if nranks < op.min_ranks:
         raise UsageError(f"{op.name} needs at least {op.min_ranks} ranks; this cluster has {nranks}")
     if op.rooted and root >= nranks:

@@ -1,0 +1,148 @@
+"""``fabricscope pairs``: bandwidth and latency of every link between ranks (or nodes), to find the slow one.
+
+Only the standard library is imported here; torch is imported by the ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from typing import Any
+
+from fabricscope import options
+from fabricscope.pairs.config import BY, MAX_ITERS, MAX_SIZE, MAX_TIMEOUT_S, MIN_TIMEOUT_S
+
+__all__ = ["MAX_LOCAL_RANKS", "add_parser", "build_config", "run"]
+
+MAX_LOCAL_RANKS = 1024
+"""``--nproc`` bound, as bench's."""
+
+_EPILOG = """\
+Pairs that share no rank run at the same time, in n-1 rounds (circle method; n
+rounds for an odd n, one rank resting each round).  Each link is tested both
+ways: bandwidth (--size messages, back to back) and latency (8 B ping-pong).
+Outliers: a modified z-score (median absolute deviation) beyond 3.5 on the slow side.
+
+Without a launcher, pairs spawns --nproc local ranks; under torchrun, mpirun,
+srun or RANK/WORLD_SIZE/MASTER_ADDR variables it joins that world.  --json is
+rewritten after every round; Ctrl-C stops at once and keeps the finished rounds.
+
+examples:
+  fabricscope pairs --nproc 4 --size 16M
+  torchrun --nnodes 8 --nproc-per-node 8 ... -m fabricscope pairs --by node --json pairs.json
+  srun -N 16 --ntasks-per-node 1 fabricscope pairs
+"""
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "pairs",
+        help="bandwidth and latency between every pair of ranks or nodes: find the slow link",
+        description="Test every link both ways, print the matrices, flag outliers and name the slowest link.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--size",
+        type=options.size(minimum=1, maximum=MAX_SIZE),
+        default="64M",
+        help="bandwidth test message, K/M/G binary (default 64M; the latency test uses 8 B)",
+    )
+    parser.add_argument("--by", choices=BY, default="rank", help="pair every rank (default) or every node")
+    parser.add_argument(
+        "-n",
+        "--iters",
+        type=options.whole(minimum=1, maximum=MAX_ITERS),
+        default="20",
+        help="timed messages per direction and test (default 20)",
+    )
+    parser.add_argument(
+        "-w",
+        "--warmup_iters",
+        type=options.whole(minimum=0, maximum=MAX_ITERS),
+        default="2",
+        help="untimed messages before each timed series (default 2)",
+    )
+    parser.add_argument(
+        "--nproc",
+        type=options.whole(
+            minimum=2,
+            maximum=MAX_LOCAL_RANKS,
+            hint="pairs needs two ranks at least; for more, start them with torchrun, mpirun or srun",
+        ),
+        default="2",
+        help="local ranks to spawn when no launcher is used (default 2)",
+    )
+    parser.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"), help="auto, gloo or nccl")
+    parser.add_argument(
+        "-T",
+        "--timeout",
+        type=options.seconds(minimum=MIN_TIMEOUT_S, maximum=MAX_TIMEOUT_S),
+        default="120",
+        help="time any message may take before its peer is declared failed (default 120 s)",
+    )
+    parser.add_argument("--master-addr", default=None, help="rendezvous host (default MASTER_ADDR or the launcher's)")
+    parser.add_argument("--master-port", type=options.port(), default=None, help="rendezvous port")
+    parser.add_argument("--json", default=None, metavar="FILE", help="write a Result (rewritten after every round)")
+    parser.set_defaults(func=run)
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    """The :class:`PairsConfig` the flags describe."""
+    from fabricscope.pairs.config import PairsConfig
+
+    return PairsConfig(
+        size_bytes=args.size,
+        iters=args.iters,
+        warmup_iters=args.warmup_iters,
+        by=args.by,
+        nproc=args.nproc,
+        backend=args.backend,
+        timeout_s=args.timeout,
+        json_path=args.json,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+        argv=list(sys.argv),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from fabricscope import launch
+    from fabricscope.errors import MissingDependencyError
+
+    config = build_config(args)
+    world = launch.detect(master_addr=config.master_addr, master_port=config.master_port)
+    if (world is None or world.rank == 0) and config.json_path:
+        from fabricscope.results import check_output_path
+
+        check_output_path("--json", config.json_path)
+    if world is not None:
+        from fabricscope.pairs.worker import run_rank
+
+        config.nproc = world.world_size
+        return run_rank(config, world)
+    if importlib.util.find_spec("torch") is None:
+        raise MissingDependencyError("fabricscope pairs needs torch: pip install 'fabricscope[torch]'")
+    from fabricscope.pairs.worker import CONFIG_VARIABLE
+
+    master_addr = config.master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
+    return launch.spawn(
+        config.nproc,
+        ["fabricscope.pairs.worker"],
+        {CONFIG_VARIABLE: json.dumps(config.to_dict())},
+        grace_s=config.timeout_s + 15.0,
+        master_addr=master_addr,
+        master_port=config.master_port,
+        on_rank_killed=lambda message: _mark_failed(config.json_path, message),
+    )
+
+
+def _mark_failed(json_path: str | None, message: str) -> None:
+    """Rank 0 cannot mark its file any more when it was the one killed: the launcher does."""
+    from fabricscope.results import mark_unfinished, written_through
+
+    if json_path and not written_through(json_path):
+        mark_unfinished(json_path, "failed", message)

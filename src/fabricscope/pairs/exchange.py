@@ -1,0 +1,170 @@
+"""What two ranks do to measure the link between them (over torch.distributed point-to-point).
+
+Both ranks of a pair run the same sequence, for each direction in turn (the
+lower rank sends first):
+
+- **bandwidth**: the sender sends ``iters`` messages of ``size`` bytes, back to
+  back, and waits for the receiver's 1-byte acknowledgement of the last;
+  ``time_us`` is the elapsed time over ``iters`` (the one acknowledgement adds
+  one small-message latency to the whole series), ``algbw_gbps`` is
+  ``size / time``.
+- **latency**: the sender sends 8 bytes and waits for 8 bytes back, ``iters``
+  times; ``time_us`` is half the mean round trip.
+
+``warmup`` untimed messages precede each series.  ``stopped`` is asked before
+every message: a stop request ends the exchange at once (:class:`Stopped`);
+the partner, which got the same request or sees this rank leave, stops too.  The sender's clock is the
+only one used, so clocks of different nodes never meet.  On GPUs the stream
+is synchronized before the clock is read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fabricscope.pairs.config import LATENCY_BYTES
+
+__all__ = ["Buffers", "ExchangeFailed", "Stopped", "measure_pair"]
+
+
+class Stopped(Exception):
+    """A stop was requested (Ctrl-C, SIGTERM) in the middle of an exchange."""
+
+
+class ExchangeFailed(Exception):
+    """A send or receive with the partner failed (it died, or the backend's timeout fired)."""
+
+    def __init__(self, phase: str, cause: BaseException) -> None:
+        super().__init__(f"{phase}: {cause}")
+        self.phase = phase
+        self.cause = cause
+
+
+@dataclass(slots=True)
+class Buffers:
+    """One rank's tensors, allocated once: it only sends or receives at a time."""
+
+    big: Any
+    small: Any
+    ack: Any
+
+    @classmethod
+    def allocate(cls, torch: Any, size_bytes: int, device: Any) -> Buffers:
+        return cls(
+            big=torch.ones(size_bytes, dtype=torch.uint8, device=device),
+            small=torch.ones(LATENCY_BYTES, dtype=torch.uint8, device=device),
+            ack=torch.zeros(1, dtype=torch.uint8, device=device),
+        )
+
+
+def measure_pair(
+    dist: Any,
+    buffers: Buffers,
+    *,
+    me: int,
+    peer: int,
+    iters: int,
+    warmup: int,
+    sync: Callable[[], None],
+    stopped: Callable[[], bool] = lambda: False,
+) -> list[tuple[int, int, str, int, float]]:
+    """Run both directions of one link; return what this rank timed as the sender.
+
+    Each item is ``(src, dst, test, size_bytes, seconds)``; ``seconds`` is one
+    message's time (bandwidth) or half a round trip (latency).
+    """
+    low, high = min(me, peer), max(me, peer)
+
+    def check() -> None:
+        if stopped():
+            raise Stopped
+
+    timed: list[tuple[int, int, str, int, float]] = []
+    for src, dst in ((low, high), (high, low)):
+        sending = me == src
+        phase = f"the {src}->{dst} bandwidth test"
+        try:
+            seconds = _bandwidth(dist, buffers, sending, peer, iters, warmup, sync, check)
+        except RuntimeError as exc:
+            raise ExchangeFailed(phase, exc) from None
+        if sending:
+            timed.append((src, dst, "bandwidth", int(buffers.big.numel()), seconds))
+        phase = f"the {src}->{dst} latency test"
+        try:
+            seconds = _latency(dist, buffers, sending, peer, iters, warmup, sync, check)
+        except RuntimeError as exc:
+            raise ExchangeFailed(phase, exc) from None
+        if sending:
+            timed.append((src, dst, "latency", LATENCY_BYTES, seconds))
+    return timed
+
+
+def _bandwidth(
+    dist: Any,
+    buffers: Buffers,
+    sending: bool,
+    peer: int,
+    iters: int,
+    warmup: int,
+    sync: Callable[[], None],
+    check: Callable[[], None],
+) -> float:
+    big, ack = buffers.big, buffers.ack
+    if not sending:
+        for _ in range(warmup):
+            check()
+            dist.recv(big, peer)
+        dist.send(ack, peer)
+        for _ in range(iters):
+            check()
+            dist.recv(big, peer)
+        sync()
+        dist.send(ack, peer)
+        return 0.0
+    for _ in range(warmup):
+        check()
+        dist.send(big, peer)
+    dist.recv(ack, peer)
+    sync()
+    start = time.perf_counter()
+    for _ in range(iters):
+        check()
+        dist.send(big, peer)
+    dist.recv(ack, peer)
+    sync()
+    return (time.perf_counter() - start) / iters
+
+
+def _latency(
+    dist: Any,
+    buffers: Buffers,
+    sending: bool,
+    peer: int,
+    iters: int,
+    warmup: int,
+    sync: Callable[[], None],
+    check: Callable[[], None],
+) -> float:
+    small = buffers.small
+    if not sending:
+        for _ in range(warmup + iters):
+            check()
+            dist.recv(small, peer)
+            dist.send(small, peer)
+        sync()
+        return 0.0
+    for _ in range(warmup):
+        check()
+        dist.send(small, peer)
+        dist.recv(small, peer)
+    sync()
+    start = time.perf_counter()
+    for _ in range(iters):
+        check()
+        dist.send(small, peer)
+        dist.recv(small, peer)
+    sync()
+    return (time.perf_counter() - start) / iters / 2

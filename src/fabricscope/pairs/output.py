@@ -1,0 +1,88 @@
+"""What rank 0 keeps: the ``pairs`` Result, rewritten after every round, and the final report.
+
+Whatever happens next (a rank dies, Ctrl-C, the disk fills) the pairs of the
+rounds already finished are on disk.  A file that cannot be written does not
+stop the measurement: it is reported once and the run exits 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from fabricscope.errors import RunError
+from fabricscope.launch.heartbeat import Peer
+from fabricscope.pairs.analysis import analyse
+from fabricscope.pairs.config import PairsConfig
+from fabricscope.pairs.report import print_report
+from fabricscope.results import Result, written_through
+
+__all__ = ["PAIR_FIELDS", "Output"]
+
+PAIR_FIELDS = ("test", "src", "dst", "src_host", "dst_host", "size_bytes", "time_us", "algbw_gbps", "round")
+"""Fields of every ``pairs`` record (one per pair, direction and message size)."""
+
+
+class Output:
+    """Rank 0's view of the run: the Result, its file, and the printed report."""
+
+    def __init__(
+        self,
+        *,
+        config: PairsConfig,
+        peers: Sequence[Peer],
+        backend: str,
+        env: dict[str, Any],
+        rounds: int,
+        stdout: TextIO | None = None,
+    ) -> None:
+        self.config = config
+        self.out = stdout or sys.stdout
+        self.result = Result(
+            kind="pairs",
+            config=config.to_dict(),
+            env=env,
+            host={
+                "hostname": peers[0].host if peers else "",
+                "ranks": [{"rank": p.rank, "host": p.host, "pid": p.pid, "device": p.device} for p in peers],
+            },
+            summary={"rounds_planned": rounds, "rounds_done": 0, "backend": backend},
+            status="partial",
+        )
+        self.write_errors: list[str] = []
+
+    def add_round(self, records: Sequence[dict[str, Any]]) -> None:
+        self.result.records.extend(records)
+        self.result.summary["rounds_done"] += 1
+        self.save()
+
+    def save(self, *, final: bool = False) -> None:
+        if not self.config.json_path:
+            return
+        if not final and written_through(self.config.json_path):
+            return  # a stream (--json - or /dev/stdout) gets the Result once, at the end
+        try:
+            self.result.save(self.config.json_path)
+        except RunError as exc:
+            if not self.write_errors:
+                self.write_errors.append(str(exc))
+
+    def finish(self, status: str, error: str | None) -> None:
+        """Judge the records, print the report when complete, and save the final status."""
+        findings = analyse(self.result.records)
+        self.result.summary["findings"] = findings.to_dict()
+        self.result.status, self.result.error = status, error
+        self.save(final=True)
+        if status == "complete" and self.result.records:
+            try:
+                print_report(self.result.records, findings, self.config.by, self.out)
+                self.out.flush()
+            except BrokenPipeError:
+                # Nobody reads the report any more (| head): the verdict's exit code stands.
+                with contextlib.suppress(OSError):
+                    devnull = os.open(os.devnull, os.O_WRONLY)
+                    os.dup2(devnull, self.out.fileno())
+                    os.close(devnull)

@@ -1,0 +1,67 @@
+"""The ``ps`` op (parameter-server pattern): correct results, beside an all_reduce, servers, the model's refusal."""
+
+import pytest
+
+from fabricscope import ops
+from fabricscope.results import load
+from helpers import run_cli, table_rows
+
+pytestmark = pytest.mark.multiprocess
+
+
+def test_ps_is_one_registry_entry_defined_as_sendrecv_like():
+    ps = ops.get("ps")
+    assert ops.get("parameter-server") is ps
+    assert ps.reduces and not ps.rooted and ps.min_ranks == 2 and not ps.modelled
+    layout = ps.layout(1024, 4, 8)
+    # busbw = algbw = S/t, as sendrecv: each worker pushes S and pulls S over its own link.
+    assert ps.bandwidths(layout, 4, 8, 1e-3) == ops.get("sendrecv").bandwidths(layout, 4, 8, 1e-3)
+    assert ps.algbw_elements(layout, 8) == ops.get("all_reduce").algbw_elements(layout, 8)
+
+
+@pytest.mark.parametrize(("nproc", "servers"), [(3, 1), (4, 2), (3, 3)])
+def test_ps_runs_beside_all_reduce_with_checked_results(tmp_path, nproc, servers):
+    out = tmp_path / "ps.json"
+    args = ["bench", "ps", "-b", "1K", "-e", "64K", "-f", "8", "-n", "3", "--nproc", str(nproc)]
+    done = run_cli([*args, "--servers", str(servers), "--json", str(out)])
+    assert done.returncode == 0, done.stderr
+    result = load(out)
+    by_op = {op: [r for r in result.records if r["op"] == op] for op in ("ps", "all_reduce")}
+    # The same sizes, the same columns, one after the other; every element checked.
+    assert [r["size_bytes"] for r in by_op["ps"]] == [r["size_bytes"] for r in by_op["all_reduce"]]
+    assert all(r["wrong"] == 0 for r in result.records)
+    assert all(r["busbw_gbps"] == pytest.approx(r["algbw_gbps"]) for r in by_op["ps"])
+    assert done.stdout.index("ps_perf") < done.stdout.index("all_reduce_perf")
+    assert len(table_rows(done.stdout)) == 6
+    assert result.config["servers"] == servers
+    ratio = [line for line in done.stdout.splitlines() if line.startswith("# ps / all_reduce time for the same bytes")]
+    assert len(ratio) == 1 and "1024 B: " in ratio[0] and "65536 B: " in ratio[0]
+
+
+@pytest.mark.parametrize("redop", ["prod", "min", "max", "avg"])
+def test_ps_reductions_are_checked(redop):
+    done = run_cli(
+        ["bench", "ps", "-b", "256", "-e", "4K", "-f", "16", "-n", "2", "--nproc", "3", "-o", redop, "-d", "all"]
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [r for r in table_rows(done.stdout) if r[3] == redop]
+    assert rows and all(r[8] == "0" and r[12] == "0" for r in rows), done.stdout
+
+
+def test_more_servers_than_ranks_is_a_usage_error():
+    done = run_cli(["bench", "ps", "--servers", "3", "--nproc", "2", "-b", "1K", "-e", "1K"], timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: --servers 3 asks for more parameter servers than this 2-rank world has (allowed 1 to 2)"
+    ]
+
+
+def test_predict_refuses_ps_in_one_line_and_all_skips_it():
+    done = run_cli(["predict", "ps", "--cluster", "dgx-h100-ndr"], timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: predict has no cost model for ps: measure it with 'fabricscope bench ps'"
+    ]
+    every = run_cli(["predict", "all", "--cluster", "dgx-h100-ndr", "-b", "1M", "-e", "1M"], timeout=60)
+    assert every.returncode == 0, every.stderr
+    assert "ps_perf" not in every.stdout and "all_reduce_perf" in every.stdout

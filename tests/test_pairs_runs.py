@@ -1,0 +1,209 @@
+"""Real ``fabricscope pairs`` runs: spawned ranks, torchrun, mpirun, bad input, a killed rank, Ctrl-C."""
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fabricscope.results import load
+from helpers import assert_gone, cli_env, run_cli, start_cli, wait_for_records
+
+pytestmark = pytest.mark.multiprocess
+
+BIN = Path(sys.executable).parent
+FIELDS = {"test", "src", "dst", "src_host", "dst_host", "size_bytes", "time_us", "algbw_gbps", "round"}
+
+
+def _port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _check_records(result, n, size):
+    assert result.kind == "pairs" and result.status == "complete"
+    host = socket.gethostname()
+    records = result.records
+    assert all(set(r) == FIELDS for r in records)
+    assert all(r["src_host"] == r["dst_host"] == host for r in records)
+    for test, nbytes in (("bandwidth", size), ("latency", 8)):
+        chosen = [r for r in records if r["test"] == test]
+        # Every ordered pair exactly once per test: both directions of every link.
+        assert sorted((r["src"], r["dst"]) for r in chosen) == [(i, j) for i in range(n) for j in range(n) if i != j]
+        assert all(r["size_bytes"] == nbytes and r["time_us"] > 0 for r in chosen)
+        assert all(r["algbw_gbps"] == pytest.approx(nbytes / r["time_us"] / 1e3) for r in chosen)
+    rounds = n - 1 if n % 2 == 0 else n
+    assert result.summary["rounds_done"] == result.summary["rounds_planned"] == rounds
+    # No rank twice in a round.
+    for number in range(1, rounds + 1):
+        ranks = [r["src"] for r in records if r["round"] == number and r["test"] == "latency"]
+        assert len(ranks) == len(set(ranks))
+
+
+@pytest.mark.parametrize("nproc", [3, 4])
+def test_spawned_ranks(tmp_path, nproc):
+    out = tmp_path / "p.json"
+    done = run_cli(["pairs", "--nproc", str(nproc), "--size", "64K", "-n", "5", "--json", str(out)])
+    assert done.returncode == 0, done.stderr
+    _check_records(load(out), nproc, 64 << 10)
+    assert f"{nproc} endpoints ({nproc} ranks on 1 host(s)), {nproc if nproc % 2 else nproc - 1} rounds" in done.stdout
+    assert "sender (row) -> receiver (column)" in done.stdout
+    assert "slowest link: rank " in done.stdout
+    findings = load(out).summary["findings"]
+    assert set(findings["medians"]) == {"bandwidth", "latency"}
+
+
+def test_torchrun(tmp_path):
+    out = tmp_path / "tr.json"
+    args = f"--nproc-per-node 3 --master-port {_port()} -m fabricscope pairs --size 16K -n 3"
+    cmd = [str(BIN / "torchrun"), *args.split(), "--json", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=cli_env())
+    assert done.returncode == 0, done.stderr
+    result = load(out)
+    assert result.env["launcher"] == "torchrun"
+    _check_records(result, 3, 16 << 10)
+
+
+def test_mpirun(tmp_path):
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        if os.environ.get("FABRICSCOPE_REQUIRE_MPI"):
+            pytest.fail("mpirun is required (FABRICSCOPE_REQUIRE_MPI is set) but not installed")
+        pytest.skip("mpirun (Debian's openmpi-bin) is not installed")
+    out = tmp_path / "mpi.json"
+    args = f"--allow-run-as-root --oversubscribe -np 2 {BIN / 'fabricscope'} pairs --size 16K -n 3"
+    done = subprocess.run(
+        [mpirun, *args.split(), "--json", str(out)], capture_output=True, text=True, timeout=240, env=cli_env()
+    )
+    assert done.returncode == 0, done.stderr
+    result = load(out)
+    assert result.env["launcher"] == "mpirun"
+    _check_records(result, 2, 16 << 10)
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["--nproc", "1"], {}, "--nproc must be a whole number from 2 to 1024, got '1'"),
+        (["--size", "0"], {}, "--size must be a size from 1 to 16G, got '0'"),
+        (["--size", "1T"], {}, "--size must be a size from 1 to 16G"),
+        (["--size", "9" * 400], {}, "--size"),
+        (["--size", "12 bits"], {}, "--size"),
+        (["-n", "0"], {}, "-n/--iters must be a whole number from 1"),
+        (["--by", "switch"], {}, "--by: invalid choice"),
+        (["--timeout", "0"], {}, "-T/--timeout must be a duration"),
+        ([], {"RANK": "0", "WORLD_SIZE": "1"}, "pairs needs at least 2 ranks, got 1"),
+        (["--by", "node", "-n", "1"], {}, "pairs by node needs ranks on at least 2 hosts"),
+        (["--json", "/"], {}, "--json"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, env, message):
+    done = run_cli(["pairs", *args], env=env, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert message in lines[0]
+    assert "Traceback" not in done.stderr
+
+
+def test_a_size_no_rank_can_hold_is_refused(tmp_path):
+    from fabricscope.memory import available_bytes
+
+    size = min(16 << 30, available_bytes())
+    done = run_cli(["pairs", "--size", str(size), "--json", str(tmp_path / "m.json")], timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: a ") and "the largest size that fits is" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+TIMEOUT_S = 6
+LONG = ["pairs", "--nproc", "4", "--size", "1M", "-n", "3000", "--timeout", str(TIMEOUT_S)]
+
+
+def _pids(data):
+    return {r["rank"]: r["pid"] for r in data["host"]["ranks"]}
+
+
+@pytest.mark.parametrize("victim", [3, 0])
+def test_killed_rank_is_named_and_finished_pairs_are_kept(tmp_path, victim):
+    out = tmp_path / "k.json"
+    proc = start_cli([*LONG, "--json", str(out)])
+    data = wait_for_records(out, 8)  # round 1: two links, both ways, two tests
+    pids = _pids(data)
+    os.kill(pids[victim], signal.SIGKILL)
+    start = time.monotonic()
+    _, stderr = proc.communicate(timeout=TIMEOUT_S + 40)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 1, stderr
+    assert elapsed < TIMEOUT_S + 20, (elapsed, stderr)
+    host = socket.gethostname()
+    assert f"rank {victim} (pid {pids[victim]} on {host}) was killed by SIGKILL" in stderr
+    result = load(out)
+    # Rank 0 names the dead rank in its file; when rank 0 itself died, the launcher does.
+    assert result.status == "failed" and f"rank {victim}" in result.error, result.error
+    assert len(result.records) >= 8 and result.summary["rounds_done"] >= 1
+    assert all(r["round"] <= result.summary["rounds_done"] for r in result.records)
+    assert_gone(list(pids.values()))
+
+
+def test_frozen_rank_is_named_alone_within_the_timeout(tmp_path):
+    out = tmp_path / "f.json"
+    proc = start_cli([*LONG, "--json", str(out)])
+    data = wait_for_records(out, 8)
+    pids = _pids(data)
+    os.kill(pids[2], signal.SIGSTOP)
+    start = time.monotonic()
+    try:
+        _, stderr = proc.communicate(timeout=TIMEOUT_S + 40)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pids[2], signal.SIGKILL)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 1, stderr
+    assert elapsed < TIMEOUT_S + 20, (elapsed, stderr)
+    result = load(out)
+    host = socket.gethostname()
+    assert result.status == "failed" and f"rank 2 (pid {pids[2]} on {host}) stopped responding" in result.error
+    # The ranks that left because of it are not blamed.
+    assert all(f"rank {r} (pid" not in result.error for r in (1, 3)), result.error
+    assert_gone(list(pids.values()))
+
+
+def test_ctrl_c_stops_at_once_and_keeps_finished_rounds(tmp_path):
+    out = tmp_path / "c.json"
+    proc = start_cli([*LONG, "--json", str(out)], start_new_session=True)
+    data = wait_for_records(out, 8)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    result = load(out)
+    assert result.status == "interrupted" and len(result.records) >= 8
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert_gone(list(_pids(data).values()))
+
+
+def test_closed_stdout_keeps_the_exit_code(tmp_path):
+    out = tmp_path / "h.json"
+    cmd = f"{sys.executable} -m fabricscope pairs --size 4K -n 2 --json {out} | head -1"
+    done = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=120, env=cli_env()
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("# pairs by rank")
+    assert load(out).status == "complete"
+    assert json.loads(out.read_text())["records"]
+
+
+def test_json_to_stdout_is_written_once_at_the_end():
+    done = run_cli(["pairs", "--size", "4K", "-n", "2", "--nproc", "3", "--json", "-"])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count('"format": "fabricscope-result"') == 1
+    assert '"status": "complete"' in done.stdout and "slowest link:" in done.stdout
