@@ -29,6 +29,7 @@ from fabricscope.bench.config import (
     MIN_TIMEOUT_S,
 )
 from fabricscope.bench.streams import MAX_STREAMS
+from fabricscope.errors import UsageError
 from fabricscope.store.save import add_save_options, check_save_options, wants_save
 
 __all__ = ["add_parser", "build_config", "run"]
@@ -60,7 +61,6 @@ def add_parser(subparsers: Any) -> None:
         help="collective benchmark (nccl-tests compatible) over torch.distributed",
         description="Measure collectives over torch.distributed and print the nccl-tests table.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "ops",
@@ -181,13 +181,7 @@ def _min_busbw() -> float | None:
     try:
         return float(text)
     except ValueError:
-        raise _usage(f"NCCL_TESTS_MIN_BW must be a bandwidth in GB/s, got {text!r}") from None
-
-
-def _usage(message: str) -> Exception:
-    from fabricscope.errors import UsageError
-
-    return UsageError(message)
+        raise UsageError(f"NCCL_TESTS_MIN_BW must be a bandwidth in GB/s, got {text!r}") from None
 
 
 def build_config(args: argparse.Namespace) -> Any:
@@ -204,7 +198,7 @@ def build_config(args: argparse.Namespace) -> Any:
         ops.insert(ops.index("ps") + 1, "all_reduce")
     steps = options.sweep_steps(args)
     if args.duration is not None and args.run_cycles is not None:
-        raise _usage("-N/--run_cycles and --duration both say how long to repeat the sweep: give one of them")
+        raise UsageError("-N/--run_cycles and --duration both say how long to repeat the sweep: give one of them")
     return BenchConfig(
         ops=ops,
         min_bytes=steps.min_bytes,

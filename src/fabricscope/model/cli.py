@@ -164,7 +164,7 @@ def run_predict(args: argparse.Namespace) -> int:
     named = [c.name for c in ops.parse_ops([o for o in args.ops if o.strip().lower() != "all"])]
     for name in [n for n in names if not ops.get(n).modelled]:
         if name in named:
-            raise _usage(f"predict has no cost model for {name}: measure it with 'fabricscope bench {name}'")
+            raise UsageError(f"predict has no cost model for {name}: measure it with 'fabricscope bench {name}'")
         names.remove(name)  # 'all' means every op the model knows
     config = BenchConfig(
         ops=names,

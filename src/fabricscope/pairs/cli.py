@@ -43,7 +43,6 @@ def add_parser(subparsers: Any) -> None:
         help="bandwidth and latency between every pair of ranks or nodes: find the slow link",
         description="Test every link both ways, print the matrices, flag outliers and name the slowest link.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--size",
