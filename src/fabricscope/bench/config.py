@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from enum import IntEnum
 from typing import Any, Literal
 
-from fabricscope import ops as ops_registry
 from fabricscope.bench.streams import MAX_STREAMS
-from fabricscope.dtypes import DTYPES, REDOPS
 from fabricscope.errors import UsageError
+from fabricscope.sweep import MAX_SWEEP_ROWS, SweepConfig
 
 __all__ = [
     "AVERAGE_MODES",
@@ -51,8 +49,6 @@ MAX_CHECK_ITERS = 1000
 """``-c`` bound: each check iteration re-runs the collective and checks every element."""
 MAX_RANKS = 1 << 24
 """Largest rank number a flag may name (``-r``)."""
-MAX_SWEEP_ROWS = 100_000
-"""Most sizes in one sweep (``-b 0 -e 1T -i 1`` would be a trillion rows)."""
 MAX_LOCAL_RANKS = 1024
 """``--nproc`` bound: more ranks than this on one machine is a typo, not a benchmark."""
 MIN_TIMEOUT_S = 1.0
@@ -64,27 +60,15 @@ MAX_DURATION_S = 7 * 86400.0
 
 
 @dataclass(kw_only=True, slots=True)
-class BenchConfig:
-    ops: list[str] = field(default_factory=lambda: ["all_reduce"])
-    """Collectives to run, in order."""
-    min_bytes: int = 8
-    """``-b``: first size. nccl-tests defaults to 32M; fabricscope sweeps from 8 B."""
-    max_bytes: int = 32 << 20
-    """``-e``: last size (inclusive)."""
-    step_bytes: int = 1 << 20
-    """``-i``: increment, used when ``step_factor`` is 1."""
-    step_factor: int = 2
-    """``-f``: multiplier between sizes; 1 means add ``step_bytes`` instead."""
+class BenchConfig(SweepConfig):
+    """A measured sweep: the :class:`~fabricscope.sweep.SweepConfig` and how to measure it."""
+
     iters: int = 20
     """``-n``: timed iterations per size and placement."""
     warmup_iters: int = 1
     """``-w``: warmup iterations per size, run over the sweep before timing (as nccl-tests)."""
     check: int = 1
     """``-c``: correctness-check iterations after timing each row (0 = off)."""
-    dtypes: list[str] = field(default_factory=lambda: ["float"])
-    redops: list[str] = field(default_factory=lambda: ["sum"])
-    root: int = 0
-    """``-r``: root rank of broadcast, reduce, gather and scatter."""
     average: Average = Average.AVG
     """``-a``: 0 rank 0's time, 1 the mean over ranks, 2 the minimum, 3 the maximum."""
     run_cycles: int = 1
@@ -107,8 +91,6 @@ class BenchConfig:
     master_port: int | None = None
     min_busbw_gbps: float | None = None
     """nccl-tests' ``NCCL_TESTS_MIN_BW``: an op whose average busbw is below 0.9 x this fails."""
-    optional_ops: list[str] = field(default_factory=list)
-    """Ops that came from ``all``: skipped, not refused, when the world is too small."""
     argv: list[str] = field(default_factory=list)
     """The command line, kept in the result."""
     save: bool = False
@@ -116,36 +98,11 @@ class BenchConfig:
     label: str | None = None
 
     def __post_init__(self) -> None:
-        self.ops = [ops_registry.get(name).name for name in self.ops]
-        if not self.ops:
-            raise UsageError("no op to run: name one or more of " + ", ".join(ops_registry.COLLECTIVES))
-        for name in self.dtypes:
-            if name not in DTYPES:
-                raise UsageError(f"unknown datatype {name!r}: allowed are {', '.join(DTYPES)}")
-        for name in self.redops:
-            if name not in REDOPS:
-                raise UsageError(f"unknown reduction op {name!r}: allowed are {', '.join(REDOPS)}")
-        if self.min_bytes < 0 or self.max_bytes < 0:
-            raise UsageError("sizes must not be negative")
-        if self.min_bytes > self.max_bytes:
-            raise UsageError(
-                f"-b (minbytes, {self.min_bytes} B) is larger than -e (maxbytes, {self.max_bytes} B): "
-                "the sweep runs from -b up to -e"
-            )
-        if self.step_factor < 1:
-            raise UsageError(f"-f (stepfactor) must be 1 or more, got {self.step_factor}")
-        if self.step_factor == 1 and self.step_bytes <= 0 and self.min_bytes != self.max_bytes:
-            raise UsageError(
-                "-i 0 (a fixed increment: -f 1, or -i given without -f) never advances from -b to -e: "
-                "give -i a positive increment or -f a factor above 1"
-            )
-        if self.step_factor > 1 and self.min_bytes == 0 and self.max_bytes > 0:
-            raise UsageError("-b 0 with a step factor never grows: start the sweep at 1 byte or more")
+        SweepConfig.__post_init__(self)  # (no zero-argument super() in a slotted dataclass)
         _at_least(self.iters, 1, "-n (iters)")
         _at_least(self.warmup_iters, 0, "-w (warmup_iters)")
         _at_least(self.check, 0, "-c (check)")
         _at_least(self.run_cycles, 0, "-N (run_cycles)")
-        _at_least(self.root, 0, "-r (root)")
         _at_least(self.nproc, 1, "--nproc")
         if self.nproc > MAX_LOCAL_RANKS:
             raise UsageError(
@@ -179,12 +136,6 @@ class BenchConfig:
         _at_most(self.warmup_iters, MAX_ITERS, "-w (warmup_iters)")
         _at_most(self.run_cycles, MAX_ITERS, "-N (run_cycles)")
         _at_most(self.check, MAX_CHECK_ITERS, "-c (check)")
-        rows = self.sweep_rows()
-        if rows > MAX_SWEEP_ROWS:
-            raise UsageError(
-                f"the sweep from -b {self.min_bytes} to -e {self.max_bytes} has {rows} sizes, more than "
-                f"{MAX_SWEEP_ROWS}: use a larger -i or a step factor (-f 2)"
-            )
         if self.backend not in BACKENDS:
             raise UsageError(f"unknown backend {self.backend!r}: allowed are {', '.join(BACKENDS)}")
         if not MIN_TIMEOUT_S <= self.timeout_s <= MAX_TIMEOUT_S:
@@ -202,61 +153,13 @@ class BenchConfig:
         if self.master_port is not None and not 0 < self.master_port < 65536:
             raise UsageError(f"--master-port must be between 1 and 65535, got {self.master_port}")
 
-    def sweep_rows(self) -> int:
-        """How many sizes one sweep has, computed without listing them."""
-        if self.step_factor > 1:
-            rows, size = 0, self.min_bytes
-            while size <= self.max_bytes and rows <= MAX_SWEEP_ROWS:
-                rows += 1
-                if size == 0:
-                    break
-                size *= self.step_factor
-            return rows
-        if self.step_bytes <= 0:
-            return 1
-        return (self.max_bytes - self.min_bytes) // self.step_bytes + 1
-
-    def sizes(self) -> Iterator[int]:
-        """Sizes of one sweep, exactly as nccl-tests steps them."""
-        size = self.min_bytes
-        while size <= self.max_bytes:
-            yield size
-            following = size * self.step_factor if self.step_factor > 1 else size + self.step_bytes
-            if following <= size:  # -b 0 -e 0, or -b = -e with -i 0: one row
-                return
-            size = following
-
-    def warmup_sizes(self) -> Iterator[int]:
-        """nccl-tests warms up over every size from -b to -e with a factor of 2."""
-        size = self.min_bytes
-        while size <= self.max_bytes:
-            yield size
-            size = size * 2 if size else 1
-
     def fit_to_world(self, world_size: int) -> list[str]:
-        """Check the config against the world; drop ``all``'s ops that need more ranks.
-
-        Returns one note per op dropped.  An op named explicitly that needs
-        more ranks, or a root outside the world, is a usage error.
-        """
-        notes = []
-        for op in list(self.ops):
-            need = ops_registry.get(op).min_ranks
-            if world_size >= need:
-                continue
-            if op not in self.optional_ops:
-                raise UsageError(f"{op} needs at least {need} ranks; this world has {world_size}")
-            self.ops.remove(op)
-            notes.append(f"# {op} skipped: it needs at least {need} ranks and this world has {world_size}")
+        """As :meth:`SweepConfig.fit_to_world`, and the ``ps`` op's servers must be ranks of the world."""
+        notes = SweepConfig.fit_to_world(self, world_size)
         if "ps" in self.ops and self.servers > world_size:
             raise UsageError(
                 f"--servers {self.servers} asks for more parameter servers than this {world_size}-rank world has "
                 f"(allowed 1 to {world_size})"
-            )
-        rooted = [op for op in self.ops if ops_registry.get(op).rooted]
-        if rooted and self.root >= world_size:
-            raise UsageError(
-                f"-r (root) {self.root} is not a rank of this {world_size}-rank world (allowed 0 to {world_size - 1})"
             )
         return notes
 

@@ -143,13 +143,13 @@ def _add_predict(subparsers: Any) -> None:
 
 def run_predict(args: argparse.Namespace) -> int:
     from fabricscope import ops as ops
-    from fabricscope.bench.config import BenchConfig
-    from fabricscope.bench.output import op_summary
     from fabricscope.dtypes import parse_dtypes, parse_redops
     from fabricscope.errors import closest
     from fabricscope.model import report, uncertainty
     from fabricscope.model.fabric import fabric_of
     from fabricscope.model.predict import ALGO_CHOICES, predict_op
+    from fabricscope.sweep import SweepConfig
+    from fabricscope.table import op_summary
 
     algo = args.algo.strip().lower()
     if algo not in ALGO_CHOICES:
@@ -166,7 +166,7 @@ def run_predict(args: argparse.Namespace) -> int:
         if name in named:
             raise UsageError(f"predict has no cost model for {name}: measure it with 'fabricscope bench {name}'")
         names.remove(name)  # 'all' means every op the model knows
-    config = BenchConfig(
+    config = SweepConfig(
         ops=names,
         optional_ops=[name for name in names if name not in named],
         min_bytes=steps.min_bytes,
