@@ -28,6 +28,7 @@ from fabricscope.errors import UsageError
 __all__ = [
     "MAX_DIGITS",
     "SweepSteps",
+    "add_launch_options",
     "add_sweep_options",
     "choice",
     "fraction",
@@ -73,14 +74,16 @@ def _parse_whole(text: str) -> int | None:
 def whole(
     *, minimum: int = 0, maximum: int | None = None, what: str = "a whole number", hint: str = ""
 ) -> Callable[[str], int]:
-    """A whole number in ``[minimum, maximum]`` (decimal digits only); ``hint`` follows the message."""
+    """A whole number in ``[minimum, maximum]`` (decimal digits only); ``hint`` follows the message
+    when the value is above the maximum."""
     span = f"from {minimum} to {maximum}" if maximum is not None else f"of at least {minimum}"
     advice = f": {hint}" if hint else ""
 
     def convert(text: str) -> int:
         value = _parse_whole(text)
         if value is None or value < minimum or (maximum is not None and value > maximum):
-            raise UsageError(f"must be {what} {span}, got {_shown(text)}{advice if value is not None else ''}")
+            above = value is not None and maximum is not None and value > maximum
+            raise UsageError(f"must be {what} {span}, got {_shown(text)}{advice if above else ''}")
         return value
 
     return _converter("whole number", convert)
@@ -246,3 +249,53 @@ def sweep_steps(args: argparse.Namespace) -> SweepSteps:
     factor = args.stepfactor if args.stepfactor is not None else (1 if args.stepbytes is not None else 2)
     step = args.stepbytes if args.stepbytes is not None else 1 << 20
     return SweepSteps(args.minbytes, args.maxbytes, step, factor)
+
+
+# --- the launch flags of every multi-process command (bench, pairs, doctor's fleet) --------------
+
+
+def add_launch_options(
+    parser: Any,
+    *,
+    nproc_help: str,
+    timeout_default: float,
+    timeout_help: str,
+    min_ranks: int = 1,
+    nproc_default: str | None = None,
+    backend: bool = True,
+    rendezvous: bool = True,
+) -> None:
+    """``--nproc``, ``--timeout`` and (where the command forms its own world) ``--backend``,
+    ``--master-addr`` and ``--master-port``, with one set of bounds and words."""
+    from fabricscope.launch.world import MAX_LOCAL_RANKS, MAX_TIMEOUT_S, MIN_TIMEOUT_S
+
+    parser.add_argument(
+        "--nproc",
+        type=whole(
+            minimum=min_ranks,
+            maximum=MAX_LOCAL_RANKS,
+            hint="for more ranks, start them on several nodes with torchrun, mpirun or srun",
+        ),
+        default=nproc_default,
+        metavar="N",
+        help=f"{nproc_help} (at most {MAX_LOCAL_RANKS})",
+    )
+    if backend:
+        parser.add_argument(
+            "--backend", default="auto", choices=("auto", "gloo", "nccl"), help="auto (NCCL on CUDA, else gloo)"
+        )
+    parser.add_argument(
+        "-T",
+        "--timeout",
+        type=seconds(minimum=MIN_TIMEOUT_S, maximum=MAX_TIMEOUT_S),
+        default=f"{timeout_default:g}",
+        metavar="S",
+        help=f"{timeout_help}: seconds, or with ms/s/m/h (default {timeout_default:g}; 1 s to 7 days)",
+    )
+    if rendezvous:
+        parser.add_argument(
+            "--master-addr", default=None, help="rendezvous host (default MASTER_ADDR or the launcher's)"
+        )
+        parser.add_argument(
+            "--master-port", type=port(), default=None, help="rendezvous port (default MASTER_PORT or derived)"
+        )

@@ -18,15 +18,11 @@ from typing import Any
 from fabricscope import options
 from fabricscope.bench.config import (
     AVERAGE_MODES,
-    BACKENDS,
     MAX_CHECK_ITERS,
     MAX_DURATION_S,
     MAX_ITERS,
-    MAX_LOCAL_RANKS,
     MAX_RANKS,
-    MAX_TIMEOUT_S,
     MIN_DURATION_S,
-    MIN_TIMEOUT_S,
 )
 from fabricscope.bench.streams import MAX_STREAMS
 from fabricscope.errors import UsageError
@@ -142,31 +138,11 @@ def add_parser(subparsers: Any) -> None:
         help="ps: server ranks 0..K-1, each owning 1/K of the gradient (default 1)",
     )
     launching = parser.add_argument_group("launch and output")
-    launching.add_argument(
-        "--nproc",
-        type=options.whole(
-            minimum=1,
-            maximum=MAX_LOCAL_RANKS,
-            hint="for more ranks, start them on several nodes with torchrun, mpirun or srun",
-        ),
-        default=None,
-        help=f"local ranks to spawn when no launcher is used (default one per GPU, else 2; at most {MAX_LOCAL_RANKS})",
-    )
-    launching.add_argument(
-        "--backend", default="auto", choices=BACKENDS, help="auto (NCCL on CUDA, else gloo), gloo or nccl"
-    )
-    launching.add_argument(
-        "-T",
-        "--timeout",
-        type=options.seconds(minimum=MIN_TIMEOUT_S, maximum=MAX_TIMEOUT_S),
-        default="300",
-        help="time any collective may take: seconds, or with ms/s/m/h (default 300; 1 s to 7 days)",
-    )
-    launching.add_argument(
-        "--master-addr", default=None, help="rendezvous host (default MASTER_ADDR or the launcher's)"
-    )
-    launching.add_argument(
-        "--master-port", type=options.port(), default=None, help="rendezvous port (default MASTER_PORT or derived)"
+    options.add_launch_options(
+        launching,
+        nproc_help="local ranks to spawn when no launcher is used (default one per GPU, else 2)",
+        timeout_default=300,
+        timeout_help="time any collective may take",
     )
     launching.add_argument("--json", default=None, metavar="FILE", help="write a Result (rewritten after every row)")
     launching.add_argument("--csv", default=None, metavar="FILE", help="write a flat CSV table")

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from fabricscope.bench.streams import MAX_STREAMS
 from fabricscope.errors import UsageError
+from fabricscope.launch.world import MAX_LOCAL_RANKS, MAX_TIMEOUT_S, MIN_TIMEOUT_S
 from fabricscope.sweep import MAX_SWEEP_ROWS, SweepConfig
 
 __all__ = [
@@ -49,14 +50,9 @@ MAX_CHECK_ITERS = 1000
 """``-c`` bound: each check iteration re-runs the collective and checks every element."""
 MAX_RANKS = 1 << 24
 """Largest rank number a flag may name (``-r``)."""
-MAX_LOCAL_RANKS = 1024
-"""``--nproc`` bound: more ranks than this on one machine is a typo, not a benchmark."""
-MIN_TIMEOUT_S = 1.0
-MAX_TIMEOUT_S = 7 * 86400.0
 MIN_DURATION_S = 1.0
 MAX_DURATION_S = 7 * 86400.0
 """``--duration`` bounds (each row's series is bounded in memory, whatever the duration)."""
-"""``--timeout`` bounds: under a second no rendezvous completes; the backends' timers overflow far above a week."""
 
 
 @dataclass(kw_only=True, slots=True)

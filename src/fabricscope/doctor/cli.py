@@ -14,7 +14,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from fabricscope import options
-from fabricscope.doctor.invocation import DEFAULT_TIMEOUT_S, MAX_LOCAL_RANKS, MAX_TIMEOUT_S, MIN_TIMEOUT_S
+from fabricscope.doctor.invocation import DEFAULT_TIMEOUT_S
 from fabricscope.store.save import add_save_options, check_save_options, save_result, wants_save
 
 if TYPE_CHECKING:
@@ -60,24 +60,13 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="with --root: check this shell's NCCL_* variables, not the ones the capture recorded",
     )
-    parser.add_argument(
-        "--nproc",
-        type=options.whole(
-            minimum=1,
-            maximum=MAX_LOCAL_RANKS,
-            hint="for more ranks, start them on several nodes with torchrun, mpirun or srun",
-        ),
-        default=None,
-        metavar="N",
-        help=f"fleet mode: spawn N local ranks (at most {MAX_LOCAL_RANKS})",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=options.seconds(minimum=MIN_TIMEOUT_S, maximum=MAX_TIMEOUT_S),
-        default=f"{DEFAULT_TIMEOUT_S:g}",
-        metavar="S",
-        help=f"fleet mode: time to wait for every rank: seconds, or with ms/s/m/h (default {DEFAULT_TIMEOUT_S:g}; "
-        "1 s to 7 days)",
+    options.add_launch_options(
+        parser,
+        nproc_help="fleet mode: spawn N local ranks",
+        timeout_default=DEFAULT_TIMEOUT_S,
+        timeout_help="fleet mode: time to wait for every rank",
+        backend=False,
+        rendezvous=False,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="one row per finding, ok ones included")
     parser.add_argument("--list", action="store_true", help="list the checks and what each reads, then exit")

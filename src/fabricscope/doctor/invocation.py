@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from fabricscope.errors import UsageError
+from fabricscope.launch.world import MAX_LOCAL_RANKS, MAX_TIMEOUT_S, MIN_TIMEOUT_S
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -26,13 +27,6 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT_S = 60.0
-MAX_LOCAL_RANKS = 1024
-"""``--nproc`` bound, as bench's: more ranks than this on one machine is a typo, not a fleet."""
-MIN_TIMEOUT_S = 1.0
-MAX_TIMEOUT_S = 7 * 86400.0
-"""``--timeout`` bounds, as bench's: under a second no rendezvous completes; a week is no health check.
-
-The converters of :mod:`fabricscope.options` apply both bounds while the flags are parsed."""
 
 
 def check_outputs(args: argparse.Namespace, ranks: Sequence[int], env: Mapping[str, str] | None = None) -> None:

@@ -29,6 +29,9 @@ from dataclasses import dataclass
 from fabricscope.errors import UsageError
 
 __all__ = [
+    "MAX_LOCAL_RANKS",
+    "MAX_TIMEOUT_S",
+    "MIN_TIMEOUT_S",
     "World",
     "check_master_reachable",
     "detect",
@@ -74,6 +77,11 @@ _MPI_FLAVORS = (
 """Open MPI, then MPICH/Intel MPI hydra (PMI)."""
 
 
+MAX_LOCAL_RANKS = 1024
+"""``--nproc`` bound: more local ranks than this on one machine is a typo, not a benchmark."""
+MIN_TIMEOUT_S = 1.0
+MAX_TIMEOUT_S = 7 * 86400.0
+"""``--timeout`` bounds: under a second no rendezvous completes; the backends' timers overflow far above a week."""
 MAX_WORLD = 1 << 24
 """Largest world a launcher may describe (ranks and sizes above it are a broken environment)."""
 

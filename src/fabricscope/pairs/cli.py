@@ -13,12 +13,9 @@ import sys
 from typing import Any
 
 from fabricscope import options
-from fabricscope.pairs.config import BY, MAX_ITERS, MAX_SIZE, MAX_TIMEOUT_S, MIN_TIMEOUT_S
+from fabricscope.pairs.config import BY, MAX_ITERS, MAX_SIZE
 
-__all__ = ["MAX_LOCAL_RANKS", "add_parser", "build_config", "run"]
-
-MAX_LOCAL_RANKS = 1024
-"""``--nproc`` bound, as bench's."""
+__all__ = ["add_parser", "build_config", "run"]
 
 _EPILOG = """\
 Pairs that share no rank run at the same time, in n-1 rounds (circle method; n
@@ -65,26 +62,14 @@ def add_parser(subparsers: Any) -> None:
         default="2",
         help="untimed messages before each timed series (default 2)",
     )
-    parser.add_argument(
-        "--nproc",
-        type=options.whole(
-            minimum=2,
-            maximum=MAX_LOCAL_RANKS,
-            hint="pairs needs two ranks at least; for more, start them with torchrun, mpirun or srun",
-        ),
-        default="2",
-        help="local ranks to spawn when no launcher is used (default 2)",
+    options.add_launch_options(
+        parser,
+        min_ranks=2,
+        nproc_default="2",
+        nproc_help="local ranks to spawn when no launcher is used (default 2)",
+        timeout_default=120,
+        timeout_help="time any message may take before its peer is declared failed",
     )
-    parser.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"), help="auto, gloo or nccl")
-    parser.add_argument(
-        "-T",
-        "--timeout",
-        type=options.seconds(minimum=MIN_TIMEOUT_S, maximum=MAX_TIMEOUT_S),
-        default="120",
-        help="time any message may take before its peer is declared failed (default 120 s)",
-    )
-    parser.add_argument("--master-addr", default=None, help="rendezvous host (default MASTER_ADDR or the launcher's)")
-    parser.add_argument("--master-port", type=options.port(), default=None, help="rendezvous port")
     parser.add_argument("--json", default=None, metavar="FILE", help="write a Result (rewritten after every round)")
     parser.set_defaults(func=run)
 

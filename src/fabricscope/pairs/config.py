@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from fabricscope.errors import UsageError
+from fabricscope.launch.world import MAX_TIMEOUT_S, MIN_TIMEOUT_S
 
 __all__ = [
     "BY",
@@ -26,8 +27,6 @@ MAX_SIZE = 16 << 30
 """``--size`` bound: one buffer of this size per rank; larger is a typo."""
 MAX_ITERS = 100_000
 """``-n`` and ``-w`` bound."""
-MIN_TIMEOUT_S = 1.0
-MAX_TIMEOUT_S = 7 * 86400.0
 
 
 @dataclass(kw_only=True, slots=True)
