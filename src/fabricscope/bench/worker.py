@@ -11,10 +11,7 @@ that could not be written; 2 a usage error; 130 interrupted.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import signal
-import sys
 from dataclasses import replace
 from typing import Any
 
@@ -243,17 +240,7 @@ def _row_count(config: BenchConfig) -> int:
 
 def main() -> None:
     """Entry point of a spawned rank."""
-    rank.guard_startup()
-    try:
-        config = BenchConfig.from_dict(json.loads(os.environ[CONFIG_VARIABLE]))
-        world = launch.detect()
-    except (KeyError, ValueError, FabricscopeError) as exc:
-        sys.stderr.write(f"error: this process was not started by fabricscope bench ({exc})\n")
-        raise SystemExit(2) from None
-    if world is None:
-        sys.stderr.write("error: no RANK/WORLD_SIZE in the environment of a spawned rank\n")
-        raise SystemExit(2)
-    rank.finish_process(run_rank(config, world))
+    rank.spawned_rank_main("bench", CONFIG_VARIABLE, BenchConfig.from_dict, run_rank)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from fabricscope.errors import MissingDependencyError, RunError, UsageError
+from fabricscope.errors import FabricscopeError, MissingDependencyError, RunError, UsageError
 from fabricscope.launch.heartbeat import Heartbeat, Peer, describe_exception, make_store_factory
 from fabricscope.launch.world import World, check_master_reachable
 
@@ -36,9 +37,30 @@ __all__ = [
     "join_group",
     "orphaned",
     "say",
+    "spawned_rank_main",
     "start_heartbeat",
     "stop_when_orphaned",
 ]
+
+
+def spawned_rank_main(
+    command: str, variable: str, load: Callable[[Any], Any], run: Callable[[Any, World], int]
+) -> None:
+    """The entry point of a rank that ``fabricscope COMMAND`` spawned: its config comes as JSON in
+    ``variable``, its world from the launcher variables; ``run(config, world)`` gives the exit code."""
+    from fabricscope.launch.world import detect
+
+    guard_startup()
+    try:
+        config = load(json.loads(os.environ[variable]))
+        world = detect()
+    except (KeyError, ValueError, TypeError, FabricscopeError) as exc:
+        sys.stderr.write(f"error: this process was not started by fabricscope {command} ({exc})\n")
+        raise SystemExit(2) from None
+    if world is None:
+        sys.stderr.write("error: no RANK/WORLD_SIZE in the environment of a spawned rank\n")
+        raise SystemExit(2)
+    finish_process(run(config, world))
 
 
 def say(rank: int, message: str) -> None:

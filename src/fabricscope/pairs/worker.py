@@ -15,10 +15,7 @@ or a file that could not be written; 2 a usage error; 130 interrupted.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import signal
-import sys
 from typing import Any
 
 from fabricscope import launch
@@ -234,17 +231,7 @@ def _fit_to_memory(config: PairsConfig, world: launch.World, torch: Any, dist: A
 
 def main() -> None:
     """Entry point of a spawned rank."""
-    rank.guard_startup()
-    try:
-        config = PairsConfig.from_dict(json.loads(os.environ[CONFIG_VARIABLE]))
-        world = launch.detect()
-    except (KeyError, ValueError, TypeError, FabricscopeError) as exc:
-        sys.stderr.write(f"error: this process was not started by fabricscope pairs ({exc})\n")
-        raise SystemExit(2) from None
-    if world is None:
-        sys.stderr.write("error: no RANK/WORLD_SIZE in the environment of a spawned rank\n")
-        raise SystemExit(2)
-    rank.finish_process(run_rank(config, world))
+    rank.spawned_rank_main("pairs", CONFIG_VARIABLE, PairsConfig.from_dict, run_rank)
 
 
 if __name__ == "__main__":
