@@ -8,8 +8,8 @@ by, so :func:`fastest` and :func:`choose` pick what NCCL would run and report
 how long that takes.  The same code prices one row of ``predict`` and a
 million configurations of ``plan``.
 
-Constants are NCCL's (``src/graph/tuning.cc`` at master 5067397c, see
-shared/reference/modeling.md): base and per-hop latencies per algorithm and
+Constants are NCCL's (NVIDIA/nccl ``src/graph/tuning.cc`` at master 5067397c; docs/model.md
+lists them): base and per-hop latencies per algorithm and
 protocol (the network overhead of inter-node ring steps, the Tree network
 latency when a ring has one rank per node), protocol bandwidth factors (LL
 carries 4 payload bytes per 8, LL128 120 per 128), the LL bandwidth ceiling per

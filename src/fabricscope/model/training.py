@@ -93,7 +93,7 @@ __all__ = [
 
 GEMM_DERATE = 0.80
 """Matmul efficiency in training / best-shape MAMF.  The one constant fitted to
-training measurements (the Megatron A100 rows of shared/validation): A100
+training measurements (the Megatron A100 rows of the shipped validation data, docs/model.md): A100
 0.869 x 0.80 = 0.70 of peak on transformer GEMMs."""
 TOUCH_FWD = 2.0
 """Forward: every stored activation byte is written once and read once."""

@@ -1,6 +1,6 @@
 """Checking the model against published measurements, row by row.
 
-Reads CSV files with the columns of shared/validation (``collectives.csv``:
+Reads CSV files with the columns of the shipped validation data (docs/model.md, ``collectives.csv``:
 nccl-tests bus bandwidth or latency on named systems; ``training.csv``:
 Megatron-LM throughput or iteration time), builds each row's cluster and job
 from its hardware description alone, predicts the row's metric and reports the
@@ -134,7 +134,7 @@ class Comparison:
 
 
 def default_files() -> list[Any]:
-    """The validation data shipped with fabricscope (a copy of shared/validation)."""
+    """The validation data shipped with fabricscope (published measurements, each with its source)."""
     folder = resources.files("fabricscope.model") / "data" / "validation"
     return sorted((p for p in folder.iterdir() if p.name.endswith(".csv")), key=lambda p: p.name)
 
