@@ -19,8 +19,9 @@ GOOD = 'gpu = "h100-sxm"\nnodes = 2\n[network]\nnic = "ib-ndr"\nnics_per_node = 
             'gpu = "h100-sxm"\n[network]\ntransport = "rdma-gdrr"\n',
             ["network.transport = 'rdma-gdrr' is not allowed", "did you mean 'rdma-gdr'", "'tcp-socket'"],
         ),
-        ('gpu = "h100-sxm"\nnodes = 0\n', ["nodes must be at least 1, got 0"]),
-        ('gpu = "h100-sxm"\nnodes = -4\n', ["nodes must be at least 1, got -4"]),
+        ('gpu = "h100-sxm"\nnodes = 0\n', ["nodes must be from 1 to 1048576, got 0"]),
+        ('gpu = "h100-sxm"\nnodes = -4\n', ["nodes must be from 1 to 1048576, got -4"]),
+        ('gpu = "h100-sxm"\nnodes = 9223372036854775807\n', ["nodes must be from 1 to 1048576"]),
         ('gpu = "h100-sxm"\nnodes = "two"\n', ["nodes = 'two': must be a whole number"]),
         # Wrong TOML types are refused, not coerced (as the doctor's expectations reader does).
         ('gpu = "h100-sxm"\nnodes = true\n', ["nodes = true: must be a whole number"]),

@@ -83,9 +83,9 @@ class NetworkSpec:
     """Added to every message between nodes (long cables, extra hops)."""
 
     def __post_init__(self) -> None:
-        require("nics_per_node", self.nics_per_node, "0 or more", lambda v: v >= 0)
-        require("oversubscription", self.oversubscription, "1 (non-blocking) or more", lambda v: v >= 1)
-        require("extra_latency_us", self.extra_latency_us, "0 or more (microseconds)", lambda v: v >= 0)
+        require("nics_per_node", self.nics_per_node, "from 0 to 64", lambda v: 0 <= v <= 64)
+        require("oversubscription", self.oversubscription, "from 1 (non-blocking) to 1000", lambda v: 1 <= v <= 1e3)
+        require("extra_latency_us", self.extra_latency_us, "from 0 to 1e6 (microseconds)", lambda v: 0 <= v <= 1e6)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -101,7 +101,7 @@ class StorageSpec:
     """Share of samples read from the page cache instead of storage (0 to 1)."""
 
     def __post_init__(self) -> None:
-        require("devices", self.devices, "at least 1", lambda v: v >= 1)
+        require("devices", self.devices, "from 1 to 100000", lambda v: 1 <= v <= 1e5)
         require("cached_fraction", self.cached_fraction, "between 0 and 1", lambda v: 0 <= v <= 1)
 
 
@@ -153,8 +153,9 @@ class ClusterSpec:
     """Measured terms per collective (``fabricscope calibrate``): they replace the catalog's."""
 
     def __post_init__(self) -> None:
-        require("nodes", self.nodes, "at least 1", lambda v: v >= 1)
-        require("gpus_per_node", self.gpus_per_node, "at least 1", lambda v: v >= 1)
+        # Bounds far beyond any cluster, so that absurd values are refused, not carried into float overflow.
+        require("nodes", self.nodes, "from 1 to 1048576", lambda v: 1 <= v <= 1 << 20)
+        require("gpus_per_node", self.gpus_per_node, "from 1 to 1024", lambda v: 1 <= v <= 1024)
         from fabricscope.ops import COLLECTIVES
 
         for name in self.calibration:
