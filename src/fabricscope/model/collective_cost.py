@@ -18,16 +18,11 @@ NVLS trees, tree and CollNet derating, and PAT.  NCCL runs one ring or tree
 channel per NIC across nodes, so a channel ceiling times the NICs a group uses
 caps its bandwidth.
 
-NCCL's tuner also ranks candidates with terms that steer its choice: 25 us of
-NVLink latency for NVLS (which keeps NVLS off small messages), the 1.4x
-"plateau" on Simple ring all-reduce latency across nodes and the tree
-correction for medium sizes.  They are each candidate's ``penalty``: the
-choice is NCCL's, the predicted time is the plain alpha-beta model, which
-matches the measurements better (NVLS: two NVLink hops at NCCL's Simple hop
-latency, 6.8 us, against 6 us measured with NVLS forced on 2 H100, NVIDIA/nccl
-issue 1259; 3 HGX A100 nodes: -12% average busbw with the corrections in the
-time, -9% without, against nccl-tests issue 119).  Choices that are
-fabricscope's own:
+NCCL's tuner also ranks candidates with terms that steer its choice (NVLS's
+NVLink latency, the Simple ring "plateau", the tree correction): they are each
+candidate's ``penalty``, so the choice is NCCL's while the predicted time is the
+plain alpha-beta model (docs/model.md, "Which algorithm runs", gives the
+measurements behind that split).  Choices that are fabricscope's own:
 
 * the hierarchical algorithm is the classic two-level one (intra-node
   reduce-scatter, inter-node ring all-reduce of 1/g of the data over each GPU's
