@@ -17,6 +17,11 @@ then floored at the logarithm of 1 + :data:`MAD_FLOOR`, so a difference of a
 few percent is never an outlier.  Fewer than :data:`MIN_LINKS` links per test
 give no outliers (there is no "most" to compare with).
 
+A link :data:`FACTOR` times slower than the median (a tenth of its bandwidth,
+ten times its latency) is an outlier whatever the spread: when the healthy
+links themselves scatter widely (ranks sharing CPU cores, a busy fabric) the
+MAD grows with them, and an order of magnitude is a broken link on any fabric.
+
 Pure functions over plain records (``src``, ``dst``, ``src_host``,
 ``dst_host``, ``test``, ``size_bytes``, ``time_us``, ``algbw_gbps``).
 """
@@ -30,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-__all__ = ["MAD_FLOOR", "MIN_LINKS", "THRESHOLD", "Findings", "Outlier", "analyse", "robust_scores"]
+__all__ = ["FACTOR", "MAD_FLOOR", "MIN_LINKS", "THRESHOLD", "Findings", "Outlier", "analyse", "robust_scores"]
 
 THRESHOLD = 3.5
 """Iglewicz and Hoaglin's cut-off for the modified z-score."""
@@ -38,6 +43,8 @@ MAD_FLOOR = 0.01
 """The MAD is at least this share of the median (identical links are not outliers of each other)."""
 _TINY = 1e-300
 """A zero (nothing measurable) counts as this, so its logarithm exists."""
+FACTOR = 10.0
+"""A link this many times slower than the median is an outlier whatever the scores say."""
 MIN_LINKS = 3
 """Fewest measured links (per test) that are judged for outliers."""
 
@@ -116,8 +123,9 @@ def analyse(records: Sequence[Mapping[str, Any]]) -> Findings:
         findings.medians[test] = median
         if len(chosen) < MIN_LINKS:
             continue
-        for record, score in zip(chosen, robust_scores(values), strict=True):
-            if score * slow_sign > THRESHOLD:
+        for record, score, value in zip(chosen, robust_scores(values), values, strict=True):
+            factor = (median / max(value, _TINY)) if slow_sign < 0 else (value / max(median, _TINY))
+            if score * slow_sign > THRESHOLD or factor >= FACTOR:
                 findings.outliers.append(
                     Outlier(
                         test=test,

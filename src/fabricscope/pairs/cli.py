@@ -21,7 +21,8 @@ _EPILOG = """\
 Pairs that share no rank run at the same time, in n-1 rounds (circle method; n
 rounds for an odd n, one rank resting each round).  Each link is tested both
 ways: bandwidth (--size messages, back to back) and latency (8 B ping-pong).
-Outliers: a modified z-score (median absolute deviation) beyond 3.5 on the slow side.
+Outliers: a modified z-score (median absolute deviation) beyond 3.5 on the slow side,
+or a link 10x slower than the median.
 
 Without a launcher, pairs spawns --nproc local ranks; under torchrun, mpirun,
 srun or RANK/WORLD_SIZE/MASTER_ADDR variables it joins that world.  --json is

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from fabricscope.pairs.analysis import THRESHOLD, Findings
+from fabricscope.pairs.analysis import FACTOR, THRESHOLD, Findings
 
 __all__ = ["MAX_MATRIX", "SLOWEST_SHOWN", "endpoint_label", "findings_lines", "print_report"]
 
@@ -39,7 +39,7 @@ def findings_lines(records: Sequence[Mapping[str, Any]], findings: Findings, by:
     if "latency" in findings.medians:
         lines.append(f"median latency: {findings.medians['latency']:.1f} us (8 B, half a round trip)")
     if findings.outliers:
-        lines.append(f"outliers (modified z-score beyond {THRESHOLD:g} against the median):")
+        lines.append(f"outliers (modified z-score beyond {THRESHOLD:g}, or {FACTOR:g}x slower than the median):")
         for o in findings.outliers:
             unit, fmt = ("GB/s", "{:.3g}") if o.test == "bandwidth" else ("us", "{:.1f}")
             ends = (
@@ -51,7 +51,7 @@ def findings_lines(records: Sequence[Mapping[str, Any]], findings: Findings, by:
                 f"  {o.test:9} {ends}: {fmt.format(o.value)} {unit} (median {fmt.format(o.median)}, score {o.score:g})"
             )
     else:
-        lines.append(f"no outliers (no link's modified z-score beyond {THRESHOLD:g})")
+        lines.append(f"no outliers (no link's modified z-score beyond {THRESHOLD:g}, none {FACTOR:g}x slower)")
     if findings.slowest is not None:
         slow = findings.slowest
         lines.append(
