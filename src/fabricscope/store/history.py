@@ -200,20 +200,32 @@ class History:
         if version == SCHEMA_VERSION:
             conn.execute("PRAGMA foreign_keys = ON")
             return
-        if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+        # A foreign database is refused before anything (journal mode included) is changed in it;
+        # version and tables are read in one snapshot, so a schema another process is creating
+        # right now is seen whole or not at all.
+        conn.execute("BEGIN")
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        finally:
+            conn.execute("COMMIT")
+        if version == 0 and tables:
             raise HistoryError(f"{self.path} is an SQLite database but not a fabricscope history; it was left as is")
         conn.execute("PRAGMA journal_mode = WAL")
         with self.transaction():
-            # Another process may have created the schema while this one waited for the lock.
-            if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
-                if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-                    raise HistoryError(
-                        f"{self.path} is an SQLite database but not a fabricscope history; it was left as is"
-                    )
+            # Judged under the write lock, in one snapshot: another process may have created the
+            # schema since the version above was read (8 processes saving into a new history at once).
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if version == 0 and not tables:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            elif version != SCHEMA_VERSION:
+                raise HistoryError(
+                    f"{self.path} is an SQLite database but not a fabricscope history; it was left as is"
+                )
         conn.execute("PRAGMA foreign_keys = ON")
 
     def _db(self) -> sqlite3.Connection:
