@@ -22,14 +22,14 @@ from fabricscope.errors import FabricscopeError
 __all__ = ["Parser", "main", "printable"]
 
 COMMAND_MODULES = (
-    "fabricscope.bench.cli",
-    "fabricscope.model.cli",
-    "fabricscope.doctor.cli",
-    "fabricscope.dataload.cli",
-    "fabricscope.monitor.cli",
-    "fabricscope.store.cli",
-    "fabricscope.report.cli",
+    "fabricscope.bench.cli",  # measure
     "fabricscope.pairs.cli",
+    "fabricscope.dataload.cli",
+    "fabricscope.model.cli",  # predict
+    "fabricscope.doctor.cli",  # diagnose
+    "fabricscope.monitor.cli",  # watch
+    "fabricscope.store.cli",  # remember
+    "fabricscope.report.cli",
 )
 """Modules that each register one or more sub-commands, in help order."""
 
