@@ -64,11 +64,11 @@ def test_runs_across_nodes_give_the_network_terms() -> None:
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real 2-rank gloo bench of all_reduce and all_gather, 64 KiB to 1 MiB."""
+    """A real 2-rank gloo bench of all_reduce and all_gather, 64 KiB to 4 MiB (bandwidth shows above 1 MiB)."""
     out = tmp_path_factory.mktemp("bench") / "two.json"
     done = subprocess.run(
         [sys.executable, "-m", "fabricscope", "bench", "all_reduce,all_gather", "--nproc", "2", "-b", "64K",
-         "-e", "1M", "-n", "5", "-w", "1", "-c", "0", "--json", str(out)],
+         "-e", "4M", "-n", "5", "-w", "1", "-c", "0", "--json", str(out)],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -83,12 +83,16 @@ def test_a_real_bench_calibrates_and_predict_uses_the_fit(cli, two_ranks, tmp_pa
     cluster = load_cluster(str(out))
     assert (cluster.nodes, cluster.gpus_per_node) == (1, 2)
     terms = cluster.spec.calibration["all_reduce"]
-    assert terms.points == 10 and terms.intra_busbw_gbps > 0 and terms.inter_busbw_gbps == 0
+    assert terms.points == 14 and terms.intra_busbw_gbps > 0 and terms.inter_busbw_gbps == 0
     # The file's terms are the fit of the measured points, and predict prints exactly them.
     runs = [r for r in load_runs([str(two_ranks)]) if r.op == "all_reduce"]
     a, b = fit_line(runs[0].moved, runs[0].seconds)
     assert terms.intra_hop_us * 2 == pytest.approx(a * 1e6, rel=1e-3)
-    assert terms.intra_busbw_gbps == pytest.approx(COLLECTIVES["all_reduce"].busbw_factor(2) / b / 1e9, rel=1e-3)
+    # A line that comes out flat (noisy small sizes on a busy machine) means "no bandwidth limit seen":
+    # calibrate writes its cap, 1e6 GB/s, and predict then charges the latency alone.
+    flat = b <= 0
+    expected = 1e6 if flat else min(COLLECTIVES["all_reduce"].busbw_factor(2) / b / 1e9, 1e6)
+    assert terms.intra_busbw_gbps == pytest.approx(expected, rel=1e-3)
     pred = tmp_path / "p.json"
     done = cli("predict", "--cluster", str(out), "--gpus-per-node", "4", "-b", "64K", "-e", "1M", "--json", str(pred))
     assert done.code == 0, done.err
