@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from fabricscope.errors import ResultFormatError, RunError, UsageError
-from fabricscope.userfiles import MAX_DEPTH, check_depth, read_text, shorten
+from fabricscope.userfiles import parse_json, read_text, shorten
 
 __all__ = [
     "COLLECTIVE_FIELDS",
@@ -287,10 +287,6 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot store {type(value).__name__} in a result")
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
 def load(path: str | os.PathLike[str]) -> Result:
     """Read a Result file, a JSON document or a stream of JSON lines (:class:`ResultStream`).
 
@@ -300,17 +296,7 @@ def load(path: str | os.PathLike[str]) -> Result:
     source = shorten(os.fspath(path))
     if text.lstrip().startswith('{"type":"header"'):
         return _from_stream(text, source)
-    try:
-        data = json.loads(text, parse_constant=_no_constant)
-    except json.JSONDecodeError as exc:
-        raise ResultFormatError(
-            f"{source}: corrupt result file (invalid JSON at line {exc.lineno}, column {exc.colno})"
-        ) from None
-    except RecursionError:
-        raise ResultFormatError(f"{source}: nested more than {MAX_DEPTH} levels deep") from None
-    except ValueError as exc:  # an integer of thousands of digits
-        raise ResultFormatError(f"{source}: corrupt result file ({exc})") from None
-    check_depth(data, source=source, error=ResultFormatError)
+    data = parse_json(text, source=source, what="result file", error=ResultFormatError)
     return Result.from_dict(data, source=source)
 
 
@@ -402,14 +388,13 @@ def _from_stream(text: str, source: str) -> Result:
         if len(line) > _MAX_STREAM_LINE:
             raise ResultFormatError(f"{source}: line {number} is longer than {_MAX_STREAM_LINE >> 20} MiB")
         try:
-            item = json.loads(line, parse_constant=_no_constant)
-        except (json.JSONDecodeError, RecursionError, ValueError):
+            item = parse_json(line, source=f"{source}: line {number}", what="line", error=ResultFormatError)
+        except ResultFormatError:
             if number >= len(lines) - 1:  # the last line, torn by a kill mid-write
                 break
-            raise ResultFormatError(f"{source}: line {number} is not JSON") from None
+            raise
         if not isinstance(item, dict):
             raise ResultFormatError(f"{source}: line {number} is not a JSON object")
-        check_depth(item, source=f"{source}: line {number}", error=ResultFormatError)
         parsed.append(item)
     header = parsed[0] if parsed else {}
     if header.get("format") != STREAM_FORMAT:

@@ -34,7 +34,17 @@ from typing import Any
 
 from fabricscope.errors import ConfigError, UsageError
 
-__all__ = ["MAX_DEPTH", "MAX_TEXT_BYTES", "check_depth", "is_path", "read_json", "read_text", "read_toml", "shorten"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_TEXT_BYTES",
+    "check_depth",
+    "is_path",
+    "parse_json",
+    "read_json",
+    "read_text",
+    "read_toml",
+    "shorten",
+]
 
 MAX_TEXT_BYTES = 4 << 20
 """Default cap on a user-written file (cluster, model, expectations, CSV): 4 MiB."""
@@ -203,14 +213,22 @@ def read_json(
 ) -> Any:
     """Parse a JSON file through :func:`read_text`; malformed or too deep data is one ``error`` line."""
     text = read_text(path, what=what, max_bytes=max_bytes, error=error)
-    source = shorten(os.fspath(path))
+    return parse_json(text, source=shorten(os.fspath(path)), what=what, error=error)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def parse_json(text: str, *, source: str, what: str = "JSON file", error: type[UsageError] = ConfigError) -> Any:
+    """Parse JSON read from a user file: ``NaN``/``Infinity``, malformed or too deep data is one ``error`` line."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise error(f"{source}: corrupt {what} (invalid JSON at line {exc.lineno}, column {exc.colno})") from None
     except RecursionError:
         raise error(f"{source}: nested more than {MAX_DEPTH} levels deep") from None
-    except ValueError as exc:  # an integer of thousands of digits
+    except ValueError as exc:  # an integer of thousands of digits, NaN, Infinity
         raise error(f"{source}: corrupt {what} ({exc})") from None
     check_depth(data, source=source, error=error)
     return data
