@@ -100,6 +100,8 @@ def shape_of(model: ModelSpec) -> Shape:
             vision_flops=model.gflops_per_sample * 1e9,
             vision_traffic=model.traffic_mb_per_sample * 1e6,
             sample_bytes=model.sample_bytes,
+            head_params=model.head_params_share,
+            head_backward=model.head_backward_share,
         )
     return Shape(
         transformer=True,

@@ -433,6 +433,8 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         precision=_precision(row, cluster),
     )
     check_layout(par, model, gpus=gpus, gpus_per_node=per_node, batch=batch, row=True)
+    if (row.get("one_gpu_images_per_s") or "").strip():
+        model = _anchored(model, row, par, batch // gpus)
     result = estimate(model, cluster, par, what_ifs=False)
     step = result.step_s
     if metric == "iteration_s":
@@ -473,6 +475,33 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         group=_group(row, "training"),
         known_off=KNOWN_OFF in (row.get("notes") or ""),
     )
+
+
+def _anchored(model: ModelSpec, row: Mapping[str, str], par: ParallelConfig, per_gpu: int) -> ModelSpec:
+    """The vision model with the memory traffic per sample that makes one GPU of the row run at
+    the rate its own table publishes (``one_gpu_images_per_s``): the same derivation as the
+    preset's traffic (the time the FLOPs leave, at HBM bandwidth), from the measured stack itself.
+    A scaling efficiency then tests the communication against the compute that was measured."""
+    if model.is_transformer:
+        raise UsageError("one_gpu_images_per_s applies to vision rows (a model preset of kind vision)")
+    rate = float(_number(row, "one_gpu_images_per_s"))
+    one = dataclasses.replace(par, tp=1, pp=1, dp=1, zero=0, ps_servers=0, global_batch=per_gpu)
+
+    def step_s(traffic_mb: float) -> float:
+        changed = dataclasses.replace(model, traffic_mb_per_sample=traffic_mb, global_batch=per_gpu)
+        return estimate(changed, _cluster(row, 1, 1), one, what_ifs=False).step_s
+
+    # The one-GPU step is linear in the traffic: the FLOPs and the optimizer, then traffic / HBM.
+    low, high = step_s(1.0), step_s(1001.0)
+    slope = (high - low) / 1000.0
+    bare = low - slope
+    traffic = (per_gpu / rate - bare) / slope
+    if traffic <= 0:
+        raise UsageError(
+            f"one_gpu_images_per_s = {rate:g} is faster than the model's FLOPs alone allow on this GPU "
+            f"({per_gpu / bare:.0f} images/s at a batch of {per_gpu})"
+        )
+    return dataclasses.replace(model, traffic_mb_per_sample=traffic)
 
 
 def _precision(row: Mapping[str, str], cluster: Any) -> Precision:

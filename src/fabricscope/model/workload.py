@@ -45,7 +45,14 @@ SHAPE_KEYS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "seq", "vocab
 """What describes a transformer."""
 MOE_KEYS = ("experts", "top_k", "expert_ffn", "shared_experts", "shared_ffn", "dense_layers", "route_nodes")
 """What describes the mixture-of-experts layers of a transformer (whole numbers)."""
-VISION_KEYS = ("gflops_per_sample", "traffic_mb_per_sample", "sample_kb", "batch_per_gpu")
+VISION_KEYS = (
+    "gflops_per_sample",
+    "traffic_mb_per_sample",
+    "sample_kb",
+    "batch_per_gpu",
+    "head_params_share",
+    "head_backward_share",
+)
 """What describes a vision model."""
 
 PARAMS_TOLERANCE = 0.15
@@ -86,6 +93,11 @@ class ModelSpec:
     sample_kb: float = 0.0
     """Bytes read from storage per sample (KB); transformers default to 4 bytes per token."""
     batch_per_gpu: int = 0
+    head_params_share: float = 0.0
+    """Vision: share of the weights in the last layers of the network, whose gradients the
+    backward produces first (ResNet-50: conv5_x and fc, 67%); 0 means spread evenly."""
+    head_backward_share: float = 0.0
+    """Vision: share of the backward's time those last layers take (ResNet-50: conv5_x, 19%)."""
     experts: int = 0
     """Routed experts per mixture-of-experts layer; 0 for a dense model."""
     top_k: int = 0
@@ -107,6 +119,13 @@ class ModelSpec:
     def __post_init__(self) -> None:
         for key in ("params", *SHAPE_KEYS, "global_batch", *VISION_KEYS):
             require(key, getattr(self, key), "0 or more", lambda v: v >= 0)
+        for key in ("head_params_share", "head_backward_share"):
+            require(key, getattr(self, key), "at least 0 and below 1 (a share)", lambda v: 0 <= v < 1)
+        if bool(self.head_params_share) != bool(self.head_backward_share):
+            raise InvalidValue(
+                "head_params_share and head_backward_share go together: give both (the last layers' share "
+                "of the weights and of the backward's time) or neither"
+            )
         if self.kind == "transformer":
             for key in ("layers", "hidden", "heads", "seq", "vocab"):
                 if getattr(self, key) <= 0:
