@@ -30,6 +30,21 @@ def test_pipeline_engine_sends_whole_outputs_from_every_tensor_rank() -> None:
     assert float(engine.compute) == pytest.approx(float(megatron.compute))
 
 
+def test_pipeline_instructions_one_after_the_other_take_twice_the_transfers() -> None:
+    # DeepSpeed's TrainSchedule: RecvGrad then SendActivation, SendGrad then RecvActivation, each
+    # finished before the next: four transfer times per micro-batch where Megatron's batched
+    # send-and-receive takes two.  Nothing else of the step changes but the bubble it paces.
+    split = dict(tp=8, pp=35, dp=8, recompute="full", global_batch=1920, pp_scatter_gather=False)
+    batched = _step("megatron-530b", "dgx-a100-hdr", 280, **split)
+    serial = _step("megatron-530b", "dgx-a100-hdr", 280, p2p_batched=False, **split)
+    assert float(serial.pp_comm) == pytest.approx(2 * float(batched.pp_comm))
+    assert float(serial.compute) == pytest.approx(float(batched.compute))
+    micro = 1920 / 8
+    per_mb = (float(serial.pp_comm) - float(batched.pp_comm)) / micro
+    assert float(serial.bubble) - float(batched.bubble) == pytest.approx(34 * per_mb)
+    assert FRAMEWORKS["deepspeed-pipeline"].p2p_batched is False and FRAMEWORKS["megatron-core"].p2p_batched
+
+
 def test_zero3_regathers_for_recomputation_only_when_the_stack_does() -> None:
     split = dict(dp=64, zero=3, recompute="full", micro_batch=1, global_batch=64, dp_overlap=False)
     fsdp = _step("llama-7b", "dgx-a100-hdr", 8, **split)

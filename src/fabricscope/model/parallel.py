@@ -133,6 +133,9 @@ class StackParameters:
     """ZeRO 3: gathered parameters held at once (0: the unit in use and the one prefetched)."""
     pp_scatter_gather: bool = True
     """Each tensor-parallel rank sends 1/t of a stage's output to the next stage (Megatron)."""
+    p2p_batched: bool = True
+    """A stage sends to one neighbour while it receives from the other (Megatron's batched
+    isend/irecv: two transfer times per micro-batch); else one transfer after the other (four)."""
     hopper_attention: bool = True
     """On Hopper, attention kernels of the FlashAttention-3 class (cuDNN fused attention, FA3: 75% of
     peak); else FlashAttention-2, which reaches 35% of an H100's peak."""
@@ -178,11 +181,15 @@ FRAMEWORKS: dict[str, Framework] = {
         regather_on_recompute=False,
         hopper_attention=False,
         pp_scatter_gather=False,
+        p2p_batched=False,
         source="DeepSpeed PipelineEngine (deepspeed/runtime/pipe/engine.py, v0.5): the schedule ends with "
         "ReduceGrads after the last backward, so gradients are reduced after the pipeline flush; "
         "_exec_send_activations sends each stage output whole from every tensor-parallel rank, "
-        "synchronously (p2p.send: 'Doesnt support async_op true'); Megatron-DeepSpeed of 2021-22 ran "
-        "Megatron's fused softmax (no FlashAttention)",
+        "synchronously (p2p.send: 'Doesnt support async_op true'); TrainSchedule.steps "
+        "(deepspeed/runtime/pipe/schedule.py) issues SendGrad then RecvActivation before a forward and "
+        "RecvGrad then SendActivation before a backward as separate instructions, each finished before "
+        "the next, so a stage spends four transfer times per micro-batch; Megatron-DeepSpeed of 2021-22 "
+        "ran Megatron's fused softmax (no FlashAttention)",
     ),
     "deepspeed-zero3-2021": Framework(
         flash_attention=False,
@@ -255,6 +262,7 @@ def stack_numbers(source: StackParameters) -> dict[str, float]:
         "rank_copies": 1.0 if source.rank_copies else 0.0,
         "live_params": float(source.live_params),
         "pp_scatter": 1.0 if source.pp_scatter_gather else 0.0,
+        "p2p_serial": 0.0 if source.p2p_batched else 1.0,
         "ep_overlap": 1.0 if source.ep_overlap else 0.0,
         "node_dedup": 1.0 if source.node_dedup else 0.0,
     }

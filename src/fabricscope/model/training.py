@@ -209,6 +209,9 @@ class Job:
     pp_scatter: Num = 1
     """1: each tensor-parallel rank sends 1/t of a stage's output (Megatron's scatter/gather,
     Narayanan et al. 2021 section 4.1); 0: every rank sends all of it (DeepSpeed's pipeline engine)."""
+    p2p_serial: Num = 0
+    """0: a stage's send and receive of a micro-batch run together (Megatron's batched isend/irecv);
+    1: one after the other (DeepSpeed's pipeline instructions), twice the transfer time."""
     unit_tensors: Num = 1
     """Data-parallel collectives per transformer layer: 1 where a layer is one flat unit (FSDP),
     one per weight matrix where each is gathered on its own (DeepSpeed ZeRO 3 of 2021: 4)."""
@@ -612,7 +615,8 @@ def _gradients_beside(w: Shape, units: Num, comm: Num, backward: Num) -> Num:
 
 
 def _pp_comm(w: Shape, job: Job, dev: Device, fab: Fabric) -> Num:
-    """Point-to-point seconds per micro-batch: each stage boundary, both directions, each virtual stage."""
+    """Point-to-point seconds per micro-batch: each stage boundary, both directions, each virtual
+    stage; a send and a receive together (Megatron) or one after the other (``p2p_serial``)."""
     message = job.micro_batch * w.seq / job.cp * w.hidden * dev.act_bytes / np.where(job.pp_scatter, job.tp, 1)
     # Ranks are ordered tensor, context, data, pipeline: a pipeline longer than a node crosses
     # nodes, and the slowest boundary paces it.
@@ -620,7 +624,7 @@ def _pp_comm(w: Shape, job: Job, dev: Device, fab: Fabric) -> Num:
     bw = np.where(across_nodes, np.minimum(fab.nic_gbps, fab.node_net_gbps / fab.gpus_per_node), fab.intra_gbps)
     hop = np.where(across_nodes, coll.net_hop(fab, "ring", coll.SIMPLE), coll.HOP_NVLINK_US["ring"][coll.SIMPLE])
     one = (coll.BASE_US["ring"][2] + hop) * 1e-6 + message / (np.maximum(bw, 1e-12) * 1e9)
-    return np.where(job.pp > 1, 2.0 * job.interleave * one, 0.0)
+    return np.where(job.pp > 1, (2.0 + 2.0 * job.p2p_serial) * job.interleave * one, 0.0)
 
 
 def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
