@@ -180,12 +180,13 @@ FRAMEWORKS: dict[str, Framework] = {
         dp_overlap=False,
         regather_on_recompute=False,
         hopper_attention=False,
-        pp_scatter_gather=False,
         p2p_batched=False,
         source="DeepSpeed PipelineEngine (deepspeed/runtime/pipe/engine.py, v0.5): the schedule ends with "
         "ReduceGrads after the last backward, so gradients are reduced after the pipeline flush; "
-        "_exec_send_activations sends each stage output whole from every tensor-parallel rank, "
-        "synchronously (p2p.send: 'Doesnt support async_op true'); TrainSchedule.steps "
+        "with tensor parallelism each rank sends its 1/t of a stage's output and gradient "
+        "(is_pipe_partitioned = is_model_parallel since v0.3.14: PartitionedTensor, gathered over the "
+        "tensor-parallel group on receipt, as Megatron's scatter/gather), synchronously (p2p.send: "
+        "'Doesnt support async_op true'); TrainSchedule.steps "
         "(deepspeed/runtime/pipe/schedule.py) issues SendGrad then RecvActivation before a forward and "
         "RecvGrad then SendActivation before a backward as separate instructions, each finished before "
         "the next, so a stage spends four transfer times per micro-batch; Megatron-DeepSpeed of 2021-22 "
