@@ -1,71 +1,11 @@
 """One training step, priced part by part, vectorized over parallelism and hardware.
 
-``step`` takes numeric descriptions whose fields may be numpy arrays and
-returns every part of the step as arrays of the broadcast shape, so the same
-function prices the one configuration of ``estimate`` and the million of
-``plan``.  Per micro-batch and pipeline stage:
-
-* **GEMMs** (Megatron's four per layer, and the logits on the last stage) on a
-  roofline: ``max(flops / (peak x matmul efficiency), bytes / HBM)``.  Matmul
-  efficiency = the GPU's measured MAMF x ``GEMM_DERATE`` (transformer-sized
-  shapes at sustained clocks reach less than the best shape);
-* **attention**: QK^T and AV as batched GEMMs (a roofline again: with head
-  dimension 96-128 they are memory bound); with FlashAttention the scores never
-  reach memory and causal blocks above the diagonal are skipped;
-* **memory-bound kernels** (norms, softmax, dropout, activations, residuals)
-  move the activation bytes of Korthikanti et al. 2022 (34sbh + 5as^2b per
-  layer, generalized to grouped-query attention and gated MLPs)
-  ``TOUCH_FWD`` times forward and ``TOUCH_BWD`` times backward;
-* a fixed launch overhead per kernel;
-* backward = 2x forward GEMM FLOPs; full recomputation replays the forward,
-  selective replays the attention core;
-* **tensor parallelism**: 2 all-reduces of b*s*h activations forward and 2
-  backward per layer (2 more with full recomputation), priced by the collective
-  model on the node's NVLink or PCIe, not overlapped (as in Megatron-LM);
-* **pipeline**: bubble (p-1)/v of a micro-batch per step (Narayanan et al. 2021),
-  one point-to-point transfer per stage boundary each way per micro-batch;
-* **data parallelism**, one collective per unit (a transformer layer of the
-  stage, as FSDP wraps them and gradient buckets fill; for vision models
-  PyTorch DDP's 25 MB buckets), each paying its own latency, on the share of
-  the node's NICs its group gets: ZeRO 0 all-reduces the gradients (or a
-  parameter-server exchange, BytePS OSDI'20), ZeRO 1 reduce-scatters them once
-  per step, ZeRO 2 every micro-batch (gradients stay sharded), and ZeRO 1-2
-  all-gather the updated weights; ZeRO 3 (FSDP) all-gathers every unit's
-  weights in the forward and again in the backward of every micro-batch and
-  reduce-scatters its gradients there;
-* **overlap**: communication hides behind compute it runs beside, once.  The
-  gradient reduction overlaps the backward (and recomputation) of the last
-  micro-batch, the weight all-gather the first forward, ZeRO 3's gathers each
-  forward and its gathers and reduce-scatters (one after another on the same
-  NICs) each backward.  Unit i's collective can start only when unit i's
-  compute has produced it (or must end before unit i's compute needs it), so
-  ``n`` units of ``c`` seconds beside ``w`` seconds of compute expose
-  ``n max(c - w/n, 0) + min(c, w/n)``: never less than ``n c - w``, so a step
-  is never shorter than the network time it contains;
-* **framework effects** are named parameters of the job, each from a training stack's source
-  (``parallel.FRAMEWORKS``): gradient reduction beside or after the backward, ZeRO 3 gathers
-  repeated for recomputation, collectives per layer and one copy kernel per rank (DeepSpeed's
-  ZeRO 3 of 2021), whole or scattered pipeline sends, gradient buckets and Horovod's cycle, and
-  FlashAttention's efficiency on the GPU (``Device.attention_eff``);
-* **pipeline stages may be uneven**: the busiest holds ``v ceil(L / (p v))`` layers and sets the
-  pace, the weights and the activations of a GPU;
-* **mixture of experts**: an MoE layer's MLP multiplies each token with its ``top_k`` routed
-  experts and the shared ones, so GEMMs, activations and model FLOPs follow the active
-  parameters; the busiest expert sets the pace (``imbalance``, the most loaded expert's tokens
-  over the mean) or, with a capacity factor, every expert is padded to its capacity.
-  Expert parallelism splits the routed experts over ``ep`` ranks taken from the data-parallel
-  (and context-parallel) ones: each MoE layer dispatches and combines every token's hidden state
-  with an all-to-all forward and again backward (four per layer, six with full recomputation),
-  priced by the collective model on the hops the group spans (NVLink inside a node, the node's
-  NIC share beyond it); node-limited routing (at most ``route_nodes`` nodes per token, each node
-  sent one copy) shrinks the share that leaves the node; with ``ep_overlap`` (DualPipe-like
-  schedules) the all-to-alls run beside another micro-batch's compute;
-* **context parallelism**: ``cp`` ranks each hold ``seq / cp`` tokens of every sequence; ring
-  attention passes every rank's keys and values around the ring (``cp - 1`` steps forward, keys,
-  values and their gradients backward), beside the attention compute it feeds;
-* **optimizer**: memory-bound Adam update of the local weights;
-* **data loading**: bytes per step from storage, overlapped with the step;
-  what does not fit in the step is a stall.
+``step`` takes numeric descriptions whose fields may be numpy arrays and returns every part of
+the step as arrays of the broadcast shape, so the same function prices the one configuration of
+``estimate`` and the million of ``plan``.  What each part counts (GEMMs on a roofline,
+attention, memory-bound kernels, tensor, pipeline, data, expert and context parallelism, the
+overlap rule, framework effects, memory, data loading) and where each constant comes from is
+written once, in docs/model.md, section 1 ("A training step", "Mixture of experts").
 """
 
 from __future__ import annotations

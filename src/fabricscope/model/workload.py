@@ -1,30 +1,9 @@
 """Workloads: the model being trained, as a preset name or a TOML file.
 
-Transformers are described by their shape (layers, hidden, heads, seq, vocab,
-ffn...); their parameter count follows from it.  A ``params`` given as well
-must agree with the shape within ``PARAMS_TOLERANCE`` (the communication is
-priced from the parameters, the compute from the shape: a count that
-contradicts the shape would price two different models).  Vision models
-(``kind = "vision"``) are described by parameters, forward FLOPs and memory
-traffic per sample, and the bytes each sample costs to read.  The batch
-(``global_batch`` or ``batch_per_gpu``) may be left to ``--global-batch``.
-Presets live in ``catalog/models.toml``; a user file has the same keys::
-
-    kind = "transformer"
-    layers = 32
-    hidden = 4096
-    heads = 32
-    seq = 4096
-    vocab = 32000
-    ffn = 11008
-    gated_mlp = true
-    global_batch = 1024
-
-A mixture-of-experts model adds ``experts`` (routed experts per MoE layer), ``top_k``
-(experts per token), ``expert_ffn`` (one expert's width), ``shared_experts`` and
-``shared_ffn``, ``dense_layers`` (leading layers with a dense MLP of width ``ffn``),
-``capacity_factor`` (0: dropless) and ``route_nodes`` (node-limited routing: a token's
-experts lie on at most that many nodes; 0: anywhere).
+A transformer is described by its shape, its parameter count derived from it (a ``params`` given
+as well must agree within ``PARAMS_TOLERANCE``); a mixture of experts adds its expert keys; a
+vision model gives parameters, FLOPs, memory traffic and bytes per sample.  Presets live in
+``catalog/models.toml``; a user file has the same keys (docs/model.md, section 1, "User files").
 """
 
 from __future__ import annotations
