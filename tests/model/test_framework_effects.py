@@ -31,8 +31,8 @@ def test_a_stack_that_sends_whole_outputs_from_every_tensor_rank_sends_more() ->
 
 
 def test_pipeline_instructions_one_after_the_other_take_twice_the_transfers() -> None:
-    # DeepSpeed's TrainSchedule: RecvGrad then SendActivation, SendGrad then RecvActivation, each
-    # finished before the next: four transfer times per micro-batch where Megatron's batched
+    # DeepSpeed's TrainSchedule (v0.5.4): RecvActivation then SendGrad, SendActivation then RecvGrad,
+    # each finished before the next: four transfer times per micro-batch where Megatron's batched
     # send-and-receive takes two.  Nothing else of the step changes but the bubble it paces.
     split = dict(tp=8, pp=35, dp=8, recompute="full", global_batch=1920)
     batched = _step("megatron-530b", "dgx-a100-hdr", 280, **split)

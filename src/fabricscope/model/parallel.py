@@ -184,13 +184,15 @@ FRAMEWORKS: dict[str, Framework] = {
         source="DeepSpeed PipelineEngine (deepspeed/runtime/pipe/engine.py, v0.5): the schedule ends with "
         "ReduceGrads after the last backward, so gradients are reduced after the pipeline flush; "
         "with tensor parallelism each rank sends its 1/t of a stage's output and gradient "
-        "(is_pipe_partitioned = is_model_parallel since v0.3.14: PartitionedTensor, gathered over the "
+        "(https://github.com/deepspeedai/DeepSpeed/blob/v0.5.4/deepspeed/runtime/pipe/engine.py: "
+        "is_pipe_partitioned = is_model_parallel, as in v0.3.14; PartitionedTensor, gathered over the "
         "tensor-parallel group on receipt, as Megatron's scatter/gather), synchronously (p2p.send: "
         "'Doesnt support async_op true'); TrainSchedule.steps "
-        "(deepspeed/runtime/pipe/schedule.py) issues SendGrad then RecvActivation before a forward and "
-        "RecvGrad then SendActivation before a backward as separate instructions, each finished before "
-        "the next, so a stage spends four transfer times per micro-batch; Megatron-DeepSpeed of 2021-22 "
-        "ran Megatron's fused softmax (no FlashAttention)",
+        "(https://github.com/deepspeedai/DeepSpeed/blob/v0.5.4/deepspeed/runtime/pipe/schedule.py) "
+        "issues RecvActivation then SendGrad before a forward and SendActivation then RecvGrad before a "
+        "backward as separate instructions, each finished before the next, so a stage spends four "
+        "transfer times per micro-batch; Megatron-DeepSpeed of 2021-22 ran Megatron's fused softmax "
+        "(no FlashAttention)",
     ),
     "deepspeed-zero3-2021": Framework(
         flash_attention=False,
