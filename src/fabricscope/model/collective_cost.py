@@ -166,11 +166,15 @@ def net_hop(fab: Fabric, algo: str, proto: int) -> Num:
 
 def intra_bw(fab: Fabric, ppn: Num) -> Num:
     """GB/s a group of ``ppn`` GPUs of a node gets inside it: all of each GPU's links on a
-    switch, only the ``ppn - 1`` links to the other members on a full mesh."""
+    switch, only the ``ppn - 1`` links to the other members on a full mesh; where traffic is
+    staged in host memory, the host's memory shared by ``ppn`` flows instead of the whole node's
+    (``fabric.staged_gbps``: ``intra_gbps`` is the whole node's figure)."""
     share = np.where(
         fab.mesh_links > 0, np.minimum(np.maximum(ppn - 1, 1), fab.mesh_links) / np.maximum(fab.mesh_links, 1), 1.0
     )
-    return fab.intra_gbps * share
+    link = 1.0 / np.maximum(fab.gpu_pcie_gbps, 1e-12) + 1e-30
+    staged = (link + fab.gpus_per_node / fab.host_gbps) / (link + np.maximum(ppn, 1) / fab.host_gbps)
+    return fab.intra_gbps * share * staged
 
 
 def _ll128_ok(fab: Fabric) -> Num:

@@ -50,6 +50,7 @@ __all__ = [
     "inside_node",
     "make_fabric",
     "nodes_per_leaf",
+    "staged_gbps",
     "take",
     "transport_extra_us",
 ]
@@ -95,6 +96,9 @@ class Fabric:
     """1 where the network is Ethernet RDMA (RoCE): flows hashed, no adaptive routing."""
     mesh_links: Num = 0.0
     """Links per GPU where the node is a full mesh with one link per peer (MI300X: 7); 0 otherwise."""
+    host_gbps: Num = np.inf
+    """Host memory bandwidth the GPUs of a node share where NCCL stages their traffic in it (PCIe
+    without peer-to-peer), GB/s; infinite where GPUs talk directly."""
     a2a_base_us: Num = 0.0
     """Calibrated all-to-all (``fabricscope calibrate`` on ``bench alltoall`` runs): latency of a call."""
     a2a_intra_hop_us: Num = 0.0
@@ -129,6 +133,7 @@ def inside_node(fab: Fabric) -> Fabric:
         gpu_pcie_gbps=fab.gpu_pcie_gbps,
         hashed=0.0,
         mesh_links=fab.mesh_links,
+        host_gbps=fab.host_gbps,
     )
 
 
@@ -177,6 +182,7 @@ def make_fabric(
     gpu_pcie_gbps: Num = np.inf,
     hashed: Num = 0.0,
     mesh_links: Num = 0.0,
+    host_gbps: Num = np.inf,
 ) -> Fabric:
     """Apply the slowest-hop rules to raw catalog numbers (all arguments broadcast)."""
     ceiling = np.where(np.asarray(host_ceiling_gbps) > 0, host_ceiling_gbps, np.inf)
@@ -206,6 +212,7 @@ def make_fabric(
         gpu_pcie_gbps=gpu_pcie_gbps,
         hashed=hashed,
         mesh_links=mesh_links,
+        host_gbps=host_gbps,
     )
 
 
@@ -215,8 +222,21 @@ def transport_extra_us(transport: Transport) -> float:
     return transport.latency_us - reference.latency_us
 
 
+def staged_gbps(link_gbps: Num, gpus: Num, host_gbps: Num) -> Num:
+    """Per-GPU bandwidth of ``gpus`` GPUs without peer-to-peer, whose traffic NCCL stages in host
+    memory (its SHM transport): a byte's time is its crossing of the GPU's PCIe link plus its turn at
+    the host memory that all ``gpus`` flows share, ``1 / (1/link + gpus/host)``.  The two add rather
+    than overlap: NCCL's kernels load host memory over PCIe with a bounded number of bytes in flight,
+    so a busier memory lengthens every transfer.  Host memory bandwidth comes from the PCIe
+    generation's typical host (pcie.toml).  8 and 4 RTX 5090 on two Xeon 8480+ reach 28 and 35 GB/s
+    busbw (https://github.com/NVIDIA/nccl/issues/1639; the maintainer: 'the performance you get is
+    usually determined by the bandwidth your CPU and memory can deliver'); this gives 29.5 and 36.5
+    from the catalog alone."""
+    return 1.0 / (1.0 / np.maximum(link_gbps, 1e-12) + gpus / host_gbps)
+
+
 def _intra_gbps(cluster: Cluster) -> float:
-    """Per-GPU bandwidth inside a node, one direction, GB/s."""
+    """Per-GPU bandwidth inside a node, one direction, GB/s (every GPU of the node taking part)."""
     gpu = cluster.gpu
     if cluster.intra in ("nvswitch", "nvlink-mesh") and cluster.gpulink is not None:
         return gpu.nvlink_links * cluster.gpulink.nccl_gbps
@@ -224,7 +244,18 @@ def _intra_gbps(cluster: Cluster) -> float:
         return gpu.xgmi_links * cluster.gpulink.nccl_gbps
     gpu_pcie = hardware.lookup("pcie", gpu.pcie, PCIe)
     slot = min(cluster.pcie.effective_gbps, gpu_pcie.effective_gbps)
-    return slot if gpu.p2p else slot / 2
+    if gpu.p2p:
+        return slot
+    host = _host_gbps(cluster)
+    return float(staged_gbps(slot, cluster.gpus_per_node, host)) if np.isfinite(host) else slot / 2
+
+
+def _host_gbps(cluster: Cluster) -> float:
+    """Host memory bandwidth the node's GPUs share when staged through it (infinite when they talk
+    directly); a host of unknown memory bandwidth falls back on half the slot, each byte crossing it
+    twice."""
+    staged = cluster.intra == "pcie" and not cluster.gpu.p2p and cluster.pcie.host_memory_gbps > 0
+    return cluster.pcie.host_memory_gbps if staged else float("inf")
 
 
 def fabric_inputs(cluster: Cluster) -> dict[str, float]:
@@ -260,6 +291,7 @@ def fabric_inputs(cluster: Cluster) -> dict[str, float]:
         "gpu_pcie_gbps": min(cluster.pcie.effective_gbps, gpu_pcie.effective_gbps),
         "hashed": 1.0 if (cluster.nic.link == "ethernet" and cluster.transport.name != "tcp-socket") else 0.0,
         "mesh_links": float(cluster.gpu.xgmi_links) if cluster.intra == "xgmi" else 0.0,
+        "host_gbps": _host_gbps(cluster),
     }
 
 
