@@ -40,6 +40,27 @@ def test_shipped_files_meet_the_accuracy_target_in_every_group(path) -> None:
             assert abs(check.error_pct) > 25.0, check.id
 
 
+GROUPS_WITH_ROWS_LEFT_OFF = {"nvlink-node", "roce-multinode"}
+"""Collective groups that hold rows the model is known to miss (notes: ``stays off:``): n05 (H100 PCIe
+on NVLink bridges), n15, n16 (RoCE platforms below their wire in their own threads), n21 (2 MiB on
+RoCE). Every other group meets the issue's target counting every row, which the test below enforces."""
+
+
+def test_collective_groups_meet_the_target_counting_every_row() -> None:
+    path = next(p for p in default_files() if p.name == "collectives.csv")
+    checks = validate_file(path)
+    groups = by_group(checks, known_off=True)
+    for group, stats in groups.items():
+        if group in GROUPS_WITH_ROWS_LEFT_OFF or group == "overall":
+            continue
+        assert stats["median_abs_error_pct"] <= 10.0, group
+        assert stats["worst_abs_error_pct"] <= 25.0, group
+    # A group named above must still hold a row that is off, or it belongs with the others.
+    for group in GROUPS_WITH_ROWS_LEFT_OFF:
+        assert any(c.known_off for c in checks if c.group == group), group
+    assert {"pcie-node", "tcp", "ib-multinode", "shared-nic"} <= set(groups)
+
+
 def test_shipped_collectives_cover_the_systems_users_ask_about() -> None:
     path = next(p for p in default_files() if p.name == "collectives.csv")
     checks = validate_file(path)
