@@ -1,32 +1,12 @@
 """Fitting a cluster's collective terms to its own measurements: ``fabricscope calibrate``.
 
-The catalog model predicts a cluster from its parts; a measurement says what
-the parts really do.  ``calibrate`` reads ``bench`` results (or nccl-tests logs
-imported into the same record fields, kind ``nccl-tests``), and for every op fits
-the alpha-beta line of time against bytes::
-
-    t(S) = a + b * S          S = algbw bytes (nccl-tests' S of algbw = S / t)
-
-by least squares on relative residuals (time spans decades, so a 64 KiB point
-weighs as much as a 1 GiB one), made robust to noisy points by Huber weights
-(iteratively reweighted, scale from the median absolute deviation): a shared
-CPU that stalls one size for a millisecond moves the line little.  Each run's
-line is then read as per-hop terms of a ring, the algorithm whose step count
-and bus factor nccl-tests' busbw assumes (``ops.busbw_factor``)::
-
-    a = base + steps(op, n) * hop      steps: all_reduce 2(n-1), sendrecv 1, others n-1
-    b = busbw_factor(n) / busbw        busbw: what every hop moves, GB/s
-
-With runs at two or more step counts, ``base`` and ``hop`` are a second least
-squares over the runs' intercepts; with one, the whole intercept is per-step
-latency (a base cannot be told apart from one rank count).  Runs within one
-node give the intra-node terms, runs across nodes the inter-node ones (their
-intra-node steps priced at the intra-node terms when those were measured).
-
-:func:`predicted_seconds` evaluates the fitted ring at another rank or node
-count; ``predict`` uses it for every op a cluster file's ``[calibration]``
-covers.  What it cannot extrapolate it refuses (a 1-node calibration says
-nothing about the network between nodes: :func:`missing_hop`).
+For every op the alpha-beta line ``t(S) = a + b S`` (S: the bytes of algbw) is fitted to
+``bench`` results (or nccl-tests logs in the same record fields) by least squares on relative
+residuals with Huber weights, then read as the per-hop terms of a ring:
+``a = base + steps(op, n) * hop`` and ``b = busbw_factor(n) / busbw``, intra-node from runs
+inside a node, inter-node from runs across nodes.  :func:`predicted_seconds` evaluates the
+fitted ring at another rank or node count; what it cannot extrapolate it refuses
+(:func:`missing_hop`).  docs/model.md, section 7, gives the method in full.
 """
 
 from __future__ import annotations

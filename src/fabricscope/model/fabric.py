@@ -1,31 +1,12 @@
 """The numbers the cost models run on: bandwidth and latency of every hop, as arrays.
 
-A :class:`Fabric` holds effective per-hop figures (GB/s, microseconds), each a
-float or a numpy array; arrays broadcast, so one Fabric can stand for a million
-candidate networks in a ``plan`` sweep or for one described cluster.  Both come
-out of one function, :func:`fabric_of` (one cluster) or :func:`fabric_columns`
-(many clusters, one row each), which read the catalog through
-:func:`fabric_inputs` and apply the rules of :func:`make_fabric` once:
-
-* a NIC delivers ``min(line rate x transport efficiency, host-copy ceiling,
-  PCIe slot)``: the slowest hop decides.  Without GPUDirect RDMA every byte is
-  staged in host memory, so it crosses the PCIe uplink of the NIC and GPU twice
-  (NIC <-> host memory, host memory <-> GPU): half the slot is left per NIC;
-* a node's GPUs talk at ``links x NCCL's per-link constant`` over NVLink or
-  Infinity Fabric (on a full mesh, one link per peer, a group of g GPUs uses only
-  the g-1 links between its members: ``mesh_links``), or at NCCL's share of the PCIe slot (half of it through host
-  memory when peer-to-peer is off);
-* a GPU sends to and receives from the network through its own PCIe link, so
-  the NICs a group of ``g`` GPUs per node can drive are bounded by ``g`` times
-  that link (one H100 behind four 400G NICs reaches about one NIC's worth,
-  NVIDIA/nccl-tests issue 232);
-* RDMA over Ethernet (RoCE) hashes flows onto paths and throttles them with
-  congestion control and pause frames instead of routing adaptively, so its
-  bandwidth falls as nodes are added (``hashed`` marks such fabrics; the cost
-  model applies the loss);
-* a message between nodes pays the transport's latency above RDMA's and one
-  switch latency per switch crossed (1 hop inside a leaf, 3 through a spine, 5
-  through a third tier).
+A :class:`Fabric` holds effective per-hop figures (GB/s, microseconds), floats or numpy arrays
+that broadcast: one Fabric stands for one cluster (:func:`fabric_of`) or a million candidate
+networks (:func:`fabric_columns`, one row each).  Both read the catalog through
+:func:`fabric_inputs` and apply the slowest-hop rules of :func:`make_fabric` once (NICs, PCIe,
+GPUDirect, host-staged GPUs, RoCE, switch tiers): docs/model.md, section 1, "The cost functions"
+and "What the weak, shared and Ethernet fabrics add", says what each rule is and where it
+comes from.
 """
 
 from __future__ import annotations
