@@ -253,3 +253,22 @@ def test_gpus_without_peer_to_peer_share_host_memory() -> None:
     l40s = resolve(ClusterSpec(gpu="l40s", gpus_per_node=8), name="l8", source="l8")
     assert float(fabric_of(l40s).host_gbps) == float("inf")
     assert busbw(l40s, 8 << 30, "ring") == pytest.approx(31.5 * 0.76, rel=0.01)
+
+
+def test_every_pcie_generation_names_its_host_memory() -> None:
+    from fabricscope.errors import InvalidValue
+    from fabricscope.model import hardware
+    from fabricscope.model.hardware import PCIe
+
+    # channels x GT/s x 8 bytes x 2 sockets, as the catalog's source line says
+    expected = {"gen3": 6 * 2.933, "gen4": 8 * 3.2, "gen5": 8 * 4.8, "gen6": 12 * 6.4}
+    for name, per_socket in expected.items():
+        entry = hardware.lookup("pcie", name, PCIe)
+        assert entry.host_memory_gbps == pytest.approx(per_socket * 8 * 2, rel=1e-3), name
+        assert "channels" in entry.host_memory_source and "per socket" in entry.host_memory_source
+    # A host of unknown memory bandwidth keeps the old rule: each byte crosses the slot twice.
+    eight = resolve(ClusterSpec(gpu="rtx-5090", gpus_per_node=8), name="g8", source="g8")
+    unknown = dataclasses.replace(eight, pcie=dataclasses.replace(eight.pcie, host_memory_gbps=0.0))
+    assert float(fabric_of(unknown).intra_gbps) == pytest.approx(63.0 * 0.76 / 2, rel=0.01)
+    with pytest.raises(InvalidValue, match="host_memory_gbps must be 0"):
+        dataclasses.replace(eight.pcie, host_memory_gbps=-1.0)

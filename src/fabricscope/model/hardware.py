@@ -145,6 +145,7 @@ class PCIe:
 
     def __post_init__(self) -> None:
         _positive(self, "gbps", "nccl_fraction", "max_gpus")
+        require("host_memory_gbps", self.host_memory_gbps, "0 (unknown) or more", lambda v: v >= 0)
 
     @property
     def effective_gbps(self) -> float:
