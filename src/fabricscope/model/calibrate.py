@@ -39,6 +39,7 @@ __all__ = [
     "predicted_seconds",
     "runs_of",
     "steps",
+    "unmeasured_intra",
 ]
 
 HUBER_K = 1.345
@@ -250,12 +251,21 @@ def calibrate(runs: Sequence[Run]) -> dict[str, CalibratedOp]:
 
 
 def missing_hop(terms: CalibratedOp, ranks_per_node: int, nodes: int) -> str | None:
-    """Which hop a prediction at this shape needs and the calibration did not measure."""
+    """Which hop a prediction at this shape needs and the calibration did not measure.
+
+    Across nodes, hops inside a node that were not measured are taken as no slower than the
+    network (runs across nodes only: their fitted line already holds them); :func:`unmeasured_intra`
+    says when a prediction leans on that."""
     if nodes > 1 and terms.inter_busbw_gbps <= 0:
         return "between nodes"
-    if ranks_per_node > 1 and terms.intra_busbw_gbps <= 0:
+    if nodes == 1 and ranks_per_node > 1 and terms.intra_busbw_gbps <= 0:
         return "inside a node"
     return None
+
+
+def unmeasured_intra(terms: CalibratedOp, ranks_per_node: int, nodes: int) -> bool:
+    """True where a prediction at this shape has hops inside a node that no run measured."""
+    return nodes > 1 and ranks_per_node > 1 and terms.intra_busbw_gbps <= 0
 
 
 def predicted_seconds(terms: CalibratedOp, op: str, moved: Any, ranks_per_node: int, nodes: int) -> Any:
@@ -269,11 +279,11 @@ def predicted_seconds(terms: CalibratedOp, op: str, moved: Any, ranks_per_node: 
         terms.base_us + (float(steps(op, ranks)) - crossing) * terms.intra_hop_us + crossing * terms.inter_hop_us
     )
     rates = []
-    if ranks_per_node > 1:
+    if ranks_per_node > 1 and terms.intra_busbw_gbps > 0:
         rates.append(terms.intra_busbw_gbps)
     if nodes > 1:
         rates.append(terms.inter_busbw_gbps)
-    busbw = min(rates)
+    busbw = min(rates, default=0.0)
     return latency_us * 1e-6 + sizes * ops.get(op).busbw_factor(ranks) / (max(busbw, 1e-12) * 1e9)
 
 
