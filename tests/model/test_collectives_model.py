@@ -235,3 +235,40 @@ def test_a_group_on_a_full_mesh_uses_only_the_links_between_its_members() -> Non
     # On an NVSwitch every link reaches the switch, whatever the group.
     h100 = load_cluster("dgx-h100-ndr").with_nodes(1)
     assert busbw(h100.with_gpus_per_node(2), 1 << 30, "ring") == pytest.approx(busbw(h100, 1 << 30, "ring"), rel=0.02)
+
+
+def test_gpus_without_peer_to_peer_share_host_memory() -> None:
+    # RTX 5090 on a Gen5 host: every byte crosses the GPU's PCIe link and takes its turn at the host
+    # memory all staged GPUs share (NVIDIA/nccl issue 1639: 28 GB/s on 8 GPUs, 35 on 4 of them).
+    eight = resolve(ClusterSpec(gpu="rtx-5090", gpus_per_node=8), name="g8", source="g8")
+    link, host = 63.0 * 0.76, 2 * 8 * 4.8 * 8
+    assert busbw(eight, 8 << 30, "ring") == pytest.approx(1 / (1 / link + 8 / host), rel=0.01)
+    four = busbw(eight.with_gpus_per_node(4), 8 << 30, "ring")
+    assert four == pytest.approx(1 / (1 / link + 4 / host), rel=0.01)
+    # A group of 4 on the 8-GPU node competes with 3 other flows, not 7: the same as a 4-GPU node.
+    fab = fabric_of(eight)
+    assert float(coll.intra_bw(fab, 4.0)) == pytest.approx(four, rel=0.01)
+    assert float(coll.intra_bw(fab, 8.0)) == pytest.approx(float(fab.intra_gbps))
+    # GPUs with peer-to-peer (L40S) talk over the slot: no host memory term, whatever the group.
+    l40s = resolve(ClusterSpec(gpu="l40s", gpus_per_node=8), name="l8", source="l8")
+    assert float(fabric_of(l40s).host_gbps) == float("inf")
+    assert busbw(l40s, 8 << 30, "ring") == pytest.approx(31.5 * 0.76, rel=0.01)
+
+
+def test_every_pcie_generation_names_its_host_memory() -> None:
+    from fabricscope.errors import InvalidValue
+    from fabricscope.model import hardware
+    from fabricscope.model.hardware import PCIe
+
+    # channels x GT/s x 8 bytes x 2 sockets, as the catalog's source line says
+    expected = {"gen3": 6 * 2.933, "gen4": 8 * 3.2, "gen5": 8 * 4.8, "gen6": 12 * 6.4}
+    for name, per_socket in expected.items():
+        entry = hardware.lookup("pcie", name, PCIe)
+        assert entry.host_memory_gbps == pytest.approx(per_socket * 8 * 2, rel=1e-3), name
+        assert "channels" in entry.host_memory_source and "per socket" in entry.host_memory_source
+    # A host of unknown memory bandwidth keeps the old rule: each byte crosses the slot twice.
+    eight = resolve(ClusterSpec(gpu="rtx-5090", gpus_per_node=8), name="g8", source="g8")
+    unknown = dataclasses.replace(eight, pcie=dataclasses.replace(eight.pcie, host_memory_gbps=0.0))
+    assert float(fabric_of(unknown).intra_gbps) == pytest.approx(63.0 * 0.76 / 2, rel=0.01)
+    with pytest.raises(InvalidValue, match="host_memory_gbps must be 0"):
+        dataclasses.replace(eight.pcie, host_memory_gbps=-1.0)

@@ -11,21 +11,20 @@ from model_helpers import one_error_line
 
 from fabricscope.model.validation import by_group, default_files, match_gpu, match_nic, summary, validate_file
 
-GROUP_MEDIAN_CEILING = {"pcie-node": 15.0, "pipeline-engine": 20.0, "vision-dp": 11.0, "moe": 22.0}
+GROUP_MEDIAN_CEILING = {"pipeline-engine": 20.0, "vision-dp": 11.0, "moe": 22.0}
 GROUP_WORST_CEILING = {"moe": 35.0}
 """Groups whose kept rows miss the 25% worst, with the most they may reach (see below)."""
 OVERALL_CEILING = {"training-moe.csv": (12.0, 35.0)}
 """Files whose overall figures include such a group: the moe rows raise training-moe.csv's."""
-"""Groups known to miss the 10% median, with the most they may reach: the one kept PCIe row (8 RTX
-5090 without peer-to-peer) is 14.5% low; the model has no host-memory term (docs/model.md).  The
-MT-NLG rows on DeepSpeed's pipeline engine are 19-22% fast: the model's time per micro-batch is
-10% short and its per-step constant half the measured 13.0 s (training.csv notes); the Horovod ResNet-50
-rows over 25 GbE TCP, anchored on their published one-GPU rate, are 9-16% pessimistic and more so
-with every node added: the collective model's all-reduce over NCCL sockets (0.55 of a cloud NIC)
-grows from 58 ms at 2 nodes to 79 ms at 16 where the measured step grows less (training.csv
-notes).  The kept MoE rows of fine-grained models (Qwen3-235B: 128 experts of width 1,536;
-DeepSeek-V3: 256 of 2,048) are 20-32% fast, Mixtral's wide experts 3% slow: the model has no
-grouped-GEMM efficiency for small experts (training-moe.csv notes, docs/model.md, section 2)."""
+"""Groups known to miss the 10% median, with the most they may reach: the MT-NLG rows on
+DeepSpeed's pipeline engine are 19-22% fast: the model's time per micro-batch is 10% short and its
+per-step constant half the measured 13.0 s (training.csv notes); the Horovod ResNet-50 rows over 25
+GbE TCP, anchored on their published one-GPU rate, are 9-16% pessimistic and more so with every
+node added: the collective model's all-reduce over NCCL sockets (0.55 of a cloud NIC) grows from 58
+ms at 2 nodes to 79 ms at 16 where the measured step grows less (training.csv notes).  The kept MoE
+rows of fine-grained models (Qwen3-235B: 128 experts of width 1,536; DeepSeek-V3: 256 of 2,048)
+are 20-32% fast, Mixtral's wide experts 3% slow: the model has no grouped-GEMM efficiency for small
+experts (training-moe.csv notes, docs/model.md, section 2)."""
 
 
 @pytest.mark.parametrize("path", default_files(), ids=lambda p: p.name)
@@ -40,6 +39,27 @@ def test_shipped_files_meet_the_accuracy_target_in_every_group(path) -> None:
     for check in checks:
         if check.known_off:
             assert abs(check.error_pct) > 25.0, check.id
+
+
+GROUPS_WITH_ROWS_LEFT_OFF = {"nvlink-node", "roce-multinode"}
+"""Collective groups that hold rows the model is known to miss (notes: ``stays off:``): n05 (H100 PCIe
+on NVLink bridges), n15, n16 (RoCE platforms below their wire in their own threads), n21 (2 MiB on
+RoCE). Every other group meets the issue's target counting every row, which the test below enforces."""
+
+
+def test_collective_groups_meet_the_target_counting_every_row() -> None:
+    path = next(p for p in default_files() if p.name == "collectives.csv")
+    checks = validate_file(path)
+    groups = by_group(checks, known_off=True)
+    for group, stats in groups.items():
+        if group in GROUPS_WITH_ROWS_LEFT_OFF or group == "overall":
+            continue
+        assert stats["median_abs_error_pct"] <= 10.0, group
+        assert stats["worst_abs_error_pct"] <= 25.0, group
+    # A group named above must still hold a row that is off, or it belongs with the others.
+    for group in GROUPS_WITH_ROWS_LEFT_OFF:
+        assert any(c.known_off for c in checks if c.group == group), group
+    assert {"pcie-node", "tcp", "ib-multinode", "shared-nic"} <= set(groups)
 
 
 def test_shipped_collectives_cover_the_systems_users_ask_about() -> None:

@@ -1,32 +1,12 @@
 """Fitting a cluster's collective terms to its own measurements: ``fabricscope calibrate``.
 
-The catalog model predicts a cluster from its parts; a measurement says what
-the parts really do.  ``calibrate`` reads ``bench`` results (or nccl-tests logs
-imported into the same record fields, kind ``nccl-tests``), and for every op fits
-the alpha-beta line of time against bytes::
-
-    t(S) = a + b * S          S = algbw bytes (nccl-tests' S of algbw = S / t)
-
-by least squares on relative residuals (time spans decades, so a 64 KiB point
-weighs as much as a 1 GiB one), made robust to noisy points by Huber weights
-(iteratively reweighted, scale from the median absolute deviation): a shared
-CPU that stalls one size for a millisecond moves the line little.  Each run's
-line is then read as per-hop terms of a ring, the algorithm whose step count
-and bus factor nccl-tests' busbw assumes (``ops.busbw_factor``)::
-
-    a = base + steps(op, n) * hop      steps: all_reduce 2(n-1), sendrecv 1, others n-1
-    b = busbw_factor(n) / busbw        busbw: what every hop moves, GB/s
-
-With runs at two or more step counts, ``base`` and ``hop`` are a second least
-squares over the runs' intercepts; with one, the whole intercept is per-step
-latency (a base cannot be told apart from one rank count).  Runs within one
-node give the intra-node terms, runs across nodes the inter-node ones (their
-intra-node steps priced at the intra-node terms when those were measured).
-
-:func:`predicted_seconds` evaluates the fitted ring at another rank or node
-count; ``predict`` uses it for every op a cluster file's ``[calibration]``
-covers.  What it cannot extrapolate it refuses (a 1-node calibration says
-nothing about the network between nodes: :func:`missing_hop`).
+For every op the alpha-beta line ``t(S) = a + b S`` (S: the bytes of algbw) is fitted to
+``bench`` results (or nccl-tests logs in the same record fields) by least squares on relative
+residuals with Huber weights, then read as the per-hop terms of a ring:
+``a = base + steps(op, n) * hop`` and ``b = busbw_factor(n) / busbw``, intra-node from runs
+inside a node, inter-node from runs across nodes.  :func:`predicted_seconds` evaluates the
+fitted ring at another rank or node count; what it cannot extrapolate it refuses
+(:func:`missing_hop`).  docs/model.md, section 7, gives the method in full.
 """
 
 from __future__ import annotations
@@ -59,6 +39,7 @@ __all__ = [
     "predicted_seconds",
     "runs_of",
     "steps",
+    "unmeasured_intra",
 ]
 
 HUBER_K = 1.345
@@ -270,12 +251,21 @@ def calibrate(runs: Sequence[Run]) -> dict[str, CalibratedOp]:
 
 
 def missing_hop(terms: CalibratedOp, ranks_per_node: int, nodes: int) -> str | None:
-    """Which hop a prediction at this shape needs and the calibration did not measure."""
+    """Which hop a prediction at this shape needs and the calibration did not measure.
+
+    Across nodes, hops inside a node that were not measured are taken as no slower than the
+    network (runs across nodes only: their fitted line already holds them); :func:`unmeasured_intra`
+    says when a prediction leans on that."""
     if nodes > 1 and terms.inter_busbw_gbps <= 0:
         return "between nodes"
-    if ranks_per_node > 1 and terms.intra_busbw_gbps <= 0:
+    if nodes == 1 and ranks_per_node > 1 and terms.intra_busbw_gbps <= 0:
         return "inside a node"
     return None
+
+
+def unmeasured_intra(terms: CalibratedOp, ranks_per_node: int, nodes: int) -> bool:
+    """True where a prediction at this shape has hops inside a node that no run measured."""
+    return nodes > 1 and ranks_per_node > 1 and terms.intra_busbw_gbps <= 0
 
 
 def predicted_seconds(terms: CalibratedOp, op: str, moved: Any, ranks_per_node: int, nodes: int) -> Any:
@@ -289,11 +279,11 @@ def predicted_seconds(terms: CalibratedOp, op: str, moved: Any, ranks_per_node: 
         terms.base_us + (float(steps(op, ranks)) - crossing) * terms.intra_hop_us + crossing * terms.inter_hop_us
     )
     rates = []
-    if ranks_per_node > 1:
+    if ranks_per_node > 1 and terms.intra_busbw_gbps > 0:
         rates.append(terms.intra_busbw_gbps)
     if nodes > 1:
         rates.append(terms.inter_busbw_gbps)
-    busbw = min(rates)
+    busbw = min(rates, default=0.0)
     return latency_us * 1e-6 + sizes * ops.get(op).busbw_factor(ranks) / (max(busbw, 1e-12) * 1e9)
 
 

@@ -1,44 +1,11 @@
 """How long a collective takes: NCCL's alpha-beta cost model, per algorithm and protocol.
 
-Every function takes a :class:`~fabricscope.model.fabric.Fabric` and sizes that
-may be numpy arrays, and yields ``(algorithm, protocol, seconds, penalty)`` for
-each candidate that applies (inapplicable ones are ``inf``).  ``seconds`` is
-the prediction; ``seconds + penalty`` is what NCCL's tuner ranks the candidate
-by, so :func:`fastest` and :func:`choose` pick what NCCL would run and report
-how long that takes.  The same code prices one row of ``predict`` and a
-million configurations of ``plan``.
-
-Constants are NCCL's (NVIDIA/nccl ``src/graph/tuning.cc`` at master 5067397c; docs/model.md
-lists them): base and per-hop latencies per algorithm and
-protocol (the network overhead of inter-node ring steps, the Tree network
-latency when a ring has one rank per node), protocol bandwidth factors (LL
-carries 4 payload bytes per 8, LL128 120 per 128), the LL bandwidth ceiling per
-architecture and node count, the per-channel ceilings of LL128 rings and of
-NVLS trees, tree and CollNet derating, and PAT.  NCCL runs one ring or tree
-channel per NIC across nodes, so a channel ceiling times the NICs a group uses
-caps its bandwidth.
-
-NCCL's tuner also ranks candidates with terms that steer its choice (NVLS's
-NVLink latency, the Simple ring "plateau", the tree correction): they are each
-candidate's ``penalty``, so the choice is NCCL's while the predicted time is the
-plain alpha-beta model (docs/model.md, "Which algorithm runs", gives the
-measurements behind that split).  Choices that are fabricscope's own:
-
-* the hierarchical algorithm is the classic two-level one (intra-node
-  reduce-scatter, inter-node ring all-reduce of 1/g of the data over each GPU's
-  share of the NICs, intra-node all-gather) with phases run one after another;
-* an oversubscribed leaf slows every algorithm whose traffic leaves the leaf:
-  ranks are taken as spread over leaves without regard to the ring or tree
-  order (what a scheduler that does not know the topology gives), so a share
-  ``1 - leaf nodes / nodes`` of the traffic crosses the uplinks.
-
-n ranks in a group, g of them per node (``ppn``) on N nodes.  Bandwidth of a
-ring is its slowest hop: min(intra-node, the node's NICs).  A double binary
-tree moves each byte across the network once on exactly two nodes and twice on
-more (so its busbw can exceed the wire on two nodes); inside the node its chain
-sends every byte up and every byte back down through each GPU (2n each way).
-In-network reduction (SHARP, NVLS) sends and receives each byte once.  A
-collective of zero bytes returns at once, as NCCL does.
+Every function takes a :class:`~fabricscope.model.fabric.Fabric` and sizes that may be numpy
+arrays, and yields ``(algorithm, protocol, seconds, penalty)`` per candidate; ``seconds + penalty``
+is what NCCL's tuner ranks by, so :func:`fastest` and :func:`choose` pick what NCCL would run.
+The constants are NCCL's (NVIDIA/nccl ``src/graph/tuning.cc``); the byte accounting of each
+algorithm, the tuner terms and the choices that are fabricscope's own are in docs/model.md,
+section 1, "The cost functions".
 """
 
 from __future__ import annotations
@@ -166,11 +133,15 @@ def net_hop(fab: Fabric, algo: str, proto: int) -> Num:
 
 def intra_bw(fab: Fabric, ppn: Num) -> Num:
     """GB/s a group of ``ppn`` GPUs of a node gets inside it: all of each GPU's links on a
-    switch, only the ``ppn - 1`` links to the other members on a full mesh."""
+    switch, only the ``ppn - 1`` links to the other members on a full mesh; where traffic is
+    staged in host memory, the host's memory shared by ``ppn`` flows instead of the whole node's
+    (``fabric.staged_gbps``: ``intra_gbps`` is the whole node's figure)."""
     share = np.where(
         fab.mesh_links > 0, np.minimum(np.maximum(ppn - 1, 1), fab.mesh_links) / np.maximum(fab.mesh_links, 1), 1.0
     )
-    return fab.intra_gbps * share
+    link = 1.0 / np.maximum(fab.gpu_pcie_gbps, 1e-12) + 1e-30
+    staged = (link + fab.gpus_per_node / fab.host_gbps) / (link + np.maximum(ppn, 1) / fab.host_gbps)
+    return fab.intra_gbps * share * staged
 
 
 def _ll128_ok(fab: Fabric) -> Num:

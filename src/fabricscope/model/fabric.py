@@ -1,31 +1,12 @@
 """The numbers the cost models run on: bandwidth and latency of every hop, as arrays.
 
-A :class:`Fabric` holds effective per-hop figures (GB/s, microseconds), each a
-float or a numpy array; arrays broadcast, so one Fabric can stand for a million
-candidate networks in a ``plan`` sweep or for one described cluster.  Both come
-out of one function, :func:`fabric_of` (one cluster) or :func:`fabric_columns`
-(many clusters, one row each), which read the catalog through
-:func:`fabric_inputs` and apply the rules of :func:`make_fabric` once:
-
-* a NIC delivers ``min(line rate x transport efficiency, host-copy ceiling,
-  PCIe slot)``: the slowest hop decides.  Without GPUDirect RDMA every byte is
-  staged in host memory, so it crosses the PCIe uplink of the NIC and GPU twice
-  (NIC <-> host memory, host memory <-> GPU): half the slot is left per NIC;
-* a node's GPUs talk at ``links x NCCL's per-link constant`` over NVLink or
-  Infinity Fabric (on a full mesh, one link per peer, a group of g GPUs uses only
-  the g-1 links between its members: ``mesh_links``), or at NCCL's share of the PCIe slot (half of it through host
-  memory when peer-to-peer is off);
-* a GPU sends to and receives from the network through its own PCIe link, so
-  the NICs a group of ``g`` GPUs per node can drive are bounded by ``g`` times
-  that link (one H100 behind four 400G NICs reaches about one NIC's worth,
-  NVIDIA/nccl-tests issue 232);
-* RDMA over Ethernet (RoCE) hashes flows onto paths and throttles them with
-  congestion control and pause frames instead of routing adaptively, so its
-  bandwidth falls as nodes are added (``hashed`` marks such fabrics; the cost
-  model applies the loss);
-* a message between nodes pays the transport's latency above RDMA's and one
-  switch latency per switch crossed (1 hop inside a leaf, 3 through a spine, 5
-  through a third tier).
+A :class:`Fabric` holds effective per-hop figures (GB/s, microseconds), floats or numpy arrays
+that broadcast: one Fabric stands for one cluster (:func:`fabric_of`) or a million candidate
+networks (:func:`fabric_columns`, one row each).  Both read the catalog through
+:func:`fabric_inputs` and apply the slowest-hop rules of :func:`make_fabric` once (NICs, PCIe,
+GPUDirect, host-staged GPUs, RoCE, switch tiers): docs/model.md, section 1, "The cost functions"
+and "What the weak, shared and Ethernet fabrics add", says what each rule is and where it
+comes from.
 """
 
 from __future__ import annotations
@@ -50,6 +31,7 @@ __all__ = [
     "inside_node",
     "make_fabric",
     "nodes_per_leaf",
+    "staged_gbps",
     "take",
     "transport_extra_us",
 ]
@@ -95,6 +77,9 @@ class Fabric:
     """1 where the network is Ethernet RDMA (RoCE): flows hashed, no adaptive routing."""
     mesh_links: Num = 0.0
     """Links per GPU where the node is a full mesh with one link per peer (MI300X: 7); 0 otherwise."""
+    host_gbps: Num = np.inf
+    """Host memory bandwidth the GPUs of a node share where NCCL stages their traffic in it (PCIe
+    without peer-to-peer), GB/s; infinite where GPUs talk directly."""
     a2a_base_us: Num = 0.0
     """Calibrated all-to-all (``fabricscope calibrate`` on ``bench alltoall`` runs): latency of a call."""
     a2a_intra_hop_us: Num = 0.0
@@ -129,6 +114,7 @@ def inside_node(fab: Fabric) -> Fabric:
         gpu_pcie_gbps=fab.gpu_pcie_gbps,
         hashed=0.0,
         mesh_links=fab.mesh_links,
+        host_gbps=fab.host_gbps,
     )
 
 
@@ -177,6 +163,7 @@ def make_fabric(
     gpu_pcie_gbps: Num = np.inf,
     hashed: Num = 0.0,
     mesh_links: Num = 0.0,
+    host_gbps: Num = np.inf,
 ) -> Fabric:
     """Apply the slowest-hop rules to raw catalog numbers (all arguments broadcast)."""
     ceiling = np.where(np.asarray(host_ceiling_gbps) > 0, host_ceiling_gbps, np.inf)
@@ -206,6 +193,7 @@ def make_fabric(
         gpu_pcie_gbps=gpu_pcie_gbps,
         hashed=hashed,
         mesh_links=mesh_links,
+        host_gbps=host_gbps,
     )
 
 
@@ -215,8 +203,21 @@ def transport_extra_us(transport: Transport) -> float:
     return transport.latency_us - reference.latency_us
 
 
+def staged_gbps(link_gbps: Num, gpus: Num, host_gbps: Num) -> Num:
+    """Per-GPU bandwidth of ``gpus`` GPUs without peer-to-peer, whose traffic NCCL stages in host
+    memory (its SHM transport): a byte's time is its crossing of the GPU's PCIe link plus its turn at
+    the host memory that all ``gpus`` flows share, ``1 / (1/link + gpus/host)``.  The two add rather
+    than overlap: NCCL's kernels load host memory over PCIe with a bounded number of bytes in flight,
+    so a busier memory lengthens every transfer.  Host memory bandwidth comes from the PCIe
+    generation's typical host (pcie.toml).  8 and 4 RTX 5090 on two Xeon 8480+ reach 28 and 35 GB/s
+    busbw (https://github.com/NVIDIA/nccl/issues/1639; the maintainer: 'the performance you get is
+    usually determined by the bandwidth your CPU and memory can deliver'); this gives 29.5 and 36.5
+    from the catalog alone."""
+    return 1.0 / (1.0 / np.maximum(link_gbps, 1e-12) + gpus / host_gbps)
+
+
 def _intra_gbps(cluster: Cluster) -> float:
-    """Per-GPU bandwidth inside a node, one direction, GB/s."""
+    """Per-GPU bandwidth inside a node, one direction, GB/s (every GPU of the node taking part)."""
     gpu = cluster.gpu
     if cluster.intra in ("nvswitch", "nvlink-mesh") and cluster.gpulink is not None:
         return gpu.nvlink_links * cluster.gpulink.nccl_gbps
@@ -224,7 +225,18 @@ def _intra_gbps(cluster: Cluster) -> float:
         return gpu.xgmi_links * cluster.gpulink.nccl_gbps
     gpu_pcie = hardware.lookup("pcie", gpu.pcie, PCIe)
     slot = min(cluster.pcie.effective_gbps, gpu_pcie.effective_gbps)
-    return slot if gpu.p2p else slot / 2
+    if gpu.p2p:
+        return slot
+    host = _host_gbps(cluster)
+    return float(staged_gbps(slot, cluster.gpus_per_node, host)) if np.isfinite(host) else slot / 2
+
+
+def _host_gbps(cluster: Cluster) -> float:
+    """Host memory bandwidth the node's GPUs share when staged through it (infinite when they talk
+    directly); a host of unknown memory bandwidth falls back on half the slot, each byte crossing it
+    twice."""
+    staged = cluster.intra == "pcie" and not cluster.gpu.p2p and cluster.pcie.host_memory_gbps > 0
+    return cluster.pcie.host_memory_gbps if staged else float("inf")
 
 
 def fabric_inputs(cluster: Cluster) -> dict[str, float]:
@@ -260,6 +272,7 @@ def fabric_inputs(cluster: Cluster) -> dict[str, float]:
         "gpu_pcie_gbps": min(cluster.pcie.effective_gbps, gpu_pcie.effective_gbps),
         "hashed": 1.0 if (cluster.nic.link == "ethernet" and cluster.transport.name != "tcp-socket") else 0.0,
         "mesh_links": float(cluster.gpu.xgmi_links) if cluster.intra == "xgmi" else 0.0,
+        "host_gbps": _host_gbps(cluster),
     }
 
 

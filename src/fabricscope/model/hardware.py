@@ -138,9 +138,14 @@ class PCIe:
     """Most GPUs one server connects over PCIe."""
     max_gpus_source: str
     source: str
+    host_memory_gbps: float = 0.0
+    """Memory bandwidth of a dual-socket host of this generation, GB/s (0 = unknown): what GPUs
+    without peer-to-peer share when NCCL stages their traffic in host memory."""
+    host_memory_source: str = ""
 
     def __post_init__(self) -> None:
         _positive(self, "gbps", "nccl_fraction", "max_gpus")
+        require("host_memory_gbps", self.host_memory_gbps, "0 (unknown) or more", lambda v: v >= 0)
 
     @property
     def effective_gbps(self) -> float:

@@ -129,13 +129,22 @@ def for_collectives(cluster: Cluster) -> Uncertainty:
     """The uncertainty of collective predictions on ``cluster``."""
     calibrated = cluster.spec.calibration
     if calibrated:
+        from fabricscope.model.calibrate import unmeasured_intra
+
         errors = [t.residual_pct for t in calibrated.values()]
+        shape = (cluster.gpus_per_node, cluster.nodes)
+        blind = sorted(op for op, t in calibrated.items() if unmeasured_intra(t, *shape))
         return Uncertainty(
             basis="calibration",
             group="calibrated",
             rows=sum(t.points for t in calibrated.values()),
             median_pct=statistics.median(errors),
             worst_pct=max(errors),
+            warnings=tuple(
+                f"{op}: no run measured the hops inside a node (runs across nodes only): "
+                "they are taken as no slower than the network"
+                for op in blind
+            ),
         )
     every = _rows("collectives")
     group = collective_group(cluster)

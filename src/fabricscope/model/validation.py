@@ -140,7 +140,7 @@ def default_files() -> list[Any]:
 
 
 _GPU_FAMILIES = ("v100", "a100", "a800", "h100", "h200", "h800", "h20", "b200", "l40s", "mi300x", "4090", "5090")
-_FORM_FACTORS = ("pcie", "sxm")
+_FORM_FACTORS = ("pcie", "sxm", "nvl")
 
 
 def match_gpu(text: str) -> str:
@@ -156,7 +156,7 @@ def match_gpu(text: str) -> str:
     if form is not None and any(form in n for n in names):
         names = [n for n in names if form in n]
     elif form is None or form == "sxm":
-        names = [n for n in names if "pcie" not in n] or names
+        names = [n for n in names if "pcie" not in n and "nvl" not in n] or names
     memory = re.search(r"(\d+)\s*gb", low)
     for name in names:
         if memory and f"{memory.group(1)}gb" in name:
