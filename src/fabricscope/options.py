@@ -28,6 +28,7 @@ from fabricscope.errors import UsageError
 __all__ = [
     "MAX_DIGITS",
     "SweepSteps",
+    "add_iteration_options",
     "add_launch_options",
     "add_sweep_options",
     "choice",
@@ -37,6 +38,7 @@ __all__ = [
     "rate",
     "seconds",
     "size",
+    "sweep_fields",
     "sweep_steps",
     "whole",
 ]
@@ -249,6 +251,42 @@ def sweep_steps(args: argparse.Namespace) -> SweepSteps:
     factor = args.stepfactor if args.stepfactor is not None else (1 if args.stepbytes is not None else 2)
     step = args.stepbytes if args.stepbytes is not None else 1 << 20
     return SweepSteps(args.minbytes, args.maxbytes, step, factor)
+
+
+def sweep_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`~fabricscope.sweep.SweepConfig` fields that ``-b -e -i -f -d -o -r`` give (bench and predict)."""
+    from fabricscope.dtypes import parse_dtypes, parse_redops
+
+    steps = sweep_steps(args)
+    return {
+        "min_bytes": steps.min_bytes,
+        "max_bytes": steps.max_bytes,
+        "step_bytes": steps.step_bytes,
+        "step_factor": steps.step_factor,
+        "dtypes": [d.name for d in parse_dtypes(args.datatype)],
+        "redops": parse_redops(args.redop),
+        "root": args.root,
+    }
+
+
+def add_iteration_options(
+    parser: Any, *, maximum: int, iters_help: str, warmup_help: str, warmup_default: int, iters_default: int = 20
+) -> None:
+    """Declare ``-n/--iters`` and ``-w/--warmup_iters`` with nccl-tests' names: timed and untimed repetitions."""
+    parser.add_argument(
+        "-n",
+        "--iters",
+        type=whole(minimum=1, maximum=maximum),
+        default=str(iters_default),
+        help=f"{iters_help} (default {iters_default})",
+    )
+    parser.add_argument(
+        "-w",
+        "--warmup_iters",
+        type=whole(minimum=0, maximum=maximum),
+        default=str(warmup_default),
+        help=f"{warmup_help} (default {warmup_default})",
+    )
 
 
 # --- the launch flags of every multi-process command (bench, pairs, doctor's fleet) --------------

@@ -143,7 +143,6 @@ def _add_predict(subparsers: Any) -> None:
 
 def run_predict(args: argparse.Namespace) -> int:
     from fabricscope import ops as ops
-    from fabricscope.dtypes import parse_dtypes, parse_redops
     from fabricscope.errors import closest
     from fabricscope.model import report, uncertainty
     from fabricscope.model.fabric import fabric_of
@@ -159,7 +158,6 @@ def run_predict(args: argparse.Namespace) -> int:
     cluster = _load_cluster(args)
     if args.gpus_per_node is not None:
         cluster = cluster.with_gpus_per_node(args.gpus_per_node)
-    steps = options.sweep_steps(args)
     names = [c.name for c in ops.parse_ops(args.ops)] if args.ops else ["all_reduce"]
     named = [c.name for c in ops.parse_ops([o for o in args.ops if o.strip().lower() != "all"])]
     for name in [n for n in names if not ops.get(n).modelled]:
@@ -169,13 +167,7 @@ def run_predict(args: argparse.Namespace) -> int:
     config = SweepConfig(
         ops=names,
         optional_ops=[name for name in names if name not in named],
-        min_bytes=steps.min_bytes,
-        max_bytes=steps.max_bytes,
-        step_bytes=steps.step_bytes,
-        step_factor=steps.step_factor,
-        dtypes=[d.name for d in parse_dtypes(args.datatype)],
-        redops=parse_redops(args.redop),
-        root=args.root,
+        **options.sweep_fields(args),
     )
     for note in config.fit_to_world(cluster.gpus):  # as bench: 'all' on one GPU skips sendrecv, with a note
         sys.stderr.write(note.lstrip("# ") + "\n")

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from fabricscope.errors import RunError
-from fabricscope.launch.heartbeat import Peer
+from fabricscope.launch.heartbeat import Peer, host_record
 from fabricscope.pairs.analysis import analyse
 from fabricscope.pairs.config import PairsConfig
 from fabricscope.pairs.report import print_report
@@ -45,10 +45,7 @@ class Output:
             kind="pairs",
             config=config.to_dict(),
             env=env,
-            host={
-                "hostname": peers[0].host if peers else "",
-                "ranks": [{"rank": p.rank, "host": p.host, "pid": p.pid, "device": p.device} for p in peers],
-            },
+            host=host_record(peers),
             summary={"rounds_planned": rounds, "rounds_done": 0, "backend": backend},
             status="partial",
         )
