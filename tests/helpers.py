@@ -145,3 +145,28 @@ def assert_gone(pids: Sequence[int], within: float = 10.0) -> None:
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     raise AssertionError(f"processes still running: {left}")
+
+
+def require_mpirun() -> str:
+    """The path of ``mpirun``; the test is skipped without it, and fails when CI requires it."""
+    import shutil
+
+    import pytest
+
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        if os.environ.get("FABRICSCOPE_REQUIRE_MPI"):
+            pytest.fail("mpirun is required (FABRICSCOPE_REQUIRE_MPI is set) but not installed")
+        pytest.skip("mpirun (Debian's openmpi-bin) is not installed")
+    return mpirun
+
+
+def imported_by_help(modules: Sequence[str]) -> list[str]:
+    """Which of ``modules`` a fresh interpreter holds after building ``fabricscope --help`` (every command's
+    parser): a command module must import only the standard library, so that ``--help`` stays fast."""
+    code = (
+        "import sys, fabricscope.cli; fabricscope.cli.build_parser().format_help(); "
+        f"print(' '.join(m for m in {list(modules)!r} if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), check=True)
+    return done.stdout.split()

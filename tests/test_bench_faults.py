@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from fabricscope.launch import free_port
 from fabricscope.results import load
 from helpers import alive, assert_gone, cli_env, start_cli, table_rows, wait_for_records
 
@@ -131,9 +132,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_rows(tmp_path):
 
 def test_killed_rank_under_torchrun(tmp_path):
     out = tmp_path / "t.json"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     cmd = [
         str(Path(sys.executable).parent / "torchrun"),
         "--nproc-per-node",
@@ -162,9 +161,7 @@ def test_killed_rank_under_torchrun(tmp_path):
 def test_ranks_stop_when_the_torchrun_agent_is_killed(tmp_path):
     # SIGKILL leaves torchrun no time to stop its ranks: they notice they are orphaned and stop cleanly.
     out = tmp_path / "o.json"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     torchrun = str(Path(sys.executable).parent / "torchrun")
     cmd = [torchrun, "--nproc-per-node", "2", "--master-port", str(port), "-m", "fabricscope", *ENDLESS]
     proc = subprocess.Popen(

@@ -3,7 +3,6 @@
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -13,19 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from fabricscope.launch import free_port
 from fabricscope.results import load
-from helpers import assert_gone, cli_env, run_cli, start_cli, wait_for_records
+from helpers import assert_gone, cli_env, require_mpirun, run_cli, start_cli, wait_for_records
 
 pytestmark = pytest.mark.multiprocess
 
 BIN = Path(sys.executable).parent
 FIELDS = {"test", "src", "dst", "src_host", "dst_host", "size_bytes", "time_us", "algbw_gbps", "round"}
-
-
-def _port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _check_records(result, n, size):
@@ -63,7 +57,7 @@ def test_spawned_ranks(tmp_path, nproc):
 
 def test_torchrun(tmp_path):
     out = tmp_path / "tr.json"
-    args = f"--nproc-per-node 3 --master-port {_port()} -m fabricscope pairs --size 16K -n 3"
+    args = f"--nproc-per-node 3 --master-port {free_port()} -m fabricscope pairs --size 16K -n 3"
     cmd = [str(BIN / "torchrun"), *args.split(), "--json", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=cli_env())
     assert done.returncode == 0, done.stderr
@@ -73,11 +67,7 @@ def test_torchrun(tmp_path):
 
 
 def test_mpirun(tmp_path):
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        if os.environ.get("FABRICSCOPE_REQUIRE_MPI"):
-            pytest.fail("mpirun is required (FABRICSCOPE_REQUIRE_MPI is set) but not installed")
-        pytest.skip("mpirun (Debian's openmpi-bin) is not installed")
+    mpirun = require_mpirun()
     out = tmp_path / "mpi.json"
     args = f"--allow-run-as-root --oversubscribe -np 2 {BIN / 'fabricscope'} pairs --size 16K -n 3"
     done = subprocess.run(

@@ -124,18 +124,12 @@ def _bandwidth(
         sync()
         dist.send(ack, peer)
         return 0.0
-    for _ in range(warmup):
-        check()
-        dist.send(big, peer)
-    dist.recv(ack, peer)
-    sync()
-    start = time.perf_counter()
-    for _ in range(iters):
-        check()
-        dist.send(big, peer)
-    dist.recv(ack, peer)
-    sync()
-    return (time.perf_counter() - start) / iters
+
+    def acknowledged() -> None:
+        dist.recv(ack, peer)
+        sync()
+
+    return _timed_series(lambda: dist.send(big, peer), iters, warmup, check, acknowledged)
 
 
 def _latency(
@@ -156,15 +150,26 @@ def _latency(
             dist.send(small, peer)
         sync()
         return 0.0
-    for _ in range(warmup):
-        check()
+
+    def round_trip() -> None:
         dist.send(small, peer)
         dist.recv(small, peer)
-    sync()
+
+    return _timed_series(round_trip, iters, warmup, check, sync) / 2
+
+
+def _timed_series(
+    message: Callable[[], None], iters: int, warmup: int, check: Callable[[], None], settle: Callable[[], None]
+) -> float:
+    """The sender's side of both tests: ``warmup`` untimed messages and ``settle``, then ``iters`` timed
+    messages and ``settle`` (the receiver has them all): seconds per message."""
+    for _ in range(warmup):
+        check()
+        message()
+    settle()
     start = time.perf_counter()
     for _ in range(iters):
         check()
-        dist.send(small, peer)
-        dist.recv(small, peer)
-    sync()
-    return (time.perf_counter() - start) / iters / 2
+        message()
+    settle()
+    return (time.perf_counter() - start) / iters
