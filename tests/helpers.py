@@ -123,6 +123,21 @@ def wait_for_records(path: Path, count: int, timeout: float = 120) -> dict[str, 
     raise AssertionError(f"{path} did not reach {count} records in {timeout} s")
 
 
+def wait_for_ranks(out: Path, records: int) -> dict[int, int]:
+    """Wait until the Result at ``out`` holds ``records`` records; each rank's pid (from its ``host``)."""
+    data = wait_for_records(out, records)
+    return {r["rank"]: r["pid"] for r in data["host"]["ranks"]}
+
+
+def start_measuring(
+    args: Sequence[str], out: Path, records: int, **kwargs: Any
+) -> tuple[subprocess.Popen[str], dict[int, int]]:
+    """Start ``fabricscope ARGS --json OUT`` and wait until OUT holds ``records`` records: the process, and
+    each rank's pid, for a test that kills or stops one of them."""
+    proc = start_cli([*args, "--json", str(out)], **kwargs)
+    return proc, wait_for_ranks(out, records)
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -14,7 +14,7 @@ import pytest
 
 from fabricscope.launch import free_port
 from fabricscope.results import load
-from helpers import assert_gone, cli_env, require_mpirun, run_cli, start_cli, wait_for_records
+from helpers import assert_gone, cli_env, require_mpirun, run_cli, start_measuring
 
 pytestmark = pytest.mark.multiprocess
 
@@ -118,16 +118,10 @@ TIMEOUT_S = 6
 LONG = ["pairs", "--nproc", "4", "--size", "1M", "-n", "3000", "--timeout", str(TIMEOUT_S)]
 
 
-def _pids(data):
-    return {r["rank"]: r["pid"] for r in data["host"]["ranks"]}
-
-
 @pytest.mark.parametrize("victim", [3, 0])
 def test_killed_rank_is_named_and_finished_pairs_are_kept(tmp_path, victim):
     out = tmp_path / "k.json"
-    proc = start_cli([*LONG, "--json", str(out)])
-    data = wait_for_records(out, 8)  # round 1: two links, both ways, two tests
-    pids = _pids(data)
+    proc, pids = start_measuring(LONG, out, 8)  # round 1: two links, both ways, two tests
     os.kill(pids[victim], signal.SIGKILL)
     start = time.monotonic()
     _, stderr = proc.communicate(timeout=TIMEOUT_S + 40)
@@ -146,9 +140,7 @@ def test_killed_rank_is_named_and_finished_pairs_are_kept(tmp_path, victim):
 
 def test_frozen_rank_is_named_alone_within_the_timeout(tmp_path):
     out = tmp_path / "f.json"
-    proc = start_cli([*LONG, "--json", str(out)])
-    data = wait_for_records(out, 8)
-    pids = _pids(data)
+    proc, pids = start_measuring(LONG, out, 8)
     os.kill(pids[2], signal.SIGSTOP)
     start = time.monotonic()
     try:
@@ -169,15 +161,14 @@ def test_frozen_rank_is_named_alone_within_the_timeout(tmp_path):
 
 def test_ctrl_c_stops_at_once_and_keeps_finished_rounds(tmp_path):
     out = tmp_path / "c.json"
-    proc = start_cli([*LONG, "--json", str(out)], start_new_session=True)
-    data = wait_for_records(out, 8)
+    proc, pids = start_measuring(LONG, out, 8, start_new_session=True)
     os.killpg(proc.pid, signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     result = load(out)
     assert result.status == "interrupted" and len(result.records) >= 8
     assert "interrupted" in stderr and "Traceback" not in stderr
-    assert_gone(list(_pids(data).values()))
+    assert_gone(list(pids.values()))
 
 
 def test_closed_stdout_keeps_the_exit_code(tmp_path):
