@@ -224,8 +224,11 @@ class SweepSteps:
 MAX_STEP_FACTOR = 1 << 20
 
 
-def add_sweep_options(parser: Any, *, min_default: str = "8", max_default: str = "32M") -> None:
-    """Declare ``-b -e -i -f`` with nccl-tests' meanings (``parser`` may be an argument group)."""
+def add_sweep_options(parser: Any, *, data: Any = None, min_default: str = "8", max_default: str = "32M") -> None:
+    """Declare ``-b -e -i -f`` and (in ``data``, else in ``parser``) ``-d -o -r`` with nccl-tests' meanings;
+    either may be an argument group.  :func:`sweep_fields` reads them back."""
+    from fabricscope.launch.world import MAX_WORLD
+
     parser.add_argument(
         "-b", "--minbytes", type=size(), default=min_default, help=f"first size (default {min_default})"
     )
@@ -243,6 +246,18 @@ def add_sweep_options(parser: Any, *, min_default: str = "8", max_default: str =
         type=whole(minimum=1, maximum=MAX_STEP_FACTOR),
         default=None,
         help="multiply the size by this (default 2; 1 uses -i)",
+    )
+    data = parser if data is None else data
+    data.add_argument("-d", "--datatype", default="float", help="datatype or all (default float)")
+    data.add_argument(
+        "-o", "--op", dest="redop", default="sum", help="reduction: sum prod min max avg or all (default sum)"
+    )
+    data.add_argument(
+        "-r",
+        "--root",
+        type=whole(minimum=0, maximum=MAX_WORLD),
+        default="0",
+        help="root rank of broadcast/reduce/gather/scatter (default 0)",
     )
 
 

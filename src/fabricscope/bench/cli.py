@@ -65,8 +65,9 @@ def add_parser(subparsers: Any) -> None:
         help="collectives to run, by name or comma-separated (default all_reduce; 'all' for every op)",
     )
     sizes = parser.add_argument_group("sizes (nccl-tests flags; K/M/G are binary)")
-    options.add_sweep_options(sizes)
     timing = parser.add_argument_group("timing and checking")
+    data = parser.add_argument_group("data")
+    options.add_sweep_options(sizes, data=data)
     options.add_iteration_options(
         timing,
         maximum=MAX_ITERS,
@@ -110,18 +111,6 @@ def add_parser(subparsers: Any) -> None:
         metavar="K",
         help="run K collectives at once, each on its own process group (threads; CUDA streams on GPUs); "
         "prints the aggregate busbw and each stream's (default 1)",
-    )
-    data = parser.add_argument_group("data")
-    data.add_argument("-d", "--datatype", default="float", help="datatype or all (default float)")
-    data.add_argument(
-        "-o", "--op", dest="redop", default="sum", help="reduction: sum prod min max avg or all (default sum)"
-    )
-    data.add_argument(
-        "-r",
-        "--root",
-        type=options.whole(minimum=0, maximum=MAX_RANKS),
-        default="0",
-        help="root rank of broadcast/reduce/gather/scatter (default 0)",
     )
     data.add_argument(
         "--servers",

@@ -302,12 +302,9 @@ class Output:
             return
         if self._series:
             self.result.summary["stability"] = self.stability()
-        if not final and written_through(self.config.json_path):
-            return  # a stream (--json /dev/stdout) gets the Result once, at the end
-        try:
-            self.result.save(self.config.json_path)
-        except RunError as exc:
-            self._write_failed(str(exc))
+        problem = self.result.save_during_run(self.config.json_path, final=final)
+        if problem:
+            self._write_failed(problem)
 
     def _save_history(self) -> None:
         from fabricscope.errors import FabricscopeError

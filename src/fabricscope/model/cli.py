@@ -120,11 +120,6 @@ def _add_predict(subparsers: Any) -> None:
     p.add_argument("ops", nargs="*", metavar="OP", help="collectives (default all_reduce; 'all' for every op)")
     _cluster_options(p)
     options.add_sweep_options(p)
-    p.add_argument("-d", "--datatype", default="float", help="datatype or all (default float)")
-    p.add_argument("-o", "--op", dest="redop", default="sum", help="reduction (default sum)")
-    p.add_argument(
-        "-r", "--root", type=options.whole(minimum=0, maximum=MAX_NODES), default="0", help="root rank (default 0)"
-    )
     p.add_argument(
         "--algo",
         default="auto",

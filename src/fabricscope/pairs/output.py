@@ -13,12 +13,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from fabricscope.errors import RunError
 from fabricscope.launch.heartbeat import Peer, host_record
 from fabricscope.pairs.analysis import analyse
 from fabricscope.pairs.config import PairsConfig
 from fabricscope.pairs.report import print_report
-from fabricscope.results import Result, written_through
+from fabricscope.results import Result
 
 __all__ = ["PAIR_FIELDS", "Output"]
 
@@ -57,15 +56,9 @@ class Output:
         self.save()
 
     def save(self, *, final: bool = False) -> None:
-        if not self.config.json_path:
-            return
-        if not final and written_through(self.config.json_path):
-            return  # a stream (--json - or /dev/stdout) gets the Result once, at the end
-        try:
-            self.result.save(self.config.json_path)
-        except RunError as exc:
-            if not self.write_errors:
-                self.write_errors.append(str(exc))
+        problem = self.result.save_during_run(self.config.json_path, final=final)
+        if problem and not self.write_errors:
+            self.write_errors.append(problem)
 
     def finish(self, status: str, error: str | None) -> None:
         """Judge the records, print the report when complete, and save the final status."""
