@@ -288,20 +288,15 @@ def add_iteration_options(
     parser: Any, *, maximum: int, iters_help: str, warmup_help: str, warmup_default: int, iters_default: int = 20
 ) -> None:
     """Declare ``-n/--iters`` and ``-w/--warmup_iters`` with nccl-tests' names: timed and untimed repetitions."""
-    parser.add_argument(
-        "-n",
-        "--iters",
-        type=whole(minimum=1, maximum=maximum),
-        default=str(iters_default),
-        help=f"{iters_help} (default {iters_default})",
-    )
-    parser.add_argument(
-        "-w",
-        "--warmup_iters",
-        type=whole(minimum=0, maximum=maximum),
-        default=str(warmup_default),
-        help=f"{warmup_help} (default {warmup_default})",
-    )
+    counts = (("-n", "--iters", 1, iters_default, iters_help), ("-w", "--warmup_iters", 0, warmup_default, warmup_help))
+    for short, long, lowest, default, text in counts:
+        parser.add_argument(
+            short,
+            long,
+            type=whole(minimum=lowest, maximum=maximum),
+            default=str(default),
+            help=f"{text} (default {default})",
+        )
 
 
 # --- the launch flags of every multi-process command (bench, pairs, doctor's fleet) --------------
