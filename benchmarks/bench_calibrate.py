@@ -1,29 +1,52 @@
 """Calibrate on 2 gloo ranks, predict 4, measure 4: the error of ``calibrate``'s extrapolation.
 
-Every step is the real command: ``fabricscope bench`` runs 2 ranks and then 4
-(gloo on this machine's CPUs), ``fabricscope calibrate`` fits the 2-rank run,
-``fabricscope predict --gpus-per-node 4`` extrapolates, and the script prints,
-per size, the measured 4-rank time, the prediction and the error, then the
-median |error| from 64 KiB up (target: 15% or less), and, as the peer, the
-error of the catalog model of the same base cluster (what predict says with no
-measurement).
+Every step is the real command: ``fabricscope bench`` runs 2 ranks and then 4,
+``fabricscope calibrate`` fits the 2-rank run, ``fabricscope predict``
+extrapolates to 4, and the script prints, per size, the measured 4-rank time,
+the prediction and the error, then the median |error| from 64 KiB up (target:
+15% or less), and, as the peer, the error of the catalog model of the same base
+cluster (what predict says with no measurement).
 
-Run:  python benchmarks/bench_calibrate.py [--max 16M] [--iters 20] [--op all_reduce]
+Two fabrics:
+
+- ``--fabric netns`` (the default where it can run: root with ``ip``, ``tc``
+  and ``unshare``): one network namespace per rank, each its own "node" with
+  its own host name, joined through a bridge by a veth "NIC" rate-limited
+  both ways with a token bucket (``--rate``, default 50mbit: a weak Ethernet
+  fabric).  Ranks join with plain RANK/WORLD_SIZE/MASTER_ADDR variables (the
+  ``env`` launcher), gloo bound to the namespace's veth.  The network is what
+  the collective waits for, as on a real cluster; calibrate fits the
+  inter-node hop and predict extrapolates the node count.
+- ``--fabric loopback``: ``bench --nproc`` on this host.  On a host with
+  fewer cores than 4 ranks the 4-rank run measures CPU time-sharing (ranks
+  wait for a core, not for bytes), which no network model extrapolates: use
+  it on a host with a free core per rank.
+
+Namespaces, veths and the bridge are removed afterwards, also on failure.
+
+Run:  python benchmarks/bench_calibrate.py [--fabric netns|loopback] [--rate 50mbit] [--burst 32kb]
+                                           [--max 4M] [--iters 5] [--op all_reduce]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import secrets
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = ["main"]
 
 FABRICSCOPE = [sys.executable, "-m", "fabricscope"]
+PORT = 29631
 
 
 def run(*args: str) -> None:
@@ -40,26 +63,125 @@ def times(path: Path) -> dict[int, float]:
     return {size: statistics.median(values) for size, values in found.items()}
 
 
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=check)
+
+
+def netns_missing() -> str | None:
+    """Why namespaces cannot be built here, or None."""
+    for tool in ("ip", "tc", "unshare"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    return None
+
+
+def _address(i: int) -> str:
+    return f"10.79.0.{i + 1}"
+
+
+@contextlib.contextmanager
+def star(token: str, ranks: int, rate: str, burst: str) -> Iterator[list[str]]:
+    """Namespaces ``fc<token>n<i>`` on one bridge (in namespace ``fc<token>sw``), every veth shaped to ``rate``."""
+    switch = f"fc{token}sw"
+    names = [f"fc{token}n{i}" for i in range(ranks)]
+    try:
+        _ip("netns", "add", switch)
+        _ip("-n", switch, "link", "add", "br0", "type", "bridge")
+        _ip("-n", switch, "link", "set", "br0", "up")
+        for i, name in enumerate(names):
+            _ip("netns", "add", name)
+            _ip("-n", name, "link", "set", "lo", "up")
+            nic, port = f"c{token}{i}", f"p{token}{i}"
+            _ip("link", "add", nic, "netns", name, "type", "veth", "peer", "name", port, "netns", switch)
+            _ip("-n", name, "addr", "add", f"{_address(i)}/24", "dev", nic)
+            _ip("-n", name, "link", "set", nic, "up")
+            _ip("-n", switch, "link", "set", port, "master", "br0")
+            _ip("-n", switch, "link", "set", port, "up")
+            for ns, dev in ((name, nic), (switch, port)):  # the NIC's send side and its receive side
+                subprocess.run(
+                    ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
+                     "rate", rate, "burst", burst, "latency", "200ms"],
+                    check=True, capture_output=True, timeout=30,
+                )  # fmt: skip
+        yield names
+    finally:
+        for name in [*names, switch]:
+            _ip("netns", "del", name, check=False)
+
+
+def bench_netns(token: str, names: list[str], ranks: int, args: list[str], out: Path) -> None:
+    """One ``fabricscope bench`` rank per namespace (its own host name), rank 0 writing ``out``."""
+    procs = []
+    for i in range(ranks):
+        env = dict(os.environ)
+        env.update(
+            RANK=str(i),
+            WORLD_SIZE=str(ranks),
+            MASTER_ADDR=_address(0),
+            MASTER_PORT=str(PORT + ranks),
+            GLOO_SOCKET_IFNAME=f"c{token}{i}",
+            OMP_NUM_THREADS="1",
+        )
+        command = " ".join([*FABRICSCOPE, "bench", *args, *(["--json", str(out)] if i == 0 else [])])
+        script = f"hostname fcnode{i} && exec {command}"
+        procs.append(
+            subprocess.Popen(
+                ["ip", "netns", "exec", names[i], "unshare", "--uts", "sh", "-c", script],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    try:
+        errors = [p.communicate(timeout=1800)[1] for p in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    if any(p.returncode for p in procs):
+        sys.exit(f"bench on {ranks} namespaces failed: {[e.strip()[-300:] for e in errors]}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max", default="16M", help="largest size (default 16M)")
-    parser.add_argument("--iters", default="20", help="timed iterations per size (default 20)")
+    parser.add_argument("--fabric", choices=("netns", "loopback"), help="default: netns where it can run")
+    parser.add_argument("--rate", default="50mbit", help="netns: each node's NIC rate, tc syntax (default 50mbit)")
+    parser.add_argument("--burst", default="32kb", help="netns: the token bucket's burst, tc syntax (default 32kb)")
+    parser.add_argument("--max", default=None, help="largest size (default 4M on netns, 16M on loopback)")
+    parser.add_argument("--iters", default="5", help="timed iterations per size (default 5)")
     parser.add_argument("--op", default="all_reduce", help="collective (default all_reduce)")
     args = parser.parse_args()
-    sweep = ["-b", "64K", "-e", args.max, "-n", args.iters, "-w", "3", "-c", "0"]
+    missing = netns_missing()
+    fabric = args.fabric or ("loopback" if missing else "netns")
+    if fabric == "netns" and missing:
+        sys.exit(f"--fabric netns cannot run here: {missing}")
+    largest = args.max or ("4M" if fabric == "netns" else "16M")
+    sweep = [args.op, "-b", "64K", "-e", largest, "-n", args.iters, "-w", "1", "-c", "0"]
+    base = ["-b", "64K", "-e", largest, args.op]
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
-        run("bench", args.op, "--nproc", "2", *sweep, "--json", str(tmp / "two.json"))
+        if fabric == "netns":
+            token = secrets.token_hex(2)
+            with star(token, 4, args.rate, args.burst) as names:
+                bench_netns(token, names, 2, sweep, tmp / "two.json")
+                bench_netns(token, names, 4, sweep, tmp / "four.json")
+            shape = ["--nodes", "4", "--gpus-per-node", "1"]
+        else:
+            run("bench", "--nproc", "2", *sweep, "--json", str(tmp / "two.json"))
+            run("bench", "--nproc", "4", *sweep, "--json", str(tmp / "four.json"))
+            shape = ["--nodes", "1", "--gpus-per-node", "4"]
         run("calibrate", str(tmp / "two.json"), "-o", str(tmp / "two.toml"))
-        run("bench", args.op, "--nproc", "4", *sweep, "--json", str(tmp / "four.json"))
-        base = ["-b", "64K", "-e", args.max, args.op]
-        run("predict", "--cluster", str(tmp / "two.toml"), "--gpus-per-node", "4", *base, "--json", str(tmp / "p.json"))
-        run("predict", "--cluster", "lab-8gpu-100g-nvme", "--gpus-per-node", "4", "--nodes", "1", *base,
-            "--json", str(tmp / "catalog.json"))  # fmt: skip
+        run("predict", "--cluster", str(tmp / "two.toml"), *shape, *base, "--json", str(tmp / "p.json"))
+        run("predict", "--cluster", "lab-8gpu-100g-nvme", *shape, *base, "--json", str(tmp / "catalog.json"))
         measured, predicted, catalog = times(tmp / "four.json"), times(tmp / "p.json"), times(tmp / "catalog.json")
         two = times(tmp / "two.json")
         print((tmp / "two.toml").read_text().split("[calibration.")[1].strip())
-    print(f"\n{args.op}: calibrated on 2 gloo ranks, predicted and measured on 4")
+    where = f"{args.rate} network namespaces, one rank per node" if fabric == "netns" else "loopback, one host"
+    print(f"\n{args.op}: calibrated on 2 gloo ranks, predicted and measured on 4 ({where})")
     print(f"{'size':>10} {'2 ranks us':>11} {'4 ranks us':>11} {'predicted':>10} {'error':>8} {'catalog err':>12}")
     errors, catalog_errors = [], []
     for size in sorted(measured):
