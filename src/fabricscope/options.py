@@ -33,6 +33,7 @@ __all__ = [
     "add_sweep_options",
     "choice",
     "fraction",
+    "launch_fields",
     "number",
     "port",
     "rate",
@@ -347,3 +348,17 @@ def add_launch_options(
         parser.add_argument(
             "--master-port", type=port(), default=None, help="rendezvous port (default MASTER_PORT or derived)"
         )
+
+
+def launch_fields(args: argparse.Namespace, *, default_nproc: Callable[[], int] | None = None) -> dict[str, Any]:
+    """The config fields that :func:`add_launch_options` (with the backend and rendezvous flags)
+    declares: ``nproc`` (``default_nproc()`` when not given), ``backend``, ``timeout_s``,
+    ``master_addr`` and ``master_port``."""
+    nproc = args.nproc if args.nproc is not None or default_nproc is None else default_nproc()
+    return {
+        "nproc": nproc,
+        "backend": args.backend,
+        "timeout_s": args.timeout,
+        "master_addr": args.master_addr,
+        "master_port": args.master_port,
+    }

@@ -77,12 +77,8 @@ def build_config(args: argparse.Namespace) -> Any:
         iters=args.iters,
         warmup_iters=args.warmup_iters,
         by=args.by,
-        nproc=args.nproc,
-        backend=args.backend,
-        timeout_s=args.timeout,
+        **options.launch_fields(args),
         json_path=args.json,
-        master_addr=args.master_addr,
-        master_port=args.master_port,
         argv=list(sys.argv),
     )
 
