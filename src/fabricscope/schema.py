@@ -82,7 +82,7 @@ def _check_plain(value: Any, key: str) -> None:
     elif isinstance(value, (list, tuple)):
         for item in value:
             _check_plain(item, key)
-    elif not isinstance(value, (bool, int, float)):
+    elif value is not None and not isinstance(value, (bool, int, float)):
         raise InvalidValue(f"{key} = {value}: a {type(value).__name__} is not a value fabricscope reads here")
 
 
@@ -130,19 +130,25 @@ def _shown(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else repr(value)
 
 
+def _at(data: Any, path: tuple[Any, ...]) -> Any:
+    """The value at ``path`` in the table as written, or None where the path leads nowhere."""
+    for part in path:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
 def _describe(cls: type[Any], data: Mapping[str, Any], error: Mapping[str, Any]) -> str:
     loc = tuple(error.get("loc") or ())
     kind = error.get("type", "")
     value = error.get("input")
     ctx = error.get("ctx") or {}
-    if loc and isinstance(loc[-1], int) and kind in _KINDS:
-        # An item of a list: name the list, show it whole.
-        loc = loc[:-1]
-        listed: Any = data
-        for part in loc:
-            listed = listed[part]
-        return f"{'.'.join(map(str, loc))} = {_shown(listed)}: must be a list of {_KINDS[kind][1]}"
     key = ".".join(str(part) for part in loc)
+    listed = _at(data, loc[:-1]) if loc and isinstance(loc[-1], int) and kind in _KINDS else None
+    if isinstance(listed, list):  # an item of a list: name the list and show it whole
+        return f"{'.'.join(map(str, loc[:-1]))} = {_shown(listed)}: must be a list of {_KINDS[kind][1]}"
     if kind in _KINDS:
         return f"{key} = {_shown(value)}: must be {_KINDS[kind][0]}"
     if kind == "missing":
