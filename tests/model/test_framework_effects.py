@@ -143,3 +143,19 @@ def test_flashattention_2_reaches_a_third_of_hopper() -> None:
     fa2 = _step("llama-7b", "dgx-h100-ndr", 8, hopper_attention=False, **split)
     fa3 = _step("llama-7b", "dgx-h100-ndr", 8, **split)
     assert float(fa2.compute) > float(fa3.compute)
+
+
+def test_fp32_weights_under_mixed_precision_put_four_bytes_per_gradient_on_the_wire() -> None:
+    # PyTorch AMP with DDP and Horovod with tf_cnn_benchmarks keep fp32 weights: their gradients are
+    # reduced in 32 bits, twice the bytes of a 16-bit reduction, whatever the compute precision.
+    split = dict(dp=32, micro_batch=64, global_batch=2048, recompute="none")
+    sixteen = _step("resnet50", "v100-100gbe-tcp", 4, precision="fp16", **split)
+    thirty_two = _step("resnet50", "v100-100gbe-tcp", 4, precision="fp16", fp32_gradients=True, **split)
+    assert float(thirty_two.dp_comm_total) > 1.8 * float(sixteen.dp_comm_total)
+    assert float(thirty_two.compute) == pytest.approx(float(sixteen.compute))
+    # In fp32 training the gradients are 4 bytes already: the flag changes nothing there.
+    fp32 = _step("resnet50", "v100-100gbe-tcp", 4, precision="fp32", **split)
+    flagged = _step("resnet50", "v100-100gbe-tcp", 4, precision="fp32", fp32_gradients=True, **split)
+    assert float(flagged.dp_comm_total) == pytest.approx(float(fp32.dp_comm_total))
+    assert FRAMEWORKS["horovod"].fp32_gradients and FRAMEWORKS["pytorch-ddp"].fp32_gradients
+    assert not FRAMEWORKS["megatron-core"].fp32_gradients and not FRAMEWORKS["deepspeed-pipeline"].fp32_gradients

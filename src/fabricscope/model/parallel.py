@@ -116,6 +116,10 @@ class StackParameters:
     node_dedup: bool = False
     """The token dispatcher sends a token once to each node holding one of its experts and NVLink
     forwards it there (DeepEP, DeepSeek-V3's kernels); else once per expert (NCCL all-to-all)."""
+    fp32_gradients: bool = False
+    """Gradients cross the network in 32 bits whatever the compute precision: mixed precision that
+    keeps fp32 weights and reduces their gradients as they are (PyTorch AMP with DDP, Horovod with
+    tf_cnn_benchmarks); else in the precision's own width (Megatron, DeepSpeed: 16 bits)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -198,9 +202,16 @@ FRAMEWORKS: dict[str, Framework] = {
         hopper_attention=False,
         bucket_mb=64.0,
         cycle_ms=5.0,
+        fp32_gradients=True,
         source="Horovod (Sergeev and Del Balso 2018; docs/tensor-fusion.rst): all-reduces run as gradients "
         "become ready during the backward, fused into buffers of HOROVOD_FUSION_THRESHOLD = 64 MB, one "
-        "fused all-reduce per cycle (horovod/common/operations.cc: SetCycleTimeMs(5), HOROVOD_CYCLE_TIME)",
+        "fused all-reduce per cycle (horovod/common/operations.cc: SetCycleTimeMs(5), HOROVOD_CYCLE_TIME); "
+        "gradients are reduced in the dtype the framework hands over (Compression.none unless "
+        "--fp16-allreduce), and mixed precision keeps fp32 weights: tf_cnn_benchmarks' --use_fp16 "
+        "all-reduces tf.gradients of its fp32 variables "
+        "(https://github.com/tensorflow/benchmarks/blob/master/scripts/tf_cnn_benchmarks/benchmark_cnn.py: "
+        "hvd.allreduce(grad, average=False, ...)), as Horovod's author advised: 'it is likely better to "
+        "keep them in FP32 as well' (https://github.com/horovod/horovod/issues/187)",
     ),
     "pytorch-ddp": Framework(
         flash_attention=True,
@@ -208,8 +219,11 @@ FRAMEWORKS: dict[str, Framework] = {
         regather_on_recompute=False,
         hopper_attention=False,
         bucket_mb=25.0,
+        fp32_gradients=True,
         source="PyTorch DDP (Li et al. VLDB 2020): gradient buckets of bucket_cap_mb = 25 MB all-reduced "
-        "during the backward",
+        "during the backward; under automatic mixed precision the parameters, so their gradients and "
+        "DDP's buckets, stay float32 (https://pytorch.org/docs/stable/amp.html; 16-bit reduction is the "
+        "opt-in fp16_compress_hook, https://pytorch.org/docs/stable/ddp_comm_hooks.html)",
     ),
 }
 """Training stacks the validation rows name (``framework`` column); each field may be overridden."""
@@ -239,6 +253,7 @@ def stack_numbers(source: StackParameters) -> dict[str, float]:
         "p2p_serial": 0.0 if source.p2p_batched else 1.0,
         "ep_overlap": 1.0 if source.ep_overlap else 0.0,
         "node_dedup": 1.0 if source.node_dedup else 0.0,
+        "fp32_grads": 1.0 if source.fp32_gradients else 0.0,
     }
 
 

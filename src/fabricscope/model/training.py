@@ -172,6 +172,9 @@ class Job:
     """1 where the all-to-alls run beside another micro-batch's compute (DualPipe), 0 in turn."""
     node_dedup: Num = 0
     """1 where a token crosses the network once per node it goes to (DeepEP), 0 once per expert."""
+    fp32_grads: Num = 0
+    """1 where gradients cross the network in 32 bits whatever the precision (fp32 weights under
+    mixed precision: PyTorch AMP with DDP, Horovod), 0 in the precision's ``grad_bytes``."""
     etp: Num = 0
     """Tensor-parallel ranks of the experts (0: ``tp``, expert groups made of data- and
     context-parallel ranks); another value folds the expert groups over the attention's ranks
@@ -451,9 +454,14 @@ def _units(w: Shape, job: Job, dev: Device, backward: Num) -> Num:
     reduces what became ready during it."""
     if w.transformer:
         return stage_layers(w, job) * job.unit_tensors
-    buckets = np.maximum(1.0, np.ceil(w.params * dev.grad_bytes / job.bucket_bytes))
+    buckets = np.maximum(1.0, np.ceil(w.params * _wire_grad_bytes(job, dev) / job.bucket_bytes))
     cycles = np.where(job.cycle_s > 0, np.ceil(backward / np.where(job.cycle_s > 0, job.cycle_s, 1.0)), 1.0)
     return np.maximum(buckets, cycles)
+
+
+def _wire_grad_bytes(job: Job, dev: Device) -> Num:
+    """Bytes per gradient element a data-parallel collective moves."""
+    return np.where(job.fp32_grads > 0, np.maximum(dev.grad_bytes, 4.0), dev.grad_bytes)
 
 
 def _dp_comm(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tuple[Num, Num, Num]:
@@ -470,7 +478,7 @@ def _dp_comm(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tuple[
     dp_nodes = np.ceil(replicas / local)
     share = fab.node_net_gbps * local / g
     weights = _stage_params(w, job) / units
-    grads = weights * dev.grad_bytes
+    grads = weights * _wire_grad_bytes(job, dev)
     all_reduce = coll.fastest(coll.all_reduce(fab, grads, local, dp_nodes, share))
     scatter = coll.fastest(coll.ring_like(fab, grads, local, dp_nodes, node_net=share))
     gather = coll.fastest(coll.ring_like(fab, weights * dev.act_bytes, local, dp_nodes, node_net=share))
