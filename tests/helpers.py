@@ -123,6 +123,21 @@ def wait_for_records(path: Path, count: int, timeout: float = 120) -> dict[str, 
     raise AssertionError(f"{path} did not reach {count} records in {timeout} s")
 
 
+def wait_for_ranks(out: Path, records: int) -> dict[int, int]:
+    """Wait until the Result at ``out`` holds ``records`` records; each rank's pid (from its ``host``)."""
+    data = wait_for_records(out, records)
+    return {r["rank"]: r["pid"] for r in data["host"]["ranks"]}
+
+
+def start_measuring(
+    args: Sequence[str], out: Path, records: int, **kwargs: Any
+) -> tuple[subprocess.Popen[str], dict[int, int]]:
+    """Start ``fabricscope ARGS --json OUT`` and wait until OUT holds ``records`` records: the process, and
+    each rank's pid, for a test that kills or stops one of them."""
+    proc = start_cli([*args, "--json", str(out)], **kwargs)
+    return proc, wait_for_ranks(out, records)
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -145,3 +160,28 @@ def assert_gone(pids: Sequence[int], within: float = 10.0) -> None:
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     raise AssertionError(f"processes still running: {left}")
+
+
+def require_mpirun() -> str:
+    """The path of ``mpirun``; the test is skipped without it, and fails when CI requires it."""
+    import shutil
+
+    import pytest
+
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        if os.environ.get("FABRICSCOPE_REQUIRE_MPI"):
+            pytest.fail("mpirun is required (FABRICSCOPE_REQUIRE_MPI is set) but not installed")
+        pytest.skip("mpirun (Debian's openmpi-bin) is not installed")
+    return mpirun
+
+
+def imported_by_help(modules: Sequence[str]) -> list[str]:
+    """Which of ``modules`` a fresh interpreter holds after building ``fabricscope --help`` (every command's
+    parser): a command module must import only the standard library, so that ``--help`` stays fast."""
+    code = (
+        "import sys, fabricscope.cli; fabricscope.cli.build_parser().format_help(); "
+        f"print(' '.join(m for m in {list(modules)!r} if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), check=True)
+    return done.stdout.split()

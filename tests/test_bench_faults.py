@@ -17,17 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from fabricscope.launch import free_port
 from fabricscope.results import load
-from helpers import alive, assert_gone, cli_env, start_cli, table_rows, wait_for_records
+from helpers import alive, assert_gone, cli_env, start_cli, start_measuring, table_rows, wait_for_ranks
 
 pytestmark = pytest.mark.multiprocess
 
 TIMEOUT_S = 6
 ENDLESS = ["bench", "-b", "256K", "-e", "256K", "-N", "0", "--timeout", str(TIMEOUT_S)]
-
-
-def _rank_pids(data):
-    return {r["rank"]: r["pid"] for r in data["host"]["ranks"]}
 
 
 def _wait_exit(proc, within):
@@ -39,9 +36,7 @@ def _wait_exit(proc, within):
 @pytest.mark.parametrize("victim", [1, 0])
 def test_killed_rank_is_named_and_rows_are_kept(tmp_path, victim):
     out, flat = tmp_path / "k.json", tmp_path / "k.csv"
-    proc = start_cli([*ENDLESS, "--json", str(out), "--csv", str(flat)])
-    data = wait_for_records(out, 6)
-    pids = _rank_pids(data)
+    proc, pids = start_measuring([*ENDLESS, "--csv", str(flat)], out, 6)
     os.kill(pids[victim], signal.SIGKILL)
     elapsed, stdout, stderr = _wait_exit(proc, TIMEOUT_S + 30)
     assert proc.returncode != 0
@@ -71,9 +66,7 @@ def test_killed_rank_is_named_and_rows_are_kept(tmp_path, victim):
 @pytest.mark.parametrize("victim", [1, 0])
 def test_frozen_rank_is_named_within_the_timeout(tmp_path, victim):
     out = tmp_path / "h.json"
-    proc = start_cli([*ENDLESS, "--json", str(out)])
-    data = wait_for_records(out, 4)
-    pids = _rank_pids(data)
+    proc, pids = start_measuring(ENDLESS, out, 4)
     os.kill(pids[victim], signal.SIGSTOP)
     try:
         elapsed, _, stderr = _wait_exit(proc, TIMEOUT_S + 40)
@@ -98,9 +91,7 @@ def test_a_killed_launcher_leaves_an_interrupted_result(tmp_path):
     # SIGKILL to `fabricscope bench` itself: its ranks stop (parent-death signal) and
     # rank 0 marks the file interrupted, saying why, with every finished row.
     out = tmp_path / "l.json"
-    proc = start_cli([*ENDLESS, "--json", str(out)])
-    data = wait_for_records(out, 4)
-    pids = _rank_pids(data)
+    proc, pids = start_measuring(ENDLESS, out, 4)
     proc.kill()
     proc.communicate(timeout=30)
     assert_gone(list(pids.values()), within=20)
@@ -112,9 +103,7 @@ def test_a_killed_launcher_leaves_an_interrupted_result(tmp_path):
 
 def test_ctrl_c_stops_cleanly_and_keeps_rows(tmp_path):
     out = tmp_path / "i.json"
-    proc = start_cli([*ENDLESS, "--json", str(out)])
-    data = wait_for_records(out, 4)
-    pids = _rank_pids(data)
+    proc, pids = start_measuring(ENDLESS, out, 4)
     proc.send_signal(signal.SIGINT)
     _, stdout, stderr = _wait_exit(proc, 30)
     assert proc.returncode == 130, stderr
@@ -131,9 +120,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_rows(tmp_path):
 
 def test_killed_rank_under_torchrun(tmp_path):
     out = tmp_path / "t.json"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     cmd = [
         str(Path(sys.executable).parent / "torchrun"),
         "--nproc-per-node",
@@ -147,8 +134,7 @@ def test_killed_rank_under_torchrun(tmp_path):
         str(out),
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
-    data = wait_for_records(out, 4)
-    pids = _rank_pids(data)
+    pids = wait_for_ranks(out, 4)
     os.kill(pids[1], signal.SIGKILL)
     elapsed, _, stderr = _wait_exit(proc, TIMEOUT_S + 60)
     assert proc.returncode != 0
@@ -162,16 +148,13 @@ def test_killed_rank_under_torchrun(tmp_path):
 def test_ranks_stop_when_the_torchrun_agent_is_killed(tmp_path):
     # SIGKILL leaves torchrun no time to stop its ranks: they notice they are orphaned and stop cleanly.
     out = tmp_path / "o.json"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     torchrun = str(Path(sys.executable).parent / "torchrun")
     cmd = [torchrun, "--nproc-per-node", "2", "--master-port", str(port), "-m", "fabricscope", *ENDLESS]
     proc = subprocess.Popen(
         [*cmd, "--json", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env()
     )
-    data = wait_for_records(out, 4)
-    pids = _rank_pids(data)
+    pids = wait_for_ranks(out, 4)
     proc.kill()
     proc.wait(timeout=10)
     assert_gone(list(pids.values()), within=TIMEOUT_S + 10)  # kills any left, then fails

@@ -3,7 +3,6 @@
 import csv
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -11,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from fabricscope.launch import free_port
 from fabricscope.results import load
-from helpers import cli_env, run_cli, run_ranks, table_rows
+from helpers import cli_env, require_mpirun, run_cli, run_ranks, table_rows
 
 pytestmark = pytest.mark.multiprocess
 
@@ -120,7 +120,7 @@ def _run_patched(tmp_path, patch, config):
         "FABRICSCOPE_BENCH_CONFIG": json.dumps(config),
         "WORLD_SIZE": "2",
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_port()),
+        "MASTER_PORT": str(free_port()),
     }
     return run_ranks([sys.executable, str(script)], env, [{"RANK": "0"}, {"RANK": "1"}])
 
@@ -237,18 +237,10 @@ def test_the_check_catches_a_collective_that_does_nothing_or_the_wrong_thing(tmp
     assert missed == []
 
 
-def _port():
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.parametrize("nproc", [2, 4])
 def test_torchrun(tmp_path, nproc):
     out = tmp_path / "tr.json"
-    args = f"--nproc-per-node {nproc} --master-port {_port()} -m fabricscope bench all_gather -b 1K -e 16K -f 4"
+    args = f"--nproc-per-node {nproc} --master-port {free_port()} -m fabricscope bench all_gather -b 1K -e 16K -f 4"
     cmd = [str(BIN / "torchrun"), *args.split(), "--json", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=cli_env())
     assert done.returncode == 0, done.stderr
@@ -261,11 +253,7 @@ def test_torchrun(tmp_path, nproc):
 
 
 def test_mpirun_open_mpi(tmp_path):
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        if os.environ.get("FABRICSCOPE_REQUIRE_MPI"):
-            pytest.fail("mpirun is required (FABRICSCOPE_REQUIRE_MPI is set) but not installed")
-        pytest.skip("mpirun (Debian's openmpi-bin) is not installed")
+    mpirun = require_mpirun()
     out = tmp_path / "mpi.json"
     args = f"--allow-run-as-root --oversubscribe -np 2 {BIN / 'fabricscope'} bench reduce_scatter -b 1K -e 16K -f 4"
     cmd = [mpirun, *args.split(), "--json", str(out)]
@@ -282,11 +270,11 @@ def test_srun_environment_replayed(tmp_path):
     env = {
         "SLURM_NTASKS": "2",
         "SLURM_STEP_ID": "0",
-        "SLURM_JOB_ID": str(_port()),
+        "SLURM_JOB_ID": str(free_port()),
         "SLURM_STEP_NODELIST": "localhost",
         "SLURM_STEP_TASKS_PER_NODE": "2",
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_port()),  # the port derived from the job id may be taken on a busy test host
+        "MASTER_PORT": str(free_port()),  # the port derived from the job id may be taken on a busy test host
     }
     cmd = [str(BIN / "fabricscope"), "bench", "-b", "1K", "-e", "1K", "--json", str(out)]
     ranks = run_ranks(cmd, env, [{"SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)} for r in range(2)])

@@ -1,12 +1,11 @@
 """Bad input: one line naming what is wrong and what is allowed, exit 2, no traceback."""
 
-import socket
-import subprocess
 import sys
 
 import pytest
 
-from helpers import cli_env, run_cli
+from fabricscope.launch import free_port
+from helpers import imported_by_help, run_cli
 
 
 @pytest.mark.parametrize(
@@ -58,18 +57,12 @@ def test_usage_errors(args, fragments):
     assert done.stdout == ""
 
 
-def _unused_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.parametrize(
     ("addr", "fragment"),
     [("no-such-host.invalid", "does not resolve"), ("127.0.0.1", "cannot reach MASTER_ADDR 127.0.0.1")],
 )
 def test_unreachable_master_addr_under_a_launcher(addr, fragment):
-    env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": addr, "MASTER_PORT": str(_unused_port())}
+    env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": addr, "MASTER_PORT": str(free_port())}
     done = run_cli(["bench", "--timeout", "2", "-b", "8", "-e", "8"], env=env)
     assert done.returncode == 2
     assert fragment in done.stderr
@@ -93,14 +86,7 @@ def test_master_addr_of_another_host_for_local_ranks():
 
 
 def test_help_is_fast_because_it_imports_no_torch_or_numpy():
-    code = (
-        "import sys, fabricscope.cli as c\n"
-        "c.build_parser().format_help()\n"
-        "heavy = [m for m in ('torch', 'numpy', 'rich', 'pydantic') if m in sys.modules]\n"
-        "print(heavy)"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), check=True)
-    assert done.stdout.strip() == "[]"
+    assert imported_by_help(("torch", "numpy", "rich", "pydantic")) == []
 
 
 def test_help_lists_bench_and_its_nccl_tests_flags():
@@ -155,7 +141,7 @@ def test_output_folder_is_checked_by_rank_zero_only(tmp_path):
     (tmp_path / "one").mkdir()
     from helpers import run_ranks
 
-    env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_unused_port())}
+    env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     cmd = [sys.executable, "-m", "fabricscope", "bench", "-b", "1K", "-e", "1K", "--json", "res/x.json"]
     ranks = run_ranks(cmd, env, [{"RANK": "0"}, {"RANK": "1"}], cwds=[tmp_path / "zero", tmp_path / "one"])
     assert [r.returncode for r in ranks] == [0, 0], [r.stderr for r in ranks]

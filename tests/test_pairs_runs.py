@@ -3,7 +3,6 @@
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -13,19 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from fabricscope.launch import free_port
 from fabricscope.results import load
-from helpers import assert_gone, cli_env, run_cli, start_cli, wait_for_records
+from helpers import assert_gone, cli_env, require_mpirun, run_cli, start_measuring
 
 pytestmark = pytest.mark.multiprocess
 
 BIN = Path(sys.executable).parent
 FIELDS = {"test", "src", "dst", "src_host", "dst_host", "size_bytes", "time_us", "algbw_gbps", "round"}
-
-
-def _port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _check_records(result, n, size):
@@ -63,7 +57,7 @@ def test_spawned_ranks(tmp_path, nproc):
 
 def test_torchrun(tmp_path):
     out = tmp_path / "tr.json"
-    args = f"--nproc-per-node 3 --master-port {_port()} -m fabricscope pairs --size 16K -n 3"
+    args = f"--nproc-per-node 3 --master-port {free_port()} -m fabricscope pairs --size 16K -n 3"
     cmd = [str(BIN / "torchrun"), *args.split(), "--json", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=cli_env())
     assert done.returncode == 0, done.stderr
@@ -73,11 +67,7 @@ def test_torchrun(tmp_path):
 
 
 def test_mpirun(tmp_path):
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        if os.environ.get("FABRICSCOPE_REQUIRE_MPI"):
-            pytest.fail("mpirun is required (FABRICSCOPE_REQUIRE_MPI is set) but not installed")
-        pytest.skip("mpirun (Debian's openmpi-bin) is not installed")
+    mpirun = require_mpirun()
     out = tmp_path / "mpi.json"
     args = f"--allow-run-as-root --oversubscribe -np 2 {BIN / 'fabricscope'} pairs --size 16K -n 3"
     done = subprocess.run(
@@ -128,16 +118,10 @@ TIMEOUT_S = 6
 LONG = ["pairs", "--nproc", "4", "--size", "1M", "-n", "3000", "--timeout", str(TIMEOUT_S)]
 
 
-def _pids(data):
-    return {r["rank"]: r["pid"] for r in data["host"]["ranks"]}
-
-
 @pytest.mark.parametrize("victim", [3, 0])
 def test_killed_rank_is_named_and_finished_pairs_are_kept(tmp_path, victim):
     out = tmp_path / "k.json"
-    proc = start_cli([*LONG, "--json", str(out)])
-    data = wait_for_records(out, 8)  # round 1: two links, both ways, two tests
-    pids = _pids(data)
+    proc, pids = start_measuring(LONG, out, 8)  # round 1: two links, both ways, two tests
     os.kill(pids[victim], signal.SIGKILL)
     start = time.monotonic()
     _, stderr = proc.communicate(timeout=TIMEOUT_S + 40)
@@ -156,9 +140,7 @@ def test_killed_rank_is_named_and_finished_pairs_are_kept(tmp_path, victim):
 
 def test_frozen_rank_is_named_alone_within_the_timeout(tmp_path):
     out = tmp_path / "f.json"
-    proc = start_cli([*LONG, "--json", str(out)])
-    data = wait_for_records(out, 8)
-    pids = _pids(data)
+    proc, pids = start_measuring(LONG, out, 8)
     os.kill(pids[2], signal.SIGSTOP)
     start = time.monotonic()
     try:
@@ -179,15 +161,14 @@ def test_frozen_rank_is_named_alone_within_the_timeout(tmp_path):
 
 def test_ctrl_c_stops_at_once_and_keeps_finished_rounds(tmp_path):
     out = tmp_path / "c.json"
-    proc = start_cli([*LONG, "--json", str(out)], start_new_session=True)
-    data = wait_for_records(out, 8)
+    proc, pids = start_measuring(LONG, out, 8, start_new_session=True)
     os.killpg(proc.pid, signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     result = load(out)
     assert result.status == "interrupted" and len(result.records) >= 8
     assert "interrupted" in stderr and "Traceback" not in stderr
-    assert_gone(list(_pids(data).values()))
+    assert_gone(list(pids.values()))
 
 
 def test_closed_stdout_keeps_the_exit_code(tmp_path):

@@ -89,24 +89,11 @@ def test_percentile_as_nccl_tests_indexes_it():
 
 
 def test_coefficient_of_variation_is_kept_with_the_samples():
-    from fabricscope.results import CollectiveRecord, coefficient_of_variation
+    from fabricscope.results import coefficient_of_variation
 
     assert coefficient_of_variation([2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]) == pytest.approx(2.138 / 5, rel=1e-3)
     assert coefficient_of_variation([3.0]) is None
-    record = CollectiveRecord(
-        op="all_reduce",
-        size_bytes=8,
-        count=2,
-        dtype="float",
-        redop="sum",
-        root=-1,
-        placement="out",
-        time_us=10.0,
-        algbw_gbps=0.0,
-        busbw_gbps=0.0,
-        wrong=0,
-        samples_us=[9.0, 10.0, 11.0],
-    )
+    record = _record(size_bytes=8, count=2, algbw_gbps=0.0, busbw_gbps=0.0, samples_us=[9.0, 10.0, 11.0])
     assert record.cv == pytest.approx(0.1)
     assert record.p50_us == 10.0
 

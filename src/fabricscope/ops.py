@@ -335,15 +335,26 @@ def _collective_fn(dist: Any, *names: str) -> Any:
     raise AssertionError(f"torch.distributed has none of {names}")
 
 
-def _zeroing_loader(torch: Any, send: Any, recv: Any, ctx: Context, values: Any, *, zero: bool = True) -> Any:
-    """Loader for ops with a separate result: the output starts at zero, then the input is filled."""
+def _into_recv(
+    torch: Any,
+    send: Any,
+    recv: Any,
+    ctx: Context,
+    step: Callable[[], None],
+    values: Any,
+    expected: Callable[[int, Any], Any] | None,
+    *,
+    zero: bool = True,
+) -> Call:
+    """The call of an op with a separate result: ``recv`` starts at zero (unless ``zero`` is False: the
+    in-place output already holds the input), ``send`` is filled with ``values``, and ``recv`` is checked."""
 
     def load(seed: int) -> None:
         if zero:
             recv.zero_()
         fill(torch, send, lambda idx: values(idx, seed), ctx.device)
 
-    return load
+    return Call(step=step, load=load, expected=expected, output=recv)
 
 
 def _gathered(torch: Any, ctx: Context, base: int) -> Any:
@@ -360,12 +371,7 @@ def _build_all_gather(
     def step() -> None:
         gather_into(recv, send)
 
-    return Call(
-        step=step,
-        load=_zeroing_loader(torch, send, recv, ctx, _plain(torch, ctx, ctx.rank)),
-        expected=_gathered(torch, ctx, layout.count),
-        output=recv,
-    )
+    return _into_recv(torch, send, recv, ctx, step, _plain(torch, ctx, ctx.rank), _gathered(torch, ctx, layout.count))
 
 
 def _build_reduce_scatter(
@@ -380,11 +386,8 @@ def _build_reduce_scatter(
         if ctx.avg_divisor:
             _finish_avg(recv, ctx)
 
-    return Call(
-        step=step,
-        load=_zeroing_loader(torch, send, recv, ctx, inputs, zero=not in_place),
-        expected=lambda seed, idx: expected(offset + idx, seed),
-        output=recv,
+    return _into_recv(
+        torch, send, recv, ctx, step, inputs, lambda seed, idx: expected(offset + idx, seed), zero=not in_place
     )
 
 
@@ -398,12 +401,7 @@ def _build_alltoall(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any
         # recv[j*base + i] on rank r came from rank j's send[r*base + i].
         return patterns.plain_value(torch, ctx.rank * base + idx % base, idx // base, ctx.dtype, seed)
 
-    return Call(
-        step=step,
-        load=_zeroing_loader(torch, send, recv, ctx, _plain(torch, ctx, ctx.rank)),
-        expected=expected,
-        output=recv,
-    )
+    return _into_recv(torch, send, recv, ctx, step, _plain(torch, ctx, ctx.rank), expected)
 
 
 def _build_gather(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool) -> Call:
@@ -414,11 +412,8 @@ def _build_gather(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, 
     def step() -> None:
         dist.gather(send, chunks if is_root else None, dst=ctx.root)
 
-    return Call(
-        step=step,
-        load=_zeroing_loader(torch, send, recv, ctx, _plain(torch, ctx, ctx.rank)),
-        expected=_gathered(torch, ctx, base) if is_root else None,
-        output=recv,
+    return _into_recv(
+        torch, send, recv, ctx, step, _plain(torch, ctx, ctx.rank), _gathered(torch, ctx, base) if is_root else None
     )
 
 
@@ -435,11 +430,8 @@ def _build_scatter(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any,
     def step() -> None:
         dist.scatter(recv, chunks if is_root else None, src=ctx.root)
 
-    return Call(
-        step=step,
-        load=_zeroing_loader(torch, send, recv, ctx, start, zero=not in_place),
-        expected=lambda seed, idx: root_values(offset + idx, seed),
-        output=recv,
+    return _into_recv(
+        torch, send, recv, ctx, step, start, lambda seed, idx: root_values(offset + idx, seed), zero=not in_place
     )
 
 
@@ -453,12 +445,7 @@ def _build_sendrecv(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any
         for work in dist.batch_isend_irecv(ops):
             work.wait()
 
-    return Call(
-        step=step,
-        load=_zeroing_loader(torch, send, recv, ctx, _plain(torch, ctx, ctx.rank)),
-        expected=lambda seed, idx: previous(idx, seed),
-        output=recv,
-    )
+    return _into_recv(torch, send, recv, ctx, step, _plain(torch, ctx, ctx.rank), lambda seed, idx: previous(idx, seed))
 
 
 def _ps_reducer(torch: Any, ctx: Context) -> Callable[[Any, Any], None]:

@@ -28,15 +28,18 @@ from fabricscope.errors import UsageError
 __all__ = [
     "MAX_DIGITS",
     "SweepSteps",
+    "add_iteration_options",
     "add_launch_options",
     "add_sweep_options",
     "choice",
     "fraction",
+    "launch_fields",
     "number",
     "port",
     "rate",
     "seconds",
     "size",
+    "sweep_fields",
     "sweep_steps",
     "whole",
 ]
@@ -222,8 +225,11 @@ class SweepSteps:
 MAX_STEP_FACTOR = 1 << 20
 
 
-def add_sweep_options(parser: Any, *, min_default: str = "8", max_default: str = "32M") -> None:
-    """Declare ``-b -e -i -f`` with nccl-tests' meanings (``parser`` may be an argument group)."""
+def add_sweep_options(parser: Any, *, data: Any = None, min_default: str = "8", max_default: str = "32M") -> None:
+    """Declare ``-b -e -i -f`` and (in ``data``, else in ``parser``) ``-d -o -r`` with nccl-tests' meanings;
+    either may be an argument group.  :func:`sweep_fields` reads them back."""
+    from fabricscope.launch.world import MAX_WORLD
+
     parser.add_argument(
         "-b", "--minbytes", type=size(), default=min_default, help=f"first size (default {min_default})"
     )
@@ -242,6 +248,18 @@ def add_sweep_options(parser: Any, *, min_default: str = "8", max_default: str =
         default=None,
         help="multiply the size by this (default 2; 1 uses -i)",
     )
+    data = parser if data is None else data
+    data.add_argument("-d", "--datatype", default="float", help="datatype or all (default float)")
+    data.add_argument(
+        "-o", "--op", dest="redop", default="sum", help="reduction: sum prod min max avg or all (default sum)"
+    )
+    data.add_argument(
+        "-r",
+        "--root",
+        type=whole(minimum=0, maximum=MAX_WORLD),
+        default="0",
+        help="root rank of broadcast/reduce/gather/scatter (default 0)",
+    )
 
 
 def sweep_steps(args: argparse.Namespace) -> SweepSteps:
@@ -249,6 +267,37 @@ def sweep_steps(args: argparse.Namespace) -> SweepSteps:
     factor = args.stepfactor if args.stepfactor is not None else (1 if args.stepbytes is not None else 2)
     step = args.stepbytes if args.stepbytes is not None else 1 << 20
     return SweepSteps(args.minbytes, args.maxbytes, step, factor)
+
+
+def sweep_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`~fabricscope.sweep.SweepConfig` fields that ``-b -e -i -f -d -o -r`` give (bench and predict)."""
+    from fabricscope.dtypes import parse_dtypes, parse_redops
+
+    steps = sweep_steps(args)
+    return {
+        "min_bytes": steps.min_bytes,
+        "max_bytes": steps.max_bytes,
+        "step_bytes": steps.step_bytes,
+        "step_factor": steps.step_factor,
+        "dtypes": [d.name for d in parse_dtypes(args.datatype)],
+        "redops": parse_redops(args.redop),
+        "root": args.root,
+    }
+
+
+def add_iteration_options(
+    parser: Any, *, maximum: int, iters_help: str, warmup_help: str, warmup_default: int, iters_default: int = 20
+) -> None:
+    """Declare ``-n/--iters`` and ``-w/--warmup_iters`` with nccl-tests' names: timed and untimed repetitions."""
+    counts = (("-n", "--iters", 1, iters_default, iters_help), ("-w", "--warmup_iters", 0, warmup_default, warmup_help))
+    for short, long, lowest, default, text in counts:
+        parser.add_argument(
+            short,
+            long,
+            type=whole(minimum=lowest, maximum=maximum),
+            default=str(default),
+            help=f"{text} (default {default})",
+        )
 
 
 # --- the launch flags of every multi-process command (bench, pairs, doctor's fleet) --------------
@@ -299,3 +348,17 @@ def add_launch_options(
         parser.add_argument(
             "--master-port", type=port(), default=None, help="rendezvous port (default MASTER_PORT or derived)"
         )
+
+
+def launch_fields(args: argparse.Namespace, *, default_nproc: Callable[[], int] | None = None) -> dict[str, Any]:
+    """The config fields that :func:`add_launch_options` (with the backend and rendezvous flags)
+    declares: ``nproc`` (``default_nproc()`` when not given), ``backend``, ``timeout_s``,
+    ``master_addr`` and ``master_port``."""
+    nproc = args.nproc if args.nproc is not None or default_nproc is None else default_nproc()
+    return {
+        "nproc": nproc,
+        "backend": args.backend,
+        "timeout_s": args.timeout,
+        "master_addr": args.master_addr,
+        "master_port": args.master_port,
+    }

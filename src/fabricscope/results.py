@@ -205,6 +205,18 @@ class Result:
         """Write atomically: readers see the old file or the new one, never half."""
         atomic_write_text(path, self.to_json() + "\n")
 
+    def save_during_run(self, path: str | None, *, final: bool) -> str | None:
+        """Rewrite ``path`` (None: no file) as a run goes, so that what is measured is on disk; a stream
+        (``-``, ``/dev/stdout``) gets the Result once, when ``final``.  A file that cannot be written
+        does not stop the run: the problem comes back, for the caller to report."""
+        if not path or (not final and written_through(path)):
+            return None
+        try:
+            self.save(path)
+        except RunError as exc:
+            return str(exc)
+        return None
+
     @classmethod
     def from_dict(cls, data: Any, *, source: str = "<data>") -> Result:
         if not isinstance(data, dict):

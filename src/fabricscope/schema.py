@@ -5,13 +5,22 @@ expectations, scenario tables): :mod:`fabricscope.userfiles` reads the file
 safely, :func:`build` validates the parsed table into a config class.
 
 Every config is a ``@dataclass(kw_only=True, slots=True)`` that validates its own
-values in ``__post_init__`` by raising :class:`InvalidValue`.  ``build`` hands a
-parsed TOML table to pydantic, which checks types, refuses unknown keys and
-knows where in the file a value sits; the first problem becomes one
-:class:`~fabricscope.errors.ConfigError` line such as::
+values in ``__post_init__`` by raising :class:`InvalidValue`, and sets
+``__pydantic_config__ = FORBID_EXTRA``: pydantic's strict mode (no ``"2"`` or
+``true`` or ``2.0`` for a whole number, no ``1`` for a boolean, no number for a
+string) with unknown keys refused.  ``build`` hands the parsed table to pydantic,
+which checks types and knows where in the file a value sits; the first problem
+becomes one :class:`~fabricscope.errors.ConfigError` line such as::
 
     cluster.toml: network.transport = 'rdma-gdrr' is not allowed (did you mean
     'rdma-gdr'?): use 'tcp-socket', 'rdma' or 'rdma-gdr'
+
+The table goes to pydantic as JSON text (``validate_json``): in strict mode
+pydantic takes a table for a dataclass only from JSON (from Python it wants an
+instance of the class; ``TypeAdapter(cls, config=...)`` is refused for a class
+with its own config).  Two things strict mode does not do stay here: refusing
+control characters in strings (escape codes would reach the terminal raw), and
+TOML's dates and times, which JSON has no form for.
 
 The same dataclasses are built directly from command-line flags; there an
 :class:`InvalidValue` is simply a usage error (exit 2).  pydantic is imported
@@ -21,10 +30,10 @@ only when a file is read.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
-import types
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, TypeVar, get_args, get_origin, get_type_hints
 
 from fabricscope.errors import ConfigError, InvalidValue, UsageError, closest
 
@@ -32,8 +41,8 @@ __all__ = ["FORBID_EXTRA", "build", "require"]
 
 T = TypeVar("T")
 
-FORBID_EXTRA: dict[str, Any] = {"extra": "forbid"}
-"""Assign to a config's ``__pydantic_config__``: unknown keys are errors, not ignored."""
+FORBID_EXTRA: dict[str, Any] = {"extra": "forbid", "strict": True}
+"""Assign to a config's ``__pydantic_config__``: unknown keys are errors, and values are not coerced."""
 
 
 _ADAPTERS: dict[Any, Any] = {}
@@ -59,58 +68,22 @@ def _is_control(char: str) -> bool:
     return (ord(char) < 0x20 and char != "\t") or 0x7F <= ord(char) < 0xA0
 
 
-_KINDS = {int: "a whole number", float: "a number", bool: "true or false", str: "a string"}
-
-
-def _wrong_type(hint: Any, value: Any) -> str | None:
-    """Why ``value`` (from TOML) cannot be a ``hint``, or None when it can (or when pydantic decides).
-
-    Stricter than pydantic's lax mode, as the doctor's expectations reader: no ``true`` for a
-    number, no ``"2"`` for a number, no ``32.0`` for a whole number, no ``1`` for a boolean.
-    """
-    origin = get_origin(hint)
-    if origin in (Union, types.UnionType):
-        options = [a for a in get_args(hint) if a is not type(None)]
-        if value is None or len(options) != 1:
-            return None
-        return _wrong_type(options[0], value)
-    if origin is Literal:
-        return None if isinstance(value, str) or not all(isinstance(a, str) for a in get_args(hint)) else "a string"
-    if origin is list:
-        if not isinstance(value, list):
-            return "a list"
-        (item,) = get_args(hint) or (Any,)
-        return next((f"a list of {why}s" for v in value if (why := _wrong_type(item, v)) is not None), None)
-    if hint is bool:
-        return None if isinstance(value, bool) else _KINDS[bool]
-    if hint is int:
-        return None if isinstance(value, int) and not isinstance(value, bool) else _KINDS[int]
-    if hint is float:
-        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else _KINDS[float]
-    if hint is str:
-        if not isinstance(value, str):
-            return _KINDS[str]
-        # Escape codes in a name would reach the terminal raw (colours, cursor moves, a title change).
-        return "a string without control characters" if any(_is_control(c) for c in value) else None
-    return None
-
-
-def _check_types(cls: Any, data: Mapping[str, Any], prefix: str = "") -> None:
-    """Raise InvalidValue for the first value of the wrong TOML type (unknown keys are pydantic's)."""
-    hints = get_type_hints(cls)
-    for key, value in data.items():
-        hint = hints.get(key)
-        if hint is None:
-            continue
-        name = f"{prefix}{key}"
-        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-            if isinstance(value, Mapping):
-                _check_types(hint, value, f"{name}.")
-            continue
-        why = _wrong_type(hint, value)
-        if why is not None:
-            shown = str(value).lower() if isinstance(value, bool) else repr(value)
-            raise InvalidValue(f"{name} = {shown}: must be {why}")
+def _check_plain(value: Any, key: str) -> None:
+    """Raise InvalidValue for a string with control characters, or a value JSON has no form for."""
+    if isinstance(value, str):
+        if any(_is_control(c) for c in value):
+            raise InvalidValue(f"{key} = {value!r}: must be a string without control characters")
+    elif isinstance(value, Mapping):
+        for name, item in value.items():
+            path = f"{key}.{name}" if key else str(name)
+            if any(_is_control(c) for c in str(name)):
+                raise InvalidValue(f"the key {path!r} holds control characters: keys are plain names")
+            _check_plain(item, path)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _check_plain(item, key)
+    elif value is not None and not isinstance(value, (bool, int, float)):
+        raise InvalidValue(f"{key} = {value}: a {type(value).__name__} is not a value fabricscope reads here")
 
 
 def build(cls: type[T], data: Mapping[str, Any], *, source: str) -> T:
@@ -118,10 +91,10 @@ def build(cls: type[T], data: Mapping[str, Any], *, source: str) -> T:
     from pydantic import ValidationError
 
     try:
-        _check_types(cls, data)
-        result: T = _adapter(cls).validate_python(dict(data))
+        _check_plain(data, "")
+        result: T = _adapter(cls).validate_json(json.dumps(data))
     except ValidationError as exc:
-        raise ConfigError(f"{source}: {_describe(cls, exc.errors()[0])}") from None
+        raise ConfigError(f"{source}: {_describe(cls, data, exc.errors()[0])}") from None
     except UsageError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     return result
@@ -142,12 +115,42 @@ def _field_names(cls: type[Any], path: tuple[Any, ...]) -> list[str]:
     return []
 
 
-def _describe(cls: type[Any], error: Mapping[str, Any]) -> str:
+_KINDS = {
+    "int_type": ("a whole number", "whole numbers"),
+    "float_type": ("a number", "numbers"),
+    "bool_type": ("true or false", "booleans (true or false)"),
+    "string_type": ("a string", "strings"),
+    "list_type": ("a list", "lists"),
+    "tuple_type": ("a list", "lists"),
+}
+"""What strict mode's type errors mean, said as a user writes TOML: one value, and the items of a list."""
+
+
+def _shown(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else repr(value)
+
+
+def _at(data: Any, path: tuple[Any, ...]) -> Any:
+    """The value at ``path`` in the table as written, or None where the path leads nowhere."""
+    for part in path:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+def _describe(cls: type[Any], data: Mapping[str, Any], error: Mapping[str, Any]) -> str:
     loc = tuple(error.get("loc") or ())
-    key = ".".join(str(part) for part in loc)
     kind = error.get("type", "")
     value = error.get("input")
     ctx = error.get("ctx") or {}
+    key = ".".join(str(part) for part in loc)
+    listed = _at(data, loc[:-1]) if loc and isinstance(loc[-1], int) and kind in _KINDS else None
+    if isinstance(listed, list):  # an item of a list: name the list and show it whole
+        return f"{'.'.join(map(str, loc[:-1]))} = {_shown(listed)}: must be a list of {_KINDS[kind][1]}"
+    if kind in _KINDS:
+        return f"{key} = {_shown(value)}: must be {_KINDS[kind][0]}"
     if kind == "missing":
         return f"missing key '{key}'"
     if kind == "unexpected_keyword_argument":
@@ -155,9 +158,13 @@ def _describe(cls: type[Any], error: Mapping[str, Any]) -> str:
         hint = closest(str(loc[-1]), allowed)
         return f"unknown key '{key}'{hint}: allowed keys are {', '.join(allowed)}"
     if kind == "literal_error":
+        if not isinstance(value, str) and str(ctx.get("expected", "")).startswith("'"):
+            return f"{key} = {_shown(value)}: must be a string"
         options = [part.strip(" '") for part in str(ctx.get("expected", "")).replace(" or ", ",").split(",")]
         hint = closest(str(value), options)
         return f"{key} = {value!r} is not allowed{hint}: use {ctx.get('expected')}"
+    if kind in ("dataclass_type", "dict_type"):
+        return f"{key} = {_shown(value)}: input should be a dictionary (a [table] in TOML)"
     if kind == "value_error":
         reason = ctx.get("error") or error.get("msg")
         return f"{key}: {reason}" if key else str(reason)

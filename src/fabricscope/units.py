@@ -60,6 +60,23 @@ def _quote(text: object) -> str:
     return shown if len(shown) <= 60 else shown[:28] + "..." + shown[-28:]
 
 
+def _given_number(text: object, what: str, kind: str) -> Fraction | None:
+    """``text`` as an exact number when the caller passed a number (NaN and infinities refused), else None."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if isinstance(text, float) and not math.isfinite(text):
+            raise UsageError(f"{what} must be a positive {kind}, got {text!r}")
+        return Fraction(text)
+    return None
+
+
+def _matched(pattern: re.Pattern[str], text: object, what: str, hint: str) -> re.Match[str]:
+    """``text`` matched by ``pattern``, or a UsageError saying what to write instead."""
+    match = pattern.match(str(text))
+    if not match:
+        raise UsageError(f"invalid {what} {_quote(text)}: {hint}")
+    return match
+
+
 def parse_size(text: str | int, *, what: str = "size") -> int:
     """Parse ``"8"``, ``"64K"``, ``"1M"``, ``"1.5G"`` into bytes (binary suffixes), exactly.
 
@@ -73,13 +90,8 @@ def parse_size(text: str | int, *, what: str = "size") -> int:
         if value < 0:
             raise UsageError(f"{what} must not be negative, got {text}")
     else:
-        match = _SIZE_RE.match(str(text))
-        if not match:
-            raise UsageError(
-                f"invalid {what} {_quote(text)}: use a number of bytes with an optional "
-                "binary suffix K, M, G or T (for example 8, 64K, 1M, 8G)"
-            )
-        number, suffix, unit = match.groups()
+        hint = "use a number of bytes with an optional binary suffix K, M, G or T (for example 8, 64K, 1M, 8G)"
+        number, suffix, unit = _matched(_SIZE_RE, text, what, hint).groups()
         if unit and unit.endswith("b"):
             raise UsageError(
                 f"invalid {what} {_quote(text)}: a lowercase b means bits, and sizes are bytes: "
@@ -101,18 +113,10 @@ def parse_rate(text: str | float, *, what: str = "rate") -> float:
     meant); ``b``, ``bit``, ``bps`` and ``b/s`` are bits, a capital ``B``
     (``GB/s``, ``GBps``) is bytes.  A number is taken as bits per second.
     """
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        if isinstance(text, float) and not math.isfinite(text):
-            raise UsageError(f"{what} must be a positive number, got {text!r}")
-        value = Fraction(text)
-    else:
-        match = _RATE_RE.match(str(text))
-        if not match:
-            raise UsageError(
-                f"invalid {what} {_quote(text)}: give a rate with its decimal prefix, in bits "
-                "(10G, 200Gbps, 400Gb/s) or bytes (50GB/s)"
-            )
-        number, prefix, unit = match.groups()
+    value = _given_number(text, what, "number")
+    if value is None:
+        hint = "give a rate with its decimal prefix, in bits (10G, 200Gbps, 400Gb/s) or bytes (50GB/s)"
+        number, prefix, unit = _matched(_RATE_RE, text, what, hint).groups()
         value = _exact(number, what, text) * _DECIMAL[prefix.upper()] * (8 if unit and unit.startswith("B") else 1)
     if value <= 0 or value > 10**21:
         raise UsageError(f"{what} must be a positive rate up to 1000 Pbit/s, got {_quote(text)}")
@@ -121,17 +125,10 @@ def parse_rate(text: str | float, *, what: str = "rate") -> float:
 
 def parse_duration(text: str | float, *, what: str = "duration") -> float:
     """Parse ``"30"``, ``"30s"``, ``"500ms"``, ``"2m"``, ``"1h"``, ``"1e3"`` into seconds (must be > 0)."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        if isinstance(text, float) and not math.isfinite(text):
-            raise UsageError(f"{what} must be a positive number of seconds, got {text!r}")
-        seconds = Fraction(text)
-    else:
-        match = _DURATION_RE.match(str(text))
-        if not match:
-            raise UsageError(
-                f"invalid {what} {_quote(text)}: use seconds, optionally with a unit "
-                "ms, s, m, h or d (for example 30, 500ms, 2m)"
-            )
+    seconds = _given_number(text, what, "number of seconds")
+    if seconds is None:
+        hint = "use seconds, optionally with a unit ms, s, m, h or d (for example 30, 500ms, 2m)"
+        match = _matched(_DURATION_RE, text, what, hint)
         number, unit = match.group(1), match.group(2) or "s"
         mantissa = number.lower().split("e")[0]
         _exact(mantissa, what, text)

@@ -38,6 +38,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_TEXT_BYTES",
     "check_depth",
+    "describe_mode",
     "is_path",
     "parse_json",
     "read_json",
@@ -55,16 +56,18 @@ MAX_DEPTH = 64
 _INT64 = 1 << 63
 
 _KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISREG, "regular file"),
 )
 
 
-def _describe_mode(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+def describe_mode(mode: int) -> str:
+    """A file type in words, for messages: ``FIFO``, ``character device``, ``directory``..."""
+    return next((name for test, name in _KINDS if test(mode)), "special file")
 
 
 def _open_error(path: str, exc: OSError, what: str) -> str:
@@ -123,7 +126,7 @@ def read_text(
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise error(f"{shorten(name)}: is {_describe_mode(info.st_mode)}, not a regular {what}")
+            raise error(f"{shorten(name)}: is a {describe_mode(info.st_mode)}, not a regular {what}")
         if info.st_size > max_bytes:
             raise error(f"{shorten(name)}: {info.st_size} bytes is too large for a {what} (at most {max_bytes})")
         chunks: list[bytes] = []

@@ -14,6 +14,7 @@ import pytest
 from doctor_helpers import FIXTURES, REPO, cli
 
 from fabricscope.results import load
+from helpers import imported_by_help
 
 HEALTHY = str(FIXTURES / "healthy-ib-8gpu")
 DEGRADED = str(FIXTURES / "degraded-ib-8gpu")
@@ -179,13 +180,7 @@ def test_list_names_every_check() -> None:
 
 
 def test_command_module_imports_only_the_standard_library() -> None:
-    code = (
-        "import sys, fabricscope.cli; fabricscope.cli.build_parser();"
-        "heavy = [m for m in ('rich', 'torch', 'numpy', 'pydantic', 'fabricscope.doctor.checks') if m in sys.modules];"
-        "print(heavy)"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
-    assert result.stdout.strip() == "[]"
+    assert imported_by_help(("rich", "torch", "numpy", "pydantic", "fabricscope.doctor.checks")) == []
 
 
 @pytest.mark.skipif(not Path("/sys/class/net").is_dir(), reason="needs a Linux /sys")

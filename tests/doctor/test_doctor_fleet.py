@@ -6,7 +6,6 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from doctor_helpers import FIXTURES, REPO, cli, run_fixture
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Severity
 from fabricscope.doctor.fleet import NodeReport, compare, fleet_findings, group_reports, node_facts
+from fabricscope.launch import free_port
 from fabricscope.results import load
 
 
@@ -128,12 +128,6 @@ def test_two_local_ranks_on_this_machine_are_one_node() -> None:
     assert "fabricscope doctor: 1 node" in result.stdout
     assert "one node: nothing to compare across nodes" in result.stdout
     assert "│ 0,1 " in result.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.multiprocess

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from fabricscope.errors import UsageError
@@ -13,6 +10,7 @@ from fabricscope.model.cluster import load_cluster, presets
 from fabricscope.model.hardware import GPU, NIC, PCIe
 from fabricscope.model.planner import scenarios
 from fabricscope.model.workload import load_model, model_presets
+from helpers import imported_by_help
 
 REQUIRED_GPUS = (
     "v100",
@@ -117,10 +115,4 @@ def test_model_presets_match_published_sizes() -> None:
 
 
 def test_command_module_imports_only_the_standard_library() -> None:
-    code = (
-        "import sys, fabricscope.model.cli, fabricscope.cli; fabricscope.cli.build_parser();"
-        "heavy = [m for m in ('numpy', 'pydantic', 'fabricscope.model.training') if m in sys.modules];"
-        "print(heavy)"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
+    assert imported_by_help(("numpy", "pydantic", "fabricscope.model.training")) == []

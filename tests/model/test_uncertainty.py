@@ -25,7 +25,7 @@ def test_each_kind_of_system_gets_its_group(preset: str, nodes: int, group: str)
     cluster = load_cluster(preset).with_nodes(nodes)
     assert collective_group(cluster) == group
     sure = for_collectives(cluster)
-    assert sure.group == group and sure.rows >= 2 and 0 <= sure.median_pct <= sure.worst_pct
+    assert sure.group == group and sure.rows >= 2 and 0 <= sure.median_abs_error_pct <= sure.worst_abs_error_pct
 
 
 def test_roce_beyond_the_validated_node_count_is_flagged() -> None:
@@ -60,5 +60,5 @@ def test_a_calibrated_cluster_reports_its_own_fit(write) -> None:
         'gpu = "h100-sxm"\n[calibration.all_reduce]\nintra_busbw_gbps = 300.0\npoints = 12\nresidual_pct = 4.5\n',
     )
     sure = for_collectives(load_cluster(str(path)))
-    assert (sure.basis, sure.rows, sure.median_pct) == ("calibration", 12, 4.5)
+    assert (sure.basis, sure.rows, sure.median_abs_error_pct) == ("calibration", 12, 4.5)
     assert for_training(load_cluster("dgx-a100-hdr")).rows >= 9

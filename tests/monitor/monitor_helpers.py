@@ -67,12 +67,6 @@ class Sequence:
         return records
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class LoopbackTraffic:
     """Real TCP traffic on 127.0.0.1 from a background thread, for as long as it runs."""
 

@@ -16,7 +16,7 @@ from monitor_helpers import LOOPBACK_SCRIPT, SEQUENCE, LoopbackTraffic
 
 from fabricscope.monitor.recording import load_recording
 from fabricscope.results import load
-from helpers import cli_env, run_cli
+from helpers import cli_env, imported_by_help, run_cli
 
 
 def monitor(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -248,14 +248,15 @@ def test_alert_rules_on_stdout() -> None:
 
 
 def test_command_module_imports_only_the_standard_library() -> None:
-    code = (
-        "import sys, fabricscope.cli; fabricscope.cli.build_parser();"
-        "heavy = [m for m in ('rich', 'prometheus_client', 'numpy', 'torch', 'fabricscope.monitor.samplers',"
-        " 'fabricscope.monitor.exporter') if m in sys.modules];"
-        "print(heavy)"
+    modules = (
+        "rich",
+        "prometheus_client",
+        "numpy",
+        "torch",
+        "fabricscope.monitor.samplers",
+        "fabricscope.monitor.exporter",
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=cli_env())
-    assert done.stdout.strip() == "[]"
+    assert imported_by_help(modules) == []
 
 
 def test_an_output_inside_the_root_is_refused(tmp_path: Path) -> None:

@@ -19,8 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from monitor_helpers import SEQUENCE, LoopbackTraffic, free_port
+from monitor_helpers import SEQUENCE, LoopbackTraffic
 
+from fabricscope.launch import free_port
 from fabricscope.monitor.rules import AlertThresholds, alert_rules
 from helpers import cli_env
 

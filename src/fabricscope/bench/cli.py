@@ -65,21 +65,15 @@ def add_parser(subparsers: Any) -> None:
         help="collectives to run, by name or comma-separated (default all_reduce; 'all' for every op)",
     )
     sizes = parser.add_argument_group("sizes (nccl-tests flags; K/M/G are binary)")
-    options.add_sweep_options(sizes)
     timing = parser.add_argument_group("timing and checking")
-    timing.add_argument(
-        "-n",
-        "--iters",
-        type=options.whole(minimum=1, maximum=MAX_ITERS),
-        default="20",
-        help="timed iterations per size (default 20)",
-    )
-    timing.add_argument(
-        "-w",
-        "--warmup_iters",
-        type=options.whole(minimum=0, maximum=MAX_ITERS),
-        default="1",
-        help="warmup iterations per size (default 1)",
+    data = parser.add_argument_group("data")
+    options.add_sweep_options(sizes, data=data)
+    options.add_iteration_options(
+        timing,
+        maximum=MAX_ITERS,
+        iters_help="timed iterations per size",
+        warmup_help="warmup iterations per size",
+        warmup_default=1,
     )
     timing.add_argument(
         "-c",
@@ -118,18 +112,6 @@ def add_parser(subparsers: Any) -> None:
         help="run K collectives at once, each on its own process group (threads; CUDA streams on GPUs); "
         "prints the aggregate busbw and each stream's (default 1)",
     )
-    data = parser.add_argument_group("data")
-    data.add_argument("-d", "--datatype", default="float", help="datatype or all (default float)")
-    data.add_argument(
-        "-o", "--op", dest="redop", default="sum", help="reduction: sum prod min max avg or all (default sum)"
-    )
-    data.add_argument(
-        "-r",
-        "--root",
-        type=options.whole(minimum=0, maximum=MAX_RANKS),
-        default="0",
-        help="root rank of broadcast/reduce/gather/scatter (default 0)",
-    )
     data.add_argument(
         "--servers",
         type=options.whole(minimum=1, maximum=MAX_RANKS),
@@ -164,7 +146,6 @@ def build_config(args: argparse.Namespace) -> Any:
     """The :class:`BenchConfig` the flags describe (raises UsageError on bad input)."""
     from fabricscope import ops as ops_registry
     from fabricscope.bench.config import BenchConfig
-    from fabricscope.dtypes import parse_dtypes, parse_redops
 
     ops = [c.name for c in ops_registry.parse_ops(args.ops)] if args.ops else ["all_reduce"]
     named = [c.name for c in ops_registry.parse_ops([o for o in args.ops if o.strip().lower() != "all"])]
@@ -172,33 +153,22 @@ def build_config(args: argparse.Namespace) -> Any:
     if "ps" in ops and "all_reduce" not in ops:
         # ps is read against an all_reduce of the same bytes: run it beside, right after.
         ops.insert(ops.index("ps") + 1, "all_reduce")
-    steps = options.sweep_steps(args)
     if args.duration is not None and args.run_cycles is not None:
         raise UsageError("-N/--run_cycles and --duration both say how long to repeat the sweep: give one of them")
     return BenchConfig(
         ops=ops,
-        min_bytes=steps.min_bytes,
-        max_bytes=steps.max_bytes,
-        step_bytes=steps.step_bytes,
-        step_factor=steps.step_factor,
+        **options.sweep_fields(args),
         iters=args.iters,
         warmup_iters=args.warmup_iters,
         check=args.check,
-        dtypes=[d.name for d in parse_dtypes(args.datatype)],
-        redops=parse_redops(args.redop),
-        root=args.root,
         average=args.average,
         run_cycles=1 if args.run_cycles is None else args.run_cycles,
         duration_s=args.duration,
         streams=args.streams,
         servers=args.servers,
-        nproc=args.nproc if args.nproc is not None else _default_nproc(),
-        backend=args.backend,
-        timeout_s=args.timeout,
+        **options.launch_fields(args, default_nproc=_default_nproc),
         json_path=args.json,
         csv_path=args.csv,
-        master_addr=args.master_addr,
-        master_port=args.master_port,
         optional_ops=optional,
         min_busbw_gbps=_min_busbw(),
         argv=list(sys.argv),

@@ -21,7 +21,7 @@ from fabricscope import __version__, table
 from fabricscope.bench.config import AVERAGE_MODES, BenchConfig
 from fabricscope.bench.stability import SPIKE_FACTOR, Series
 from fabricscope.errors import RunError
-from fabricscope.launch.heartbeat import Peer
+from fabricscope.launch.heartbeat import Peer, host_record
 from fabricscope.ops import Collective
 from fabricscope.results import COLLECTIVE_FIELDS, CollectiveRecord, Result, atomic_write_text, written_through
 from fabricscope.table import op_summary
@@ -92,10 +92,7 @@ class Output:
             kind="bench",
             config=config.to_dict(),
             env=env,
-            host={
-                "hostname": peers[0].host if peers else "",
-                "ranks": [{"rank": p.rank, "host": p.host, "pid": p.pid, "device": p.device} for p in peers],
-            },
+            host=host_record(peers),
             status="partial",
         )
         self._open_op: Collective | None = None
@@ -305,12 +302,9 @@ class Output:
             return
         if self._series:
             self.result.summary["stability"] = self.stability()
-        if not final and written_through(self.config.json_path):
-            return  # a stream (--json /dev/stdout) gets the Result once, at the end
-        try:
-            self.result.save(self.config.json_path)
-        except RunError as exc:
-            self._write_failed(str(exc))
+        problem = self.result.save_during_run(self.config.json_path, final=final)
+        if problem:
+            self._write_failed(problem)
 
     def _save_history(self) -> None:
         from fabricscope.errors import FabricscopeError

@@ -196,24 +196,16 @@ def _fit_to_memory(config: BenchConfig, world: launch.World, torch: Any, dist: A
     share its memory.  The smallest budget over all ranks decides, so every
     rank runs the same sweep.
     """
-    if device.type == "cuda":
-        free = int(torch.cuda.mem_get_info(device)[0])
-    else:
-        from fabricscope.memory import available_bytes
-
-        # The host's available memory, or less in a container (its cgroup limit).
-        free = available_bytes() // max(world.local_world_size, 1)
-    budget = torch.tensor([free], dtype=torch.int64, device=device)
-    dist.all_reduce(budget, op=dist.ReduceOp.MIN)
+    free = rank.tightest_free_bytes(world, torch, dist, device)
     buffers = 2 * config.streams  # --streams K: every stream has its own pair
-    limit = max(0, (int(budget.item()) - _RESERVE_BYTES) // buffers)
+    limit = max(0, (free - _RESERVE_BYTES) // buffers)
     if config.max_bytes <= limit:
         return ""
     if config.min_bytes > limit:
         raise UsageError(
             f"-b {config.min_bytes} needs {'two' if buffers == 2 else buffers} buffers of that size on every rank, "
             "but the tightest rank has "
-            f"{int(budget.item())} bytes free: the largest size that fits is {limit} bytes"
+            f"{free} bytes free: the largest size that fits is {limit} bytes"
         )
     config.max_bytes = limit
     return f"#  Reducing maxBytes to {limit} due to memory limitation"

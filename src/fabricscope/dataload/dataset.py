@@ -16,9 +16,9 @@ import stat
 from dataclasses import dataclass, field
 
 from fabricscope.errors import UsageError
-from fabricscope.userfiles import shorten
+from fabricscope.userfiles import describe_mode, shorten
 
-__all__ = ["DataFile", "DataSet", "describe_mode", "scan"]
+__all__ = ["DataFile", "DataSet", "scan"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,19 +44,6 @@ class DataSet:
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
-
-
-def describe_mode(mode: int) -> str:
-    """A file type in words, for messages: ``FIFO``, ``character device``, ``directory``..."""
-    kinds = (
-        (stat.S_ISFIFO, "FIFO"),
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-        (stat.S_ISSOCK, "socket"),
-        (stat.S_ISDIR, "directory"),
-        (stat.S_ISREG, "regular file"),
-    )
-    return next((name for test, name in kinds if test(mode)), "special file")
 
 
 def _stat_error(path: str, exc: OSError) -> UsageError:

@@ -35,9 +35,10 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from fabricscope.dataload.dataset import DataFile, DataSet, describe_mode
+from fabricscope.dataload.dataset import DataFile, DataSet
 from fabricscope.errors import UsageError
 from fabricscope.units import format_size
+from fabricscope.userfiles import describe_mode
 
 __all__ = [
     "DIRECT_ALIGN",

@@ -28,7 +28,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar, cast
 
@@ -229,13 +229,7 @@ class Difference:
     """Nodes that differ from the majority, with their value (every node when there is no majority)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "fact": self.fact,
-            "common": self.common,
-            "common_nodes": self.common_nodes,
-            "total": self.total,
-            "odd": self.odd,
-        }
+        return asdict(self)
 
 
 def compare(facts: dict[str, dict[str, str]]) -> list[Difference]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["Heartbeat", "Peer", "describe_exception"]
+__all__ = ["Heartbeat", "Peer", "describe_exception", "host_record"]
 
 _PREFIX = "fabricscope/hb/"
 
@@ -37,6 +37,14 @@ class Peer:
     host: str
     pid: int
     device: str
+
+
+def host_record(peers: Sequence[Peer]) -> dict[str, Any]:
+    """A Result's ``host``: rank 0's host name, and every rank's host, pid and device."""
+    return {
+        "hostname": peers[0].host if peers else "",
+        "ranks": [{"rank": p.rank, "host": p.host, "pid": p.pid, "device": p.device} for p in peers],
+    }
 
 
 def describe_exception(exc: BaseException) -> str:

@@ -40,6 +40,7 @@ __all__ = [
     "spawned_rank_main",
     "start_heartbeat",
     "stop_when_orphaned",
+    "tightest_free_bytes",
 ]
 
 
@@ -255,3 +256,17 @@ def start_heartbeat(world: World, peers: Sequence[Peer], on_stall: Callable[[str
     )
     heartbeat.start()
     return heartbeat
+
+
+def tightest_free_bytes(world: World, torch: Any, dist: Any, device: Any) -> int:
+    """The least memory free on any rank: the GPU's free memory, or on CPU ranks their share of the
+    host's available memory (less in a container: its cgroup limit), since CPU ranks on one host share it."""
+    if device.type == "cuda":
+        free = int(torch.cuda.mem_get_info(device)[0])
+    else:
+        from fabricscope.memory import available_bytes
+
+        free = available_bytes() // max(world.local_world_size, 1)
+    budget = torch.tensor([free], dtype=torch.int64, device=device)
+    dist.all_reduce(budget, op=dist.ReduceOp.MIN)
+    return int(budget.item())

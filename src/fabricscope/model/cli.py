@@ -120,11 +120,6 @@ def _add_predict(subparsers: Any) -> None:
     p.add_argument("ops", nargs="*", metavar="OP", help="collectives (default all_reduce; 'all' for every op)")
     _cluster_options(p)
     options.add_sweep_options(p)
-    p.add_argument("-d", "--datatype", default="float", help="datatype or all (default float)")
-    p.add_argument("-o", "--op", dest="redop", default="sum", help="reduction (default sum)")
-    p.add_argument(
-        "-r", "--root", type=options.whole(minimum=0, maximum=MAX_NODES), default="0", help="root rank (default 0)"
-    )
     p.add_argument(
         "--algo",
         default="auto",
@@ -143,7 +138,6 @@ def _add_predict(subparsers: Any) -> None:
 
 def run_predict(args: argparse.Namespace) -> int:
     from fabricscope import ops as ops
-    from fabricscope.dtypes import parse_dtypes, parse_redops
     from fabricscope.errors import closest
     from fabricscope.model import report, uncertainty
     from fabricscope.model.fabric import fabric_of
@@ -159,7 +153,6 @@ def run_predict(args: argparse.Namespace) -> int:
     cluster = _load_cluster(args)
     if args.gpus_per_node is not None:
         cluster = cluster.with_gpus_per_node(args.gpus_per_node)
-    steps = options.sweep_steps(args)
     names = [c.name for c in ops.parse_ops(args.ops)] if args.ops else ["all_reduce"]
     named = [c.name for c in ops.parse_ops([o for o in args.ops if o.strip().lower() != "all"])]
     for name in [n for n in names if not ops.get(n).modelled]:
@@ -169,13 +162,7 @@ def run_predict(args: argparse.Namespace) -> int:
     config = SweepConfig(
         ops=names,
         optional_ops=[name for name in names if name not in named],
-        min_bytes=steps.min_bytes,
-        max_bytes=steps.max_bytes,
-        step_bytes=steps.step_bytes,
-        step_factor=steps.step_factor,
-        dtypes=[d.name for d in parse_dtypes(args.datatype)],
-        redops=parse_redops(args.redop),
-        root=args.root,
+        **options.sweep_fields(args),
     )
     for note in config.fit_to_world(cluster.gpus):  # as bench: 'all' on one GPU skips sendrecv, with a note
         sys.stderr.write(note.lstrip("# ") + "\n")

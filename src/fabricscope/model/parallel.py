@@ -11,7 +11,7 @@ cluster), so a bad ``--zero`` is refused whether or not the rest is searched.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Literal, Protocol, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 from fabricscope.errors import InvalidValue, UsageError, closest
 from fabricscope.model.workload import ModelSpec
@@ -61,35 +61,6 @@ def as_choice(text: str, allowed: tuple[T, ...], flag: str) -> T:
         if option == key:
             return option
     raise UsageError(f"unknown {flag} {text!r}{closest(key, allowed)}: use {', '.join(allowed)}")
-
-
-class _Split(Protocol):
-    """A split, complete or partial (``None`` = open)."""
-
-    @property
-    def tp(self) -> int | None: ...
-    @property
-    def pp(self) -> int | None: ...
-    @property
-    def dp(self) -> int | None: ...
-    @property
-    def cp(self) -> int | None: ...
-    @property
-    def ep(self) -> int | None: ...
-    @property
-    def zero(self) -> int | None: ...
-    @property
-    def micro_batch(self) -> int | None: ...
-    @property
-    def interleave(self) -> int | None: ...
-    @property
-    def recompute(self) -> Recompute | None: ...
-    @property
-    def sequence_parallel(self) -> bool | None: ...
-    @property
-    def global_batch(self) -> int: ...
-    @property
-    def ps_servers(self) -> int: ...
 
 
 def _flag(key: str) -> str:
@@ -352,6 +323,10 @@ class SplitRequest(_Settings):
     def open(self) -> list[str]:
         """The knobs left to the search."""
         return [k for k in KNOBS if getattr(self, k) is None]
+
+
+_Split = ParallelConfig | SplitRequest
+"""A split, complete or partial (``None`` = open): what the checks below look at."""
 
 
 def check_layout(

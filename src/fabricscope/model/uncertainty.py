@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fabricscope.model.cluster import Cluster
@@ -32,30 +32,24 @@ class Uncertainty:
     """``validation`` (published rows) or ``calibration`` (this cluster's own measurements)."""
     group: str
     rows: int
-    median_pct: float
-    worst_pct: float
+    median_abs_error_pct: float
+    worst_abs_error_pct: float
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
     def record(self) -> dict[str, Any]:
-        return {
-            "basis": self.basis,
-            "group": self.group,
-            "rows": self.rows,
-            "median_abs_error_pct": self.median_pct,
-            "worst_abs_error_pct": self.worst_pct,
-            "warnings": list(self.warnings),
-        }
+        return asdict(self)
 
     def lines(self, what: str, prefix: str = "# ") -> list[str]:
         """What to print: ``prefix`` is "# " under an nccl-tests table, "" elsewhere."""
         if self.basis == "calibration":
             head = (
                 f"{prefix}uncertainty of {what}: fit to this cluster's measurements ({self.rows} points): "
-                f"median |error| {self.median_pct:.1f}%, worst op {self.worst_pct:.1f}%"
+                f"median |error| {self.median_abs_error_pct:.1f}%, worst op {self.worst_abs_error_pct:.1f}%"
             )
         else:
             head = (
-                f"{prefix}uncertainty of {what}: +-{self.median_pct:.0f}% typical, {self.worst_pct:.0f}% worst "
+                f"{prefix}uncertainty of {what}: +-{self.median_abs_error_pct:.0f}% typical, "
+                f"{self.worst_abs_error_pct:.0f}% worst "
                 f"(validation group {self.group}: {self.rows} published rows)"
             )
         return [head, *(f"{prefix}warning: {w}" for w in self.warnings)]
@@ -138,8 +132,8 @@ def for_collectives(cluster: Cluster) -> Uncertainty:
             basis="calibration",
             group="calibrated",
             rows=sum(t.points for t in calibrated.values()),
-            median_pct=statistics.median(errors),
-            worst_pct=max(errors),
+            median_abs_error_pct=statistics.median(errors),
+            worst_abs_error_pct=max(errors),
             warnings=tuple(
                 f"{op}: no run measured the hops inside a node (runs across nodes only): "
                 "they are taken as no slower than the network"
@@ -176,8 +170,8 @@ def for_training(cluster: Cluster, model: Any = None) -> Uncertainty:
     warnings = list(network.warnings)
     if network.basis == "validation" and cluster.nodes > 1:
         warnings.append(
-            f"its communication carries the collectives' uncertainty: +-{network.median_pct:.0f}% typical, "
-            f"{network.worst_pct:.0f}% worst ({network.group})"
+            f"its communication carries the collectives' uncertainty: +-{network.median_abs_error_pct:.0f}% typical, "
+            f"{network.worst_abs_error_pct:.0f}% worst ({network.group})"
         )
     if every and cluster.gpu.name not in {r.gpu for r in every}:
         warnings.append(f"no published training run used a {cluster.gpu.name}")

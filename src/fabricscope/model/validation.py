@@ -28,7 +28,7 @@ import math
 import re
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -119,18 +119,7 @@ class Comparison:
         return 100.0 * (self.predicted - self.published) / self.published
 
     def record(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "file": self.file,
-            "description": self.description,
-            "metric": self.metric,
-            "published": self.published,
-            "predicted": self.predicted,
-            "error_pct": self.error_pct,
-            "detail": self.detail,
-            "group": self.group,
-            "known_off": self.known_off,
-        }
+        return {**asdict(self), "error_pct": self.error_pct}
 
 
 def default_files() -> list[Any]:

@@ -49,19 +49,12 @@ def add_parser(subparsers: Any) -> None:
         help="bandwidth test message, K/M/G binary (default 64M; the latency test uses 8 B)",
     )
     parser.add_argument("--by", choices=BY, default="rank", help="pair every rank (default) or every node")
-    parser.add_argument(
-        "-n",
-        "--iters",
-        type=options.whole(minimum=1, maximum=MAX_ITERS),
-        default="20",
-        help="timed messages per direction and test (default 20)",
-    )
-    parser.add_argument(
-        "-w",
-        "--warmup_iters",
-        type=options.whole(minimum=0, maximum=MAX_ITERS),
-        default="2",
-        help="untimed messages before each timed series (default 2)",
+    options.add_iteration_options(
+        parser,
+        maximum=MAX_ITERS,
+        iters_help="timed messages per direction and test",
+        warmup_help="untimed messages before each timed series",
+        warmup_default=2,
     )
     options.add_launch_options(
         parser,
@@ -84,12 +77,8 @@ def build_config(args: argparse.Namespace) -> Any:
         iters=args.iters,
         warmup_iters=args.warmup_iters,
         by=args.by,
-        nproc=args.nproc,
-        backend=args.backend,
-        timeout_s=args.timeout,
+        **options.launch_fields(args),
         json_path=args.json,
-        master_addr=args.master_addr,
-        master_port=args.master_port,
         argv=list(sys.argv),
     )
 

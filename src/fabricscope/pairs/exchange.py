@@ -82,89 +82,83 @@ def measure_pair(
         if stopped():
             raise Stopped
 
+    series = _Series(dist=dist, peer=peer, iters=iters, warmup=warmup, sync=sync, check=check)
+    tests = (("bandwidth", _bandwidth, int(buffers.big.numel())), ("latency", _latency, LATENCY_BYTES))
     timed: list[tuple[int, int, str, int, float]] = []
     for src, dst in ((low, high), (high, low)):
         sending = me == src
-        phase = f"the {src}->{dst} bandwidth test"
-        try:
-            seconds = _bandwidth(dist, buffers, sending, peer, iters, warmup, sync, check)
-        except RuntimeError as exc:
-            raise ExchangeFailed(phase, exc) from None
-        if sending:
-            timed.append((src, dst, "bandwidth", int(buffers.big.numel()), seconds))
-        phase = f"the {src}->{dst} latency test"
-        try:
-            seconds = _latency(dist, buffers, sending, peer, iters, warmup, sync, check)
-        except RuntimeError as exc:
-            raise ExchangeFailed(phase, exc) from None
-        if sending:
-            timed.append((src, dst, "latency", LATENCY_BYTES, seconds))
+        for test, run, size in tests:
+            try:
+                seconds = run(series, buffers, sending)
+            except RuntimeError as exc:
+                raise ExchangeFailed(f"the {src}->{dst} {test} test", exc) from None
+            if sending:
+                timed.append((src, dst, test, size, seconds))
     return timed
 
 
-def _bandwidth(
-    dist: Any,
-    buffers: Buffers,
-    sending: bool,
-    peer: int,
-    iters: int,
-    warmup: int,
-    sync: Callable[[], None],
-    check: Callable[[], None],
-) -> float:
+@dataclass(frozen=True, slots=True)
+class _Series:
+    """What every series of one link needs: the partner, how many messages, and the hooks."""
+
+    dist: Any
+    peer: int
+    iters: int
+    warmup: int
+    sync: Callable[[], None]
+    check: Callable[[], None]
+
+
+def _bandwidth(series: _Series, buffers: Buffers, sending: bool) -> float:
+    dist, peer, check = series.dist, series.peer, series.check
     big, ack = buffers.big, buffers.ack
     if not sending:
-        for _ in range(warmup):
+        for _ in range(series.warmup):
             check()
             dist.recv(big, peer)
         dist.send(ack, peer)
-        for _ in range(iters):
+        for _ in range(series.iters):
             check()
             dist.recv(big, peer)
-        sync()
+        series.sync()
         dist.send(ack, peer)
         return 0.0
-    for _ in range(warmup):
-        check()
-        dist.send(big, peer)
-    dist.recv(ack, peer)
-    sync()
-    start = time.perf_counter()
-    for _ in range(iters):
-        check()
-        dist.send(big, peer)
-    dist.recv(ack, peer)
-    sync()
-    return (time.perf_counter() - start) / iters
+
+    def acknowledged() -> None:
+        dist.recv(ack, peer)
+        series.sync()
+
+    return _timed_series(series, lambda: dist.send(big, peer), acknowledged)
 
 
-def _latency(
-    dist: Any,
-    buffers: Buffers,
-    sending: bool,
-    peer: int,
-    iters: int,
-    warmup: int,
-    sync: Callable[[], None],
-    check: Callable[[], None],
-) -> float:
+def _latency(series: _Series, buffers: Buffers, sending: bool) -> float:
+    dist, peer, check = series.dist, series.peer, series.check
     small = buffers.small
     if not sending:
-        for _ in range(warmup + iters):
+        for _ in range(series.warmup + series.iters):
             check()
             dist.recv(small, peer)
             dist.send(small, peer)
-        sync()
+        series.sync()
         return 0.0
-    for _ in range(warmup):
-        check()
+
+    def round_trip() -> None:
         dist.send(small, peer)
         dist.recv(small, peer)
-    sync()
+
+    return _timed_series(series, round_trip, series.sync) / 2
+
+
+def _timed_series(series: _Series, message: Callable[[], None], settle: Callable[[], None]) -> float:
+    """The sender's side of both tests: ``warmup`` untimed messages and ``settle``, then ``iters`` timed
+    messages and ``settle`` (the receiver has them all): seconds per message."""
+    for _ in range(series.warmup):
+        series.check()
+        message()
+    settle()
     start = time.perf_counter()
-    for _ in range(iters):
-        check()
-        dist.send(small, peer)
-        dist.recv(small, peer)
-    sync()
-    return (time.perf_counter() - start) / iters / 2
+    for _ in range(series.iters):
+        series.check()
+        message()
+    settle()
+    return (time.perf_counter() - start) / series.iters

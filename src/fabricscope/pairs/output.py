@@ -13,12 +13,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from fabricscope.errors import RunError
-from fabricscope.launch.heartbeat import Peer
+from fabricscope.launch.heartbeat import Peer, host_record
 from fabricscope.pairs.analysis import analyse
 from fabricscope.pairs.config import PairsConfig
 from fabricscope.pairs.report import print_report
-from fabricscope.results import Result, written_through
+from fabricscope.results import Result
 
 __all__ = ["PAIR_FIELDS", "Output"]
 
@@ -45,10 +44,7 @@ class Output:
             kind="pairs",
             config=config.to_dict(),
             env=env,
-            host={
-                "hostname": peers[0].host if peers else "",
-                "ranks": [{"rank": p.rank, "host": p.host, "pid": p.pid, "device": p.device} for p in peers],
-            },
+            host=host_record(peers),
             summary={"rounds_planned": rounds, "rounds_done": 0, "backend": backend},
             status="partial",
         )
@@ -60,15 +56,9 @@ class Output:
         self.save()
 
     def save(self, *, final: bool = False) -> None:
-        if not self.config.json_path:
-            return
-        if not final and written_through(self.config.json_path):
-            return  # a stream (--json - or /dev/stdout) gets the Result once, at the end
-        try:
-            self.result.save(self.config.json_path)
-        except RunError as exc:
-            if not self.write_errors:
-                self.write_errors.append(str(exc))
+        problem = self.result.save_during_run(self.config.json_path, final=final)
+        if problem and not self.write_errors:
+            self.write_errors.append(problem)
 
     def finish(self, status: str, error: str | None) -> None:
         """Judge the records, print the report when complete, and save the final status."""

@@ -213,19 +213,12 @@ def _interrupted(world: launch.World, output: Any, heartbeat: Heartbeat) -> int:
 
 def _fit_to_memory(config: PairsConfig, world: launch.World, torch: Any, dist: Any, device: Any) -> None:
     """Refuse a message size that some rank cannot hold (one buffer of that size per rank)."""
-    if device.type == "cuda":
-        free = int(torch.cuda.mem_get_info(device)[0])
-    else:
-        from fabricscope.memory import available_bytes
-
-        free = available_bytes() // max(world.local_world_size, 1)
-    budget = torch.tensor([free], dtype=torch.int64, device=device)
-    dist.all_reduce(budget, op=dist.ReduceOp.MIN)
-    limit = int(budget.item()) - _RESERVE_BYTES
+    free = rank.tightest_free_bytes(world, torch, dist, device)
+    limit = free - _RESERVE_BYTES
     if config.size_bytes > limit:
         raise UsageError(
             f"a {config.size_bytes}-byte message needs a buffer of that size on every rank, but the tightest "
-            f"rank has {int(budget.item())} bytes free: the largest size that fits is {max(limit, 0)} bytes"
+            f"rank has {free} bytes free: the largest size that fits is {max(limit, 0)} bytes"
         )
 
 

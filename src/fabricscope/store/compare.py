@@ -76,19 +76,7 @@ class Row:
         return self.change if self.metric == "time_us" else -self.change
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "op": self.op,
-            "size_bytes": self.size_bytes,
-            "dtype": self.dtype,
-            "redop": self.redop,
-            "placement": self.placement,
-            "metric": self.metric,
-            "reference": self.reference,
-            "current": self.current,
-            "change": self.change,
-            "p_value": self.p_value,
-            "verdict": self.verdict,
-        }
+        return dataclasses.asdict(self)
 
 
 @dataclass(slots=True)

@@ -23,7 +23,7 @@ import os
 import sqlite3
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -113,17 +113,7 @@ class Entry:
     headline: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "saved": self.saved,
-            "created": self.created,
-            "kind": self.kind,
-            "label": self.label,
-            "status": self.status,
-            "hosts": list(self.hosts),
-            "ranks": self.ranks,
-            "headline": self.headline,
-        }
+        return {**asdict(self), "hosts": list(self.hosts)}
 
 
 _COLUMNS = "id, saved, created, kind, label, status, hosts, ranks, headline"
