@@ -13,35 +13,20 @@ Run:  python benchmarks/bench_calibrate_public.py
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from bench_calibrate import run, times  # the same commands and the same reading of a Result
+
 __all__ = ["main"]
 
-FABRICSCOPE = [sys.executable, "-m", "fabricscope"]
 DATA = Path(__file__).resolve().parent.parent / "tests" / "model" / "data" / "hkbu-2080ti"
 CATALOG = {
     # The catalog parts of that cluster: RTX 2080 Ti on PCIe Gen3, one NIC per node.
     "10gbe": ("eth-10g", "tcp-socket"),
     "100g": ("ib-edr", "rdma"),  # GeForce cards have no GPUDirect RDMA: NCCL stages through host memory
 }
-
-
-def run(*args: str) -> None:
-    done = subprocess.run([*FABRICSCOPE, *args], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        sys.exit(f"fabricscope {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
-
-
-def times(path: Path) -> dict[int, float]:
-    found: dict[int, list[float]] = {}
-    for record in json.loads(path.read_text())["records"]:
-        found.setdefault(record["size_bytes"], []).append(record["time_us"])
-    return {size: statistics.median(values) for size, values in found.items()}
 
 
 def one(fabric: str, tmp: Path) -> tuple[float, float]:

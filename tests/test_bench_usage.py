@@ -33,7 +33,7 @@ from helpers import imported_by_help, run_cli
         (["bench", "--nproc", "100000"], ["--nproc must be a whole number from 1 to 1024, got '100000'", "torchrun"]),
         (["bench", "all", "-N", "0"], ["-N 0 repeats one sweep", "got 10 op(s)", "give -N a count"]),
         (["bench", "-d", "all", "-N", "0"], ["-N 0 repeats one sweep", "8 datatype(s)"]),
-        (["bench", "--json", "/tmp/x.out", "--csv", "/tmp/x.out"], ["--json and --csv name the same file"]),
+        (["bench", "--json", "/tmp/x.out", "--csv", "/tmp/x.out"], ["--csv names the same file as the JSON output"]),
         (["bench", "--json", ""], ["--json needs a file name"]),
         (["bench", "--backend", "nccl", "-b", "8", "-e", "8"], ["--backend nccl needs CUDA"]),
         (["bench", "broadcast", "-r", "5"], ["-r (root) 5 is not a rank", "0 to 1"]),

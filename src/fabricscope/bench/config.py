@@ -8,7 +8,7 @@ from enum import IntEnum
 from typing import Any, Literal
 
 from fabricscope.bench.streams import MAX_STREAMS
-from fabricscope.errors import UsageError
+from fabricscope.errors import InvalidValue, UsageError
 from fabricscope.launch.world import MAX_LOCAL_RANKS, MAX_TIMEOUT_S, MIN_TIMEOUT_S
 from fabricscope.sweep import MAX_SWEEP_ROWS, SweepConfig
 
@@ -95,24 +95,25 @@ class BenchConfig(SweepConfig):
 
     def __post_init__(self) -> None:
         SweepConfig.__post_init__(self)  # (no zero-argument super() in a slotted dataclass)
-        _at_least(self.iters, 1, "-n (iters)")
-        _at_least(self.warmup_iters, 0, "-w (warmup_iters)")
-        _at_least(self.check, 0, "-c (check)")
-        _at_least(self.run_cycles, 0, "-N (run_cycles)")
-        _at_least(self.nproc, 1, "--nproc")
+        _at_least(self.iters, 1, "iters")
+        _at_least(self.warmup_iters, 0, "warmup_iters")
+        _at_least(self.check, 0, "check")
+        _at_least(self.run_cycles, 0, "run_cycles")
+        _at_least(self.nproc, 1, "nproc")
         if self.nproc > MAX_LOCAL_RANKS:
-            raise UsageError(
-                f"--nproc {self.nproc} is more local ranks than one machine runs: at most {MAX_LOCAL_RANKS}; "
-                "for more, start ranks on several nodes with torchrun, mpirun or srun"
+            raise InvalidValue(
+                f"{self.nproc} is more local ranks than one machine runs: at most {MAX_LOCAL_RANKS}; "
+                "for more, start ranks on several nodes with torchrun, mpirun or srun",
+                key="nproc",
             )
-        _at_least(self.servers, 1, "--servers")
+        _at_least(self.servers, 1, "servers")
         if not 1 <= self.streams <= MAX_STREAMS:
-            raise UsageError(f"--streams must be from 1 to {MAX_STREAMS}, got {self.streams}")
+            raise InvalidValue(f"must be from 1 to {MAX_STREAMS}, got {self.streams}", key="streams")
         if self.duration_s is not None:
             if not MIN_DURATION_S <= self.duration_s <= MAX_DURATION_S:
-                raise UsageError(
-                    f"--duration must be from {MIN_DURATION_S:g} s to {MAX_DURATION_S / 86400:g} days, "
-                    f"got {self.duration_s:g} s"
+                raise InvalidValue(
+                    f"must be from {MIN_DURATION_S:g} s to {MAX_DURATION_S / 86400:g} days, got {self.duration_s:g} s",
+                    key="duration",
                 )
             self.run_cycles = 0
         if (
@@ -135,25 +136,27 @@ class BenchConfig(SweepConfig):
         if self.backend not in BACKENDS:
             raise UsageError(f"unknown backend {self.backend!r}: allowed are {', '.join(BACKENDS)}")
         if not MIN_TIMEOUT_S <= self.timeout_s <= MAX_TIMEOUT_S:
-            raise UsageError(
-                f"--timeout must be between {MIN_TIMEOUT_S:g} s and {MAX_TIMEOUT_S / 86400:g} days, "
-                f"got {self.timeout_s:g} s"
+            raise InvalidValue(
+                f"must be between {MIN_TIMEOUT_S:g} s and {MAX_TIMEOUT_S / 86400:g} days, got {self.timeout_s:g} s",
+                key="timeout",
             )
-        for flag, path in (("--json", self.json_path), ("--csv", self.csv_path)):
+        for key, path in (("json", self.json_path), ("csv", self.csv_path)):
             if path is not None and not path.strip():
-                raise UsageError(f"{flag} needs a file name, got an empty one")
+                raise InvalidValue("needs a file name, got an empty one", key=key)
         if self.json_path and self.csv_path and os.path.realpath(self.json_path) == os.path.realpath(self.csv_path):
-            raise UsageError(f"--json and --csv name the same file ({self.json_path}): give each its own")
+            raise InvalidValue(
+                f"names the same file as the JSON output ({self.json_path}): give each its own", key="csv"
+            )
         if self.min_busbw_gbps is not None and not self.min_busbw_gbps >= 0:
             raise UsageError(f"NCCL_TESTS_MIN_BW must be a bandwidth in GB/s, got {self.min_busbw_gbps}")
         if self.master_port is not None and not 0 < self.master_port < 65536:
-            raise UsageError(f"--master-port must be between 1 and 65535, got {self.master_port}")
+            raise InvalidValue(f"must be between 1 and 65535, got {self.master_port}", key="master_port")
 
     def fit_to_world(self, world_size: int) -> list[str]:
         """As :meth:`SweepConfig.fit_to_world`, and the ``ps`` op's servers must be ranks of the world."""
         notes = SweepConfig.fit_to_world(self, world_size)
         if "ps" in self.ops and self.servers > world_size:
-            raise UsageError(
+            raise UsageError(  # raised in each rank too, where no parser maps a key: said as the flag
                 f"--servers {self.servers} asks for more parameter servers than this {world_size}-rank world has "
                 f"(allowed 1 to {world_size})"
             )
@@ -174,4 +177,4 @@ def _at_most(value: int, maximum: int, name: str) -> None:
 
 def _at_least(value: int, minimum: int, name: str) -> None:
     if value < minimum:
-        raise UsageError(f"{name} must be {minimum} or more, got {value}")
+        raise InvalidValue(f"must be {minimum} or more, got {value}", key=name)

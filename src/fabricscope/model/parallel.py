@@ -74,15 +74,15 @@ def check_values(split: _Split) -> None:
         if value is not None and value < 1:
             raise InvalidValue(f"must be at least 1, got {value}", key=key)
     if split.zero is not None and not 0 <= split.zero <= 3:
-        raise InvalidValue(f"--zero must be 0, 1, 2 or 3, got {split.zero}")
+        raise InvalidValue(f"must be 0, 1, 2 or 3, got {split.zero}", key="zero")
     if split.global_batch < 0:
-        raise InvalidValue(f"--global-batch must be positive, got {split.global_batch}")
+        raise InvalidValue(f"must be positive, got {split.global_batch}", key="global_batch")
     if split.ps_servers < 0:
-        raise InvalidValue(f"--ps-servers must not be negative, got {split.ps_servers}")
+        raise InvalidValue(f"must not be negative, got {split.ps_servers}", key="ps_servers")
     if split.interleave is not None and split.interleave > 1 and split.pp == 1:
-        raise InvalidValue("--interleave needs pipeline parallelism (--pp 2 or more)")
+        raise InvalidValue("needs pipeline parallelism (pp 2 or more)", key="interleave")
     if split.ps_servers and split.zero:
-        raise InvalidValue("--ps-servers replaces the all-reduce of plain data parallelism: use it with --zero 0")
+        raise InvalidValue("replaces the all-reduce of plain data parallelism: use it with zero 0", key="ps_servers")
 
 
 @dataclass(kw_only=True, slots=True)

@@ -201,9 +201,9 @@ class Device:
     flash: Num = 1.0
     """1 where the GPU runs FlashAttention (Ampere and newer), else 0."""
     attention_eff: Num = 0.0
+    """Share of peak FLOP/s FlashAttention's kernels reach (0: the matmul efficiency)."""
     attention_peak: Num = 0.0
     """Peak FLOP/s attention runs at (0: ``peak_flops``): FP8 training keeps attention in 16 bits."""
-    """Share of peak FLOP/s FlashAttention's kernels reach (0: the matmul efficiency)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

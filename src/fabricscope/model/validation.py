@@ -284,15 +284,23 @@ def check_collective(row: Mapping[str, str], where: str) -> Comparison:
         predicted = record.busbw_gbps / nics_used
     else:
         raise ConfigError(f"metric {metric!r} is not one of busbw_GBps, latency_us, per_nic_GBps")
+    detail = f"{op.name} {size} B on {nodes}x{cluster.gpus_per_node} {cluster.gpu.name}: {record.algorithm}"
+    return _compared(row, where, "collectives", metric, published, predicted, detail)
+
+
+def _compared(
+    row: Mapping[str, str], where: str, kind: str, metric: str, published: float, predicted: float, detail: str
+) -> Comparison:
+    """One row's comparison; its id, file, description, group and known-off mark come from the row."""
     return Comparison(
         id=row["id"],
         file=Path(where).name,
-        description=row.get("system", ""),
+        description=row.get("system" if kind == "collectives" else "source", ""),
         metric=metric,
         published=published,
         predicted=predicted,
-        detail=f"{op.name} {size} B on {nodes}x{cluster.gpus_per_node} {cluster.gpu.name}: {record.algorithm}",
-        group=_group(row, "collectives"),
+        detail=detail,
+        group=_group(row, kind),
         known_off=KNOWN_OFF in (row.get("notes") or ""),
     )
 
@@ -474,20 +482,13 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
             what_ifs=False,
         )
         predicted = result.samples_per_s / (gpus * one.samples_per_s)
-    return Comparison(
-        id=row["id"],
-        file=Path(where).name,
-        description=row.get("source", ""),
-        metric=metric,
-        published=published,
-        predicted=predicted,
-        detail=f"{gpus}x {cluster.gpu.name} tp{par.tp} pp{par.pp} dp{par.dp}"
+    detail = (
+        f"{gpus}x {cluster.gpu.name} tp{par.tp} pp{par.pp} dp{par.dp}"
         + (f" cp{par.cp}" if par.cp > 1 else "")
         + (f" ep{par.ep}" if par.ep > 1 else "")
-        + f" {par.recompute}: {result.bottleneck}",
-        group=_group(row, "training"),
-        known_off=KNOWN_OFF in (row.get("notes") or ""),
+        + f" {par.recompute}: {result.bottleneck}"
     )
+    return _compared(row, where, "training", metric, published, predicted, detail)
 
 
 def _anchored(model: ModelSpec, row: Mapping[str, str], par: ParallelConfig, per_gpu: int) -> ModelSpec:
