@@ -5,7 +5,7 @@ The logs are one cluster's own all_reduce_perf runs (RTX 2080 Ti nodes, 8 nodes 
 tests/model/data/hkbu-2080ti (source and licence there).  Every step is the real command:
 ``import nccl-tests``, ``calibrate`` on the 8-node log alone, ``predict --nodes 16
 --gpus-per-node 1``; the script prints the error per size (every 16th of the 268 sizes) and the
-median |error| (target: 15% or less), and, as the peer, the catalog model of the nearest catalog
+median |error| (target: 15% or less), and, as the peer, the catalog model of the catalog
 parts (what predict says with no measurement).
 
 Run:  python benchmarks/bench_calibrate_public.py
@@ -23,7 +23,7 @@ __all__ = ["main"]
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "model" / "data" / "hkbu-2080ti"
 CATALOG = {
-    # The nearest catalog parts: a PCIe GeForce card (the network is what the collective waits for).
+    # The catalog parts of that cluster: RTX 2080 Ti on PCIe Gen3, one NIC per node.
     "10gbe": ("eth-10g", "tcp-socket"),
     "100g": ("ib-edr", "rdma"),  # GeForce cards have no GPUDirect RDMA: NCCL stages through host memory
 }
@@ -36,7 +36,7 @@ def one(fabric: str, tmp: Path) -> tuple[float, float]:
     run("calibrate", str(small), "-o", str(tmp / f"{fabric}.toml"))
     nic, transport = CATALOG[fabric]
     (tmp / f"{fabric}-catalog.toml").write_text(
-        f'nodes = 16\ngpus_per_node = 1\ngpu = "rtx-4090"\nintra = "pcie"\npcie = "gen3"\n\n'
+        f'nodes = 16\ngpus_per_node = 1\ngpu = "rtx-2080-ti"\nintra = "pcie"\npcie = "gen3"\n\n'
         f'[network]\nnic = "{nic}"\nnics_per_node = 1\ntransport = "{transport}"\n'
     )
     sweep = ["-b", "1M", "-e", "512M", "-i", "2000000", "all_reduce"]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from model_helpers import one_error_line
 
-from fabricscope.model.calibrate import Run, calibrate, fit_line, load_runs, predicted_seconds
+from fabricscope.model.calibrate import Run, calibrate, cluster_toml, fit_line, load_runs, predicted_seconds
 from fabricscope.model.cluster import load_cluster
 from fabricscope.ops import COLLECTIVES
 
@@ -103,6 +103,15 @@ def test_a_real_bench_calibrates_and_predict_uses_the_fit(cli, two_ranks, tmp_pa
     # Two nodes need network terms this calibration never measured: one error line, exit 2.
     done = cli("predict", "--cluster", str(out), "--nodes", "2", "-b", "64K", "-e", "1M")
     assert done.code == 2 and "measured no hops between nodes" in one_error_line(done)
+
+
+def test_the_written_cluster_keeps_the_base_clusters_virtual_nics(two_ranks, tmp_path) -> None:
+    # What the measurements do not cover comes from the base cluster, a cloud VM's NICs included.
+    runs = load_runs([str(two_ranks)])
+    for name, virtualized in (("cloud-h100-tcp", True), ("v100-100gbe-tcp", False)):
+        path = tmp_path / f"{name}.toml"
+        path.write_text(cluster_toml(load_cluster(name), {}, runs), encoding="utf-8")
+        assert load_cluster(str(path)).spec.network.virtualized is virtualized
 
 
 def test_calibrate_refuses_hostile_and_wrong_inputs(cli, two_ranks, tmp_path, write) -> None:

@@ -10,6 +10,7 @@ import pytest
 from fabricscope.model import collective_cost as coll
 from fabricscope.model.cluster import Cluster, ClusterSpec, load_cluster, resolve
 from fabricscope.model.fabric import fabric_of
+from fabricscope.model.hardware import Transport, lookup
 
 
 def net(cluster: Cluster, **changes: object) -> Cluster:
@@ -51,6 +52,28 @@ def test_tcp_reaches_far_less_of_line_rate_than_rdma() -> None:
     tcp = busbw(v100, 1 << 30, "ring")
     rdma = busbw(net(v100, transport="rdma-gdr").with_nodes(2), 1 << 30, "ring")  # RoCE, before scale losses
     assert tcp < 0.5 * 12.5 < 0.9 * 12.5 < rdma
+
+
+def test_sockets_fill_a_bare_metal_nic_and_not_a_cloud_vms() -> None:
+    sockets = lookup("transport", "tcp-socket", Transport)
+    # Bare metal: the TCP payload of a full MTU-1500 frame (1500 - 20 IP - 20 TCP - 12 timestamps)
+    # over what it takes on the wire (+ 14 Ethernet header, 4 FCS, 8 preamble, 12 gap).
+    assert sockets.efficiency == pytest.approx(1448 / 1538, abs=0.005)
+    assert sockets.virtualized_efficiency < 0.6 * sockets.efficiency
+    ten = net(load_cluster("v100-100gbe-tcp"), nic="eth-10g").with_nodes(8)
+    cloud = net(ten, virtualized=True)
+    assert float(fabric_of(ten).nic_gbps) == pytest.approx(sockets.efficiency * 10 / 8)
+    assert float(fabric_of(cloud).nic_gbps) == pytest.approx(sockets.virtualized_efficiency * 10 / 8)
+    # A ring across 8 nodes of one NIC each runs at that NIC: the 8 x 4 RTX 2080 Ti row, 1.17 GB/s.
+    assert busbw(ten, 512 << 20, "ring") == pytest.approx(sockets.efficiency * 10 / 8, rel=0.03)
+    assert busbw(cloud, 512 << 20, "ring") < 0.6 * busbw(ten, 512 << 20, "ring")
+    # A 100 GbE NIC meets the socket threads' host-copy ceiling either way.
+    hundred = load_cluster("v100-100gbe-tcp")
+    for cluster in (hundred, net(hundred, virtualized=True)):
+        assert float(fabric_of(cluster).nic_gbps) == pytest.approx(sockets.host_ceiling_gbps)
+    # RDMA on a cloud NIC is not the socket transport's problem.
+    rdma = net(ten, transport="rdma-gdr")
+    assert float(fabric_of(net(rdma, virtualized=True)).nic_gbps) == float(fabric_of(rdma).nic_gbps)
 
 
 def test_small_messages_pay_latency_and_tcp_pays_more() -> None:

@@ -62,6 +62,9 @@ def test_collective_groups_meet_the_target_counting_every_row() -> None:
     for group in GROUPS_WITH_ROWS_LEFT_OFF:
         assert any(c.known_off for c in checks if c.group == group), group
     assert {"pcie-node", "tcp", "ib-multinode", "shared-nic"} <= set(groups)
+    # The tcp group holds bare-metal and cloud rows: the socket share must be right on both.
+    tcp = [c for c in checks if c.group == "tcp"]
+    assert {"n17", "n18", "n25", "n26"} <= {c.id for c in tcp}
 
 
 def test_shipped_collectives_cover_the_systems_users_ask_about() -> None:
@@ -153,6 +156,20 @@ def test_optional_columns_are_used(write) -> None:
     assert stack["t06"] < base["t06"]  # Megatron-Core's FlashAttention, unless a column says otherwise
 
 
+def test_a_nic_written_virtualized_is_a_cloud_vms(write) -> None:
+    collectives = next(p for p in default_files() if p.name == "collectives.csv")
+    rows = {row["id"]: row for row in csv.DictReader(collectives.read_text(encoding="utf-8").splitlines())}
+    assert "virtualized" in rows["n17"]["nic"] and "virtualized" not in rows["n25"]["nic"]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows["n25"]))
+    writer.writeheader()
+    writer.writerow(rows["n25"])
+    writer.writerow({**rows["n25"], "id": "vm", "nic": "10G Ethernet virtualized (a cloud VM)"})
+    bare, cloud = validate_file(write("vm.csv", buffer.getvalue()))
+    assert abs(bare.error_pct) <= 5.0  # 8 bare-metal nodes x 4 RTX 2080 Ti over 10 GbE sockets
+    assert cloud.predicted == pytest.approx(bare.predicted * 0.55 / 0.94, rel=0.02)
+
+
 def test_bad_validation_files(cli, write) -> None:
     line = one_error_line(cli("validate", str(write("x.csv", "a,b\n1,2\n"))))
     assert "not a validation file: missing columns" in line
@@ -171,6 +188,7 @@ def test_names_as_papers_write_them() -> None:
     assert match_gpu("A100-SXM4-80GB") == "a100-sxm-80gb"
     assert match_gpu("A100-SXM4-40GB") == "a100-sxm-40gb"
     assert match_gpu("H100-SXM5-80GB") == "h100-sxm"
+    assert match_gpu("GeForce RTX 2080 Ti") == "rtx-2080-ti"
     assert match_gpu("V100-SXM2") == "v100-sxm2-32gb"
     assert match_nic("200G HDR InfiniBand") == "ib-hdr"
     assert match_nic("100G Ethernet") == "eth-100g"

@@ -144,7 +144,9 @@ class BenchConfig(SweepConfig):
             if path is not None and not path.strip():
                 raise InvalidValue("needs a file name, got an empty one", key=key)
         if self.json_path and self.csv_path and os.path.realpath(self.json_path) == os.path.realpath(self.csv_path):
-            raise InvalidValue(f"names the same file as the JSON output ({self.json_path}): give each its own", key="csv")
+            raise InvalidValue(
+                f"names the same file as the JSON output ({self.json_path}): give each its own", key="csv"
+            )
         if self.min_busbw_gbps is not None and not self.min_busbw_gbps >= 0:
             raise UsageError(f"NCCL_TESTS_MIN_BW must be a bandwidth in GB/s, got {self.min_busbw_gbps}")
         if self.master_port is not None and not 0 < self.master_port < 65536:

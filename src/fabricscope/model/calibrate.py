@@ -315,7 +315,16 @@ def cluster_toml(base: Cluster, calibration: dict[str, CalibratedOp], runs: Sequ
         "[network]",
     ]
     net = spec.network
-    for key in ("nic", "nics_per_node", "transport", "sharp", "topology", "oversubscription", "extra_latency_us"):
+    for key in (
+        "nic",
+        "nics_per_node",
+        "transport",
+        "sharp",
+        "topology",
+        "oversubscription",
+        "extra_latency_us",
+        "virtualized",
+    ):
         lines.append(f"{key} = {_toml_value(getattr(net, key))}")
     lines += ["", "[storage]"]
     for key in ("kind", "devices", "cached_fraction"):

@@ -19,6 +19,7 @@ files, so each is also an example of the format::
     topology = "rail-optimized"   # rail-optimized | fat-tree
     oversubscription = 1.0        # leaf downlinks : uplinks
     extra_latency_us = 0.0
+    virtualized = false           # true: a cloud VM's virtual NICs (TCP sockets reach less)
 
     [storage]
     kind = "parallel-fs"          # hdd | sata-ssd | nvme | nfs-1g | nfs-10g | parallel-fs
@@ -81,6 +82,9 @@ class NetworkSpec:
     """Leaf downlink to uplink bandwidth ratio (1 = non-blocking)."""
     extra_latency_us: float = 0.0
     """Added to every message between nodes (long cables, extra hops)."""
+    virtualized: bool = False
+    """The NICs are a cloud VM's virtual NICs (AWS ENA, Azure, GCP gVNIC), not the host's own: the
+    transport reaches its ``virtualized_efficiency`` of line rate (transports.toml)."""
 
     def __post_init__(self) -> None:
         require("nics_per_node", self.nics_per_node, "from 0 to 64", lambda v: 0 <= v <= 64)

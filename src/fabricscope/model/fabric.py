@@ -45,9 +45,10 @@ every formula.  Defined once; the cost modules import it."""
 REFERENCE_TRANSPORT = "rdma-gdr"
 """NCCL's network latency constants were measured on InfiniBand with GPUDirect RDMA."""
 
-NCCL_ARCH = {"volta": 0, "ampere": 1, "ada": 1, "cdna3": 1, "hopper": 2, "blackwell": 3}
+NCCL_ARCH = {"volta": 0, "turing": 0, "ampere": 1, "ada": 1, "cdna3": 1, "hopper": 2, "blackwell": 3}
 """Row of NCCL's per-architecture tuning tables (Volta, Ampere, Hopper, Blackwell) for each GPU
-architecture: Ada (sm89) counts as Ampere, as NCCL's ``minCompCap >= 80`` test does."""
+architecture: Ada (sm89) counts as Ampere, as NCCL's ``minCompCap >= 80`` test does, and Turing
+(sm75) as Volta, below it."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -231,6 +232,14 @@ def _intra_gbps(cluster: Cluster) -> float:
     return float(staged_gbps(slot, cluster.gpus_per_node, host)) if np.isfinite(host) else slot / 2
 
 
+def _transport_efficiency(cluster: Cluster) -> float:
+    """Share of the NIC's line rate the transport delivers: the bare-metal figure, or the virtual
+    NIC's where the cluster file says ``virtualized`` (cloud VMs: NCCL's sockets run at the slowest
+    socket's pace, docs/model.md, "TCP sockets")."""
+    transport = cluster.transport
+    return transport.virtualized_efficiency if cluster.spec.network.virtualized else transport.efficiency
+
+
 def _host_gbps(cluster: Cluster) -> float:
     """Host memory bandwidth the node's GPUs share when staged through it (infinite when they talk
     directly); a host of unknown memory bandwidth falls back on half the slot, each byte crossing it
@@ -259,7 +268,7 @@ def fabric_inputs(cluster: Cluster) -> dict[str, float]:
         "nic_line_gbps": cluster.nic.speed_gbps / 8.0,
         "nic_pcie_gbps": min(cluster.pcie.effective_gbps, nic_pcie.effective_gbps),
         "gdr": 1.0 if cluster.transport.gdr else 0.0,
-        "transport_eff": cluster.transport.efficiency,
+        "transport_eff": _transport_efficiency(cluster),
         "host_ceiling_gbps": cluster.transport.host_ceiling_gbps,
         "transport_extra_us": transport_extra_us(cluster.transport),
         "nics_per_node": float(net.nics_per_node),

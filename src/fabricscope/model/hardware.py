@@ -46,7 +46,7 @@ class GPU:
     __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
     name: str
     description: str
-    arch: Literal["volta", "ampere", "hopper", "blackwell", "ada", "cdna3"]
+    arch: Literal["volta", "turing", "ampere", "hopper", "blackwell", "ada", "cdna3"]
     tflops_fp32: float
     tflops_tf32: float
     tflops_fp16: float
@@ -180,6 +180,8 @@ class Transport:
     name: str
     description: str
     efficiency: float
+    virtualized_efficiency: float
+    """Share of line rate on a cloud VM's virtual NIC (``[network] virtualized``)."""
     host_ceiling_gbps: float
     """Per-NIC ceiling from host copies, GB/s; 0 means none."""
     latency_us: float
@@ -188,7 +190,8 @@ class Transport:
     source: str
 
     def __post_init__(self) -> None:
-        require("efficiency", self.efficiency, "in (0, 1]", lambda v: 0 < v <= 1)
+        for key in ("efficiency", "virtualized_efficiency"):
+            require(key, getattr(self, key), "in (0, 1]", lambda v: 0 < v <= 1)
         _positive(self, "latency_us")
 
 

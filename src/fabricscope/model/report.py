@@ -56,7 +56,7 @@ def cluster_lines(cluster: Cluster) -> list[str]:
         f"#   inside a node: {cluster.intra}, {float(fab.intra_gbps):.1f} GB/s per GPU each way",
     ]
     if net.nics_per_node:
-        sharp = ", SHARP" if net.sharp else ""
+        sharp = (", SHARP" if net.sharp else "") + (", virtualized NICs" if net.virtualized else "")
         over = f" {net.oversubscription:g}:1" if net.oversubscription > 1 else " non-blocking"
         lines.append(
             f"#   network: {net.nics_per_node}x {cluster.nic.name} over {cluster.transport.name}{sharp}: "

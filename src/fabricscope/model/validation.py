@@ -128,7 +128,21 @@ def default_files() -> list[Any]:
     return sorted((p for p in folder.iterdir() if p.name.endswith(".csv")), key=lambda p: p.name)
 
 
-_GPU_FAMILIES = ("v100", "a100", "a800", "h100", "h200", "h800", "h20", "b200", "l40s", "mi300x", "4090", "5090")
+_GPU_FAMILIES = (
+    "v100",
+    "a100",
+    "a800",
+    "h100",
+    "h200",
+    "h800",
+    "h20",
+    "b200",
+    "l40s",
+    "mi300x",
+    "2080-ti",
+    "4090",
+    "5090",
+)
 _FORM_FACTORS = ("pcie", "sxm", "nvl")
 
 
@@ -170,6 +184,11 @@ def match_nic(text: str) -> str:
         if nic.link == link and nic.speed_gbps == float(speed.group(1)):
             return str(name)
     raise UsageError(f"no catalog NIC of {speed.group(1)} Gb/s {link}")
+
+
+VIRTUALIZED = "virtualized"
+"""A ``nic`` column containing this word (``25G Ethernet virtualized (Azure VM)``) describes a cloud
+VM's virtual NIC: the cluster's ``[network] virtualized``."""
 
 
 def _transport(text: str, nic: str) -> TransportName:
@@ -227,7 +246,12 @@ def _cluster(row: Mapping[str, str], nodes: int, gpus_per_node: int | None = Non
         gpus_per_node=gpus_per_node or _number(row, "gpus_per_node", whole=True),
         gpu=match_gpu(row["gpu"]),
         intra=_intra(row.get("intra_node", "") or ""),
-        network=NetworkSpec(nic=nic, nics_per_node=nics, transport=_transport(row.get("transport", "") or "", nic)),
+        network=NetworkSpec(
+            nic=nic,
+            nics_per_node=nics,
+            transport=_transport(row.get("transport", "") or "", nic),
+            virtualized=VIRTUALIZED in nic_text.lower(),
+        ),
     )
     return resolve(spec, name=row["id"], source="its hardware")
 

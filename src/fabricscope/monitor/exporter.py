@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fabricscope.errors import UsageError
+from fabricscope.errors import InvalidValue
 from fabricscope.monitor.deltas import RDMA_BYTES_PER_UNIT, Interval, Tracker
 from fabricscope.monitor.samplers import RDMA_SATURATING_BITS
 from fabricscope.monitor.samples import Port
@@ -69,9 +69,11 @@ def parse_serve(text: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
-        raise UsageError(f"--serve {text!r}: write an IPv6 address in brackets, e.g. [::1]:9400")
+        raise InvalidValue(f"{text!r}: write an IPv6 address in brackets, e.g. [::1]:9400", key="serve")
     if not port_text.isdigit() or len(port_text) > 5 or int(port_text) > 65535:
-        raise UsageError(f"--serve {text!r}: the port must be a whole number from 0 to 65535 (e.g. 9400 or HOST:9400)")
+        raise InvalidValue(
+            f"{text!r}: the port must be a whole number from 0 to 65535 (e.g. 9400 or HOST:9400)", key="serve"
+        )
     return host or DEFAULT_HOST, int(port_text)
 
 
@@ -254,15 +256,15 @@ class Exporter:
             family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         except (socket.gaierror, UnicodeError) as exc:
             why = getattr(exc, "strerror", None) or exc
-            raise UsageError(f"--serve {host}:{port}: cannot resolve {host!r} ({why})") from None
+            raise InvalidValue(f"{host}:{port}: cannot resolve {host!r} ({why})", key="serve") from None
         try:
             self._server = _make_server(host, port, family, make_wsgi_app(registry))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                raise UsageError(f"--serve {host}:{port}: port {port} is in use; pick another port") from None
+                raise InvalidValue(f"{host}:{port}: port {port} is in use; pick another port", key="serve") from None
             if exc.errno == errno.EADDRNOTAVAIL:
-                raise UsageError(f"--serve {host}:{port}: {host} is not an address of this machine") from None
-            raise UsageError(f"--serve {host}:{port}: cannot listen ({exc.strerror or exc})") from None
+                raise InvalidValue(f"{host}:{port}: {host} is not an address of this machine", key="serve") from None
+            raise InvalidValue(f"{host}:{port}: cannot listen ({exc.strerror or exc})", key="serve") from None
         self._thread = threading.Thread(target=self._server.serve_forever, name="fabricscope-exporter", daemon=True)
         self._thread.start()
         self.host = host
