@@ -17,9 +17,9 @@ GROUP_WORST_CEILING = {"moe": 35.0}
 OVERALL_CEILING = {"training-moe.csv": (12.0, 35.0)}
 """Files whose overall figures include such a group: the moe rows raise training-moe.csv's."""
 """Groups known to miss the 10% median, with the most they may reach: on DeepSpeed's pipeline
-engine, the fp16 runs of 2021-22 (MT-NLG 530B, GPT-NeoX-20B, GLM-130B) are 16-22% fast while
-BLOOM's bf16 runs and topology benchmarks fall within -9% and +14% (median 15.0% over ten rows;
-training.csv notes: no source found for what the engine spends beyond the model).  The Horovod
+engine, the production runs of 2021-22 other than BLOOM (MT-NLG 530B, GPT-NeoX-20B, GLM-130B) are
+16-22% fast while BLOOM's run and topology benchmarks fall within -9% and +14% (median 15.0% over
+ten rows; training.csv notes: no source found for what those runs spent beyond the model).  The Horovod
 ResNet-50 rows over 25 GbE TCP, with their fp32 gradients and the 256-image batch of AWS's guide
 of the time, are 8-24% optimistic and more so with every node added: the model hides the whole
 all-reduce behind the backward, where the measured step loses 4% on one node and 20% on 16
