@@ -201,3 +201,19 @@ def test_plan_takes_a_global_batch(cli, tmp_path) -> None:
     assert "--global-batch must be a whole number from 1 to" in one_error_line(
         cli("plan", "--model", "llama-7b", "--gpus", "64", "--global-batch", "0")
     )
+
+
+def test_the_cloud_scenario_prices_sockets_on_virtual_nics() -> None:
+    from fabricscope.model.fabric import fabric_inputs
+    from fabricscope.model.hardware import Transport
+    from fabricscope.model.planner import cluster_of, scenario, search_space
+
+    gpu = lookup("gpu", "h100-sxm", GPU)
+    cloud = [n for n in search_space(scenario("cloud"), 8) if n.transport.name == "tcp-socket"]
+    lab = [n for n in search_space(scenario("research-small"), 8) if n.transport.name == "tcp-socket"]
+    assert cloud and lab
+    virtual = {fabric_inputs(cluster_of(n, gpu, 8, 4))["transport_eff"] for n in cloud}
+    bare = {fabric_inputs(cluster_of(n, gpu, 8, 4))["transport_eff"] for n in lab}
+    sockets = lookup("transport", "tcp-socket", Transport)
+    assert virtual == {sockets.virtualized_efficiency} and bare == {sockets.efficiency}
+    assert sockets.virtualized_efficiency < sockets.efficiency

@@ -62,3 +62,13 @@ def test_a_calibrated_cluster_reports_its_own_fit(write) -> None:
     sure = for_collectives(load_cluster(str(path)))
     assert (sure.basis, sure.rows, sure.median_abs_error_pct) == ("calibration", 12, 4.5)
     assert for_training(load_cluster("dgx-a100-hdr")).rows >= 9
+
+
+def test_roce_loss_on_nodes_with_fewer_nics_than_it_was_measured_on_is_flagged() -> None:
+    roce = load_cluster("research-10g-roce")
+    assert roce.spec.network.nics_per_node < 8
+    said = "RoCE's loss with scale was measured on nodes with 8 NICs"
+    assert any(said in w for w in for_collectives(roce.with_nodes(4)).warnings)
+    assert not any(said in w for w in for_collectives(roce.with_nodes(2)).warnings)  # no loss on two nodes
+    ib = load_cluster("dgx-a100-hdr").with_nodes(4)
+    assert not any(said in w for w in for_collectives(ib).warnings)

@@ -22,6 +22,7 @@ __all__ = [
     "NCCL_ALGORITHMS",
     "NCCL_ENV",
     "PROTOCOLS",
+    "ROCE_SCALE_LOSS_NICS",
     "Candidate",
     "all_reduce",
     "candidates",
@@ -77,6 +78,8 @@ PAT_FACTOR = 0.75
 ROCE_SCALE_LOSS = 0.705
 """RoCE keeps ``1 / (1 + k log2(nodes / 2))`` of its bandwidth: least squares over the 3-6 node rows
 of NVIDIA/nccl-tests issue 169 (A100 nodes, 8x 100G RoCE: ~100, 70, 58, 58, 40 GB/s on 2-6 nodes)."""
+ROCE_SCALE_LOSS_NICS = 8
+"""NICs per node of the rows :data:`ROCE_SCALE_LOSS` comes from: on fewer, the loss is not measured."""
 TREE_NET_BYTES = 2.0
 """Bytes a classic double binary tree moves through each node's network per byte reduced when
 nodes hold several ranks.  In theory a 2-node tree moves each byte once; measured 2-node runs of

@@ -66,6 +66,8 @@ class Scenario:
     topologies: list[Literal["fat-tree", "rail-optimized"]]
     sharp: list[bool]
     max_latency_us: float = 0.0
+    virtualized: bool = False
+    """The servers are a cloud provider's VMs: their NICs are virtual (``[network] virtualized``)."""
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -112,6 +114,7 @@ class Network:
     sharp: bool
     topology: str
     oversubscription: float
+    virtualized: bool = False
 
     def label(self) -> str:
         if not self.count:
@@ -143,6 +146,7 @@ def search_space(sc: Scenario, gpus_per_node: int) -> list[Network]:
                 sharp=sharp,
                 topology=topology,
                 oversubscription=over,
+                virtualized=sc.virtualized,
             )
         )
     return found
@@ -182,6 +186,7 @@ def cluster_of(net: Network, gpu: GPU, gpus_per_node: int, nodes: int) -> Cluste
             sharp=net.sharp,
             topology=cast(Topology, net.topology),
             oversubscription=net.oversubscription,
+            virtualized=net.virtualized,
         ),
     )
     return resolve(spec, name=net.label(), source="plan")

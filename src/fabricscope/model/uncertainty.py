@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fabricscope.model.cluster import Cluster
+from fabricscope.model.collective_cost import ROCE_SCALE_LOSS_NICS
 
 __all__ = ["LONG_CONTEXT_TOKENS", "Uncertainty", "collective_group", "for_collectives", "for_training"]
 
@@ -113,6 +114,12 @@ def _coverage(cluster: Cluster, group: str, rows: list[_Row], every: tuple[_Row,
             f"{cluster.nodes} nodes is beyond the largest {group} measurement validated ({largest} nodes): "
             "the model extrapolates"
             + (" RoCE's loss with scale" if group == "roce-multinode" else " its network terms")
+        )
+    nics = cluster.spec.network.nics_per_node
+    if group == "roce-multinode" and cluster.nodes > 2 and nics < ROCE_SCALE_LOSS_NICS:
+        warnings.append(
+            f"RoCE's loss with scale was measured on nodes with {ROCE_SCALE_LOSS_NICS} NICs; with {nics} per node "
+            "it is unmeasured, and the predicted loss may be pessimistic"
         )
     if cluster.gpu.name not in {r.gpu for r in every}:
         warnings.append(f"no published row measured a {cluster.gpu.name}: its numbers are the catalog's alone")
