@@ -207,24 +207,20 @@ def test_an_output_folder_where_no_file_can_be_created_is_refused(tmp_path):
     assert os.listdir(tmp_path) == []  # the probe file is gone
 
 
-def _result_in(text):
-    """The Result document printed inside ``text`` (after the table)."""
-    start = text.index('"format": "fabricscope-result"')
-    return json.JSONDecoder().raw_decode(text[text.rindex("{", 0, start) :])[0]
-
-
 def test_json_to_dev_stdout_goes_down_the_pipe():
-    # /dev/stdout -> /proc/self/fd/1 -> a pipe that realpath cannot name: written through, as a user expects.
+    # /dev/stdout -> /proc/self/fd/1 -> a pipe that realpath cannot name: written through, as a user expects,
+    # and, as with -, the table goes to stderr.
     done = run_cli(["validate", "--json", "/dev/stdout"])
     assert done.returncode == 0, done.stderr
-    assert "median |error|" in done.stdout
-    assert _result_in(done.stdout)["kind"] == "validate"
+    assert "median |error|" in done.stderr
+    assert json.loads(done.stdout)["kind"] == "validate"
 
 
-def test_json_to_dev_stdout_redirected_to_a_file_keeps_the_table(tmp_path):
-    # `> out.txt`: /dev/stdout resolves to out.txt itself; replacing it would lose the table.
+def test_json_to_dev_stdout_redirected_to_a_file_is_written_through(tmp_path):
+    # `>> out.txt`: /dev/stdout resolves to out.txt itself: written through (appended), never replaced.
     out = tmp_path / "out.txt"
-    with out.open("w") as handle:
+    out.write_text("kept\n")
+    with out.open("a") as handle:
         done = subprocess.run(
             [sys.executable, "-m", "fabricscope", "validate", "--json", "/dev/stdout"],
             stdout=handle,
@@ -234,6 +230,6 @@ def test_json_to_dev_stdout_redirected_to_a_file_keeps_the_table(tmp_path):
             timeout=120,
         )
     assert done.returncode == 0, done.stderr
-    text = out.read_text()
-    assert text.startswith("collectives.csv:") and "median |error|" in text
-    assert _result_in(text)["kind"] == "validate"
+    kept, document = out.read_text().split("\n", 1)
+    assert kept == "kept" and json.loads(document)["kind"] == "validate"
+    assert done.stderr.startswith("collectives.csv:") and "median |error|" in done.stderr

@@ -107,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from fabricscope.results import release_stdout  # output flags of ``-`` move the report to stderr
+
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()
@@ -124,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return 0
+    finally:
+        release_stdout()
 
 
 if __name__ == "__main__":  # pragma: no cover

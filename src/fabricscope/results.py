@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from fabricscope.errors import ResultFormatError, RunError, UsageError
 from fabricscope.userfiles import parse_json, read_text, shorten
@@ -52,10 +52,15 @@ __all__ = [
     "ResultStream",
     "atomic_write_text",
     "check_output_path",
+    "claim_stdout",
     "coefficient_of_variation",
+    "data_stdout",
     "load",
     "mark_unfinished",
     "percentile",
+    "release_stdout",
+    "say_written",
+    "stdout_holds_data",
     "written_through",
 ]
 
@@ -337,8 +342,9 @@ class ResultStream:
         self.path = path
         try:
             if path == STDOUT:
-                sys.stdout.flush()
-                fd = os.dup(sys.stdout.fileno())
+                out = data_stdout()
+                out.flush()
+                fd = os.dup(out.fileno())
             else:
                 # Non-blocking open: a FIFO without a reader is refused (ENXIO) instead of hanging.
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
@@ -445,6 +451,71 @@ _STREAM_TIMEOUT_S = 30.0
 _held: dict[str, int] = {}
 """FIFOs opened by :func:`check_output_path`, kept open so that their reader stays."""
 
+_STDOUT_NAMES = ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
+"""Other names of standard output, which :func:`check_output_path` treats as ``-`` for the report."""
+
+_data_out: TextIO | None = None
+"""The real standard output, while an output flag holds it for its data (:func:`claim_stdout`)."""
+_claimed_by: str | None = None
+"""The output flag that holds standard output."""
+
+
+def claim_stdout(flag: str, path: str | os.PathLike[str] | None) -> bool:
+    """When ``path`` is ``-`` (or ``/dev/stdout``), give standard output to the data of ``flag``: the human
+    report goes to standard error.  Returns whether ``path`` names standard output.
+
+    Every command prints its report (tables, summaries, notes, warnings) on ``sys.stdout``.
+    From this call on, ``sys.stdout`` is standard error, and the data is written to the
+    real standard output (:func:`data_stdout`), so that ``--json - | jq`` or ``-o - >
+    cluster.toml`` gets the JSON, CSV or TOML alone, and it parses.  :func:`check_output_path`
+    calls this, so every output flag does it before any work; a process that writes data
+    it did not check (a rank a launcher started) calls it itself.  Only one output can be
+    standard output: a second flag is refused (:class:`UsageError`).  Child processes keep
+    the real standard output: a command that starts one whose output is not data gives it
+    standard error when :func:`stdout_holds_data`.
+    """
+    global _data_out, _claimed_by
+    if path is None or not (os.fspath(path) == STDOUT or os.path.abspath(path) in _STDOUT_NAMES):
+        return False
+    if _claimed_by is not None:
+        if _claimed_by != flag:
+            raise UsageError(
+                f"{_claimed_by} and {flag} both write to standard output, where only one can: give one a file name"
+            )
+        return True
+    sys.stdout.flush()
+    _data_out, _claimed_by = sys.stdout, flag
+    sys.stdout = sys.stderr
+    return True
+
+
+def stdout_holds_data() -> bool:
+    """Whether an output flag holds standard output for its data (:func:`claim_stdout`)."""
+    return _claimed_by is not None
+
+
+def release_stdout() -> None:
+    """Undo :func:`claim_stdout`: ``sys.stdout`` is standard output again (the CLI calls it as a command ends)."""
+    global _data_out, _claimed_by
+    if _data_out is not None:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+        sys.stdout = _data_out
+    _data_out = _claimed_by = None
+
+
+def data_stdout() -> TextIO:
+    """Where the data of an output given ``-`` goes: the real standard output, claimed or not."""
+    return _data_out if _data_out is not None else sys.stdout
+
+
+def say_written(path: str, detail: str = "") -> None:
+    """The ``wrote PATH[: detail]`` line, on stderr; for ``-`` only the detail (the data on stdout is the rest)."""
+    if path != STDOUT:
+        sys.stderr.write(f"wrote {path}{': ' + detail if detail else ''}\n")
+    elif detail:
+        sys.stderr.write(f"wrote standard output: {detail}\n")
+
 
 def _same_file(a: str, b: str) -> bool:
     try:
@@ -470,7 +541,7 @@ def check_output_path(flag: str, path: str, *, inputs: Iterable[str | os.PathLik
     """
     if path == "":
         raise UsageError(f"{flag} needs a file name, got an empty one (use - for standard output)")
-    if path == STDOUT:
+    if claim_stdout(flag, path) and path == STDOUT:
         return
     shown = shorten(path)
     try:
@@ -571,9 +642,9 @@ def written_through(path: str | os.PathLike[str]) -> bool:
 
 def _silence_stdout() -> None:
     """Point stdout at /dev/null: later writes, and Python's flush at exit, go nowhere."""
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, ValueError):
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, data_stdout().fileno())
         os.close(devnull)
 
 
@@ -582,12 +653,13 @@ def _write_stream(path: str, text: str) -> None:
     data = text.encode("utf-8")
     key = os.path.realpath(path) if path != STDOUT else ""
     if path == STDOUT:
+        out = data_stdout()
         try:
-            sys.stdout.flush()
+            out.flush()
         except BrokenPipeError:
             _silence_stdout()
             return
-        fd, own = sys.stdout.fileno(), False
+        fd, own = out.fileno(), False
     elif key in _held:
         fd, own = _held[key], False
     else:

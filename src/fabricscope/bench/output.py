@@ -23,7 +23,14 @@ from fabricscope.bench.stability import SPIKE_FACTOR, Series
 from fabricscope.errors import RunError
 from fabricscope.launch.heartbeat import Peer, host_record
 from fabricscope.ops import Collective
-from fabricscope.results import COLLECTIVE_FIELDS, CollectiveRecord, Result, atomic_write_text, written_through
+from fabricscope.results import (
+    COLLECTIVE_FIELDS,
+    CollectiveRecord,
+    Result,
+    atomic_write_text,
+    claim_stdout,
+    written_through,
+)
 from fabricscope.table import op_summary
 
 __all__ = ["CSV_FIELDS", "Output", "op_summary"]
@@ -87,6 +94,8 @@ class Output:
         self.peers = list(peers)
         self.backend = backend
         self.launcher = launcher
+        for flag, path in (("--json", config.json_path), ("--csv", config.csv_path)):
+            claim_stdout(flag, path)  # a rank 0 that a launcher started did not run the output check
         self.out = stdout or sys.stdout
         self.result = Result(
             kind="bench",

@@ -145,7 +145,6 @@ def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
     from fabricscope.doctor.report import make_console, render_findings, verdict_line
     from fabricscope.errors import FabricscopeError
     from fabricscope.metadata import collect_env
-    from fabricscope.results import STDOUT
 
     root_path = expand_placeholders(args.root, rank=0, local_rank=0)
     root = open_root(root_path)
@@ -177,7 +176,7 @@ def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
             save_result(args, result, what="the findings")
         except FabricscopeError as exc:
             problem = DoctorIncomplete(f"--json {args.json}: {exc}; no verdict" if args.json else f"{exc}; no verdict")
-    console = make_console(stderr=args.json == STDOUT)  # --json -: stdout is the JSON's
+    console = make_console()  # with --json - stdout is the JSON's: sys.stdout is stderr (claim_stdout)
 
     def render() -> None:
         render_findings(

@@ -33,7 +33,7 @@ from fabricscope.doctor.report import STYLES, make_console, plain, verdict_line
 from fabricscope.errors import FabricscopeError, UsageError
 from fabricscope.launch import World
 from fabricscope.metadata import collect_env
-from fabricscope.results import STDOUT, Result
+from fabricscope.results import Result
 
 __all__ = ["probe_rank", "render_fleet", "run_rank", "spawn_fleet"]
 
@@ -126,7 +126,7 @@ def run_rank(
             _fleet_result(args, world, expect, nodes, differences, fleet, missing, hostname).save(args.json)
         except FabricscopeError as exc:
             problem = DoctorIncomplete(f"--json {args.json}: {exc}")
-    console = make_console(stderr=args.json == STDOUT)  # --json -: stdout is the JSON's
+    console = make_console()  # with --json - stdout is the JSON's: sys.stdout is stderr (claim_stdout)
     print_report(lambda: render_fleet(console, nodes, differences, fleet))  # a closed stdout keeps the verdict
     link.finish([rank for rank in range(world.world_size) if rank not in missing])
     if problem is not None:

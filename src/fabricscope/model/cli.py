@@ -90,12 +90,12 @@ def _save(
 ) -> None:
     if path is None and not (args is not None and wants_save(args)):
         return
-    from fabricscope.results import Result
+    from fabricscope.results import Result, say_written
 
     result = Result(kind=kind, config=config, records=records, summary=summary, env={"argv": list(sys.argv)})
     if path is not None:
         result.save(path)
-        sys.stderr.write(f"wrote {path}\n")
+        say_written(path)
     if args is not None:
         save_result(args, result, what=f"the {kind} result")
 
@@ -605,7 +605,7 @@ def _add_calibrate(subparsers: Any) -> None:
 def run_calibrate(args: argparse.Namespace) -> int:
     from fabricscope.model.calibrate import calibrate, cluster_toml, load_runs
     from fabricscope.model.cluster import load_cluster
-    from fabricscope.results import atomic_write_text, check_output_path
+    from fabricscope.results import atomic_write_text, check_output_path, say_written
     from fabricscope.userfiles import is_path
 
     check_output_path("-o", args.output, inputs=[*args.runs, *([args.cluster] if is_path(args.cluster) else [])])
@@ -624,5 +624,5 @@ def run_calibrate(args: argparse.Namespace) -> int:
         )
     _print(lines)
     atomic_write_text(args.output, cluster_toml(base, fitted, runs))
-    sys.stderr.write(f"wrote {args.output}\n")
+    say_written(args.output)
     return 0

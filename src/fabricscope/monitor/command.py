@@ -1,9 +1,11 @@
 """``monitor -- CMD ARGS...``: run the command being watched, as a shell would.
 
 The command inherits stdin, stdout and stderr, so its output passes through
-untouched.  Its exit status becomes the monitor's: the code it exited with,
-``128 + N`` when signal N killed it, 127 when it is not found and 126 when it
-cannot be executed (as POSIX shells report).
+untouched; when ``--json -`` or ``--record -`` hold stdout for their data, the
+command's stdout goes to stderr, as the monitor's own report does.  Its exit
+status becomes the monitor's: the code it exited with, ``128 + N`` when
+signal N killed it, 127 when it is not found and 126 when it cannot be
+executed (as POSIX shells report).
 
 Ctrl-C reaches the command first.  In a terminal the kernel sends SIGINT to
 the whole foreground process group, the command included, so the monitor
@@ -24,6 +26,7 @@ from collections.abc import Sequence
 
 from fabricscope.errors import FabricscopeError
 from fabricscope.launch.spawn import set_parent_death_signal
+from fabricscope.results import stdout_holds_data
 
 __all__ = ["CommandNotRunnable", "WatchedCommand", "exit_status", "resolve_command"]
 
@@ -69,7 +72,12 @@ class WatchedCommand:
         executable = resolve_command(self.argv)
         try:
             # The command ends (SIGTERM) with the monitor, even one killed by SIGKILL: no stray job.
-            self.process = subprocess.Popen([executable, *self.argv[1:]], preexec_fn=set_parent_death_signal)
+            # With --json - (or --record -) stdout carries the data: the command's output goes to stderr.
+            self.process = subprocess.Popen(
+                [executable, *self.argv[1:]],
+                stdout=sys.stderr.fileno() if stdout_holds_data() else None,
+                preexec_fn=set_parent_death_signal,
+            )
         except PermissionError:
             raise CommandNotRunnable(f"{self.argv[0]}: permission denied", 126) from None
         except OSError as exc:  # ENOEXEC (no #! line, not a binary) and the like

@@ -4,7 +4,8 @@ the summary, the verdict and the ``--json`` Result.
 Without a command the view and the summary go to stdout (an exporter whose stdout is not a
 terminal, such as a service, prints only its notes until the summary).  With one (``monitor
 -- CMD``) stdout belongs to the command: notes and the summary go to stderr
-and nothing is drawn while it runs.
+and nothing is drawn while it runs.  ``--json -`` or ``--record -`` hold stdout for their data
+(:func:`fabricscope.results.claim_stdout`): the view, the summary and the command's output go to stderr.
 """
 
 from __future__ import annotations

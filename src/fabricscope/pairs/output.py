@@ -17,7 +17,7 @@ from fabricscope.launch.heartbeat import Peer, host_record
 from fabricscope.pairs.analysis import analyse
 from fabricscope.pairs.config import PairsConfig
 from fabricscope.pairs.report import print_report
-from fabricscope.results import Result
+from fabricscope.results import Result, claim_stdout
 
 __all__ = ["PAIR_FIELDS", "Output"]
 
@@ -39,6 +39,7 @@ class Output:
         stdout: TextIO | None = None,
     ) -> None:
         self.config = config
+        claim_stdout("--json", config.json_path)  # a rank 0 that a launcher started did not run the output check
         self.out = stdout or sys.stdout
         self.result = Result(
             kind="pairs",

@@ -150,11 +150,11 @@ def run(args: argparse.Namespace) -> int:
             prediction = (args.predict, result)
             peak = peak if peak is not None else model_peak
     from fabricscope.report import document
-    from fabricscope.results import atomic_write_text
+    from fabricscope.results import atomic_write_text, say_written
 
     report = document.build(loaded, baseline=baseline, prediction=prediction, peak_gbps=peak)
     atomic_write_text(args.output, document.to_html(report))
-    sys.stderr.write(f"wrote {args.output}: {len(report.plots)} plots, {len(report.tables)} tables\n")
+    say_written(args.output, f"{len(report.plots)} plots, {len(report.tables)} tables")
     if args.png is not None:
         written = document.write_pngs(report, args.png)
         sys.stderr.write(f"wrote {len(written)} PNG files in {args.png}\n")

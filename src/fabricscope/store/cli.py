@@ -143,6 +143,7 @@ def run_history(args: argparse.Namespace) -> int:
 
 def _history_show(args: argparse.Namespace) -> int:
     from fabricscope import table
+    from fabricscope.results import say_written
     from fabricscope.store import runs
     from fabricscope.store.history import describe
 
@@ -176,7 +177,7 @@ def _history_show(args: argparse.Namespace) -> int:
     _print(lines)
     if args.show_json:
         result.save(args.show_json)
-        sys.stderr.write(f"wrote {args.show_json}\n")
+        say_written(args.show_json)
     return 0
 
 
