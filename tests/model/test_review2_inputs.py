@@ -4,6 +4,7 @@ refused in one line that names what is wrong."""
 from __future__ import annotations
 
 import pytest
+from model_helpers import one_error_line
 
 from fabricscope.errors import UsageError
 from fabricscope.model.cluster import load_cluster
@@ -83,3 +84,17 @@ def test_a_non_finite_step_is_not_reported_as_a_memory_misfit(write) -> None:
         best_split(model, load_cluster("dgx-h100-ndr"))
     assert "step time of v is not a finite number" in str(caught.value)
     assert "does not fit" not in str(caught.value)
+
+
+def test_a_forced_split_that_leaves_one_stage_says_so_with_interleave(cli) -> None:
+    done = cli(
+        "estimate", "--model", "llama-7b", "--cluster", "dgx-h100-ndr", "--interleave", "2", "--tp", "8", "--dp", "4"
+    )
+    line = one_error_line(done)
+    assert "--interleave 2 needs pipeline parallelism" in line and "--tp 8, --dp 4 leave pp = 1" in line
+    assert "global batch" not in line
+    done = cli(
+        "estimate", "--model", "llama-7b", "--cluster", "dgx-h100-ndr", "--interleave", "2", "--tp", "8", "--dp", "2"
+    )
+    assert done.code == 0, done.err
+    assert "pp 2 (interleave 2)" in done.out

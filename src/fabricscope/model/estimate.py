@@ -369,6 +369,21 @@ def best_split(model: ModelSpec, cluster: Cluster, request: SplitRequest | None 
                 "context parallelism nor interleaving (catalog/frameworks.toml); change --zero, --pp, --cp or "
                 "--framework"
             )
+        if (req.interleave or 1) > 1:
+            plain = splits(
+                model,
+                gpus=gpus,
+                gpus_per_node=per_node,
+                batch=batch,
+                request=dataclasses.replace(req, interleave=None),
+            )
+            if len(plain) and all(c.pp == 1 for c in plain.configs):
+                others = ", ".join(f"--{k.replace('_', '-')} {getattr(req, k)}" for k in req.fixed if k != "interleave")
+                raise UsageError(
+                    f"--interleave {req.interleave} needs pipeline parallelism (--pp 2 or more), but {others} "
+                    f"leave pp = 1 on {gpus} GPUs: leave out --interleave, or lower --tp, --dp or --cp so that "
+                    "a pipeline of 2 or more stages fits"
+                )
         raise UsageError(
             f"no way to split {model.name} over {gpus} GPUs with a global batch of {batch} ({fixed}): "
             "give --global-batch as a multiple of the data-parallel size, or change the fixed flags"
