@@ -555,11 +555,11 @@ def _add_validate(subparsers: Any) -> None:
 
 def run_validate(args: argparse.Namespace) -> int:
     from fabricscope.model import report
-    from fabricscope.model.validation import by_group, default_files, summary, validate_file
+    from fabricscope.model.validation import by_group, default_files, summary, validate_files
 
     _check_output(args.json, *(str(f) for f in args.files))
     files = list(args.files) or default_files()
-    checks = [check for path in files for check in validate_file(path)]
+    checks = validate_files(files)
     _print(report.validate_lines(checks))
     per_file: dict[str, Any] = {
         name: summary([c for c in checks if c.file == name]) for name in dict.fromkeys(c.file for c in checks)

@@ -61,6 +61,11 @@ LIMITS: dict[str, tuple[float, str]] = {
 a width of 25600, 256 experts and 131072-token sequences), so that absurd values are refused in
 one line instead of being carried into integer or float overflow.  0 means "not given"."""
 
+
+def _within(value: float, *, top: float) -> bool:
+    return 0 <= value <= top
+
+
 PARAMS_TOLERANCE = 0.15
 """How far a transformer's ``params`` may be from the count its shape gives (biases, position
 embeddings and rounding stay well inside it)."""
@@ -125,7 +130,7 @@ class ModelSpec:
     def __post_init__(self) -> None:
         for key, (top, what) in LIMITS.items():
             allowed = f"from 0 to {top:.0f}" if top < 1e9 else f"from 0 to {top:.0e}"
-            require(key, getattr(self, key), f"{allowed} ({what})", lambda v, top=top: 0 <= v <= top)
+            require(key, getattr(self, key), f"{allowed} ({what})", functools.partial(_within, top=top))
         for key in ("head_params_share", "head_backward_share"):
             require(key, getattr(self, key), "at least 0 and below 1 (a share)", lambda v: 0 <= v < 1)
         if bool(self.head_params_share) != bool(self.head_backward_share):
