@@ -165,7 +165,10 @@ class ModelSpec:
 
     def _check_experts(self) -> None:
         require(
-            "capacity_factor", self.capacity_factor, "0 (dropless) or from 1 to 1000", lambda v: v == 0 or 1 <= v <= 1e3
+            "capacity_factor",
+            self.capacity_factor,
+            "0 (dropless) or at least 1 (at most 1000)",
+            lambda v: v == 0 or 1 <= v <= 1e3,
         )
         if not self.experts:
             for key in ("top_k", "expert_ffn", "shared_experts", "shared_ffn", "dense_layers", "route_nodes"):
