@@ -173,7 +173,7 @@ def run_predict(args: argparse.Namespace) -> int:
     summary: dict[str, Any] = {}
     if algo != "auto" and any(name != "all_reduce" for name in config.ops):
         sys.stderr.write(f"note: --algo {algo} applies to all_reduce; other ops run as NCCL runs them\n")
-    sure = uncertainty.for_collectives(cluster)
+    sure = uncertainty.for_collectives(cluster, config.ops)
     for name in config.ops:
         op = ops.get(name)
         prediction = predict_op(
