@@ -31,6 +31,7 @@ class _Node:
     gpus: int = 8
     hosts: tuple[str, ...] = ()
     link: _Link = field(default_factory=_Link)
+    links: dict[str, _Link] = field(default_factory=dict)
 
 
 def _build(text: str) -> _Node:
@@ -59,6 +60,11 @@ def test_a_good_table_with_a_nested_table_and_an_array() -> None:
         ('name = "a"\nlink = 3\n', "n.toml: link = 3: input should be a dictionary"),
         ('name = "a"\ngpu = 3\n', "n.toml: unknown key 'gpu' (did you mean 'gpus'?): allowed keys are name, gpus"),
         ('name = "a"\n[link]\nrate = 3\n', "n.toml: unknown key 'link.rate'"),
+        # A table of tables (calibration.<op>): the keys of the inner dataclass, with a hint.
+        (
+            'name = "a"\n[links.eth0]\nrate = 3\n',
+            "n.toml: unknown key 'links.eth0.rate' (did you mean 'rate_gbps'?): allowed keys are kind, rate_gbps, up",
+        ),
         ("gpus = 3\n", "n.toml: missing key 'name'"),
         ('name = "a"\n[link]\nrate_gbps = nan\n', "n.toml: link: rate_gbps must be from 1 to 3200, got nan"),
         ('name = "a\\u001b[2J"\n', "n.toml: name = 'a\\x1b[2J': must be a string without control characters"),

@@ -103,12 +103,18 @@ def build(cls: type[T], data: Mapping[str, Any], *, source: str) -> T:
 def _field_names(cls: type[Any], path: tuple[Any, ...]) -> list[str]:
     """Keys allowed at ``path`` inside ``cls`` (following nested dataclass fields)."""
     current: Any = cls
+    keyed = False  # the part is a key of a table of dataclasses (calibration.<op>)
     for part in path:
+        if keyed:
+            keyed = False
+            continue
         if not (isinstance(current, type) and dataclasses.is_dataclass(current)):
             return []
         hints = get_type_hints(current)
         current = hints.get(str(part))
-        if get_origin(current) is not None:
+        if get_origin(current) in (dict, Mapping):
+            current, keyed = get_args(current)[-1], True
+        elif get_origin(current) is not None:
             current = next((a for a in get_args(current) if dataclasses.is_dataclass(a)), None)
     if isinstance(current, type) and dataclasses.is_dataclass(current):
         return [f.name for f in dataclasses.fields(current) if f.init]

@@ -122,6 +122,11 @@ def test_python_construction_is_validated_in_the_same_place() -> None:
         ({"tcp": {"buffer_max": True}}, "f.toml: tcp.buffer_max must be bytes as a whole number"),
         ({"nic": {"link_layer": 4}}, "f.toml: nic.link_layer = 4: must be a string"),
         ({"pcie": {"width": 3}}, "f.toml: pcie.width must be one of 1, 2, 4, 8, 12, 16, 32, got 3"),
+        # A well-formed size or rate out of range says so, not that its spelling is wrong (review 2, #10).
+        ({"tcp": {"buffer_max": 2**62}}, "f.toml: tcp.buffer_max '4611686018427387904' is too large (at most"),
+        ({"tcp": {"buffer_max": -5}}, "f.toml: tcp.buffer_max must not be negative, got -5"),
+        ({"tcp": {"buffer_max": "9000P"}}, "f.toml: tcp.buffer_max '9000P' is too large"),
+        ({"nic": {"rate": "0G"}}, "f.toml: nic.rate must be a positive rate"),
     ],
 )
 def test_strict_types_and_bounds(data: dict[str, object], message: str) -> None:
@@ -183,3 +188,9 @@ def test_a_hostile_expect_file_is_one_error_line(hostile: dict[str, Path], name:
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("error: --expect ") and fragment in line, line
     assert "Traceback" not in result.stderr
+
+
+def test_a_value_is_shown_as_the_file_spells_it() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_expectations({"tcp": {"buffer_max": True}}, "f.toml")
+    assert str(info.value).endswith("got true")

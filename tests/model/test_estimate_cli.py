@@ -103,8 +103,14 @@ def test_vision_has_no_tokens(cli, tmp_path) -> None:
         (["--precision", "bf61"], ["unknown --precision 'bf61'"]),
         (["--nodes", "0"], ["--nodes must be a whole number from 1 to 1048576, got '0'"]),
         (["--nodes", "two"], ["--nodes must be a whole number from 1 to 1048576, got 'two'"]),
-        (["--interleave", "2", "--tp", "8", "--pp", "1"], ["--interleave needs pipeline parallelism"]),
-        (["--ps-servers", "2", "--zero", "3", "--tp", "1"], ["--ps-servers replaces the all-reduce"]),
+        (
+            ["--interleave", "2", "--tp", "8", "--pp", "1"],
+            ["--interleave needs pipeline parallelism: a pipeline of 2 or more stages"],
+        ),
+        (
+            ["--ps-servers", "2", "--zero", "3", "--tp", "1"],
+            ["--ps-servers replaces the all-reduce", "use it without ZeRO (stage 0)"],
+        ),
     ],
 )
 def test_impossible_jobs(cli, args: list[str], fragments: list[str]) -> None:

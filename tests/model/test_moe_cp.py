@@ -258,7 +258,7 @@ def test_a_calibrated_all_to_all_prices_the_expert_dispatch(cli, write) -> None:
         ("experts = 8\ntop_k = 0\n", "top_k must be from 1 to experts (8)"),
         ("experts = 8\ntop_k = 2\ncapacity_factor = 0.5\n", "capacity_factor must be 0 (dropless) or at least 1"),
         ("experts = 8\ntop_k = 2\ndense_layers = 4\n", "dense_layers must be fewer than layers (4)"),
-        ("experts = -8\ntop_k = 2\n", "experts must be 0 or more"),
+        ("experts = -8\ntop_k = 2\n", "experts must be from 0 to 65536"),
         ("experts = 8\ntop_k = 2.5\n", "top_k"),
         ("route_nodes = 4\n", "route_nodes is 4 but experts is 0"),
     ],

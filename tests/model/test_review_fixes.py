@@ -18,10 +18,16 @@ VISION = 'kind = "vision"\ngflops_per_sample = 4.1\ntraffic_mb_per_sample = 680\
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
-        ("params = nan\n" + SHAPE, "params must be 0 or more, got nan"),
-        ("params = nan\n" + VISION, "params must be 0 or more, got nan"),
-        ("params = 25e6\n" + VISION.replace("4.1", "inf"), "gflops_per_sample must be 0 or more, got inf"),
-        ("params = 25e6\n" + VISION.replace("110", "nan"), "sample_kb must be 0 or more, got nan"),
+        ("params = nan\n" + SHAPE, "params must be from 0 to 1e+15 (parameters), got nan"),
+        ("params = nan\n" + VISION, "params must be from 0 to 1e+15 (parameters), got nan"),
+        (
+            "params = 25e6\n" + VISION.replace("4.1", "inf"),
+            "gflops_per_sample must be from 0 to 10000000 (forward GFLOPs of one sample), got inf",
+        ),
+        (
+            "params = 25e6\n" + VISION.replace("110", "nan"),
+            "sample_kb must be from 0 to 1e+09 (KB read per sample), got nan",
+        ),
         (SHAPE.replace("layers = 32", 'layers = "32"'), "layers = '32': must be a whole number"),
         (SHAPE.replace("layers = 32", "layers = 32.0"), "layers = 32.0: must be a whole number"),
         (SHAPE + "gated_mlp = 1\n", "gated_mlp = 1: must be true or false"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from model_helpers import one_error_line
 
 from fabricscope.model.cluster import load_cluster
 from fabricscope.model.uncertainty import collective_group, for_collectives, for_training
@@ -72,3 +73,64 @@ def test_roce_loss_on_nodes_with_fewer_nics_than_it_was_measured_on_is_flagged()
     assert not any(said in w for w in for_collectives(roce.with_nodes(2)).warnings)  # no loss on two nodes
     ib = load_cluster("dgx-a100-hdr").with_nodes(4)
     assert not any(said in w for w in for_collectives(ib).warnings)
+
+
+# A cluster calibrated from runs across 8 nodes of 4 GPUs (as 'calibrate' writes one from the
+# public 10 GbE log): all_reduce has measured terms, all_gather has none.
+CALIBRATED = (
+    'gpu = "rtx-4090"\nnodes = 8\ngpus_per_node = 4\n[network]\nnic = "eth-100g"\n'
+    "[calibration.all_reduce]\ninter_hop_us = 40.0\ninter_busbw_gbps = 1.17\npoints = 1024\nresidual_pct = 0.01\n"
+)
+
+
+def test_ops_the_calibration_does_not_cover_carry_the_catalogs_error(cli, write) -> None:
+    path = str(write("c.toml", CALIBRATED))
+    catalog = for_collectives(load_cluster(str(write("base.toml", CALIBRATED.split("[calibration")[0]))))
+    # An op without a table: the catalog's numbers, so the catalog's error, and a note saying so.
+    sure = for_collectives(load_cluster(path), ["all_gather"])
+    assert sure.basis == "validation" and sure.median_abs_error_pct == catalog.median_abs_error_pct
+    assert "all_gather: not calibrated" in sure.warnings[0]
+    # Warnings about an op appear only where that op is predicted.
+    assert not any("hops inside a node" in w for w in sure.warnings)
+    done = cli("predict", "all_gather", "--cluster", path, "-b", "64M", "-e", "64M")
+    assert done.code == 0, done.err
+    assert "fit to this cluster's measurements" not in done.out
+    assert f"+-{catalog.median_abs_error_pct:.0f}% typical" in done.out
+    # Both: the fit's error for all_reduce, and a line giving the catalog's for all_gather.
+    both = for_collectives(load_cluster(path), ["all_reduce", "all_gather"])
+    assert both.basis == "calibration" and both.rows == 1024
+    assert any(w.startswith("all_gather: not calibrated") and "priced from the catalog" in w for w in both.warnings)
+
+
+def test_a_forced_algorithm_on_a_calibrated_op_is_refused(cli, write) -> None:
+    path = str(write("c.toml", CALIBRATED))
+    for extra in ([], ["--nodes", "1"]):  # the single-node refusal is not bypassed either
+        done = cli("predict", "--cluster", path, "--algo", "ring", "-b", "64M", "-e", "64M", *extra)
+        line = one_error_line(done)
+        assert "--algo ring cannot be combined with this cluster's calibrated all_reduce" in line
+    # An op the calibration does not cover still takes --algo's note and the catalog.
+    done = cli("predict", "all_gather", "--cluster", path, "--algo", "ring", "-b", "64M", "-e", "64M")
+    assert done.code == 0, done.err
+
+
+def test_another_shape_than_the_calibrated_one_is_called_an_extrapolation(cli, write) -> None:
+    path = str(write("c.toml", CALIBRATED))
+    assert for_collectives(load_cluster(path)).extrapolated_from == ""
+    for cluster in (load_cluster(path).with_nodes(16), load_cluster(path).with_gpus_per_node(1)):
+        sure = for_collectives(cluster)
+        assert sure.basis == "calibration" and sure.extrapolated_from == "8 nodes x 4 GPUs"
+    done = cli("predict", "--cluster", path, "--nodes", "16", "--gpus-per-node", "1", "-b", "64M", "-e", "64M")
+    assert done.code == 0, done.err
+    head = next(line for line in done.out.splitlines() if line.startswith("# uncertainty"))
+    assert "extrapolated from the calibrated shape, 8 nodes x 4 GPUs" in head and "does not bound it" in head
+
+
+def test_estimate_does_not_warn_about_a_calibration_it_does_not_use(cli, write) -> None:
+    path = str(write("c.toml", CALIBRATED))
+    sure = for_training(load_cluster(path))
+    assert not any("hops inside a node" in w for w in sure.warnings)
+    assert any("calibration of all_reduce is not used here" in w for w in sure.warnings)
+    done = cli("estimate", "--model", "llama-7b", "--cluster", path)
+    assert done.code == 0, done.err
+    assert "hops inside a node" not in done.out + done.err
+    assert "its communication carries the collectives' uncertainty" in done.out

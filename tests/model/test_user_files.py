@@ -50,6 +50,20 @@ GOOD = 'gpu = "h100-sxm"\nnodes = 2\n[network]\nnic = "ib-ndr"\nnics_per_node = 
         ("nodes = 2\n", ["missing key 'gpu'"]),
         ('gpu = "h100-sxm"\nnodes = [\n', ["malformed TOML"]),
         ('gpu = "h100-sxm"\nnetwork = 3\n', ["network = 3"]),
+        ('gpu = "h100-sxm"\npcie = ""\n', ["pcie: unknown PCIe generation ''", "gen5"]),
+        (
+            'gpu = "h100-sxm"\n[calibration.all_reduce]\nbase = 10.0\n',
+            ["unknown key 'calibration.all_reduce.base'", "did you mean 'base_us'", "inter_busbw_gbps, points"],
+        ),
+        # Calibration terms far beyond any hardware are refused, naming the key (not a flag never given).
+        (
+            'gpu = "l40s"\nnodes = 4\n[calibration.all_reduce]\ninter_hop_us = 1e308\ninter_busbw_gbps = 1.0\n',
+            ["calibration.all_reduce: inter_hop_us must be from 0 to"],
+        ),
+        ('gpu = "l40s"\n[calibration.all_reduce]\nintra_hop_us = 1e308\n', ["intra_hop_us must be from 0 to"]),
+        ('gpu = "l40s"\n[calibration.all_reduce]\nbase_us = 1e308\n', ["base_us must be from 0 to"]),
+        ('gpu = "l40s"\n[calibration.all_reduce]\ninter_busbw_gbps = 1e6\n', ["inter_busbw_gbps must be from 0"]),
+        ('gpu = "l40s"\n[calibration.all_reduce]\nintra_busbw_gbps = 1e308\n', ["intra_busbw_gbps must be from 0"]),
     ],
 )
 def test_bad_cluster_file(cli, write, text: str, fragments: list[str]) -> None:

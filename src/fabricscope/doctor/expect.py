@@ -241,20 +241,32 @@ def _flat(checked: ExpectFile) -> dict[str, Any]:
     return values
 
 
+def _as_written(value: Any) -> str:
+    """A value as the TOML file spells it (``true``, not Python's ``True``)."""
+    return str(value).lower() if isinstance(value, bool) else repr(value)
+
+
+def _out_of_range(exc: UsageError, wrong: InvalidValue) -> InvalidValue:
+    """parse_size/parse_rate's own words for a well-formed value out of range (they name the key),
+    the file's spelling help for a malformed one."""
+    text = str(exc)
+    return wrong if text.startswith("invalid ") else InvalidValue(text)
+
+
 def _read_rate(value: Any) -> float:
     wrong = InvalidValue(
-        f"must be {_RATE_HELP}, got {value!r} (a bare number would be bits per second)", key="nic.rate"
+        f"must be {_RATE_HELP}, got {_as_written(value)} (a bare number would be bits per second)", key="nic.rate"
     )
     if not isinstance(value, str):
         raise wrong
     try:
         return parse_rate(value, what="nic.rate") / 1e9
-    except UsageError:
-        raise wrong from None
+    except UsageError as exc:
+        raise _out_of_range(exc, wrong) from None
 
 
 def _read_size(value: Any) -> int:
-    wrong = InvalidValue(f"must be {_SIZE_HELP}, got {value!r}", key="tcp.buffer_max")
+    wrong = InvalidValue(f"must be {_SIZE_HELP}, got {_as_written(value)}", key="tcp.buffer_max")
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise wrong
     if isinstance(value, str) and _BARE_NUMBER.match(value):
@@ -265,8 +277,8 @@ def _read_size(value: Any) -> int:
         )
     try:
         return parse_size(value, what="tcp.buffer_max")
-    except UsageError:
-        raise wrong from None
+    except UsageError as exc:
+        raise _out_of_range(exc, wrong) from None
 
 
 _UNITS = {("nic", "rate"): _read_rate, ("tcp", "buffer_max"): _read_size}

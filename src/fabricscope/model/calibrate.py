@@ -23,7 +23,7 @@ import numpy as np
 from fabricscope import ops
 from fabricscope.dtypes import DTYPES
 from fabricscope.errors import ResultFormatError, UsageError
-from fabricscope.model.cluster import CalibratedOp, Cluster
+from fabricscope.model.cluster import MAX_BUSBW_GBPS, CalibratedOp, Cluster
 from fabricscope.results import Result
 
 __all__ = [
@@ -219,7 +219,7 @@ def calibrate(runs: Sequence[Run]) -> dict[str, CalibratedOp]:
         base, intra_hop, intra_bw = 0.0, 0.0, 0.0
         if inside:
             base, intra_hop = _hops(op, inside)
-            intra_bw = min(float(statistics.median(_busbw(op, r) for r in inside)), 1e6)
+            intra_bw = min(float(statistics.median(_busbw(op, r) for r in inside)), MAX_BUSBW_GBPS)
         inter_hop, inter_bw = 0.0, 0.0
         if across:
             hops, rates = [], []
@@ -230,7 +230,7 @@ def calibrate(runs: Sequence[Run]) -> dict[str, CalibratedOp]:
                 hops.append(max(a, 0.0) / max(crossing, 1.0))
                 rates.append(_busbw(op, run))
             inter_hop = float(statistics.median(hops))
-            inter_bw = min(float(statistics.median(rates)), 1e6)
+            inter_bw = min(float(statistics.median(rates)), MAX_BUSBW_GBPS)
         terms = CalibratedOp(
             base_us=base,
             intra_hop_us=intra_hop,

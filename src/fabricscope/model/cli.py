@@ -173,7 +173,7 @@ def run_predict(args: argparse.Namespace) -> int:
     summary: dict[str, Any] = {}
     if algo != "auto" and any(name != "all_reduce" for name in config.ops):
         sys.stderr.write(f"note: --algo {algo} applies to all_reduce; other ops run as NCCL runs them\n")
-    sure = uncertainty.for_collectives(cluster)
+    sure = uncertainty.for_collectives(cluster, config.ops)
     for name in config.ops:
         op = ops.get(name)
         prediction = predict_op(
@@ -555,11 +555,11 @@ def _add_validate(subparsers: Any) -> None:
 
 def run_validate(args: argparse.Namespace) -> int:
     from fabricscope.model import report
-    from fabricscope.model.validation import by_group, default_files, summary, validate_file
+    from fabricscope.model.validation import by_group, default_files, summary, validate_files
 
     _check_output(args.json, *(str(f) for f in args.files))
     files = list(args.files) or default_files()
-    checks = [check for path in files for check in validate_file(path)]
+    checks = validate_files(files)
     _print(report.validate_lines(checks))
     per_file: dict[str, Any] = {
         name: summary([c for c in checks if c.file == name]) for name in dict.fromkeys(c.file for c in checks)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -49,6 +50,8 @@ from fabricscope.schema import FORBID_EXTRA, build, require
 from fabricscope.userfiles import is_path, read_toml, shorten
 
 __all__ = [
+    "MAX_BUSBW_GBPS",
+    "MAX_LATENCY_US",
     "CalibratedOp",
     "Cluster",
     "ClusterSpec",
@@ -63,6 +66,11 @@ IntraFabric = Literal["nvswitch", "nvlink-mesh", "xgmi", "pcie"]
 TransportName = Literal["tcp-socket", "rdma", "rdma-gdr"]
 Topology = Literal["fat-tree", "rail-optimized"]
 TRANSPORTS: tuple[TransportName, ...] = ("tcp-socket", "rdma", "rdma-gdr")
+
+MAX_LATENCY_US = 1e6
+"""Largest calibrated latency (call or hop) a cluster file may give, microseconds."""
+MAX_BUSBW_GBPS = 1e4
+"""Largest calibrated bus bandwidth, GB/s; ``calibrate`` writes it for a line that comes out flat."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -131,10 +139,19 @@ class CalibratedOp:
     """Median |relative error| of the fit on those rows."""
 
     def __post_init__(self) -> None:
-        for key in ("base_us", "intra_hop_us", "intra_busbw_gbps", "inter_hop_us", "inter_busbw_gbps"):
-            require(key, getattr(self, key), "0 or more", lambda v: v >= 0)
-        require("points", self.points, "0 or more", lambda v: v >= 0)
-        require("residual_pct", self.residual_pct, "0 or more", lambda v: v >= 0)
+        # Bounds far beyond any fabric (a second per hop, 10 TB/s of bus bandwidth), so that a
+        # typo such as 1e308 is refused here, not carried into an overflow of the prediction.
+        for key in ("base_us", "intra_hop_us", "inter_hop_us"):
+            require(key, getattr(self, key), f"from 0 to {MAX_LATENCY_US:,.0f} (microseconds)", _within(MAX_LATENCY_US))
+        for key in ("intra_busbw_gbps", "inter_busbw_gbps"):
+            allowed = f"from 0 (not measured) to {MAX_BUSBW_GBPS:,.0f} (GB/s)"
+            require(key, getattr(self, key), allowed, _within(MAX_BUSBW_GBPS))
+        require("points", self.points, "from 0 to 1e9", _within(1e9))
+        require("residual_pct", self.residual_pct, "from 0 to 1e6 (percent)", _within(1e6))
+
+
+def _within(limit: float) -> Callable[[float], bool]:
+    return lambda v: 0 <= v <= limit
 
 
 @dataclass(kw_only=True, slots=True)
@@ -185,6 +202,9 @@ class Cluster:
     storage: Storage
     storage_link: NIC | None
     storage_transport: Transport
+    file_shape: tuple[int, int] = (1, 1)
+    """(nodes, gpus_per_node) as the file gives them, before another shape is asked for: where
+    ``calibrate`` measured, for a cluster it wrote."""
 
     @property
     def nodes(self) -> int:
@@ -202,14 +222,20 @@ class Cluster:
         """The same cluster with another node count."""
         if nodes < 1:
             raise InvalidValue(f"must be at least 1, got {nodes}", key="nodes")
-        return resolve(dataclasses.replace(self.spec, nodes=nodes), name=self.name, source=self.name)
+        other = resolve(dataclasses.replace(self.spec, nodes=nodes), name=self.name, source=self.name)
+        return dataclasses.replace(other, file_shape=self.file_shape)
 
     def with_gpus_per_node(self, gpus_per_node: int) -> Cluster:
         """The same cluster with another number of GPUs (ranks) per node."""
         if gpus_per_node < 1:
             raise InvalidValue(f"must be at least 1, got {gpus_per_node}", key="gpus_per_node")
         spec = dataclasses.replace(self.spec, gpus_per_node=gpus_per_node)
-        return resolve(spec, name=self.name, source=self.name)
+        return dataclasses.replace(resolve(spec, name=self.name, source=self.name), file_shape=self.file_shape)
+
+    @property
+    def shape_is_the_files(self) -> bool:
+        """True at the file's own node count and GPUs per node."""
+        return (self.nodes, self.gpus_per_node) == self.file_shape
 
 
 def _entry(kind: str, name: str, cls: type[Any], source: str, key: str) -> Any:
@@ -232,7 +258,7 @@ def resolve(spec: ClusterSpec, *, name: str, source: str) -> Cluster:
         if not gpu.xgmi_links:
             raise ConfigError(f"{source}: intra = 'xgmi' needs Infinity Fabric links, and {gpu.name} has none")
         gpulink = _entry("gpulink", "xgmi", GPULink, source, "gpu")
-    pcie = _entry("pcie", spec.pcie or gpu.pcie, PCIe, source, "pcie")
+    pcie = _entry("pcie", gpu.pcie if spec.pcie is None else spec.pcie, PCIe, source, "pcie")
     _check_node_size(spec.gpus_per_node, intra, gpu, gpulink, pcie, source)
     net = spec.network
     nic = _entry("nic", net.nic, NIC, source, "network.nic")
@@ -261,6 +287,7 @@ def resolve(spec: ClusterSpec, *, name: str, source: str) -> Cluster:
         storage=storage,
         storage_link=storage_link,
         storage_transport=storage_transport,
+        file_shape=(spec.nodes, spec.gpus_per_node),
     )
 
 

@@ -300,6 +300,16 @@ def _device(
     return device, path
 
 
+def check_finite(model: ModelSpec, step_s: Any) -> None:
+    """Raise UsageError when a step time is not a finite number: a value of the model file is out
+    of the range the model computes in (never a memory misfit: memory is priced apart)."""
+    if not np.all(np.isfinite(step_s)):
+        raise UsageError(
+            f"the step time of {model.name} is not a finite number: its sizes, FLOPs or traffic "
+            f"({model.source or 'the model file'}) are out of the range the model computes in"
+        )
+
+
 def estimate(
     model: ModelSpec, cluster: Cluster, par: ParallelConfig, *, what_ifs: bool = True, chosen: tuple[str, ...] = ()
 ) -> Estimate:
@@ -311,6 +321,7 @@ def estimate(
     device, path = _device(cluster, model, par.precision, arch_attention=par.hopper_attention)
     fab = fabric_of(cluster)
     result = training.step(shape, job, device, fab)
+    check_finite(model, result.step)
     changes: dict[str, float] = {}
     if what_ifs:
         base = float(result.step)
@@ -358,6 +369,21 @@ def best_split(model: ModelSpec, cluster: Cluster, request: SplitRequest | None 
                 "context parallelism nor interleaving (catalog/frameworks.toml); change --zero, --pp, --cp or "
                 "--framework"
             )
+        if (req.interleave or 1) > 1:
+            plain = splits(
+                model,
+                gpus=gpus,
+                gpus_per_node=per_node,
+                batch=batch,
+                request=dataclasses.replace(req, interleave=None),
+            )
+            if len(plain) and all(c.pp == 1 for c in plain.configs):
+                others = ", ".join(f"--{k.replace('_', '-')} {getattr(req, k)}" for k in req.fixed if k != "interleave")
+                raise UsageError(
+                    f"--interleave {req.interleave} needs pipeline parallelism (--pp 2 or more), but {others} "
+                    f"leave pp = 1 on {gpus} GPUs: leave out --interleave, or lower --tp, --dp or --cp so that "
+                    "a pipeline of 2 or more stages fits"
+                )
         raise UsageError(
             f"no way to split {model.name} over {gpus} GPUs with a global batch of {batch} ({fixed}): "
             "give --global-batch as a multiple of the data-parallel size, or change the fixed flags"
@@ -370,6 +396,7 @@ def best_split(model: ModelSpec, cluster: Cluster, request: SplitRequest | None 
     total = np.where(fits, np.broadcast_to(result.step, fits.shape), np.inf)
     index = int(np.argmin(total))
     if not np.isfinite(total[index]):
+        check_finite(model, np.broadcast_to(result.step, fits.shape)[fits])
         smallest = float(np.min(result.memory_bytes)) / 1e9
         raise UsageError(
             f"{model.name} does not fit on {gpus} x {cluster.gpu.name} ({cluster.gpu.memory_gb:g} GB) "

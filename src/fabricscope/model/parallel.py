@@ -80,9 +80,11 @@ def check_values(split: _Split) -> None:
     if split.ps_servers < 0:
         raise InvalidValue(f"must not be negative, got {split.ps_servers}", key="ps_servers")
     if split.interleave is not None and split.interleave > 1 and split.pp == 1:
-        raise InvalidValue("needs pipeline parallelism (pp 2 or more)", key="interleave")
+        raise InvalidValue("needs pipeline parallelism: a pipeline of 2 or more stages", key="interleave")
     if split.ps_servers and split.zero:
-        raise InvalidValue("replaces the all-reduce of plain data parallelism: use it with zero 0", key="ps_servers")
+        raise InvalidValue(
+            "replaces the all-reduce of plain data parallelism: use it without ZeRO (stage 0)", key="ps_servers"
+        )
 
 
 @dataclass(kw_only=True, slots=True)

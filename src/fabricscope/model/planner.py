@@ -28,7 +28,7 @@ from fabricscope.errors import InvalidValue, UsageError
 from fabricscope.model import collective_cost as coll
 from fabricscope.model import hardware, training
 from fabricscope.model.cluster import Cluster, ClusterSpec, NetworkSpec, Topology, TransportName, resolve
-from fabricscope.model.estimate import device_for, shape_of
+from fabricscope.model.estimate import check_finite, device_for, shape_of
 from fabricscope.model.fabric import Fabric, fabric_columns, take
 from fabricscope.model.hardware import GPU, NIC, Transport
 from fabricscope.model.parallel import Precision, SplitRequest
@@ -350,6 +350,8 @@ def plan(
     usable = [o for o in options if o.parallel is not None]
     if not usable:
         one = training.step(shape_of(model), cand.job, device_for(gpu, precision), take(fab, 0))
+        fits = np.asarray(one.memory_bytes) <= device_for(gpu, precision).memory_bytes
+        check_finite(model, np.broadcast_to(one.step, fits.shape)[fits])
         smallest = float(np.min(one.memory_bytes)) / 1e9
         raise UsageError(
             f"{model.name} does not fit in {gpus} x {gpu.name} ({gpu.memory_gb:g} GB) in any split tried "

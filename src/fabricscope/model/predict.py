@@ -91,9 +91,10 @@ def predict_op(
 ) -> OpPrediction:
     """Rows for every size, datatype and reduction, out-of-place then in-place.
 
-    With ``calibrated`` terms (and no forced ``algo``) time comes from them, labelled
-    ``calibrated``; a shape they cannot reach (a 1-node calibration asked about two nodes)
-    is a usage error, not a silent fall-back to the catalog.
+    With ``calibrated`` terms time comes from them, labelled ``calibrated``; a shape they
+    cannot reach (a 1-node calibration asked about two nodes), or an all_reduce ``algo``
+    other than auto (the catalog's price under the calibration's name), is a usage error,
+    not a silent fall-back to the catalog.
     """
     nranks = gpus_per_node * nodes
     if not op.modelled:
@@ -104,7 +105,16 @@ def predict_op(
         raise UsageError(f"-r (root) {root} is not a rank of this {nranks}-rank cluster (allowed 0 to {nranks - 1})")
     # --algo picks among all_reduce's algorithms; other ops run as NCCL runs them (ring or p2p).
     chosen = algo if (algo != "auto" and op.name == "all_reduce") else None
-    if calibrated is not None and chosen is None:
+    if calibrated is not None and chosen is not None:
+        # The fit measured NCCL's own choice; a forced algorithm would be priced from the catalog
+        # under the calibration's name (and past its refusal of shapes it never measured).
+        raise InvalidValue(
+            f"{algo} cannot be combined with this cluster's calibrated {op.name} (measured under NCCL's own "
+            "choice; a forced algorithm is priced from the catalog): use auto, or the base cluster without "
+            f"[calibration.{op.name}]",
+            key="algo",
+        )
+    if calibrated is not None:
         from fabricscope.model.calibrate import missing_hop
 
         gap = missing_hop(calibrated, gpus_per_node, nodes)
@@ -119,7 +129,7 @@ def predict_op(
         eltsize = DTYPES[dtype_name].size
         layouts = [op.layout(size // eltsize, eltsize, nranks) for size in sizes]
         moved = np.array([op.algbw_elements(layout, nranks) * eltsize for layout in layouts], dtype=float)
-        if calibrated is not None and chosen is None:
+        if calibrated is not None:
             from fabricscope.model.calibrate import predicted_seconds
 
             seconds = predicted_seconds(calibrated, op.name, moved, gpus_per_node, nodes)
@@ -130,6 +140,8 @@ def predict_op(
             seconds, labels = model.choose(found, chosen)
         seconds = np.broadcast_to(seconds, moved.shape)
         if not np.all(np.isfinite(seconds)):
+            if chosen is None:  # NCCL's choice or the calibrated terms: no flag to blame
+                raise InvalidValue(f"{op.name} has no finite predicted time on this cluster at these sizes")
             raise InvalidValue(f"{algo} cannot run on this cluster: {_why_not(algo, nodes, gpus_per_node)}", key="algo")
         if chosen is None and found:
             best, best_labels = model.choose(found, plain=True)

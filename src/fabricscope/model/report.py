@@ -335,16 +335,15 @@ def validate_lines(checks: Sequence[Comparison]) -> list[str]:
         )
         lines.append("")
     groups = by_group(checks)
-    kept = by_group(checks, known_off=False)
     if groups:
         lines.append("error by group (|error|; 'kept': without the rows marked * in their notes as known to be off):")
         head = f"{'rows':>4} {'median':>8} {'worst':>8}"
         lines.append(f"  {'group':<{max(width, 7)}} {head}   {head.replace('rows', 'kept')}")
         for group, stats in groups.items():
-            mine = kept.get(group)
             tail = (
-                f"{int(mine['rows']):>4} {mine['median_abs_error_pct']:>7.1f}% {mine['worst_abs_error_pct']:>7.1f}%"
-                if mine
+                f"{int(stats['kept_rows']):>4} {stats['kept_median_abs_error_pct']:>7.1f}% "
+                f"{stats['kept_worst_abs_error_pct']:>7.1f}%"
+                if stats["kept_rows"]
                 else f"{0:>4} {'-':>8} {'-':>8}"
             )
             lines.append(

@@ -9,13 +9,16 @@ the model is known to miss included.  They also warn when the cluster lies
 outside what any row covers: more nodes than the group's largest measurement
 (RoCE's scale loss is fitted on 2-6 nodes), a GPU no row measured.  A cluster
 whose ops were calibrated (``fabricscope calibrate``) reports the fit's own
-error instead.
+error for the ops it covers at the calibrated shape, the catalog's for the others,
+and calls another shape an extrapolation.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import statistics
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -36,13 +39,21 @@ class Uncertainty:
     median_abs_error_pct: float
     worst_abs_error_pct: float
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    extrapolated_from: str = ""
+    """The calibrated shape ("8 nodes x 4 GPUs") a prediction at another shape extrapolates from."""
 
     def record(self) -> dict[str, Any]:
         return asdict(self)
 
     def lines(self, what: str, prefix: str = "# ") -> list[str]:
         """What to print: ``prefix`` is "# " under an nccl-tests table, "" elsewhere."""
-        if self.basis == "calibration":
+        if self.basis == "calibration" and self.extrapolated_from:
+            head = (
+                f"{prefix}uncertainty of {what}: not measured: extrapolated from the calibrated shape, "
+                f"{self.extrapolated_from} (the fit's error there, median {self.median_abs_error_pct:.1f}%, "
+                f"worst op {self.worst_abs_error_pct:.1f}% over {self.rows} points, does not bound it)"
+            )
+        elif self.basis == "calibration":
             head = (
                 f"{prefix}uncertainty of {what}: fit to this cluster's measurements ({self.rows} points): "
                 f"median |error| {self.median_abs_error_pct:.1f}%, worst op {self.worst_abs_error_pct:.1f}%"
@@ -126,32 +137,67 @@ def _coverage(cluster: Cluster, group: str, rows: list[_Row], every: tuple[_Row,
     return warnings
 
 
-def for_collectives(cluster: Cluster) -> Uncertainty:
-    """The uncertainty of collective predictions on ``cluster``."""
-    calibrated = cluster.spec.calibration
-    if calibrated:
-        from fabricscope.model.calibrate import unmeasured_intra
-
-        errors = [t.residual_pct for t in calibrated.values()]
-        shape = (cluster.gpus_per_node, cluster.nodes)
-        blind = sorted(op for op, t in calibrated.items() if unmeasured_intra(t, *shape))
-        return Uncertainty(
-            basis="calibration",
-            group="calibrated",
-            rows=sum(t.points for t in calibrated.values()),
-            median_abs_error_pct=statistics.median(errors),
-            worst_abs_error_pct=max(errors),
-            warnings=tuple(
-                f"{op}: no run measured the hops inside a node (runs across nodes only): "
-                "they are taken as no slower than the network"
-                for op in blind
-            ),
-        )
+def _catalog(cluster: Cluster) -> Uncertainty:
+    """The validation group's uncertainty: what a prediction priced from the catalog carries."""
     every = _rows("collectives")
     group = collective_group(cluster)
     rows = [r for r in every if r.group == group] or list(every)
     median, worst = _stats(rows)
     return Uncertainty("validation", group, len(rows), median, worst, tuple(_coverage(cluster, group, rows, every)))
+
+
+def _shape(nodes: int, gpus_per_node: int) -> str:
+    return f"{nodes} node{'s' if nodes != 1 else ''} x {gpus_per_node} GPU{'s' if gpus_per_node != 1 else ''}"
+
+
+def for_collectives(cluster: Cluster, ops: Iterable[str] | None = None) -> Uncertainty:
+    """The uncertainty of predictions of ``ops`` (default: every op the cluster's calibration
+    covers, else all_reduce) on ``cluster``.
+
+    Ops with a ``[calibration.<op>]`` table are priced from it and carry the fit's error;
+    the others are priced from the catalog and carry the validation group's, with a warning
+    that says so.  At another shape than the file's (``--nodes``, ``--gpus-per-node``) the fit's
+    residual is not the error: the prediction is an extrapolation, and says from where.
+    """
+    calibration = cluster.spec.calibration
+    asked = list(dict.fromkeys(ops if ops is not None else (calibration or ["all_reduce"])))
+    used = [op for op in asked if op in calibration]
+    priced = ", ".join(op for op in asked if op not in calibration)
+    catalog = _catalog(cluster)
+    if not used:
+        if not calibration:
+            return catalog
+        note = (
+            f"{priced}: not calibrated (this cluster's calibration covers {', '.join(calibration)}): "
+            "priced from the catalog, with its validation error"
+        )
+        return dataclasses.replace(catalog, warnings=(note, *catalog.warnings))
+    from fabricscope.model.calibrate import unmeasured_intra
+
+    terms = [calibration[op] for op in used]
+    errors = [t.residual_pct for t in terms]
+    shape = (cluster.gpus_per_node, cluster.nodes)
+    warnings = [
+        f"{op}: no run measured the hops inside a node (runs across nodes only): "
+        "they are taken as no slower than the network"
+        for op in used
+        if unmeasured_intra(calibration[op], *shape)
+    ]
+    if priced:
+        warnings.append(
+            f"{priced}: not calibrated (no [calibration.<op>] table): priced from the catalog, whose error is "
+            f"+-{catalog.median_abs_error_pct:.0f}% typical, {catalog.worst_abs_error_pct:.0f}% worst "
+            f"(validation group {catalog.group}: {catalog.rows} published rows)"
+        )
+    return Uncertainty(
+        basis="calibration",
+        group="calibrated",
+        rows=sum(t.points for t in terms),
+        median_abs_error_pct=statistics.median(errors),
+        worst_abs_error_pct=max(errors),
+        warnings=tuple(warnings),
+        extrapolated_from="" if cluster.shape_is_the_files else _shape(*cluster.file_shape),
+    )
 
 
 LONG_CONTEXT_TOKENS = 16384
@@ -173,8 +219,17 @@ def for_training(cluster: Cluster, model: Any = None) -> Uncertainty:
     name = group if rows else "training, all groups"
     rows = rows or list(every)
     median, worst = _stats(rows) if rows else (0.0, 0.0)
-    network = for_collectives(cluster)
+    # A training step prices its collectives from the catalog (only the MoE all-to-all reads a
+    # [calibration.alltoall] table, and says so itself): the catalog's error, not a fit's.
+    network = _catalog(cluster)
     warnings = list(network.warnings)
+    unused = [op for op in cluster.spec.calibration if op != "alltoall"]
+    if unused:
+        warnings.insert(
+            0,
+            f"the calibration of {', '.join(unused)} is not used here: the step's communication is priced from "
+            "the catalog",
+        )
     if network.basis == "validation" and cluster.nodes > 1:
         warnings.append(
             f"its communication carries the collectives' uncertainty: +-{network.median_abs_error_pct:.0f}% typical, "

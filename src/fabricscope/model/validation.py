@@ -5,7 +5,9 @@ nccl-tests bus bandwidth or latency on named systems; ``training.csv``:
 Megatron-LM throughput or iteration time), builds each row's cluster and job
 from its hardware description alone, predicts the row's metric and reports the
 error.  Optional columns are used when present: ``micro_batch``,
-``interleave``, ``flash_attention`` and ``dp_overlap`` for training rows.
+``interleave``, ``flash_attention`` and ``dp_overlap`` for training rows;
+``virtualized`` (a cloud VM's virtual NIC, :data:`VIRTUALIZED`) and
+``transport`` (one of :data:`TRANSPORTS`) for both kinds.
 
 Every row belongs to a ``group`` (its column; a file without one puts every
 row in a group named after the file's kind).  ``validate`` reports the error of
@@ -25,6 +27,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import os
 import re
 import statistics
 from collections.abc import Iterable, Mapping
@@ -53,7 +56,7 @@ from fabricscope.model.parallel import (
 from fabricscope.model.predict import predict_op
 from fabricscope.model.workload import PARAMS_TOLERANCE, ModelSpec, model_presets
 from fabricscope.ops import get as get_op
-from fabricscope.userfiles import read_text
+from fabricscope.userfiles import read_text, shorten
 
 __all__ = [
     "KNOWN_OFF",
@@ -64,6 +67,7 @@ __all__ = [
     "match_nic",
     "summary",
     "validate_file",
+    "validate_files",
 ]
 
 COLLECTIVE_COLUMNS = (
@@ -187,17 +191,52 @@ def match_nic(text: str) -> str:
 
 
 VIRTUALIZED = "virtualized"
-"""A ``nic`` column containing this word (``25G Ethernet virtualized (Azure VM)``) describes a cloud
-VM's virtual NIC: the cluster's ``[network] virtualized``."""
+"""The optional column that says a row's NIC is a cloud VM's virtual NIC (the cluster's ``[network]
+virtualized``): ``true`` or ``false`` (also ``yes``/``no``, ``1``/``0``).  Where a row leaves it
+empty, the ``nic`` text decides: the whole word ``virtualized`` (``25G Ethernet virtualized (Azure
+VM)``) marks a virtual NIC unless a negation comes just before it (``not virtualized``,
+``non-virtualized``, ``unvirtualized``), which marks bare metal."""
+_VIRTUAL_WORD = re.compile(r"(?<![a-z0-9])virtuali[sz]ed(?![a-z0-9])")
+_NEGATED = re.compile(r"(?<![a-z0-9])(?:not|non|un|no|never|isn't|without)[\s-]*virtuali[sz]ed(?![a-z0-9])")
+_TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0")
+
+
+def _virtualized(row: Mapping[str, str], nic_text: str) -> bool:
+    text = (row.get(VIRTUALIZED) or "").strip().lower()
+    if text:
+        if text not in (*_TRUE, *_FALSE):
+            raise UsageError(f"virtualized = {text[:40]!r} must be true or false (or empty: the nic text decides)")
+        return text in _TRUE
+    low = nic_text.lower()
+    return bool(_VIRTUAL_WORD.search(low)) and not _NEGATED.search(low)
+
+
+TRANSPORTS: dict[str, TransportName] = {
+    "tcp-socket": "tcp-socket",
+    "tcp": "tcp-socket",
+    "socket": "tcp-socket",
+    "rdma": "rdma",
+    "ib-rdma": "rdma",
+    "roce": "rdma",
+    "rdma-gdr": "rdma-gdr",
+    "ib-rdma-gdr": "rdma-gdr",
+    "roce-gdr": "rdma-gdr",
+    "gdr": "rdma-gdr",
+}
+"""How a row may write its ``transport`` (a comment in parentheses may follow: ``ib-rdma
+(host-staged)``); empty means GPUDirect RDMA on an RDMA-capable NIC, else TCP sockets."""
 
 
 def _transport(text: str, nic: str) -> TransportName:
-    low = text.lower()
-    if "tcp" in low or "socket" in low:
-        return "tcp-socket"
-    if "rdma" in low and "gdr" not in low:
-        return "rdma"
-    return "rdma-gdr" if hardware.entries("nic")[nic].rdma else "tcp-socket"
+    word = re.sub(r"\s*\(.*\)\s*$", "", text).strip().lower()
+    if not word:
+        return "rdma-gdr" if hardware.entries("nic")[nic].rdma else "tcp-socket"
+    if word not in TRANSPORTS:
+        raise UsageError(
+            f"transport = {text[:40]!r} is not a known transport{closest(word, TRANSPORTS)}: use one of "
+            f"{', '.join(TRANSPORTS)} (or leave it empty: rdma-gdr on an RDMA NIC, else tcp-socket)"
+        )
+    return TRANSPORTS[word]
 
 
 def _intra(text: str) -> IntraFabric | None:
@@ -250,7 +289,7 @@ def _cluster(row: Mapping[str, str], nodes: int, gpus_per_node: int | None = Non
             nic=nic,
             nics_per_node=nics,
             transport=_transport(row.get("transport", "") or "", nic),
-            virtualized=VIRTUALIZED in nic_text.lower(),
+            virtualized=_virtualized(row, nic_text),
         ),
     )
     return resolve(spec, name=row["id"], source="its hardware")
@@ -557,16 +596,44 @@ def validate_file(path: Any) -> list[Comparison]:
     return checks
 
 
+def validate_files(paths: Iterable[Any]) -> list[Comparison]:
+    """:func:`validate_file` of each path in turn; a file named twice (by any spelling of its path)
+    is refused, as its rows would count twice in every figure."""
+    seen: dict[Any, str] = {}
+    for path in paths:
+        try:
+            info = os.stat(path)
+            key: Any = (info.st_dev, info.st_ino)
+        except (OSError, ValueError):
+            key = str(path)  # validate_file says what is wrong with it
+        if key in seen:
+            first = seen[key]
+            also = "" if first == str(path) else f" (as {shorten(first)!r} and {shorten(str(path))!r})"
+            raise UsageError(
+                f"validation CSV {shorten(str(path))!r} is named twice{also}: give each file once, "
+                "so that its rows count once"
+            )
+        seen[key] = str(path)
+    return [check for path in seen.values() for check in validate_file(path)]
+
+
 def by_group(checks: Iterable[Comparison], *, known_off: bool = True) -> dict[str, dict[str, float]]:
     """:func:`summary` of every group, in the order groups first appear, then ``overall``;
-    without the rows marked as known to be off when ``known_off`` is false."""
-    rows = [c for c in checks if known_off or not c.known_off]
+    without the rows marked as known to be off when ``known_off`` is false.  With them, each group
+    also carries the figures without them as ``kept_rows``, ``kept_median_abs_error_pct`` and
+    ``kept_worst_abs_error_pct`` (the last two absent where every row of the group is marked)."""
+    every = list(checks)
+    rows = [c for c in every if known_off or not c.known_off]
     groups: dict[str, list[Comparison]] = {}
     for check in rows:
         groups.setdefault(check.group, []).append(check)
-    found = {name: summary(members) for name, members in groups.items()}
     if rows:
-        found["overall"] = summary(rows)
+        groups["overall"] = rows
+    found = {name: summary(members) for name, members in groups.items()}
+    if known_off:
+        for name, members in groups.items():
+            kept = summary(c for c in members if not c.known_off)
+            found[name].update({f"kept_{key}": value for key, value in kept.items()} or {"kept_rows": 0})
     return found
 
 

@@ -34,6 +34,38 @@ VISION_KEYS = (
 )
 """What describes a vision model."""
 
+LIMITS: dict[str, tuple[float, str]] = {
+    "params": (1e15, "parameters"),
+    "layers": (1 << 16, "layers"),
+    "hidden": (1 << 20, "model width"),
+    "heads": (1 << 16, "attention heads"),
+    "kv_heads": (1 << 16, "key/value heads"),
+    "head_dim": (1 << 16, "width of one head"),
+    "seq": (1 << 27, "tokens per sequence"),
+    "vocab": (1 << 24, "tokens in the vocabulary"),
+    "ffn": (1 << 22, "MLP width"),
+    "global_batch": (1 << 24, "sequences or samples per step"),
+    "gflops_per_sample": (1e7, "forward GFLOPs of one sample"),
+    "traffic_mb_per_sample": (1e7, "MB of memory traffic per sample"),
+    "sample_kb": (1e9, "KB read per sample"),
+    "batch_per_gpu": (1 << 20, "samples per GPU"),
+    "experts": (1 << 16, "routed experts"),
+    "top_k": (1 << 16, "experts per token"),
+    "expert_ffn": (1 << 22, "expert MLP width"),
+    "shared_experts": (1 << 16, "shared experts"),
+    "shared_ffn": (1 << 22, "shared expert MLP width"),
+    "dense_layers": (1 << 16, "dense layers"),
+    "route_nodes": (1 << 20, "nodes a token's experts lie on"),
+}
+"""Upper bounds of the size keys, far beyond any model built (the largest preset has 128 layers,
+a width of 25600, 256 experts and 131072-token sequences), so that absurd values are refused in
+one line instead of being carried into integer or float overflow.  0 means "not given"."""
+
+
+def _within(value: float, *, top: float) -> bool:
+    return 0 <= value <= top
+
+
 PARAMS_TOLERANCE = 0.15
 """How far a transformer's ``params`` may be from the count its shape gives (biases, position
 embeddings and rounding stay well inside it)."""
@@ -96,8 +128,9 @@ class ModelSpec:
     source: str = ""
 
     def __post_init__(self) -> None:
-        for key in ("params", *SHAPE_KEYS, "global_batch", *VISION_KEYS):
-            require(key, getattr(self, key), "0 or more", lambda v: v >= 0)
+        for key, (top, what) in LIMITS.items():
+            allowed = f"from 0 to {top:.0f}" if top < 1e9 else f"from 0 to {top:.0e}"
+            require(key, getattr(self, key), f"{allowed} ({what})", functools.partial(_within, top=top))
         for key in ("head_params_share", "head_backward_share"):
             require(key, getattr(self, key), "at least 0 and below 1 (a share)", lambda v: 0 <= v < 1)
         if bool(self.head_params_share) != bool(self.head_backward_share):
@@ -131,9 +164,12 @@ class ModelSpec:
                     raise InvalidValue(f"a vision model needs {key} > 0 ({what}; got {getattr(self, key)})")
 
     def _check_experts(self) -> None:
-        for key in MOE_KEYS:
-            require(key, getattr(self, key), "0 or more", lambda v: v >= 0)
-        require("capacity_factor", self.capacity_factor, "0 (dropless) or at least 1", lambda v: v == 0 or v >= 1)
+        require(
+            "capacity_factor",
+            self.capacity_factor,
+            "0 (dropless) or at least 1 (at most 1000)",
+            lambda v: v == 0 or 1 <= v <= 1e3,
+        )
         if not self.experts:
             for key in ("top_k", "expert_ffn", "shared_experts", "shared_ffn", "dense_layers", "route_nodes"):
                 if getattr(self, key):
