@@ -107,6 +107,13 @@ def test_doctor_verdict_is_kept_when_its_json_goes_to_stdout():
     assert "verdict: FAIL" in done.stderr
 
 
+@pytest.mark.multiprocess
+def test_doctor_fleet_json_to_stdout_with_two_ranks():
+    done = run_cli(["doctor", "--root", str(DEGRADED), "--nproc", "2", "--json", "-"])
+    assert _json(done, code=2)["summary"]["verdict"] == "fail"
+    assert "verdict: FAIL" in done.stderr
+
+
 def test_monitor_json_and_record_to_stdout_and_a_watched_commands_output_to_stderr():
     watch = ["monitor", "--duration", "0.3", "--interval", "0.1", "--interfaces", "lo", "--no-gpu"]
     assert _json(run_cli([*watch, "--json", "-"]))["kind"] == "monitor"
