@@ -10,7 +10,7 @@ import pytest
 from fabricscope.model import training
 from fabricscope.model.cluster import load_cluster
 from fabricscope.model.estimate import device_for, estimate, job_of, shape_of
-from fabricscope.model.parallel import FRAMEWORKS, ParallelConfig
+from fabricscope.model.parallel import FRAMEWORKS, ParallelConfig, stack_settings
 from fabricscope.model.workload import load_model
 
 
@@ -159,3 +159,33 @@ def test_fp32_weights_under_mixed_precision_put_four_bytes_per_gradient_on_the_w
     assert float(flagged.dp_comm_total) == pytest.approx(float(fp32.dp_comm_total))
     assert FRAMEWORKS["horovod"].fp32_gradients and FRAMEWORKS["pytorch-ddp"].fp32_gradients
     assert not FRAMEWORKS["megatron-core"].fp32_gradients and not FRAMEWORKS["deepspeed-pipeline"].fp32_gradients
+
+
+def test_bf16_optimizer_accumulates_in_fp32_unsharded_and_only_in_bf16() -> None:
+    # BigScience's BF16 optimizer: '4bytes x params and it's not sharded across gpus', and a pass
+    # over those bytes after every micro-batch; in fp16 the gradients accumulate in place.
+    model, cluster = load_model("megatron-145b"), load_cluster("dgx-a100-hdr").with_nodes(48)
+    runs = {}
+    for framework in ("deepspeed-pipeline", "megatron-deepspeed-bf16"):
+        for precision in ("bf16", "fp16"):
+            par = ParallelConfig(
+                tp=4,
+                pp=12,
+                dp=8,
+                zero=1,
+                micro_batch=2,
+                recompute="full",
+                precision=precision,
+                **stack_settings(FRAMEWORKS[framework]),
+            )
+            runs[framework, precision] = estimate(model, cluster, par, what_ifs=False)
+    plain, accumulated = runs["deepspeed-pipeline", "bf16"], runs["megatron-deepspeed-bf16", "bf16"]
+    params = model.param_count / (4 * 12)
+    extra = accumulated.value("memory_bytes") - plain.value("memory_bytes")
+    assert extra == pytest.approx(4.0 * params, rel=0.1)
+    microbatches = model.global_batch / (8 * 2)
+    pass_s = microbatches * 10.0 * params / (cluster.gpu.hbm_tbps * 1e12)
+    assert accumulated.value("optimizer") - plain.value("optimizer") == pytest.approx(pass_s, rel=0.1)
+    fp16_plain, fp16_stack = runs["deepspeed-pipeline", "fp16"], runs["megatron-deepspeed-bf16", "fp16"]
+    assert fp16_stack.value("memory_bytes") == fp16_plain.value("memory_bytes")
+    assert fp16_stack.step_s == fp16_plain.step_s

@@ -10,7 +10,7 @@ cluster), so a bad ``--zero`` is refused whether or not the rest is searched.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, TypeVar, cast
 
 from fabricscope.errors import InvalidValue, UsageError, closest
@@ -122,6 +122,10 @@ class StackParameters:
     """Gradients cross the network in 32 bits whatever the compute precision: mixed precision that
     keeps fp32 weights and reduces their gradients as they are (PyTorch AMP with DDP, Horovod with
     tf_cnn_benchmarks); else in the precision's own width (Megatron, DeepSpeed: 16 bits)."""
+    bf16_fp32_accumulation: bool = False
+    """In bf16, each micro-batch's gradients are added into an fp32 buffer of every parameter the
+    GPU holds, not sharded by ZeRO (Megatron-DeepSpeed's BF16 optimizer): 4 more bytes per
+    parameter, and one pass over them per micro-batch; fp16 accumulates in its own 16 bits."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -231,6 +235,18 @@ FRAMEWORKS: dict[str, Framework] = {
 """Training stacks the validation rows name (``framework`` column); each field may be overridden."""
 
 
+FRAMEWORKS["megatron-deepspeed-bf16"] = replace(
+    FRAMEWORKS["deepspeed-pipeline"],
+    bf16_fp32_accumulation=True,
+    source="Megatron-DeepSpeed with DeepSpeed's BF16 optimizer (February 2022, written for BLOOM): the "
+    "pipeline engine above, and in bf16 gradients accumulated in fp32, 'more memory heavy and is a bit "
+    "slower - this is compared to fp16 which grad accumulates in fp16. The additional memory usage is "
+    "4bytes x params and it's not sharded across gpus' "
+    "(https://github.com/bigscience-workshop/bigscience/blob/master/train/tr11-176B-ml/chronicles-prequel.md, "
+    "section 'Rebalancing layers')",
+)
+
+
 STACK_FIELDS = tuple(f.name for f in fields(StackParameters))
 """The parameters of a stack that a split's settings carry as they are (a Framework's flash
 attention belongs to the model, its gradient overlap is a setting of its own)."""
@@ -241,9 +257,9 @@ def stack_settings(source: StackParameters) -> dict[str, Any]:
     return {name: getattr(source, name) for name in STACK_FIELDS}
 
 
-def stack_numbers(source: StackParameters) -> dict[str, float]:
-    """The :data:`STACK_FIELDS` of ``source`` as the numbers of a ``training.Job`` (the attention
-    kernels go to the Device instead)."""
+def stack_numbers(source: _Settings) -> dict[str, float]:
+    """The :data:`STACK_FIELDS` of ``source`` as the numbers of a ``training.Job`` at its precision
+    (the attention kernels go to the Device instead)."""
     return {
         "regather": 1.0 if source.regather_on_recompute else 0.0,
         "bucket_bytes": float(source.bucket_mb) * 1e6,
@@ -256,6 +272,7 @@ def stack_numbers(source: StackParameters) -> dict[str, float]:
         "ep_overlap": 1.0 if source.ep_overlap else 0.0,
         "node_dedup": 1.0 if source.node_dedup else 0.0,
         "fp32_grads": 1.0 if source.fp32_gradients else 0.0,
+        "fp32_accum": 1.0 if source.bf16_fp32_accumulation and source.precision == "bf16" else 0.0,
     }
 
 

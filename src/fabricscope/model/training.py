@@ -46,6 +46,8 @@ KERNELS_PER_LAYER_FWD = 23
 OPTIMIZER_BYTES_PER_PARAM = 30.0
 """Adam with fp32 master weights: read weight, gradient, m, v (16 B); write weight, m, v and the
 16-bit copy (14 B)."""
+ACCUMULATE_BYTES_PER_PARAM = 10.0
+"""Adding a micro-batch's 16-bit gradient into an fp32 accumulator: read 2 and 4 bytes, write 4."""
 STATE_BYTES_PER_PARAM = 16.0
 """16-bit weight and gradient, fp32 master weight, m and v (ZeRO paper: 2 + 2 + 12)."""
 MEMORY_OVERHEAD_BYTES = 3e9
@@ -175,6 +177,9 @@ class Job:
     fp32_grads: Num = 0
     """1 where gradients cross the network in 32 bits whatever the precision (fp32 weights under
     mixed precision: PyTorch AMP with DDP, Horovod), 0 in the precision's ``grad_bytes``."""
+    fp32_accum: Num = 0
+    """1 where each micro-batch's 16-bit gradients are added into an unsharded fp32 buffer (reading
+    2 + 4 bytes and writing 4 per parameter), 0 where they accumulate in place."""
     etp: Num = 0
     """Tensor-parallel ranks of the experts (0: ``tp``, expert groups made of data- and
     context-parallel ranks); another value folds the expert groups over the attention's ranks
@@ -625,6 +630,7 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
     experts = _expert_share(w, job)
     kept = (1.0 - experts) / replicas + experts / _expert_replicas(job)
     optimizer = weights * np.where(job.zero >= 1, kept, 1.0) * OPTIMIZER_BYTES_PER_PARAM / dev.hbm_bps
+    optimizer = optimizer + job.fp32_accum * microbatches * weights * ACCUMULATE_BYTES_PER_PARAM / dev.hbm_bps
 
     busy = microbatches * per_mb + bubble + dp_exposed + optimizer
     nodes = np.maximum(job.tp * job.pp * job.dp * job.cp / fab.gpus_per_node, 1)
@@ -687,6 +693,7 @@ def _memory(w: Shape, job: Job, dev: Device, weights: Num, act_layer: Num, score
     replicas = job.dp * job.cp
     experts = _expert_share(w, job)
     state = (1.0 - experts) * state_bytes(replicas) + experts * state_bytes(_expert_replicas(job))
+    state = state + 4.0 * job.fp32_accum
     if not w.transformer:
         return weights * state + MEMORY_OVERHEAD_BYTES
     tokens = job.micro_batch * w.seq / job.cp

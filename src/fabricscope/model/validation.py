@@ -401,11 +401,13 @@ TRAINING_METRICS = (
     "tokens_per_s_per_gpu",
     "images_per_s",
     "scaling_efficiency",
+    "memory_gib",
 )
 """What a training row may publish: TFLOP/s as Narayanan et al. count them (eq. 3, recomputation
 included when it ran), model TFLOP/s (6 x matmul parameters + attention per token, the MFU
 numerator of PaLM and Llama 3), seconds per step, tokens per second per GPU, images per second
-(all GPUs), and scaling efficiency (throughput over GPUs x the throughput of one GPU)."""
+(all GPUs), scaling efficiency (throughput over GPUs x the throughput of one GPU), and the memory
+in use on the busiest GPU as nvidia-smi shows it (GiB)."""
 
 
 def _framework(row: Mapping[str, str]) -> Framework:
@@ -511,6 +513,9 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         predicted = result.tflops_per_gpu
     elif metric == "tokens_per_s_per_gpu":
         predicted = batch * model.seq / step / gpus
+    elif metric == "memory_gib":
+        # nvidia-smi's figure: MiB of the device in use, as GiB.
+        predicted = result.value("memory_bytes") / 2**30
     elif metric == "images_per_s":
         predicted = result.samples_per_s
     else:  # scaling_efficiency: against the same job on one GPU, with the same per-GPU batch
