@@ -76,6 +76,33 @@ def test_sockets_fill_a_bare_metal_nic_and_not_a_cloud_vms() -> None:
     assert float(fabric_of(net(rdma, virtualized=True)).nic_gbps) == float(fabric_of(rdma).nic_gbps)
 
 
+def test_a_clouds_per_flow_cap_holds_each_tcp_connection() -> None:
+    # AWS: one TCP flow gets 10 Gb/s inside a cluster placement group; NCCL 2.3 opens one connection
+    # per ring and builds one ring per NIC, so a 25 GbE virtual NIC carries 10 Gb/s of frames.
+    sockets = lookup("transport", "tcp-socket", Transport)
+    aws = net(load_cluster("v100-100gbe-tcp"), nic="eth-25g", virtualized=True).with_nodes(4)
+    one = net(aws, flow_gbps=10.0, flows=1)
+    assert float(fabric_of(aws).nic_gbps) == pytest.approx(sockets.virtualized_efficiency * 25 / 8)
+    assert float(fabric_of(one).nic_gbps) == pytest.approx(sockets.efficiency * 10 / 8)
+    assert busbw(one, 512 << 20, "ring") < busbw(aws, 512 << 20, "ring")
+    # Enough connections and the NIC is the limit again; RDMA is not a TCP flow.
+    assert float(fabric_of(net(aws, flow_gbps=10.0, flows=4)).nic_gbps) == float(fabric_of(aws).nic_gbps)
+    rdma = net(aws, transport="rdma-gdr", virtualized=False)
+    assert float(fabric_of(net(rdma, flow_gbps=10.0)).nic_gbps) == float(fabric_of(rdma).nic_gbps)
+
+
+def test_flow_cap_keys_out_of_range_are_one_line(cli, write) -> None:  # type: ignore[no-untyped-def]
+    for key, value, allowed in (("flows", "0", "from 1 to 1024"), ("flow_gbps", "-1", "from 0 (no cap)")):
+        path = write(
+            "c.toml",
+            'nodes = 2\ngpu = "v100-sxm2-32gb"\n[network]\nnic = "eth-25g"\ntransport = "tcp-socket"\n'
+            f"{key} = {value}\n",
+        )
+        done = cli("predict", "--cluster", str(path), "all_reduce")
+        assert done.code == 2 and "Traceback" not in done.err, done.err
+        assert key in done.err and allowed in done.err, done.err
+
+
 def test_small_messages_pay_latency_and_tcp_pays_more() -> None:
     rdma = load_cluster("dgx-h100-ndr").with_nodes(4)
     tcp = net(rdma, nic="eth-400g", transport="tcp-socket")

@@ -324,6 +324,8 @@ def cluster_toml(base: Cluster, calibration: dict[str, CalibratedOp], runs: Sequ
         "oversubscription",
         "extra_latency_us",
         "virtualized",
+        "flow_gbps",
+        "flows",
     ):
         lines.append(f"{key} = {_toml_value(getattr(net, key))}")
     lines += ["", "[storage]"]

@@ -20,6 +20,8 @@ files, so each is also an example of the format::
     oversubscription = 1.0        # leaf downlinks : uplinks
     extra_latency_us = 0.0
     virtualized = false           # true: a cloud VM's virtual NICs (TCP sockets reach less)
+    flow_gbps = 0.0               # a cloud's cap on one TCP connection (AWS: 5, 10 in a placement group); 0: none
+    flows = 1                     # TCP connections a NIC's traffic is spread over under that cap
 
     [storage]
     kind = "parallel-fs"          # hdd | sata-ssd | nvme | nfs-1g | nfs-10g | parallel-fs
@@ -93,11 +95,21 @@ class NetworkSpec:
     virtualized: bool = False
     """The NICs are a cloud VM's virtual NICs (AWS ENA, Azure, GCP gVNIC), not the host's own: the
     transport reaches its ``virtualized_efficiency`` of line rate (transports.toml)."""
+    flow_gbps: float = 0.0
+    """A cloud provider's cap on one TCP connection, Gb/s (AWS: 'Bandwidth for single-flow traffic is
+    limited to 5 Gbps when instances are not in the same cluster placement group', up to 10 Gb/s
+    inside one); 0: no cap.  Applies to the tcp-socket transport."""
+    flows: int = 1
+    """TCP connections one NIC's traffic is spread over, each held to ``flow_gbps``: NCCL 2.3 opens one
+    per ring and builds one ring per NIC; NCCL 2.4.8 and later NCCL_SOCKET_NTHREADS x
+    NCCL_NSOCKS_PERTHREAD per channel."""
 
     def __post_init__(self) -> None:
         require("nics_per_node", self.nics_per_node, "from 0 to 64", lambda v: 0 <= v <= 64)
         require("oversubscription", self.oversubscription, "from 1 (non-blocking) to 1000", lambda v: 1 <= v <= 1e3)
         require("extra_latency_us", self.extra_latency_us, "from 0 to 1e6 (microseconds)", lambda v: 0 <= v <= 1e6)
+        require("flow_gbps", self.flow_gbps, "from 0 (no cap) to 1e5 (Gb/s)", lambda v: 0 <= v <= 1e5)
+        require("flows", self.flows, "from 1 to 1024", lambda v: 1 <= v <= 1024)
 
 
 @dataclass(kw_only=True, slots=True)

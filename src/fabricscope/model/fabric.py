@@ -235,9 +235,14 @@ def _intra_gbps(cluster: Cluster) -> float:
 def _transport_efficiency(cluster: Cluster) -> float:
     """Share of the NIC's line rate the transport delivers: the bare-metal figure, or the virtual
     NIC's where the cluster file says ``virtualized`` (cloud VMs: NCCL's sockets run at the slowest
-    socket's pace, docs/model.md, "TCP sockets")."""
-    transport = cluster.transport
-    return transport.virtualized_efficiency if cluster.spec.network.virtualized else transport.efficiency
+    socket's pace, docs/model.md, "TCP sockets"), and no more than ``flows`` connections held to a
+    cloud's per-flow cap (``flow_gbps``) carry."""
+    transport, net = cluster.transport, cluster.spec.network
+    share = transport.virtualized_efficiency if net.virtualized else transport.efficiency
+    if net.flow_gbps > 0 and transport.name == "tcp-socket":
+        # Each connection is held to the provider's per-flow rate, of which TCP carries its payload share.
+        share = min(share, net.flows * net.flow_gbps * transport.efficiency / cluster.nic.speed_gbps)
+    return share
 
 
 def _host_gbps(cluster: Cluster) -> float:

@@ -290,6 +290,10 @@ def _cluster(row: Mapping[str, str], nodes: int, gpus_per_node: int | None = Non
             nics_per_node=nics,
             transport=_transport(row.get("transport", "") or "", nic),
             virtualized=_virtualized(row, nic_text),
+            flow_gbps=float(_number(row, "flow_gbps", allow_zero=True))
+            if (row.get("flow_gbps") or "").strip()
+            else 0.0,
+            flows=_optional_whole(row, "flows", 1),
         ),
     )
     return resolve(spec, name=row["id"], source="its hardware")
