@@ -199,8 +199,8 @@ def test_names_as_papers_write_them() -> None:
     ("old", "new", "fragment"),
     [
         (",busbw_GBps,480.0,", ",busbw_GBps,0,", "value = '0' must be a positive number"),
-        (",busbw_GBps,480.0,", ",busbw_GBps,nan,", "value = 'nan' must be a positive number"),
-        (",busbw_GBps,480.0,", ",busbw_GBps,inf,", "value = 'inf' must be a positive number"),
+        (",busbw_GBps,480.0,", ",busbw_GBps,nan,", "value = 'nan' must be a finite number"),
+        (",busbw_GBps,480.0,", ",busbw_GBps,inf,", "value = 'inf' must be a finite number"),
         (",busbw_GBps,480.0,", ",busbw_GBps,-5,", "value = '-5' must be a positive number"),
         (",nvlstree,8,latency_us,", ",nvlstree,0,latency_us,", "size_bytes = '0' must be a positive number"),
         ("A100-SXM4-80GB,8,1,NVSwitch", "A100-SXM4-80GB,8,0,NVSwitch", "nodes = '0' must be a positive number"),

@@ -267,12 +267,15 @@ def _algorithm(text: str) -> str:
 def _number(row: Mapping[str, str], key: str, *, whole: bool = False, allow_zero: bool = False) -> Any:
     """A numeric column: a finite number above zero (or zero, with ``allow_zero``)."""
     text = (row.get(key) or "").strip()
+    shown = repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
     try:
         value: float = int(text) if whole else float(text)
     except ValueError:
-        raise ValueError(f"{key} = {text!r} is not a {'whole ' if whole else ''}number") from None
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{key} = {text!r} must be {'0 or more' if allow_zero else 'a positive number'}")
+        raise ValueError(f"{key} = {shown} is not a {'whole ' if whole else ''}number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{key} = {shown} must be a finite number")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{key} = {shown} must be {'0 or more' if allow_zero else 'a positive number'}")
     return value
 
 
