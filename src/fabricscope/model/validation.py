@@ -409,12 +409,14 @@ TRAINING_METRICS = (
     "images_per_s",
     "scaling_efficiency",
     "memory_gib",
+    "neox_tflops_per_gpu",
 )
 """What a training row may publish: TFLOP/s as Narayanan et al. count them (eq. 3, recomputation
 included when it ran), model TFLOP/s (6 x matmul parameters + attention per token, the MFU
 numerator of PaLM and Llama 3), seconds per step, tokens per second per GPU, images per second
-(all GPUs), scaling efficiency (throughput over GPUs x the throughput of one GPU), and the memory
-in use on the busiest GPU as nvidia-smi shows it (GiB)."""
+(all GPUs), scaling efficiency (throughput over GPUs x the throughput of one GPU), the memory
+in use on the busiest GPU as nvidia-smi shows it (GiB), and TFLOP/s as GPT-NeoX's logger of 2021-22
+counted them (6 x parameters + 60 s h l per token)."""
 
 
 def _framework(row: Mapping[str, str]) -> Framework:
@@ -516,6 +518,11 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         else:
             flops = 72 * batch * s * n * h**2 * (1 + s / (6 * h) + v / (12 * n * h))
         predicted = flops / gpus / step / 1e12
+    elif metric == "neox_tflops_per_gpu":
+        # GPT-NeoX's own logger (megatron/logging.py get_flops, 2021-22): per token 6 x all parameters
+        # + 60 s h l, no recomputation factor.
+        per_token = 6 * model.param_count + 60 * model.seq * model.hidden * model.layers
+        predicted = batch * model.seq * per_token / gpus / step / 1e12
     elif metric == "model_tflops_per_gpu":
         predicted = result.tflops_per_gpu
     elif metric == "tokens_per_s_per_gpu":
