@@ -84,7 +84,7 @@ def _training_row(tmp_path, change: tuple[str, str]) -> str:
     [
         ((",full,", ",partial,"), ["row t01", "recompute = 'partial' is not one of none, selective, full"]),
         ((",1.7,", ",999,"), ["row t01", "params_b = 999 but layers, hidden and vocab give 1.65 billion"]),
-        ((",1,1,32,0,1,1,32,", ",1,1,16,0,1,1,32,"), ["row t01", "set dp = 32 or gpus = 16 in the row"]),
+        ((",1,1,32,0,16,1,32,", ",1,1,16,0,16,1,32,"), ["row t01", "set dp = 32 or gpus = 16 in the row"]),
     ],
 )
 def test_validate_rows_are_checked_and_named(cli, tmp_path, change, fragments) -> None:
