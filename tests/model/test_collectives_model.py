@@ -92,7 +92,11 @@ def test_a_clouds_per_flow_cap_holds_each_tcp_connection() -> None:
 
 
 def test_flow_cap_keys_out_of_range_are_one_line(cli, write) -> None:  # type: ignore[no-untyped-def]
-    for key, value, allowed in (("flows", "0", "from 1 to 1024"), ("flow_gbps", "-1", "from 0 (no cap)")):
+    for key, value, allowed in (
+        ("flows", "0", "from 1 to 1024"),
+        ("flow_gbps", "-1", "0 (no cap) or from 0.001"),
+        ("flow_gbps", "1e-300", "0 (no cap) or from 0.001"),
+    ):
         path = write(
             "c.toml",
             'nodes = 2\ngpu = "v100-sxm2-32gb"\n[network]\nnic = "eth-25g"\ntransport = "tcp-socket"\n'

@@ -157,7 +157,7 @@ def test_cluster_fabric_and_sweep_fabric_are_one_function() -> None:
 def test_ties_prefer_less_latency_and_the_better_transport() -> None:
     # research-small's 10G and 25G NICs run as fast over RDMA with or without GPUDirect and
     # cost the same; sockets cost the same too.  RDMA's lower latency decides a tie; sockets win
-    # only by more utilization (bare-metal sockets keep their bandwidth on 8 nodes where RoCE's
+    # only by a shorter step (bare-metal sockets keep their bandwidth on 8 nodes where RoCE's
     # hashed flows lose some: docs/model.md, "TCP sockets" and "Ethernet RDMA at scale").
     result = planner.plan(load_model("llama-7b"), gpus=64, scenario_name="research-small")
     for option in result.frontier:
@@ -173,7 +173,7 @@ def test_ties_prefer_less_latency_and_the_better_transport() -> None:
     for option in sockets:
         twin = rdma[option.network.label().replace(" tcp-socket ", " rdma ")]
         assert option.latency_us > twin.latency_us
-        assert (option.rank() < twin.rank()) == (option.utilization > twin.utilization)
+        assert (option.rank() < twin.rank()) == (option.step_s < twin.step_s)
     assert result.recommended is not None
     wide = planner.plan(load_model("llama-7b"), gpus=64, scenario_name="research-medium")
     gdr = {o.network.label(): o for o in wide.options if o.network.transport.name == "rdma-gdr"}

@@ -389,7 +389,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     )
     par = best_split(model, cluster, request)
     result = estimate(model, cluster, par, chosen=searched(model, request))
-    _print(report.estimate_lines(result))
+    _print(report.estimate_lines(result, request.framework))
     sure = uncertainty.for_training(cluster, model)
     _print(sure.lines("this step time", prefix=""))
     record = result.record()

@@ -108,7 +108,9 @@ class NetworkSpec:
         require("nics_per_node", self.nics_per_node, "from 0 to 64", lambda v: 0 <= v <= 64)
         require("oversubscription", self.oversubscription, "from 1 (non-blocking) to 1000", lambda v: 1 <= v <= 1e3)
         require("extra_latency_us", self.extra_latency_us, "from 0 to 1e6 (microseconds)", lambda v: 0 <= v <= 1e6)
-        require("flow_gbps", self.flow_gbps, "from 0 (no cap) to 1e5 (Gb/s)", lambda v: 0 <= v <= 1e5)
+        require(
+            "flow_gbps", self.flow_gbps, "0 (no cap) or from 0.001 to 1e5 (Gb/s)", lambda v: v == 0 or 1e-3 <= v <= 1e5
+        )
         require("flows", self.flows, "from 1 to 1024", lambda v: 1 <= v <= 1024)
 
 

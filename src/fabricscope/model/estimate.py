@@ -158,7 +158,7 @@ def device_for(
         peak_flops=gpu.peak_flops(precision),
         matmul_eff=gpu.mamf * training.GEMM_DERATE * (FP8_MATMUL_SHARE if precision == "fp8" else 1.0),
         hbm_bps=gpu.hbm_tbps * 1e12,
-        memory_bytes=gpu.memory_gb * 1e9,
+        memory_bytes=gpu.memory_bytes,
         act_bytes=ACT_BYTES[precision],
         grad_bytes=GRAD_BYTES[precision],
         data_bps_per_node=data_bps,
@@ -256,7 +256,7 @@ class Estimate:
 
     @property
     def fits(self) -> bool:
-        return self.value("memory_bytes") <= self.cluster.gpu.memory_gb * 1e9
+        return self.value("memory_bytes") <= self.cluster.gpu.memory_bytes
 
     def record(self) -> dict[str, Any]:
         """The JSON record of ``estimate --json``."""
@@ -276,7 +276,7 @@ class Estimate:
             "bottleneck": self.bottleneck,
             "bottleneck_text": self.bottleneck_text,
             "breakdown": {name: self.value(name) for name in BREAKDOWN},
-            "memory_gb_per_gpu": self.value("memory_bytes") / 1e9,
+            "memory_gib_per_gpu": self.value("memory_bytes") / 2**30,
             "fits_in_memory": self.fits,
             "data_read_s": self.value("data_time"),
             "data_bps_per_node": self.data.bps_per_node,
@@ -397,9 +397,9 @@ def best_split(model: ModelSpec, cluster: Cluster, request: SplitRequest | None 
     index = int(np.argmin(total))
     if not np.isfinite(total[index]):
         check_finite(model, np.broadcast_to(result.step, fits.shape)[fits])
-        smallest = float(np.min(result.memory_bytes)) / 1e9
+        smallest = float(np.min(result.memory_bytes)) / 2**30
         raise UsageError(
-            f"{model.name} does not fit on {gpus} x {cluster.gpu.name} ({cluster.gpu.memory_gb:g} GB) "
-            f"in any split tried (the smallest needs {smallest:.0f} GB per GPU): add nodes (--nodes)"
+            f"{model.name} does not fit on {gpus} x {cluster.gpu.name} ({cluster.gpu.memory_gb:g} GiB) "
+            f"in any split tried (the smallest needs {smallest:.0f} GiB per GPU): add nodes (--nodes)"
         )
     return cand.configs[index]

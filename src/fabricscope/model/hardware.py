@@ -75,6 +75,12 @@ class GPU:
         _positive(self, "tflops_fp32", "memory_gb", "hbm_tbps", "price_usd")
         require("mamf", self.mamf, "in (0, 1]", lambda v: 0 < v <= 1)
 
+    @property
+    def memory_bytes(self) -> float:
+        """Device memory in bytes: vendors' GB of HBM are binary (an A100 80GB holds 81,920 MiB as
+        nvidia-smi shows it, an H100 SXM 81,559)."""
+        return self.memory_gb * 2**30
+
     def peak_flops(self, precision: str) -> float:
         """Dense peak FLOP/s of the tensor cores at ``precision``; a UsageError if there are none."""
         if precision not in PRECISIONS:

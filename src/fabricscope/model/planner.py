@@ -40,7 +40,7 @@ from fabricscope.userfiles import read_toml
 __all__ = ["LATENCY_PROBE_BYTES", "Network", "Plan", "Scenario", "plan", "scenarios", "search_space"]
 
 TRANSPORT_PREFERENCE = ("rdma-gdr", "rdma", "tcp-socket")
-"""Between options of equal cost, utilization and latency: GPUDirect RDMA first (no host copies,
+"""Between options of equal cost, step time and latency: GPUDirect RDMA first (no host copies,
 no CPU), then RDMA, then sockets."""
 FRONTIER_STEP = 0.001
 """A frontier row must buy at least this much more utilization (0.1 point) than the one before."""
@@ -251,9 +251,11 @@ class Option:
     meets: bool
 
     def rank(self) -> tuple[float, float, float, int]:
-        """Cheapest first; at equal cost more utilization, then less latency, then the better transport."""
+        """Cheapest first; at equal cost the shorter step (each network's fastest split: its utilization is
+        that split's share of compute, which differs between splits), then less latency, then the better
+        transport."""
         transport = TRANSPORT_PREFERENCE.index(self.network.transport.name)
-        return (self.cost_usd, -self.utilization, self.latency_us, transport)
+        return (self.cost_usd, self.step_s, self.latency_us, transport)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -352,10 +354,10 @@ def plan(
         one = training.step(shape_of(model), cand.job, device_for(gpu, precision), take(fab, 0))
         fits = np.asarray(one.memory_bytes) <= device_for(gpu, precision).memory_bytes
         check_finite(model, np.broadcast_to(one.step, fits.shape)[fits])
-        smallest = float(np.min(one.memory_bytes)) / 1e9
+        smallest = float(np.min(one.memory_bytes)) / 2**30
         raise UsageError(
-            f"{model.name} does not fit in {gpus} x {gpu.name} ({gpu.memory_gb:g} GB) in any split tried "
-            f"(the smallest needs {smallest:.0f} GB per GPU): give more --gpus or a GPU with more memory (--gpu)"
+            f"{model.name} does not fit in {gpus} x {gpu.name} ({gpu.memory_gb:g} GiB) in any split tried "
+            f"(the smallest needs {smallest:.0f} GiB per GPU): give more --gpus or a GPU with more memory (--gpu)"
         )
     frontier: list[Option] = []
     for option in sorted(usable, key=Option.rank):

@@ -57,6 +57,8 @@ def cluster_lines(cluster: Cluster) -> list[str]:
     ]
     if net.nics_per_node:
         sharp = (", SHARP" if net.sharp else "") + (", virtualized NICs" if net.virtualized else "")
+        if net.flow_gbps > 0 and cluster.transport.name == "tcp-socket":
+            sharp += f", {net.flows} flow{'s' if net.flows > 1 else ''} of at most {net.flow_gbps:g} Gb/s per NIC"
         over = f" {net.oversubscription:g}:1" if net.oversubscription > 1 else " non-blocking"
         lines.append(
             f"#   network: {net.nics_per_node}x {cluster.nic.name} over {cluster.transport.name}{sharp}: "
@@ -163,14 +165,23 @@ def _chosen(est: Estimate) -> str:
     return f"  [{', '.join(k.replace('_', ' ') for k in est.chosen)} chosen by fabricscope: the fastest that fits]"
 
 
-def _stack_lines(est: Estimate) -> list[str]:
-    """Which training stack runs the split, and (for an MoE model) what routing is assumed."""
+def _stack_lines(est: Estimate, framework: str | None = None) -> list[str]:
+    """Which training stack runs the split (priced as ``framework`` runs it, when one was named), and
+    (for an MoE model) what routing is assumed."""
     from fabricscope.model.stacks import stacks
 
     lines = []
     stack = stacks().get(est.parallel.stack)
-    if stack is not None:
+    if stack is not None and framework:
+        lines.append(f"framework: {stack.name} runs this split, priced as {framework} runs it (docs/model.md)")
+    elif stack is not None:
         lines.append(f"framework: {stack.name} runs this split (catalog/frameworks.toml; --framework to choose)")
+    par = est.parallel
+    if par.bf16_fp32_accumulation and par.precision == "bf16" and par.zero <= 1:
+        lines.append(
+            "  gradients accumulate in an unsharded fp32 buffer (BF16 optimizer): +4 bytes per parameter, "
+            "a pass over them after every micro-batch (in 'optimizer'), reduced in fp32"
+        )
     m = est.model
     if m.is_moe:
         load = (
@@ -196,7 +207,7 @@ def _stack_lines(est: Estimate) -> list[str]:
     return lines
 
 
-def estimate_lines(est: Estimate) -> list[str]:
+def estimate_lines(est: Estimate, framework: str | None = None) -> list[str]:
     par = est.parallel
     c = est.cluster
     split = (
@@ -215,7 +226,7 @@ def estimate_lines(est: Estimate) -> list[str]:
         f"estimate: {est.model.name} on {c.name} ({c.nodes} x {c.gpus_per_node} {c.gpu.name} = {c.gpus} GPUs), "
         f"{par.precision}",
         f"split: {split}" + _chosen(est),
-        *_stack_lines(est),
+        *_stack_lines(est, framework),
         "",
         f"step time              {_seconds(est.step_s)}",
     ]
@@ -229,7 +240,7 @@ def estimate_lines(est: Estimate) -> list[str]:
         f"GPU utilization        {100 * est.gpu_utilization:5.1f}%  (MFU {100 * est.mfu:.1f}%, "
         f"{est.tflops_per_gpu:.1f} model TFLOP/s per GPU)",
         f"throughput             {est.samples_per_s:,.1f} samples/s{tokens}",
-        f"memory per GPU         {est.value('memory_bytes') / 1e9:.1f} GB of {c.gpu.memory_gb:g} GB"
+        f"memory per GPU         {est.value('memory_bytes') / 2**30:.1f} GiB of {c.gpu.memory_gb:g} GiB"
         + (
             ""
             if est.fits

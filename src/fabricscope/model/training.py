@@ -465,8 +465,22 @@ def _units(w: Shape, job: Job, dev: Device, backward: Num) -> Num:
 
 
 def _wire_grad_bytes(job: Job, dev: Device) -> Num:
-    """Bytes per gradient element a data-parallel collective moves."""
-    return np.where(job.fp32_grads > 0, np.maximum(dev.grad_bytes, 4.0), dev.grad_bytes)
+    """Bytes per gradient element a data-parallel collective moves (an fp32 accumulator is reduced
+    as it is)."""
+    fp32 = (job.fp32_grads > 0) | (_fp32_accum(job) > 0)
+    return np.where(fp32, np.maximum(dev.grad_bytes, 4.0), dev.grad_bytes)
+
+
+def _fp32_accum(job: Job) -> Num:
+    """1 where gradients accumulate in an unsharded fp32 buffer: DeepSpeed's BF16 optimizer, which
+    runs at ZeRO 0 and 1 only (at 2 and 3 the ZeRO optimizer partitions the gradients)."""
+    return job.fp32_accum * (job.zero <= 1)
+
+
+def _zero(job: Job) -> Num:
+    """The ZeRO stage the optimizer state is sharded as: the BF16 optimizer always partitions its fp32
+    weights and Adam state over the data-parallel ranks (its own stage 1), even at ZeRO 0."""
+    return np.where(_fp32_accum(job) > 0, np.maximum(job.zero, 1), job.zero)
 
 
 def _dp_comm(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tuple[Num, Num, Num]:
@@ -601,7 +615,7 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
     def exposed(comm: Num, compute: Num) -> Num:
         return np.where(job.dp_overlap, _beside(units, comm, compute), units * comm)
 
-    z = job.zero
+    z = _zero(job)
     gradients = np.where(job.dp_overlap, _gradients_beside(w, units, reduce, backward), units * reduce)
     once = np.where(z == 0, gradients, np.where(z == 1, exposed(scatter, backward), 0.0))
     once = once + np.where((z == 1) | (z == 2), exposed(gather, forward), 0.0)
@@ -629,8 +643,8 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
     replicas = job.dp * job.cp
     experts = _expert_share(w, job)
     kept = (1.0 - experts) / replicas + experts / _expert_replicas(job)
-    optimizer = weights * np.where(job.zero >= 1, kept, 1.0) * OPTIMIZER_BYTES_PER_PARAM / dev.hbm_bps
-    optimizer = optimizer + job.fp32_accum * microbatches * weights * ACCUMULATE_BYTES_PER_PARAM / dev.hbm_bps
+    optimizer = weights * np.where(z >= 1, kept, 1.0) * OPTIMIZER_BYTES_PER_PARAM / dev.hbm_bps
+    optimizer = optimizer + _fp32_accum(job) * microbatches * weights * ACCUMULATE_BYTES_PER_PARAM / dev.hbm_bps
 
     busy = microbatches * per_mb + bubble + dp_exposed + optimizer
     nodes = np.maximum(job.tp * job.pp * job.dp * job.cp / fab.gpus_per_node, 1)
@@ -680,10 +694,11 @@ def _memory(w: Shape, job: Job, dev: Device, weights: Num, act_layer: Num, score
     flight: the one being recomputed and back-propagated (Korthikanti et al. 2022, section 5:
     full recomputation stores only each layer's input).
     """
+    zero = _zero(job)
 
     def state_bytes(dp: Num) -> Num:
         return np.select(
-            [job.zero == 0, job.zero == 1, job.zero == 2],
+            [zero == 0, zero == 1, zero == 2],
             [STATE_BYTES_PER_PARAM, 4.0 + 12.0 / dp, 2.0 + 14.0 / dp],
             STATE_BYTES_PER_PARAM / dp,
         )
@@ -693,7 +708,7 @@ def _memory(w: Shape, job: Job, dev: Device, weights: Num, act_layer: Num, score
     replicas = job.dp * job.cp
     experts = _expert_share(w, job)
     state = (1.0 - experts) * state_bytes(replicas) + experts * state_bytes(_expert_replicas(job))
-    state = state + 4.0 * job.fp32_accum
+    state = state + 4.0 * _fp32_accum(job)
     if not w.transformer:
         return weights * state + MEMORY_OVERHEAD_BYTES
     tokens = job.micro_batch * w.seq / job.cp

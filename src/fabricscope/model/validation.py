@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import difflib
 import math
 import os
 import re
@@ -100,6 +101,31 @@ TRAINING_COLUMNS = (
     "metric",
     "value",
 )
+OPTIONAL_COLUMNS = (
+    *("group", "source", "quote", "notes", "system", "intra_node", "nic", "transport", "algorithm", "size_bytes"),
+    *("virtualized", "flow_gbps", "flows", "params_b", "kv_heads", "ffn", "gated_mlp", "seq_len", "vocab", "model"),
+    *("one_gpu_images_per_s", "cp", "ep", "etp", "zero_stage", "micro_batch", "interleave", "framework"),
+    *("flash_attention", "hopper_attention", "dp_overlap", "ep_overlap", "node_dedup", "moe_imbalance"),
+    *("regather_on_recompute", "ps_servers", "precision"),
+)
+"""Columns read where a row has them (docs/model.md, section Validation)."""
+
+
+def _check_header(where: str, header: list[str]) -> None:
+    """A column named twice is refused (which one counts would be a guess), and so is one a letter or
+    two away from a column this reader knows (a misspelling that would be ignored); other columns are
+    the file's own notes."""
+    known = {*COLLECTIVE_COLUMNS, *TRAINING_COLUMNS, *OPTIONAL_COLUMNS}
+    seen: set[str] = set()
+    for name in header:
+        if name in seen:
+            raise ConfigError(f"{where}: column {shorten(name)!r} is named twice in the header: keep one")
+        seen.add(name)
+        near = [] if name in known else difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.85)
+        if near:
+            raise ConfigError(
+                f"{where}: column {shorten(name)!r} is not one fabricscope reads (did you mean {near[0]!r}?)"
+            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -268,6 +294,9 @@ def _number(row: Mapping[str, str], key: str, *, whole: bool = False, allow_zero
     """A numeric column: a finite number above zero (or zero, with ``allow_zero``)."""
     text = (row.get(key) or "").strip()
     shown = repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
+    digits = len(text.lstrip("+-"))
+    if whole and digits > 18 and text.lstrip("+-").isdigit():
+        raise ValueError(f"{key} has {digits} digits; whole numbers must fit in 64 bits")
     try:
         value: float = int(text) if whole else float(text)
     except ValueError:
@@ -527,6 +556,11 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         predicted = result.tflops_per_gpu
     elif metric == "tokens_per_s_per_gpu":
         predicted = batch * model.seq / step / gpus
+    elif metric == "memory_gib" and not model.is_transformer:
+        raise UsageError(
+            "metric memory_gib applies to transformer rows: the model does not count a vision model's "
+            "activations, so its memory is no prediction"
+        )
     elif metric == "memory_gib":
         # nvidia-smi's figure: MiB of the device in use, as GiB.
         predicted = result.value("memory_bytes") / 2**30
@@ -588,7 +622,9 @@ def validate_file(path: Any) -> list[Comparison]:
     """Predict every row of one validation CSV (a collectives or a training file)."""
     where = str(path)
     text = read_text(str(path), what="validation CSV")
-    rows = list(csv.DictReader(text.splitlines()))
+    reader = csv.DictReader(text.splitlines())
+    _check_header(where, list(reader.fieldnames or []))
+    rows = list(reader)
     if not rows:
         raise ConfigError(f"{where}: no rows (expected the columns described in docs/model.md, section Validation)")
     columns = set(rows[0])

@@ -1,0 +1,124 @@
+"""Review 3: the BF16 optimizer's stack at every ZeRO stage, step-time uncertainty without the memory
+rows, device memory in binary GB, validation CSV headers and huge whole numbers, and what estimate and
+predict say about the stack and the flow cap."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pytest
+from model_helpers import one_error_line
+
+from fabricscope.model import uncertainty
+from fabricscope.model.cluster import load_cluster
+from fabricscope.model.estimate import estimate
+from fabricscope.model.hardware import GPU, lookup
+from fabricscope.model.parallel import FRAMEWORKS, ParallelConfig, stack_settings
+from fabricscope.model.validation import default_files
+from fabricscope.model.workload import load_model
+
+TRAINING = next(p for p in default_files() if Path(str(p)).name == "training.csv")
+
+
+def _run(framework: str, zero: int, precision: str = "bf16"):  # type: ignore[no-untyped-def]
+    model, cluster = load_model("megatron-145b"), load_cluster("dgx-a100-hdr").with_nodes(48)
+    pp = 1 if zero >= 2 else 12  # DeepSpeed runs ZeRO 2 and 3 without a pipeline
+    par = ParallelConfig(
+        tp=8,
+        pp=pp,
+        dp=384 // (8 * pp),
+        zero=zero,
+        micro_batch=1,
+        recompute="full",
+        precision=precision,
+        **stack_settings(FRAMEWORKS[framework]),
+    )
+    return estimate(model, cluster, par, what_ifs=False)
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+def test_the_bf16_optimizer_term_is_off_where_zero_partitions_the_gradients(zero: int) -> None:
+    plain, bf16 = _run("deepspeed-pipeline", zero), _run("megatron-deepspeed-bf16", zero)
+    assert bf16.value("memory_bytes") == plain.value("memory_bytes")
+    assert bf16.step_s == plain.step_s
+
+
+def test_the_bf16_optimizer_shards_its_fp32_state_even_at_zero_0() -> None:
+    zero0, zero1 = _run("megatron-deepspeed-bf16", 0), _run("megatron-deepspeed-bf16", 1)
+    assert zero0.value("memory_bytes") == pytest.approx(zero1.value("memory_bytes"))
+    # The plain engine at ZeRO 0 holds the whole fp32 state (16 B a parameter) on every GPU.
+    assert _run("deepspeed-pipeline", 0).value("memory_bytes") > zero0.value("memory_bytes")
+
+
+def test_the_bf16_optimizer_reduces_its_fp32_gradients() -> None:
+    plain, bf16 = _run("deepspeed-pipeline", 1), _run("megatron-deepspeed-bf16", 1)
+    assert bf16.value("dp_comm") > 1.5 * plain.value("dp_comm")
+    fp16_plain, fp16 = _run("deepspeed-pipeline", 1, "fp16"), _run("megatron-deepspeed-bf16", 1, "fp16")
+    assert fp16.value("dp_comm") == fp16_plain.value("dp_comm")
+
+
+def test_step_time_uncertainty_leaves_out_memory_rows() -> None:
+    rows = uncertainty._rows("training")
+    assert rows and not any(r.group == "memory" for r in rows)
+
+
+def test_device_memory_is_binary_gb() -> None:
+    # An A100 80GB holds 81,920 MiB: BLOOM's 79 GiB in use (training-memory.csv, mem04) fits it.
+    a100 = lookup("gpu", "a100-sxm-80gb", GPU)
+    assert a100.memory_bytes == 80 * 2**30 > 79 * 2**30 > 80e9
+
+
+def _training_csv(tmp_path: Path, header_change: tuple[str, str] | None = None, **changes: str) -> str:
+    rows = [r for r in csv.DictReader(Path(str(TRAINING)).read_text(encoding="utf-8").splitlines()) if r["id"] == "t44"]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, [*rows[0], *(k for k in changes if k not in rows[0])], lineterminator="\n")
+    writer.writeheader()
+    writer.writerow({**rows[0], **changes})
+    text = out.getvalue()
+    if header_change:
+        head, _, body = text.partition("\n")
+        text = head.replace(*header_change) + "\n" + body
+    path = tmp_path / "rows.csv"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("header_change", "changes", "fragment"),
+    [
+        ((",flows", ",flow"), {}, "column 'flow' is not one fabricscope reads (did you mean 'flows'?)"),
+        ((",flows", ",flow_gbps"), {}, "column 'flow_gbps' is named twice"),
+        (None, {"flows": "9" * 400}, "flows has 400 digits; whole numbers must fit in 64 bits"),
+        (None, {"gpus": "9" * 400}, "gpus has 400 digits"),
+        (None, {"metric": "memory_gib"}, "memory_gib applies to transformer rows"),
+    ],
+)
+def test_bad_validation_files_are_one_line(cli, tmp_path, header_change, changes, fragment) -> None:  # type: ignore[no-untyped-def]
+    line = one_error_line(cli("validate", _training_csv(tmp_path, header_change, **changes)))
+    assert fragment in line and len(line) < 300, line
+
+
+def test_an_unrelated_extra_column_is_a_note(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    done = cli("validate", _training_csv(tmp_path, date="2019-01-20"))
+    assert done.code == 0, done.err
+
+
+def test_estimate_names_the_framework_and_its_bf16_term(cli) -> None:  # type: ignore[no-untyped-def]
+    args = ["estimate", "--model", "gpt3-175b", "--cluster", "dgx-a100-hdr", "--nodes", "48", "--tp", "4"]
+    args += ["--pp", "12", "--micro-batch", "2", "--global-batch", "2048", "--recompute", "full", "--zero", "1"]
+    done = cli(*args, "--framework", "megatron-deepspeed-bf16", "--precision", "bf16")
+    assert done.code == 0, done.err
+    assert "priced as megatron-deepspeed-bf16 runs it" in done.out
+    assert "unsharded fp32 buffer" in done.out and "GiB of 80 GiB" in done.out
+    fp16 = cli(*args, "--framework", "megatron-deepspeed-bf16", "--precision", "fp16")
+    assert fp16.code == 0 and "unsharded fp32 buffer" not in fp16.out
+
+
+def test_predict_says_a_flow_cap_set_the_nic_share(cli, write) -> None:  # type: ignore[no-untyped-def]
+    text = 'nodes = 2\ngpu = "v100-sxm2-32gb"\n[network]\nnic = "eth-25g"\ntransport = "tcp-socket"\n'
+    path = write("c.toml", text + "flow_gbps = 10\nflows = 1\n")
+    done = cli("predict", "--cluster", str(path), "-b", "256M", "-e", "256M", "all_reduce")
+    assert done.code == 0, done.err
+    assert "1 flow of at most 10 Gb/s per NIC: 1.2 GB/s per NIC" in done.out
