@@ -318,8 +318,8 @@ def _add_estimate(subparsers: Any) -> None:
         "--framework",
         default=None,
         help="price the split as this training stack runs it: megatron-lm-2021, megatron-core, deepspeed-pipeline, "
-        "megatron-deepspeed-bf16, "
-        "deepspeed-zero3-2021, pytorch-fsdp, horovod or pytorch-ddp (named parameters with sources, docs/model.md)",
+        "deepspeed-zero3-2021, pytorch-fsdp, horovod, pytorch-ddp or megatron-deepspeed-bf16 (named parameters with "
+        "sources, docs/model.md)",
     )
     p.add_argument(
         "--ps-servers",
