@@ -122,3 +122,15 @@ def test_predict_says_a_flow_cap_set_the_nic_share(cli, write) -> None:  # type:
     done = cli("predict", "--cluster", str(path), "-b", "256M", "-e", "256M", "all_reduce")
     assert done.code == 0, done.err
     assert "1 flow of at most 10 Gb/s per NIC: 1.2 GB/s per NIC" in done.out
+
+
+def test_a_row_id_with_a_control_character_is_refused_and_shown_escaped(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    line = one_error_line(cli("validate", _training_csv(tmp_path, id="t\x0044")))
+    assert "\x00" not in line and "'t\\x0044'" in line and "1-40 printable characters" in line
+
+
+def test_a_huge_choice_is_not_echoed_whole(cli) -> None:  # type: ignore[no-untyped-def]
+    line = one_error_line(
+        cli("estimate", "--model", "llama-7b", "--cluster", "dgx-a100-hdr", "--framework", "x" * 5000)
+    )
+    assert "(5000 characters)" in line and len(line) < 400

@@ -60,7 +60,8 @@ def as_choice(text: str, allowed: tuple[T, ...], flag: str) -> T:
     for option in allowed:
         if option == key:
             return option
-    raise UsageError(f"unknown {flag} {text!r}{closest(key, allowed)}: use {', '.join(allowed)}")
+    shown = repr(text) if len(text) <= 60 else f"{text[:40]!r}... ({len(text)} characters)"
+    raise UsageError(f"unknown {flag} {shown}{closest(key[:100], allowed)}: use {', '.join(allowed)}")
 
 
 def _flag(key: str) -> str:

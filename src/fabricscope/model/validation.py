@@ -640,14 +640,16 @@ def validate_file(path: Any) -> list[Comparison]:
         )
     checks = []
     for number, row in enumerate(rows, start=2):
+        row_id = row.get("id") or ""
+        shown = row_id if row_id.isprintable() and len(row_id) <= 40 else repr(row_id[:40])
         try:
+            if not row_id.strip() or not row_id.isprintable() or len(row_id) > 40:
+                raise UsageError(f"id = {shown} must be 1-40 printable characters")
             checks.append(check(row, where))
         except UsageError as exc:
-            raise ConfigError(f"{where}: line {number} ({kind} row {row.get('id', '?')}): {exc}") from None
+            raise ConfigError(f"{where}: line {number} ({kind} row {shown}): {exc}") from None
         except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(
-                f"{where}: line {number} ({kind} row {row.get('id', '?')}): invalid value ({exc})"
-            ) from None
+            raise ConfigError(f"{where}: line {number} ({kind} row {shown}): invalid value ({exc})") from None
     return checks
 
 
