@@ -84,7 +84,12 @@ class RunError(FabricscopeError):
     exit_code = 1
 
 
+def quoted(text: str) -> str:
+    """A value the user gave, as a message shows it: quoted, and cut when it is long."""
+    return repr(text) if len(text) <= 60 else f"{text[:40]!r}... ({len(text)} characters)"
+
+
 def closest(name: str, allowed: Iterable[str]) -> str:
     """Return ``" (did you mean 'x'?)"`` for the closest allowed name, or ``""``."""
-    matches = difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.6)
+    matches = difflib.get_close_matches(name[:100], list(allowed), n=1, cutoff=0.6)
     return f" (did you mean '{matches[0]}'?)" if matches else ""

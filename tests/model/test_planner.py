@@ -217,3 +217,21 @@ def test_the_cloud_scenario_prices_sockets_on_virtual_nics() -> None:
     sockets = lookup("transport", "tcp-socket", Transport)
     assert virtual == {sockets.virtualized_efficiency} and bare == {sockets.efficiency}
     assert sockets.virtualized_efficiency < sockets.efficiency
+
+
+@pytest.mark.parametrize(
+    ("model", "gpus", "scenario"), [("llama-7b", 64, "cloud"), ("llama3-8b", 1024, "research-large")]
+)
+def test_each_frontier_row_is_faster_than_the_one_before(model: str, gpus: int, scenario: str) -> None:
+    # Review 4: ranked by each split's own compute share, a slower network could follow a faster one
+    # at the same cost; utilization against one yardstick (the least compute any split needs) cannot.
+    result = planner.plan(load_model(model), gpus=gpus, scenario_name=scenario)
+    steps = [o.step_s for o in result.frontier]
+    costs = [o.cost_usd for o in result.frontier]
+    assert steps == sorted(steps, reverse=True) and len(set(steps)) == len(steps)
+    assert costs == sorted(costs) and len(set(costs)) == len(costs)
+    for option in result.options:
+        if option.parallel is not None:
+            assert (option.utilization > 0) and option.utilization * option.step_s == pytest.approx(
+                result.frontier[0].utilization * result.frontier[0].step_s
+            )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,24 @@ def test_a_huge_choice_is_not_echoed_whole(cli) -> None:  # type: ignore[no-unty
         cli("estimate", "--model", "llama-7b", "--cluster", "dgx-a100-hdr", "--framework", "x" * 5000)
     )
     assert "(5000 characters)" in line and len(line) < 400
+
+
+def test_review4_row_ids_and_numbers(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A quoted newline stays in the id (the reader no longer splits lines itself); an empty id is shown
+    # quoted; leading zeros do not count as digits of a 64-bit number.
+    assert "'t\\n44'" in one_error_line(cli("validate", _training_csv(tmp_path, id="t\n44")))
+    assert "row ''" in one_error_line(cli("validate", _training_csv(tmp_path, id="")))
+    padded = cli("validate", _training_csv(tmp_path, gpus="0" * 30 + "16"))
+    assert padded.code == 0, padded.err
+
+
+def test_the_bf16_stack_says_when_its_term_is_off(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    args = ["estimate", "--model", "llama-70b", "--cluster", "dgx-a100-hdr", "--nodes", "8", "--pp", "1"]
+    out = tmp_path / "e.json"
+    done = cli(
+        *args, "--zero", "3", "--framework", "megatron-deepspeed-bf16", "--precision", "bf16", "--json", str(out)
+    )
+    assert done.code == 0, done.err
+    assert "no fp32 gradient buffer" in done.out and "ZeRO 3 partitions the gradients" in done.out
+    record = json.loads(out.read_text())["records"][0]
+    assert record["memory_gib_per_gpu"] * 2**30 == pytest.approx(record["memory_gb_per_gpu"] * 1e9)

@@ -276,6 +276,7 @@ class Estimate:
             "bottleneck": self.bottleneck,
             "bottleneck_text": self.bottleneck_text,
             "breakdown": {name: self.value(name) for name in BREAKDOWN},
+            "memory_gb_per_gpu": self.value("memory_bytes") / 1e9,
             "memory_gib_per_gpu": self.value("memory_bytes") / 2**30,
             "fits_in_memory": self.fits,
             "data_read_s": self.value("data_time"),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, ClassVar, Literal, TypeVar
 
-from fabricscope.errors import InvalidValue, UsageError, closest
+from fabricscope.errors import InvalidValue, UsageError, closest, quoted
 from fabricscope.schema import FORBID_EXTRA, build, require
 from fabricscope.userfiles import read_toml
 
@@ -77,8 +77,8 @@ class GPU:
 
     @property
     def memory_bytes(self) -> float:
-        """Device memory in bytes: vendors' GB of HBM are binary (an A100 80GB holds 81,920 MiB as
-        nvidia-smi shows it, an H100 SXM 81,559)."""
+        """Device memory in bytes: vendors' GB of HBM are binary (an A100 80GB shows 81,920 MiB in
+        nvidia-smi; some boards keep a little of it back, an H100 SXM shows 81,559 MiB)."""
         return self.memory_gb * 2**30
 
     def peak_flops(self, precision: str) -> float:
@@ -278,7 +278,7 @@ def lookup(kind: str, name: str, cls: type[E]) -> E:
         noun = {"gpulink": "GPU link", "pcie": "PCIe generation"}.get(
             kind, kind.upper() if kind in ("gpu", "nic") else kind
         )
-        raise UsageError(f"unknown {noun} {name!r}{suggest(name, table)}: allowed are {', '.join(table)}")
+        raise UsageError(f"unknown {noun} {quoted(name)}{suggest(name[:100], table)}: allowed are {', '.join(table)}")
     entry = table[name]
     assert isinstance(entry, cls)
     return entry

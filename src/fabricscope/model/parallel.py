@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, TypeVar, cast
 
-from fabricscope.errors import InvalidValue, UsageError, closest
+from fabricscope.errors import InvalidValue, UsageError, closest, quoted
 from fabricscope.model.workload import ModelSpec
 
 T = TypeVar("T", bound=str)
@@ -60,8 +60,7 @@ def as_choice(text: str, allowed: tuple[T, ...], flag: str) -> T:
     for option in allowed:
         if option == key:
             return option
-    shown = repr(text) if len(text) <= 60 else f"{text[:40]!r}... ({len(text)} characters)"
-    raise UsageError(f"unknown {flag} {shown}{closest(key[:100], allowed)}: use {', '.join(allowed)}")
+    raise UsageError(f"unknown {flag} {quoted(text)}{closest(key, allowed)}: use {', '.join(allowed)}")
 
 
 def _flag(key: str) -> str:

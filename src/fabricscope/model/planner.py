@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 
-from fabricscope.errors import InvalidValue, UsageError
+from fabricscope.errors import InvalidValue, UsageError, quoted
 from fabricscope.model import collective_cost as coll
 from fabricscope.model import hardware, training
 from fabricscope.model.cluster import Cluster, ClusterSpec, NetworkSpec, Topology, TransportName, resolve
@@ -40,7 +40,7 @@ from fabricscope.userfiles import read_toml
 __all__ = ["LATENCY_PROBE_BYTES", "Network", "Plan", "Scenario", "plan", "scenarios", "search_space"]
 
 TRANSPORT_PREFERENCE = ("rdma-gdr", "rdma", "tcp-socket")
-"""Between options of equal cost, step time and latency: GPUDirect RDMA first (no host copies,
+"""Between options of equal cost, utilization and latency: GPUDirect RDMA first (no host copies,
 no CPU), then RDMA, then sockets."""
 FRONTIER_STEP = 0.001
 """A frontier row must buy at least this much more utilization (0.1 point) than the one before."""
@@ -100,7 +100,9 @@ def scenarios() -> dict[str, Scenario]:
 def scenario(name: str) -> Scenario:
     table = scenarios()
     if name not in table:
-        raise UsageError(f"unknown scenario {name!r}{hardware.suggest(name, table)}: use one of {', '.join(table)}")
+        raise UsageError(
+            f"unknown scenario {quoted(name)}{hardware.suggest(name[:100], table)}: use one of {', '.join(table)}"
+        )
     return table[name]
 
 
@@ -217,14 +219,17 @@ class Sweep:
 
 
 def sweep(model: ModelSpec, cand: Splits, gpu: GPU, fab: Fabric, precision: str) -> Sweep:
-    """Price every (network, split) pair; keep the fastest split per network."""
+    """Price every (network, split) pair; keep the fastest split per network.  Its utilization is the
+    least compute any fitting split needs over that step: one yardstick for every network, so more
+    utilization is always a shorter step (a split's own compute share is not: a split that computes
+    slower computes a larger share of a longer step)."""
     shape = shape_of(model)
     dev = device_for(gpu, precision)
     n_net = _rows(fab)
     rows = max(1, CHUNK_ELEMENTS // max(len(cand), 1))
     best = np.full(n_net, -1)
     step_s = np.full(n_net, np.inf)
-    util = np.zeros(n_net)
+    least = np.inf
     for start in range(0, n_net, rows):
         part = take(fab, slice(start, start + rows))
         result = training.step(shape, cand.job, dev, part)
@@ -233,10 +238,13 @@ def sweep(model: ModelSpec, cand: Splits, gpu: GPU, fab: Fabric, precision: str)
         index = np.argmin(total, axis=1)
         taken = np.arange(len(index))
         chosen = total[taken, index]
-        compute = np.broadcast_to(result.compute, total.shape)[taken, index]
+        fits = np.broadcast_to(result.memory_bytes <= dev.memory_bytes, total.shape)
+        compute = np.broadcast_to(result.compute, total.shape)
+        if fits.any():
+            least = min(least, float(np.min(compute[fits])))
         best[start : start + len(index)] = np.where(np.isfinite(chosen), index, -1)
         step_s[start : start + len(index)] = chosen
-        util[start : start + len(index)] = np.where(np.isfinite(chosen), compute / chosen, 0.0)
+    util = np.where(np.isfinite(step_s), least / np.where(np.isfinite(step_s), step_s, 1.0), 0.0)
     return Sweep(best=best, step_s=step_s, utilization=util, evaluated=n_net * len(cand))
 
 
@@ -251,11 +259,10 @@ class Option:
     meets: bool
 
     def rank(self) -> tuple[float, float, float, int]:
-        """Cheapest first; at equal cost the shorter step (each network's fastest split: its utilization is
-        that split's share of compute, which differs between splits), then less latency, then the better
-        transport."""
+        """Cheapest first; at equal cost more utilization (a shorter step), then less latency, then the
+        better transport."""
         transport = TRANSPORT_PREFERENCE.index(self.network.transport.name)
-        return (self.cost_usd, self.step_s, self.latency_us, transport)
+        return (self.cost_usd, -self.utilization, self.latency_us, transport)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -181,7 +181,11 @@ def _stack_lines(est: Estimate, framework: str | None = None) -> list[str]:
         lines.append(
             "  gradients accumulate in an unsharded fp32 buffer (BF16 optimizer): +4 bytes per parameter, "
             "a pass over them after every micro-batch (in 'optimizer'), reduced in fp32"
+            + ("; its fp32 weights and Adam state are sharded at ZeRO 0 too" if par.zero == 0 else "")
         )
+    elif par.bf16_fp32_accumulation and framework:
+        why = f"ZeRO {par.zero} partitions the gradients" if par.zero >= 2 else f"the run is in {par.precision}"
+        lines.append(f"  no fp32 gradient buffer: the BF16 optimizer runs in bf16 at ZeRO 0 and 1 only ({why})")
     m = est.model
     if m.is_moe:
         load = (

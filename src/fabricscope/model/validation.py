@@ -27,6 +27,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import difflib
+import io
 import math
 import os
 import re
@@ -37,7 +38,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fabricscope.errors import ConfigError, UsageError, closest
+from fabricscope.errors import ConfigError, UsageError, closest, quoted
 from fabricscope.model import hardware
 from fabricscope.model.cluster import ClusterSpec, IntraFabric, NetworkSpec, TransportName, resolve
 from fabricscope.model.estimate import estimate
@@ -293,10 +294,10 @@ def _algorithm(text: str) -> str:
 def _number(row: Mapping[str, str], key: str, *, whole: bool = False, allow_zero: bool = False) -> Any:
     """A numeric column: a finite number above zero (or zero, with ``allow_zero``)."""
     text = (row.get(key) or "").strip()
-    shown = repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
-    digits = len(text.lstrip("+-"))
-    if whole and digits > 18 and text.lstrip("+-").isdigit():
-        raise ValueError(f"{key} has {digits} digits; whole numbers must fit in 64 bits")
+    shown = quoted(text)
+    digits = text.lstrip("+-").lstrip("0")
+    if whole and digits.isdigit() and (len(digits) > 19 or int(digits) >= 2**63):
+        raise ValueError(f"{key} has {len(digits)} digits; whole numbers must fit in 64 bits")
     try:
         value: float = int(text) if whole else float(text)
     except ValueError:
@@ -622,7 +623,7 @@ def validate_file(path: Any) -> list[Comparison]:
     """Predict every row of one validation CSV (a collectives or a training file)."""
     where = str(path)
     text = read_text(str(path), what="validation CSV")
-    reader = csv.DictReader(text.splitlines())
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     _check_header(where, list(reader.fieldnames or []))
     rows = list(reader)
     if not rows:
@@ -641,7 +642,7 @@ def validate_file(path: Any) -> list[Comparison]:
     checks = []
     for number, row in enumerate(rows, start=2):
         row_id = row.get("id") or ""
-        shown = row_id if row_id.isprintable() and len(row_id) <= 40 else repr(row_id[:40])
+        shown = row_id if row_id.strip() and row_id.isprintable() and len(row_id) <= 40 else quoted(row_id)
         try:
             if not row_id.strip() or not row_id.isprintable() or len(row_id) > 40:
                 raise UsageError(f"id = {shown} must be 1-40 printable characters")
