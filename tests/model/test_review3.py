@@ -89,7 +89,7 @@ def _training_csv(tmp_path: Path, header_change: tuple[str, str] | None = None, 
 @pytest.mark.parametrize(
     ("header_change", "changes", "fragment"),
     [
-        ((",flows", ",flow"), {}, "column 'flow' is not one fabricscope reads (did you mean 'flows'?)"),
+        ((",flows", ",flow"), {}, "column 'flow' is not one fabricscope reads (did you mean 'flows'?"),
         ((",flows", ",flow_gbps"), {}, "column 'flow_gbps' is named twice"),
         (None, {"flows": "9" * 400}, "flows has 400 digits; whole numbers must fit in 64 bits"),
         (None, {"gpus": "9" * 400}, "gpus has 400 digits"),
@@ -156,3 +156,8 @@ def test_the_bf16_stack_says_when_its_term_is_off(cli, tmp_path) -> None:  # typ
     assert "no fp32 gradient buffer" in done.out and "ZeRO 3 partitions the gradients" in done.out
     record = json.loads(out.read_text())["records"][0]
     assert record["memory_gib_per_gpu"] * 2**30 == pytest.approx(record["memory_gb_per_gpu"] * 1e9)
+
+
+def test_a_numbered_copy_of_a_note_column_is_the_files_own(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    done = cli("validate", _training_csv(tmp_path, source2="a second source", notes_2="more"))
+    assert done.code == 0, done.err

@@ -122,10 +122,12 @@ def _check_header(where: str, header: list[str]) -> None:
         if name in seen:
             raise ConfigError(f"{where}: column {shorten(name)!r} is named twice in the header: keep one")
         seen.add(name)
-        near = [] if name in known else difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.85)
+        numbered = name.rstrip("0123456789") in known  # source2, notes_2: a column of the file's own
+        near = [] if name in known or numbered else difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.85)
         if near:
             raise ConfigError(
-                f"{where}: column {shorten(name)!r} is not one fabricscope reads (did you mean {near[0]!r}?)"
+                f"{where}: column {shorten(name)!r} is not one fabricscope reads (did you mean {near[0]!r}? "
+                "a note column of your own needs a name further from the columns fabricscope reads)"
             )
 
 
