@@ -329,6 +329,11 @@ class ParallelConfig(_Settings):
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
 
+    @property
+    def fp32_accumulation(self) -> bool:
+        """The stack's BF16 optimizer runs: bf16, at ZeRO 0 or 1 (training._fp32_accum prices it)."""
+        return self.bf16_fp32_accumulation and self.precision == "bf16" and self.zero <= 1
+
 
 @dataclass(kw_only=True, slots=True)
 class SplitRequest(_Settings):

@@ -177,7 +177,7 @@ def _stack_lines(est: Estimate, framework: str | None = None) -> list[str]:
     elif stack is not None:
         lines.append(f"framework: {stack.name} runs this split (catalog/frameworks.toml; --framework to choose)")
     par = est.parallel
-    if par.bf16_fp32_accumulation and par.precision == "bf16" and par.zero <= 1:
+    if par.fp32_accumulation:
         lines.append(
             "  gradients accumulate in an unsharded fp32 buffer (BF16 optimizer): +4 bytes per parameter, "
             "a pass over them after every micro-batch (in 'optimizer'), reduced in fp32"

@@ -120,13 +120,13 @@ def _check_header(where: str, header: list[str]) -> None:
     seen: set[str] = set()
     for name in header:
         if name in seen:
-            raise ConfigError(f"{where}: column {shorten(name)!r} is named twice in the header: keep one")
+            raise ConfigError(f"{where}: column {quoted(name)} is named twice in the header: keep one")
         seen.add(name)
         numbered = name.rstrip("0123456789") in known  # source2, notes_2: a column of the file's own
         near = [] if name in known or numbered else difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.85)
         if near:
             raise ConfigError(
-                f"{where}: column {shorten(name)!r} is not one fabricscope reads (did you mean {near[0]!r}? "
+                f"{where}: column {quoted(name)} is not one fabricscope reads (did you mean {near[0]!r}? "
                 "a note column of your own needs a name further from the columns fabricscope reads)"
             )
 
@@ -234,7 +234,7 @@ def _virtualized(row: Mapping[str, str], nic_text: str) -> bool:
     text = (row.get(VIRTUALIZED) or "").strip().lower()
     if text:
         if text not in (*_TRUE, *_FALSE):
-            raise UsageError(f"virtualized = {text[:40]!r} must be true or false (or empty: the nic text decides)")
+            raise UsageError(f"virtualized = {quoted(text)} must be true or false (or empty: the nic text decides)")
         return text in _TRUE
     low = nic_text.lower()
     return bool(_VIRTUAL_WORD.search(low)) and not _NEGATED.search(low)
@@ -262,7 +262,7 @@ def _transport(text: str, nic: str) -> TransportName:
         return "rdma-gdr" if hardware.entries("nic")[nic].rdma else "tcp-socket"
     if word not in TRANSPORTS:
         raise UsageError(
-            f"transport = {text[:40]!r} is not a known transport{closest(word, TRANSPORTS)}: use one of "
+            f"transport = {quoted(text)} is not a known transport{closest(word, TRANSPORTS)}: use one of "
             f"{', '.join(TRANSPORTS)} (or leave it empty: rdma-gdr on an RDMA NIC, else tcp-socket)"
         )
     return TRANSPORTS[word]
@@ -394,7 +394,7 @@ def _group(row: Mapping[str, str], kind: str) -> str:
     if not text:
         return kind
     if not GROUP_NAME.fullmatch(text) or text == "overall":
-        raise UsageError(f"group = {text[:40]!r} must be 1-40 lower-case letters, digits and '-' (not 'overall')")
+        raise UsageError(f"group = {quoted(text)} must be 1-40 lower-case letters, digits and '-' (not 'overall')")
     return text
 
 
