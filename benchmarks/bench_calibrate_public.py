@@ -43,7 +43,9 @@ def one(fabric: str, tmp: Path) -> tuple[float, float]:
     shape = ["--nodes", "16", "--gpus-per-node", "1"]
     run("predict", "--cluster", str(tmp / f"{fabric}.toml"), *shape, *sweep, "--json", str(tmp / "p.json"))
     run("predict", "--cluster", str(tmp / f"{fabric}-catalog.toml"), *shape, *sweep, "--json", str(tmp / "c.json"))
-    measured, predicted, catalog = times(large), times(tmp / "p.json"), times(tmp / "c.json")
+    measured, predicted, catalog = (
+        {size: t for (_, size), t in times(path).items()} for path in (large, tmp / "p.json", tmp / "c.json")
+    )
     print(f"\n{fabric}: calibrated on 8 nodes x 4 GPUs, predicted and measured on 16 nodes x 1 GPU")
     print(f"{'size':>10} {'16 nodes us':>12} {'predicted':>10} {'error':>8} {'catalog err':>12}")
     errors, catalog_errors = [], []

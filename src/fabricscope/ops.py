@@ -137,6 +137,16 @@ class Collective:
         """The ``size`` column: max(send bytes, receive bytes)."""
         return layout.buffer_count * eltsize
 
+    def algbw_bytes(self, size: int, eltsize: int, nranks: int) -> int:
+        """S of ``algbw = S/t`` for a row of ``size`` bytes (a requested size or the ``size`` column).
+
+        The one conversion from a row's size to the bytes its bandwidth counts: ``predict`` prices
+        these bytes and ``calibrate`` fits them.  A row's ``count`` column is per rank (all_gather,
+        reduce_scatter, alltoall, gather, scatter), so it is never the way back to S; the ``size``
+        column is, in every nccl-tests version and in fabricscope's records.
+        """
+        return self.algbw_elements(self.layout(size // eltsize, eltsize, nranks), nranks) * eltsize
+
 
 # --- byte counts -------------------------------------------------------------
 

@@ -188,6 +188,25 @@ class Result:
         if self.status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
 
+    def world(self) -> tuple[int, int] | None:
+        """(ranks, nodes) the records ran or were predicted on: ``host.ranks`` (bench: one entry a
+        rank, nodes = distinct hosts), else ``config.nranks`` and ``config.nodes`` (imported logs),
+        else ``config.nodes`` and ``config.gpus_per_node`` (predictions); None when it does not say."""
+
+        def whole(key: str, default: Any = None) -> int | None:
+            value = self.config.get(key, default)
+            return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+        ranks = self.host.get("ranks") if isinstance(self.host, dict) else None
+        if isinstance(ranks, list) and ranks and all(isinstance(r, dict) for r in ranks):
+            return len(ranks), max(len({str(r.get("host", "")) for r in ranks}), 1)
+        nranks, nodes, per_node = whole("nranks"), whole("nodes", 1), whole("gpus_per_node")
+        if nranks is not None and nodes is not None and nodes <= nranks:
+            return nranks, nodes
+        if "nodes" in self.config and nodes is not None and per_node is not None:
+            return nodes * per_node, nodes
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": FORMAT,

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from model_helpers import one_error_line
 
-from fabricscope.model.calibrate import Run, calibrate, cluster_toml, fit_line, load_runs, predicted_seconds
+from fabricscope.model.calibrate import Run, calibrate, cluster_toml, fit_line, load_runs
+from fabricscope.model.calibrated_cost import predicted_seconds
 from fabricscope.model.cluster import MAX_BUSBW_GBPS, load_cluster
 from fabricscope.ops import COLLECTIVES
 

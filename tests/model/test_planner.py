@@ -151,6 +151,9 @@ def test_cluster_fabric_and_sweep_fabric_are_one_function() -> None:
         alone = fabric_of(planner.cluster_of(nets[row], gpu, 8, 16))
         one = take(fab, row)
         for name in Fabric.__slots__:
+            if name == "a2a":  # the calibrated all-to-all: a cluster file's, never a catalog network's
+                assert getattr(one, name) is None and getattr(alone, name) is None
+                continue
             assert float(getattr(one, name)) == pytest.approx(float(getattr(alone, name))), name
 
 

@@ -4,9 +4,12 @@ For every op the alpha-beta line ``t(S) = a + b S`` (S: the bytes of algbw) is f
 ``bench`` results (or nccl-tests logs in the same record fields) by least squares on relative
 residuals with Huber weights, then read as the per-hop terms of a ring:
 ``a = base + steps(op, n) * hop`` and ``b = busbw_factor(n) / busbw``, intra-node from runs
-inside a node, inter-node from runs across nodes.  :func:`predicted_seconds` evaluates the
-fitted ring at another rank or node count; what it cannot extrapolate it refuses
-(:func:`missing_hop`).  docs/model.md, section 7, gives the method in full.
+inside a node, inter-node from runs across nodes.  S of each row comes from its ``size``
+column through :meth:`fabricscope.ops.Collective.algbw_bytes`, the conversion ``predict`` uses,
+and the fit error is computed with predict's own :func:`fabricscope.model.predict.op_seconds`,
+so the error printed is the one a prediction of the measured shape shows.
+:mod:`fabricscope.model.calibrated_cost` evaluates the fitted ring at another rank or node
+count; what it cannot extrapolate predict refuses.  docs/model.md, section 7, gives the method.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ import numpy as np
 from fabricscope import ops
 from fabricscope.dtypes import DTYPES
 from fabricscope.errors import ResultFormatError, UsageError
+from fabricscope.model.calibrated_cost import inter_steps, steps
 from fabricscope.model.cluster import MAX_BUSBW_GBPS, CalibratedOp, Cluster
+from fabricscope.model.predict import op_seconds
 from fabricscope.results import Result
 
 __all__ = [
@@ -33,13 +38,10 @@ __all__ = [
     "calibrate",
     "cluster_toml",
     "fit_line",
-    "inter_steps",
+    "fit_seconds",
     "load_runs",
-    "missing_hop",
-    "predicted_seconds",
+    "priced_runs",
     "runs_of",
-    "steps",
-    "unmeasured_intra",
 ]
 
 HUBER_K = 1.345
@@ -65,20 +67,6 @@ class Run:
     @property
     def ranks_per_node(self) -> int:
         return self.ranks // self.nodes
-
-
-def steps(op: str, members: Any) -> Any:
-    """Latency steps of the ring form of ``op`` through ``members`` ranks; given the node count
-    instead, the steps that cross between nodes (the ring enters and leaves each node once)."""
-    if op == "all_reduce":
-        return 2 * (members - 1)
-    if op == "sendrecv":
-        return np.minimum(members - 1, 1)
-    return members - 1
-
-
-inter_steps = steps
-"""Steps between nodes: :func:`steps` of the node count."""
 
 
 def fit_line(moved: Any, seconds: Any) -> tuple[float, float]:
@@ -107,14 +95,18 @@ def fit_line(moved: Any, seconds: Any) -> tuple[float, float]:
 
 
 def _moved_bytes(op: ops.Collective, record: dict[str, Any], ranks: int, mean_us: float) -> float:
-    """The bytes the op's algbw counts (S of algbw = S/t), from the element count and datatype.
+    """The bytes the op's algbw counts (S of algbw = S/t), from the ``size`` column and datatype.
 
-    nccl-tests prints algbw with two decimals, so small sizes read 0.00 GB/s: the count
-    and datatype give S exactly; algbw x time is the fallback for records without them.
+    The ``size`` column is the whole array in every nccl-tests version and in bench's records,
+    while ``count`` is per rank for all_gather, reduce_scatter and alltoall, so S comes from
+    ``size`` through the conversion predict uses (:meth:`~fabricscope.ops.Collective.algbw_bytes`).
+    nccl-tests prints algbw with two decimals, so small sizes read 0.00 GB/s: algbw x time is
+    only the fallback for records without a size.
     """
-    count, dtype = record.get("count"), DTYPES.get(str(record.get("dtype")))
-    if isinstance(count, int) and not isinstance(count, bool) and count > 0 and dtype is not None:
-        return float(op.algbw_elements(op.layout(count, dtype.size, ranks), ranks) * dtype.size)
+    size = record.get("size_bytes")
+    dtype = DTYPES.get(str(record.get("dtype")), DTYPES["int8"])
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        return float(op.algbw_bytes(size, dtype.size, ranks))
     return _number(record.get("algbw_gbps"), "algbw_gbps") * 1e9 * mean_us * 1e-6
 
 
@@ -125,19 +117,14 @@ def _number(value: Any, what: str) -> float:
 
 
 def _shape(result: Result, source: str) -> tuple[int, int]:
-    """(ranks, nodes) of a result: its ``host.ranks`` list (bench), else ``config.nranks`` and
-    ``config.nodes`` (imported logs)."""
-    ranks = result.host.get("ranks") if isinstance(result.host, dict) else None
-    if isinstance(ranks, list) and ranks and all(isinstance(r, dict) for r in ranks):
-        hosts = {str(r.get("host", "")) for r in ranks}
-        return len(ranks), max(len(hosts), 1)
-    nranks, nodes = result.config.get("nranks"), result.config.get("nodes", 1)
-    if isinstance(nranks, int) and not isinstance(nranks, bool) and isinstance(nodes, int) and 1 <= nodes <= nranks:
-        return nranks, nodes
-    raise ResultFormatError(
-        f"{source}: cannot tell how many ranks and nodes ran: expected host.ranks (a bench result) "
-        "or config.nranks and config.nodes (an imported log)"
-    )
+    """(ranks, nodes) of a measured result (:meth:`Result.world`), or why it cannot be read."""
+    found = result.world() if result.kind in RESULT_KINDS else None
+    if found is None:
+        raise ResultFormatError(
+            f"{source}: cannot tell how many ranks and nodes ran: expected host.ranks (a bench result) "
+            "or config.nranks and config.nodes (an imported log)"
+        )
+    return found
 
 
 def runs_of(result: Result, source: str) -> list[Run]:
@@ -174,6 +161,19 @@ def runs_of(result: Result, source: str) -> list[Run]:
         sizes, seconds = (np.array(column) for column in zip(*found, strict=True))
         runs.append(Run(source, name, ranks, nodes, sizes, seconds))
     return runs
+
+
+def priced_runs(runs: Sequence[Run]) -> tuple[list[Run], list[str]]:
+    """(the runs of ops predict prices, the names of the others): ``ps`` has no cost model, so
+    terms fitted to it would never be read; calibrate leaves it out and says so."""
+    kept = [r for r in runs if ops.get(r.op).modelled]
+    left = list(dict.fromkeys(r.op for r in runs if not ops.get(r.op).modelled))
+    if not kept:
+        raise UsageError(
+            f"calibrate fits the ops predict prices; {', '.join(left)} has no cost model in predict: "
+            "calibrate a run of all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce or sendrecv"
+        )
+    return kept, left
 
 
 def load_runs(paths: Iterable[str]) -> list[Run]:
@@ -242,49 +242,16 @@ def calibrate(runs: Sequence[Run]) -> dict[str, CalibratedOp]:
         errors = [
             abs(float(p) / t - 1.0)
             for r in mine
-            for p, t in zip(
-                predicted_seconds(terms, op, r.moved, r.ranks_per_node, r.nodes), r.seconds.tolist(), strict=True
-            )
+            for p, t in zip(fit_seconds(terms, r), r.seconds.tolist(), strict=True)
         ]
         found[op] = dataclasses.replace(terms, residual_pct=100.0 * statistics.median(errors))
     return found
 
 
-def missing_hop(terms: CalibratedOp, ranks_per_node: int, nodes: int) -> str | None:
-    """Which hop a prediction at this shape needs and the calibration did not measure.
-
-    Across nodes, hops inside a node that were not measured are taken as no slower than the
-    network (runs across nodes only: their fitted line already holds them); :func:`unmeasured_intra`
-    says when a prediction leans on that."""
-    if nodes > 1 and terms.inter_busbw_gbps <= 0:
-        return "between nodes"
-    if nodes == 1 and ranks_per_node > 1 and terms.intra_busbw_gbps <= 0:
-        return "inside a node"
-    return None
-
-
-def unmeasured_intra(terms: CalibratedOp, ranks_per_node: int, nodes: int) -> bool:
-    """True where a prediction at this shape has hops inside a node that no run measured."""
-    return nodes > 1 and ranks_per_node > 1 and terms.intra_busbw_gbps <= 0
-
-
-def predicted_seconds(terms: CalibratedOp, op: str, moved: Any, ranks_per_node: int, nodes: int) -> Any:
-    """Seconds of ``op`` moving ``moved`` bytes (S of algbw) at this shape, from fitted terms."""
-    ranks = ranks_per_node * nodes
-    sizes = np.asarray(moved, dtype=float)
-    if ranks <= 1:
-        return np.zeros_like(sizes)
-    crossing = float(inter_steps(op, nodes))
-    latency_us = (
-        terms.base_us + (float(steps(op, ranks)) - crossing) * terms.intra_hop_us + crossing * terms.inter_hop_us
-    )
-    rates = []
-    if ranks_per_node > 1 and terms.intra_busbw_gbps > 0:
-        rates.append(terms.intra_busbw_gbps)
-    if nodes > 1:
-        rates.append(terms.inter_busbw_gbps)
-    busbw = min(rates, default=0.0)
-    return latency_us * 1e-6 + sizes * ops.get(op).busbw_factor(ranks) / (max(busbw, 1e-12) * 1e9)
+def fit_seconds(terms: CalibratedOp, run: Run) -> Any:
+    """What predict prints for ``run``'s rows from ``terms``: its own pricing function, the same bytes."""
+    seconds, _, _ = op_seconds(ops.get(run.op), None, run.moved, run.ranks_per_node, run.nodes, calibrated=terms)
+    return seconds
 
 
 def _toml_value(value: Any) -> str:

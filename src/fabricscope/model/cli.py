@@ -140,10 +140,8 @@ def run_predict(args: argparse.Namespace) -> int:
     from fabricscope import ops as ops
     from fabricscope.errors import closest
     from fabricscope.model import report, uncertainty
-    from fabricscope.model.fabric import fabric_of
-    from fabricscope.model.predict import ALGO_CHOICES, predict_op
+    from fabricscope.model.predict import ALGO_CHOICES, predict
     from fabricscope.sweep import SweepConfig
-    from fabricscope.table import op_summary
 
     algo = args.algo.strip().lower()
     if algo not in ALGO_CHOICES:
@@ -167,56 +165,33 @@ def run_predict(args: argparse.Namespace) -> int:
     for note in config.fit_to_world(cluster.gpus):  # as bench: 'all' on one GPU skips sendrecv, with a note
         sys.stderr.write(note.lstrip("# ") + "\n")
     sizes = list(config.sizes())
-    fab = fabric_of(cluster)
     step = f"{config.step_factor}(factor)" if config.step_factor > 1 else f"{config.step_bytes}(bytes)"
-    records: list[dict[str, Any]] = []
-    summary: dict[str, Any] = {}
     if algo != "auto" and any(name != "all_reduce" for name in config.ops):
         sys.stderr.write(f"note: --algo {algo} applies to all_reduce; other ops run as NCCL runs them\n")
     sure = uncertainty.for_collectives(cluster, config.ops)
-    for name in config.ops:
-        op = ops.get(name)
-        prediction = predict_op(
-            op,
-            fab,
-            sizes=sizes,
-            dtypes=config.dtypes,
-            redops=config.redops,
-            root=config.root,
-            gpus_per_node=cluster.gpus_per_node,
-            nodes=cluster.nodes,
-            algo=algo,
-            calibrated=cluster.spec.calibration.get(name),
-        )
+    prediction = predict(
+        cluster,
+        {name: sizes for name in config.ops},
+        dtypes=config.dtypes,
+        redops=config.redops,
+        root=config.root,
+        algo=algo,
+    )
+    for one in prediction.ops:
         _print(
             report.predict_lines(
-                op,
-                prediction.records,
+                one.op,
+                one.records,
                 cluster=cluster,
                 min_bytes=config.min_bytes,
                 max_bytes=config.max_bytes,
                 step=step,
-                faster=prediction.faster,
+                faster=one.faster,
             )
         )
-        dicts = []
-        for r in prediction.records:
-            found = prediction.faster_for(r)
-            dicts.append({**r.to_dict(), **(found.fields() if found else {})})
-        records.extend(dicts)
-        summary[op.name] = {
-            **op_summary([r.to_dict() for r in prediction.records]),
-            "sizes_faster_than_nccl_choice": len(prediction.faster),
-        }
     _print(sure.lines("these times"))
-    summary["uncertainty"] = sure.record()
-    _save(
-        args.json,
-        "predict",
+    result = prediction.result(
         {
-            "cluster": cluster.name,
-            "nodes": cluster.nodes,
-            "gpus_per_node": cluster.gpus_per_node,
             "ops": config.ops,
             "min_bytes": config.min_bytes,
             "max_bytes": config.max_bytes,
@@ -225,13 +200,11 @@ def run_predict(args: argparse.Namespace) -> int:
             "dtypes": config.dtypes,
             "redops": config.redops,
             "root": config.root,
-            "algo": algo,
             "cluster_spec": _spec_dict(cluster),
         },
-        records,
-        summary,
-        args,
+        {"uncertainty": sure.record()},
     )
+    _save(args.json, "predict", result.config, result.records, result.summary, args)
     return 0
 
 
@@ -604,14 +577,16 @@ def _add_calibrate(subparsers: Any) -> None:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    from fabricscope.model.calibrate import calibrate, cluster_toml, load_runs
+    from fabricscope.model.calibrate import calibrate, cluster_toml, load_runs, priced_runs
     from fabricscope.model.cluster import load_cluster
     from fabricscope.results import atomic_write_text, check_output_path, say_written
     from fabricscope.userfiles import is_path
 
     check_output_path("-o", args.output, inputs=[*args.runs, *([args.cluster] if is_path(args.cluster) else [])])
     base = load_cluster(args.cluster)
-    runs = load_runs(args.runs)
+    runs, left = priced_runs(load_runs(args.runs))
+    for name in left:
+        sys.stderr.write(f"note: {name} left out: predict has no cost model for it (measure it with bench)\n")
     fitted = calibrate(runs)
     lines = [
         f"{'op':<15} {'points':>6} {'base_us':>8} {'hop_us':>8} {'busbw GB/s':>11} {'net hop_us':>10} "

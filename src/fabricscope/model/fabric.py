@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from fabricscope.model import hardware
-from fabricscope.model.cluster import Cluster
+from fabricscope.model.cluster import CalibratedOp, Cluster
 from fabricscope.model.hardware import PCIe, Transport
 
 __all__ = [
@@ -81,14 +81,9 @@ class Fabric:
     host_gbps: Num = np.inf
     """Host memory bandwidth the GPUs of a node share where NCCL stages their traffic in it (PCIe
     without peer-to-peer), GB/s; infinite where GPUs talk directly."""
-    a2a_base_us: Num = 0.0
-    """Calibrated all-to-all (``fabricscope calibrate`` on ``bench alltoall`` runs): latency of a call."""
-    a2a_intra_hop_us: Num = 0.0
-    a2a_inter_hop_us: Num = 0.0
-    a2a_intra_busbw: Num = 0.0
-    """Calibrated all-to-all bus bandwidth inside a node, GB/s (0: not measured, the catalog prices it)."""
-    a2a_inter_busbw: Num = 0.0
-    """Calibrated all-to-all bus bandwidth across nodes, GB/s (0: not measured)."""
+    a2a: CalibratedOp | None = None
+    """Calibrated all-to-all (``fabricscope calibrate`` on ``bench alltoall`` runs): the cluster's
+    ``[calibration.alltoall]`` terms (a bandwidth of 0: that hop not measured, the catalog prices it)."""
 
     @property
     def node_net_gbps(self) -> Num:
@@ -297,14 +292,7 @@ def fabric_of(cluster: Cluster) -> Fabric:
     terms = cluster.spec.calibration.get("alltoall")
     if terms is None:
         return fab
-    return dataclasses.replace(
-        fab,
-        a2a_base_us=terms.base_us,
-        a2a_intra_hop_us=terms.intra_hop_us,
-        a2a_inter_hop_us=terms.inter_hop_us,
-        a2a_intra_busbw=terms.intra_busbw_gbps,
-        a2a_inter_busbw=terms.inter_busbw_gbps,
-    )
+    return dataclasses.replace(fab, a2a=terms)
 
 
 def fabric_columns(clusters: Sequence[Cluster]) -> Fabric:

@@ -1,28 +1,45 @@
-"""Predicted nccl-tests rows: the same byte counts, columns and records as ``bench``.
+"""Predicted nccl-tests rows: the one path from a cluster and a sweep to predicted records.
 
-The op registry of ``bench`` gives every row its ``size`` and ``count``
-columns and its busbw factor, so a predicted record and a measured one compare
-field by field.  Time comes from :mod:`fabricscope.model.collective_cost`,
-evaluated for all sizes of an op at once, or from the measured terms of a
-calibrated cluster (:mod:`fabricscope.model.calibrate`) for the ops it covers.
+:func:`predict` is what every command that shows a predicted collective calls
+(``predict``, ``report --predict``, ``validate``), and :func:`op_seconds` is
+what it prices with, the function ``calibrate``'s fit error uses too.  The op
+registry of ``bench`` gives every row its ``size`` and ``count`` columns, the
+bytes its algbw counts (:meth:`fabricscope.ops.Collective.algbw_bytes`) and its
+busbw factor, so a predicted record and a measured one compare field by field.
+Time comes from :mod:`fabricscope.model.collective_cost`, evaluated for all
+sizes of an op at once, or from the measured terms of a calibrated cluster
+(:mod:`fabricscope.model.calibrated_cost`) for the ops its ``[calibration]`` covers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from fabricscope import ops
 from fabricscope.dtypes import DTYPES
 from fabricscope.errors import InvalidValue, UsageError
 from fabricscope.model import collective_cost as model
-from fabricscope.model.cluster import CalibratedOp
-from fabricscope.model.fabric import Fabric
+from fabricscope.model.calibrated_cost import missing_hop, predicted_seconds
+from fabricscope.model.cluster import CalibratedOp, Cluster
+from fabricscope.model.fabric import Fabric, fabric_of
 from fabricscope.ops import Collective
-from fabricscope.results import CollectiveRecord
+from fabricscope.results import CollectiveRecord, Result
+from fabricscope.table import op_summary
 
-__all__ = ["ALGO_CHOICES", "FASTER_BY", "Faster", "OpPrediction", "predict_op"]
+__all__ = [
+    "ALGO_CHOICES",
+    "FASTER_BY",
+    "Faster",
+    "OpPrediction",
+    "Prediction",
+    "op_seconds",
+    "predict",
+    "predict_op",
+]
 
 ALGO_CHOICES = ("auto", *model.ALGORITHMS)
 
@@ -115,8 +132,6 @@ def predict_op(
             key="algo",
         )
     if calibrated is not None:
-        from fabricscope.model.calibrate import missing_hop
-
         gap = missing_hop(calibrated, gpus_per_node, nodes)
         if gap is not None:
             raise UsageError(
@@ -128,17 +143,8 @@ def predict_op(
     for dtype_name in dtypes:
         eltsize = DTYPES[dtype_name].size
         layouts = [op.layout(size // eltsize, eltsize, nranks) for size in sizes]
-        moved = np.array([op.algbw_elements(layout, nranks) * eltsize for layout in layouts], dtype=float)
-        if calibrated is not None:
-            from fabricscope.model.calibrate import predicted_seconds
-
-            seconds = predicted_seconds(calibrated, op.name, moved, gpus_per_node, nodes)
-            labels = ["calibrated"] * len(moved)
-            found = []
-        else:
-            found = list(model.candidates(op.name, fab, moved, float(gpus_per_node), float(nodes)))
-            seconds, labels = model.choose(found, chosen)
-        seconds = np.broadcast_to(seconds, moved.shape)
+        moved = np.array([op.algbw_bytes(size, eltsize, nranks) for size in sizes], dtype=float)
+        seconds, labels, found = op_seconds(op, fab, moved, gpus_per_node, nodes, chosen, calibrated)
         if not np.all(np.isfinite(seconds)):
             if chosen is None:  # NCCL's choice or the calibrated terms: no flag to blame
                 raise InvalidValue(f"{op.name} has no finite predicted time on this cluster at these sizes")
@@ -173,6 +179,110 @@ def predict_op(
                         )
                     )
     return OpPrediction(op=op, records=records, faster=faster)
+
+
+def op_seconds(
+    op: Collective,
+    fab: Fabric | None,
+    moved: Any,
+    gpus_per_node: int,
+    nodes: int,
+    chosen: str | None = None,
+    calibrated: CalibratedOp | None = None,
+) -> tuple[Any, list[str], list[Any]]:
+    """(seconds, algorithm labels, the catalog's candidates) of ``op`` moving ``moved`` bytes (S of algbw).
+
+    The calibrated terms where given (labelled ``calibrated``, no candidates), else the catalog
+    model's choice (``chosen``, or NCCL's when None) on ``fab``.  ``calibrate`` computes its fit
+    error with this function on the bytes of the measured rows.
+    """
+    moved = np.asarray(moved, dtype=float)
+    if calibrated is not None:
+        seconds = predicted_seconds(calibrated, op.name, moved, gpus_per_node, nodes)
+        return np.broadcast_to(seconds, moved.shape), ["calibrated"] * len(moved), []
+    if fab is None:
+        raise ValueError("an uncalibrated op is priced on a fabric")
+    found = list(model.candidates(op.name, fab, moved, float(gpus_per_node), float(nodes)))
+    seconds, labels = model.choose(found, chosen)
+    return np.broadcast_to(seconds, moved.shape), labels, found
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """Every predicted op of one request on one cluster."""
+
+    cluster: Cluster
+    ops: list[OpPrediction]
+    algo: str
+
+    def records(self) -> list[dict[str, Any]]:
+        """The records as a Result holds them, each with its faster candidate where there is one."""
+        found = []
+        for one in self.ops:
+            for record in one.records:
+                faster = one.faster_for(record)
+                found.append({**record.to_dict(), **(faster.fields() if faster else {})})
+        return found
+
+    def summary(self) -> dict[str, Any]:
+        """Per op, the nccl-tests footer figures and how many sizes beat NCCL's choice."""
+        return {
+            one.op.name: {
+                **op_summary([r.to_dict() for r in one.records]),
+                "sizes_faster_than_nccl_choice": len(one.faster),
+            }
+            for one in self.ops
+        }
+
+    def result(self, config: Mapping[str, Any] | None = None, summary: Mapping[str, Any] | None = None) -> Result:
+        """A Result of kind ``predict``: the cluster's name and shape, then ``config``."""
+        return Result(
+            kind="predict",
+            config={
+                "cluster": self.cluster.name,
+                "nodes": self.cluster.nodes,
+                "gpus_per_node": self.cluster.gpus_per_node,
+                "algo": self.algo,
+                **(config or {}),
+            },
+            records=self.records(),
+            summary={**self.summary(), **(summary or {})},
+        )
+
+
+def predict(
+    cluster: Cluster,
+    sizes: Mapping[str, Sequence[int]],
+    *,
+    dtypes: Iterable[str] = ("float",),
+    redops: Iterable[str] = ("sum",),
+    root: int = 0,
+    algo: str = "auto",
+) -> Prediction:
+    """The predicted rows of each op in ``sizes`` (op name -> requested sizes, in order) on ``cluster``.
+
+    Each op is priced from the cluster's ``[calibration.<op>]`` terms where it has them, else
+    from the catalog model on the cluster's fabric: the one way a command turns a cluster into
+    predicted records.
+    """
+    fab = fabric_of(cluster)
+    dtypes, redops = list(dtypes), list(redops)
+    found = [
+        predict_op(
+            ops.get(name),
+            fab,
+            sizes=op_sizes,
+            dtypes=dtypes,
+            redops=redops,
+            root=root,
+            gpus_per_node=cluster.gpus_per_node,
+            nodes=cluster.nodes,
+            algo=algo,
+            calibrated=cluster.spec.calibration.get(ops.get(name).name),
+        )
+        for name, op_sizes in sizes.items()
+    ]
+    return Prediction(cluster=cluster, ops=found, algo=algo)
 
 
 def _why_not(algo: str, nodes: int, gpus_per_node: int) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from fabricscope.model import collective_cost as coll
+from fabricscope.model.calibrated_cost import predicted_seconds
 from fabricscope.model.fabric import Fabric, Num, inside_node
 
 __all__ = [
@@ -403,22 +404,23 @@ def _all_to_all_distinct(w: Shape, job: Job, dev: Device, fab: Fabric) -> Num:
 
 def _a2a_calibrated(fab: Fabric, nodes: Num) -> Num:
     """Whether the fabric's calibrated all-to-all covers a group spanning ``nodes`` nodes."""
-    return np.where(nodes > 1, fab.a2a_inter_busbw > 0, fab.a2a_intra_busbw > 0)
+    if fab.a2a is None:
+        return np.zeros_like(np.asarray(nodes, dtype=bool))
+    return np.where(nodes > 1, fab.a2a.inter_busbw_gbps > 0, fab.a2a.intra_busbw_gbps > 0)
 
 
 def _a2a_measured(fab: Fabric, sent: Num, local: Num, nodes: Num, remote: Num) -> Num:
-    """An all-to-all from measured terms: nccl-tests' busbw of alltoall is ``S (n-1)/n / t``, so a
-    rank sending ``S`` to ``n`` ranks takes ``lat + S (n-1)/n / busbw``.  Across nodes, the measured
-    busbw is that of uniform destinations ((nodes-1)/nodes of the bytes leave a node); routing that
-    sends a ``remote`` share instead scales the network part by ``remote / uniform``."""
-    n = local * nodes
+    """An all-to-all from measured terms, priced as ``predict`` prices a calibrated alltoall
+    (:func:`fabricscope.model.calibrated_cost.predicted_seconds`): a rank sending ``S`` is the
+    alltoall of S bytes.  Across nodes, the measured busbw is that of uniform destinations
+    ((nodes-1)/nodes of the bytes leave a node); routing that sends a ``remote`` share instead
+    scales the network part by ``remote / uniform``."""
     multi = nodes > 1
-    uniform = (nodes - 1) / nodes
-    scale = np.where(multi, remote / np.where(multi, uniform, 1.0), 1.0)
-    busbw = np.where(multi, fab.a2a_inter_busbw, fab.a2a_intra_busbw)
-    hops = (local - 1) * fab.a2a_intra_hop_us + (nodes - 1) * fab.a2a_inter_hop_us
-    moved = sent * (n - 1) / n * scale
-    return (fab.a2a_base_us + hops) * 1e-6 + moved / (np.maximum(busbw, 1e-12) * 1e9)
+    uniform = (nodes - 1) / np.where(multi, nodes, 1.0)
+    share = np.where(multi, remote / np.where(multi, uniform, 1.0), 1.0)
+    if fab.a2a is None:
+        return np.full(np.broadcast(sent, local, nodes).shape, np.inf)
+    return predicted_seconds(fab.a2a, "alltoall", sent, local, nodes, net_share=share)
 
 
 def _ring_attention(w: Shape, job: Job, dev: Device, fab: Fabric, tokens: Num) -> Num:

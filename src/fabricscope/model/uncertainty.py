@@ -174,7 +174,7 @@ def for_collectives(cluster: Cluster, ops: Iterable[str] | None = None) -> Uncer
             "priced from the catalog, with its validation error"
         )
         return dataclasses.replace(catalog, warnings=(note, *catalog.warnings))
-    from fabricscope.model.calibrate import unmeasured_intra
+    from fabricscope.model.calibrated_cost import unmeasured_intra
 
     terms = [calibration[op] for op in used]
     errors = [t.residual_pct for t in terms]

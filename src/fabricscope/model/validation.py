@@ -42,7 +42,6 @@ from fabricscope.errors import ConfigError, UsageError, closest, quoted
 from fabricscope.model import hardware
 from fabricscope.model.cluster import ClusterSpec, IntraFabric, NetworkSpec, TransportName, resolve
 from fabricscope.model.estimate import estimate
-from fabricscope.model.fabric import fabric_of
 from fabricscope.model.parallel import (
     FRAMEWORKS,
     PRECISIONS,
@@ -55,7 +54,7 @@ from fabricscope.model.parallel import (
     check_layout,
     stack_settings,
 )
-from fabricscope.model.predict import predict_op
+from fabricscope.model.predict import predict
 from fabricscope.model.workload import PARAMS_TOLERANCE, ModelSpec, model_presets
 from fabricscope.ops import get as get_op
 from fabricscope.userfiles import read_text, shorten
@@ -340,18 +339,7 @@ def check_collective(row: Mapping[str, str], where: str) -> Comparison:
     op = get_op((row.get("collective") or "").split()[0] if (row.get("collective") or "").strip() else "")
     size = _number(row, "size_bytes", whole=True)
     published = _number(row, "value")
-    prediction = predict_op(
-        op,
-        fabric_of(cluster),
-        sizes=[size],
-        dtypes=["float"],
-        redops=["sum"],
-        root=0,
-        gpus_per_node=cluster.gpus_per_node,
-        nodes=nodes,
-        algo=_algorithm(row.get("algorithm", "") or ""),
-    )
-    record = prediction.records[0]
+    record = predict(cluster, {op.name: [size]}, algo=_algorithm(row.get("algorithm", "") or "")).ops[0].records[0]
     metric = row["metric"]
     if metric == "busbw_GBps":
         predicted = record.busbw_gbps

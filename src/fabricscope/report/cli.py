@@ -56,41 +56,34 @@ def add_parser(subparsers: Any) -> None:
 def model_prediction(cluster: str, like: Any) -> tuple[Any, float]:
     """The model's prediction of ``like``'s ops and sizes on ``cluster``, and its link peak (GB/s).
 
-    The one place where the report uses the model's library: ``predict_op`` per op,
-    on the cluster resized to ``like``'s rank count when it divides into nodes.
+    The prediction is :func:`fabricscope.model.predict.predict`'s, the one ``fabricscope predict``
+    prints (a calibrated cluster's ``[calibration]`` terms included), at ``like``'s own shape
+    (its nodes and ranks per node) where the run says it and its ranks fill its nodes evenly.
     """
     from fabricscope import ops
     from fabricscope.model.cluster import load_cluster
     from fabricscope.model.fabric import fabric_of
-    from fabricscope.model.predict import predict_op
-    from fabricscope.results import Result
+    from fabricscope.model.predict import predict
 
     spec = load_cluster(cluster)
-    ranks = like.host.get("ranks") if isinstance(like.host, dict) else None
-    if isinstance(ranks, list) and ranks and len(ranks) % spec.gpus_per_node == 0:
-        spec = spec.with_nodes(max(1, len(ranks) // spec.gpus_per_node))
-    fab = fabric_of(spec)
-    records: list[dict[str, Any]] = []
+    world = like.world()
+    if world is not None and world[0] % world[1] == 0:
+        spec = spec.with_nodes(world[1]).with_gpus_per_node(world[0] // world[1])
     rows = [r for r in like.records if isinstance(r, dict) and "op" in r and "size_bytes" in r]
-    for name in dict.fromkeys(str(r["op"]) for r in rows):
-        if name not in ops.COLLECTIVES:
-            continue
-        mine = [r for r in rows if r["op"] == name]
-        prediction = predict_op(
-            ops.get(name),
-            fab,
-            sizes=sorted({int(r["size_bytes"]) for r in mine}),
-            dtypes=[str(mine[0].get("dtype", "float"))],
-            redops=[str(mine[0].get("redop", "sum"))] if mine[0].get("redop") not in (None, "none") else ["sum"],
-            root=max(0, int(mine[0].get("root", 0))),
-            gpus_per_node=spec.gpus_per_node,
-            nodes=spec.nodes,
-        )
-        records.extend(r.to_dict() for r in prediction.records)
+    sizes = {
+        name: sorted({int(r["size_bytes"]) for r in rows if r["op"] == name})
+        for name in dict.fromkeys(str(r["op"]) for r in rows)
+        if name in ops.COLLECTIVES and ops.get(name).modelled
+    }
+    # One sweep's datatype, reduction and root, as the run's first rows of each kind say.
+    dtype = next((str(r["dtype"]) for r in rows if r.get("dtype")), "float")
+    redop = next((str(r["redop"]) for r in rows if r.get("redop") not in (None, "none")), "sum")
+    root = next((int(r["root"]) for r in rows if isinstance(r.get("root"), int) and r["root"] >= 0), 0)
+    prediction = predict(spec, sizes, dtypes=[dtype], redops=[redop], root=root)
+    fab = fabric_of(spec)
     inside = float(fab.intra_gbps)
     peak = inside if spec.nodes == 1 else min(inside, float(fab.node_net_gbps) / spec.gpus_per_node)
-    result = Result(kind="predict", config={"cluster": spec.name, "nodes": spec.nodes}, records=records)
-    return result, peak
+    return prediction.result(), peak
 
 
 def _check_png_folder(folder: str, others: list[str], check_output_path: Any) -> None:

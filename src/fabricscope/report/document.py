@@ -82,6 +82,36 @@ def _peaks_table(series: Sequence[plots.Series]) -> Table | None:
     return Table("peaks", "Peak bus bandwidth", ["run", "role", "op", "busbw GB/s", "at size (B)", "placement"], rows)
 
 
+def _against_prediction_table(run: tuple[str, Result], prediction: tuple[str, Result]) -> Table | None:
+    """Per op and size, the run's out-of-place time beside the prediction's (its first datatype)."""
+    label, result = run
+
+    def times(records: list[Any]) -> dict[tuple[str, int], float]:
+        found: dict[tuple[str, int], float] = {}
+        rows = [r for r in records if isinstance(r, dict) and r.get("placement", "out") == "out"]
+        dtype = next((r.get("dtype") for r in rows), None)
+        for r in rows:
+            t = r.get("time_us")
+            if r.get("dtype") == dtype and isinstance(t, int | float) and not isinstance(t, bool) and t > 0:
+                found.setdefault((str(r.get("op")), int(r.get("size_bytes") or 0)), float(t))
+        return found
+
+    measured, predicted = times(result.records), times(prediction[1].records)
+    rows = [
+        [op, str(size), f"{t:.6g}", f"{predicted[(op, size)]:.6g}", f"{predicted[(op, size)] / t:.3f}"]
+        for (op, size), t in measured.items()
+        if (op, size) in predicted
+    ]
+    if not rows:
+        return None
+    return Table(
+        "against-prediction",
+        f"{label} against the prediction {prediction[0]} (out-of-place time)",
+        ["op", "size (B)", "measured (us)", "predicted (us)", "predicted / measured"],
+        rows,
+    )
+
+
 def _findings_table(index: int, label: str, result: Result) -> Table:
     rows = []
     for r in result.records:
@@ -147,6 +177,11 @@ def build(
         peaks = _peaks_table(series)
         if peaks is not None:
             report.tables.append(peaks)
+        if prediction is not None:
+            measured = next((run for run in runs if run[1].kind in _COLLECTIVE_KINDS), None)
+            against = _against_prediction_table(measured, prediction) if measured is not None else None
+            if against is not None:
+                report.tables.append(against)
     elif baseline is not None or prediction is not None:
         report.notes.append("the baseline and prediction are drawn over collective runs; none was given")
     estimates = [(label, result) for label, result in runs if result.kind == "estimate"]

@@ -57,13 +57,13 @@ class Plot:
     """A matplotlib Figure."""
 
 
-def _pyplot() -> Any:
-    import matplotlib
+def _figure(width: float, height: float) -> tuple[Any, Any]:
+    """A figure and its axes, outside pyplot: nothing global holds it (no open-figure count to
+    warn about, however many plots a report has); it is freed with the report."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+    figure = Figure(figsize=(width, height))
+    return figure, figure.subplots()
 
 
 def _slug(text: str) -> str:
@@ -124,11 +124,10 @@ def _draw(axes: Any, series: Series, sizes: Sequence[int], values: Sequence[floa
 
 def busbw_plots(series: Sequence[Series], *, peak_gbps: float | None = None) -> list[Plot]:
     """busbw against size, one plot per op, every run (and the baseline and prediction) on it."""
-    plt = _pyplot()
     ops = list(dict.fromkeys(str(r["op"]) for s in series if s.role == "run" for r in _collective(s.result.records)))
     plots = []
     for op in ops:
-        figure, axes = plt.subplots(figsize=(8, 4.5))
+        figure, axes = _figure(8, 4.5)
         for s in series:
             sizes, values = _line(_collective(s.result.records), op, "busbw_gbps")
             if sizes:
@@ -147,7 +146,6 @@ def busbw_plots(series: Sequence[Series], *, peak_gbps: float | None = None) -> 
 
 def latency_plots(series: Sequence[Series]) -> list[Plot]:
     """Time of small messages (up to 64K), where latency, not bandwidth, decides."""
-    plt = _pyplot()
     ops = list(dict.fromkeys(str(r["op"]) for s in series if s.role == "run" for r in _collective(s.result.records)))
     plots = []
     for op in ops:
@@ -159,7 +157,7 @@ def latency_plots(series: Sequence[Series]) -> list[Plot]:
                 lines.append((s, sizes, values))
         if not any(s.role == "run" for s, _, _ in lines):
             continue
-        figure, axes = plt.subplots(figsize=(8, 4))
+        figure, axes = _figure(8, 4)
         for s, sizes, values in lines:
             _draw(axes, s, sizes, values)
         _size_axis(axes)
@@ -183,10 +181,11 @@ def breakdown_plot(results: Sequence[tuple[str, Result]]) -> Plot | None:
                     bars.append((label, parts))
     if not bars:
         return None
-    plt = _pyplot()
-    figure, axes = plt.subplots(figsize=(8, 1.2 + 0.6 * len(bars)))
+    figure, axes = _figure(8, 1.2 + 0.6 * len(bars))
     names = list(dict.fromkeys(k for _, parts in bars for k in parts))
-    colors = plt.get_cmap("tab20").colors
+    from matplotlib import colormaps
+
+    colors = colormaps["tab20"](range(20))
     for row, (_, parts) in enumerate(bars):
         left = 0.0
         for index, name in enumerate(names):
@@ -215,9 +214,8 @@ def heatmap_plot(label: str, result: Result) -> Plot | None:
     grid = [[math.nan] * len(names) for _ in names]
     for (src, dst), value in cells.items():
         grid[index[src]][index[dst]] = value
-    plt = _pyplot()
     size = min(10.0, 3.0 + 0.4 * len(names))
-    figure, axes = plt.subplots(figsize=(size + 1.5, size))
+    figure, axes = _figure(size + 1.5, size)
     image = axes.imshow(grid, cmap="viridis")
     figure.colorbar(image, ax=axes, label="algbw (GB/s)")
     ticks = range(len(names))
@@ -247,8 +245,7 @@ def timeseries_plot(label: str, result: Result) -> Plot | None:
                 ys.append(float(value))
     if not lines:
         return None
-    plt = _pyplot()
-    figure, axes = plt.subplots(figsize=(8, 4))
+    figure, axes = _figure(8, 4)
     for key, (xs, ys) in sorted(lines.items()):
         axes.plot(xs, ys, "-" if key.endswith("rx") else "--", label=key)
     axes.set_xlabel("time (s)")
