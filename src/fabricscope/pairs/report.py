@@ -10,14 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
+from fabricscope import pair_matrix
 from fabricscope.pairs.analysis import FACTOR, THRESHOLD, Findings
 
 __all__ = ["MAX_MATRIX", "SLOWEST_SHOWN", "endpoint_label", "findings_lines", "print_report"]
 
 MAX_MATRIX = 32
 SLOWEST_SHOWN = 10
-
-_TESTS = (("bandwidth", "algbw_gbps", "GB/s", "{:.3g}"), ("latency", "time_us", "us", "{:.1f}"))
 
 
 def endpoint_label(record: Mapping[str, Any], end: str, by: str) -> str:
@@ -87,8 +86,10 @@ def print_report(records: Sequence[Mapping[str, Any]], findings: Findings, by: s
     order = sorted(ends)
     width = min(400, max(100, 24 + 10 * len(order)))
     console = Console(file=out, width=width, highlight=False, soft_wrap=False)
-    for test, key, unit, fmt in _TESTS:
-        chosen = [r for r in records if r.get("test") == test]
+    for matrix in pair_matrix.TESTS:
+        test, key, unit, fmt = matrix.name, matrix.key, matrix.unit, matrix.fmt
+        found = pair_matrix.cells(records, matrix)
+        chosen = list(found.values())
         if not chosen:
             continue
         if len(order) > MAX_MATRIX:
@@ -100,7 +101,7 @@ def print_report(records: Sequence[Mapping[str, Any]], findings: Findings, by: s
         table.add_column("from \\ to")
         for column in order:
             table.add_column(ends[column], justify="right")
-        cells = {(int(r["src"]), int(r["dst"])): r for r in chosen}
+        cells = {(int(src), int(dst)): r for (src, dst), r in found.items()}
         for src in order:
             row = []
             for dst in order:

@@ -194,9 +194,7 @@ def build(
     for index, (label, result) in enumerate(runs):
         if result.kind == "doctor":
             report.tables.append(_findings_table(index, label, result))
-        pair_plot = plots.heatmap_plot(label, result)
-        if pair_plot is not None:
-            report.plots.append(pair_plot)
+        report.plots.extend(plots.heatmap_plots(label, result))
         if result.kind == "monitor":
             series_plot = plots.timeseries_plot(label, result)
             if series_plot is not None:

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fabricscope import pair_matrix
 from fabricscope.results import Result
 
 __all__ = [
@@ -26,7 +27,7 @@ __all__ = [
     "Series",
     "breakdown_plot",
     "busbw_plots",
-    "heatmap_plot",
+    "heatmap_plots",
     "latency_plots",
     "svg_of",
     "timeseries_plot",
@@ -199,16 +200,18 @@ def breakdown_plot(results: Sequence[tuple[str, Result]]) -> Plot | None:
     return Plot(name="step-breakdown", title="step-time breakdown", figure=figure)
 
 
-def heatmap_plot(label: str, result: Result) -> Plot | None:
-    """Bandwidth of every pair (records with ``src``, ``dst``, ``algbw_gbps``)."""
-    cells: dict[tuple[Any, Any], float] = {}
-    for record in result.records:
-        if isinstance(record, Mapping) and {"src", "dst", "algbw_gbps"} <= record.keys():
-            value = record["algbw_gbps"]
-            if isinstance(value, int | float) and math.isfinite(value):
-                cells[(record["src"], record["dst"])] = float(value)
-    if not cells:
-        return None
+def heatmap_plots(label: str, result: Result) -> list[Plot]:
+    """The bandwidth matrix and the latency matrix of a pairs result, each from its own records
+    (:func:`fabricscope.pair_matrix.cells`, the cells ``pairs`` prints)."""
+    plots = []
+    for test in pair_matrix.TESTS:
+        cells = {pair: float(r[test.key]) for pair, r in pair_matrix.cells(result.records, test).items()}
+        if cells:
+            plots.append(_heatmap(label, test, cells))
+    return plots
+
+
+def _heatmap(label: str, test: pair_matrix.MatrixTest, cells: Mapping[tuple[Any, Any], float]) -> Plot:
     names = sorted({k for pair in cells for k in pair}, key=lambda n: (str(type(n)), n))
     index = {n: i for i, n in enumerate(names)}
     grid = [[math.nan] * len(names) for _ in names]
@@ -216,8 +219,9 @@ def heatmap_plot(label: str, result: Result) -> Plot | None:
         grid[index[src]][index[dst]] = value
     size = min(10.0, 3.0 + 0.4 * len(names))
     figure, axes = _figure(size + 1.5, size)
-    image = axes.imshow(grid, cmap="viridis")
-    figure.colorbar(image, ax=axes, label="algbw (GB/s)")
+    # Brighter is better in both: the latency matrix runs its colours the other way.
+    image = axes.imshow(grid, cmap="viridis" if test.name == "bandwidth" else "viridis_r")
+    figure.colorbar(image, ax=axes, label=test.label)
     ticks = range(len(names))
     axes.set_xticks(ticks, [str(n) for n in names], rotation=90 if len(names) > 8 else 0)
     axes.set_yticks(ticks, [str(n) for n in names])
@@ -225,9 +229,12 @@ def heatmap_plot(label: str, result: Result) -> Plot | None:
     axes.set_ylabel("source")
     if len(names) <= 12:
         for (src, dst), value in cells.items():
-            axes.text(index[dst], index[src], f"{value:.3g}", ha="center", va="center", color="white", fontsize=8)
-    axes.set_title(f"{label}: bandwidth of every pair")
-    return Plot(name=f"pairs-{_slug(label)}", title=f"{label}: pairwise bandwidth", figure=figure)
+            axes.text(
+                index[dst], index[src], test.fmt.format(value), ha="center", va="center", color="white", fontsize=8
+            )
+    axes.set_title(f"{label}: {test.name} of every pair ({test.unit})")
+    suffix = "" if test.name == "bandwidth" else "-latency"
+    return Plot(name=f"pairs-{_slug(label)}{suffix}", title=f"{label}: pairwise {test.name}", figure=figure)
 
 
 def timeseries_plot(label: str, result: Result) -> Plot | None:

@@ -1,0 +1,55 @@
+"""The matrices of a pairs Result: which records make the bandwidth matrix and which the latency one.
+
+``pairs`` measures every direction twice: a bandwidth test (``--size`` messages,
+``algbw_gbps``) and a latency test (8-byte messages, ``time_us``), one record each,
+told apart by the record's ``test`` field.  The terminal report and the HTML
+heatmap both take their cells from :func:`cells`, so they show the same numbers;
+a cell keyed by source and destination alone would let one test overwrite the other.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["TESTS", "MatrixTest", "cells"]
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixTest:
+    name: str
+    """The records' ``test`` field: ``bandwidth`` or ``latency``."""
+    key: str
+    """The record field the matrix shows."""
+    unit: str
+    fmt: str
+    """How a cell is printed."""
+    label: str
+    """What a plot's colour bar says."""
+
+
+TESTS = (
+    MatrixTest("bandwidth", "algbw_gbps", "GB/s", "{:.3g}", "algbw (GB/s)"),
+    MatrixTest("latency", "time_us", "us", "{:.1f}", "latency (us)"),
+)
+"""The two matrices, in the order they are shown."""
+
+
+def cells(records: Iterable[Any], test: MatrixTest) -> dict[tuple[Any, Any], Mapping[str, Any]]:
+    """The records of ``test`` keyed by (src, dst), each with a finite value of the test's field.
+
+    A record without a ``test`` field (written by hand or by another tool) counts as bandwidth
+    when it has ``algbw_gbps``; the last record of a direction wins (a later round)."""
+    found: dict[tuple[Any, Any], Mapping[str, Any]] = {}
+    for record in records:
+        if not isinstance(record, Mapping) or not {"src", "dst", test.key} <= record.keys():
+            continue
+        kind = record.get("test", "bandwidth" if "algbw_gbps" in record else None)
+        value = record[test.key]
+        if kind != test.name or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if math.isfinite(value):
+            found[(record["src"], record["dst"])] = record
+    return found
