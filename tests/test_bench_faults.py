@@ -19,7 +19,7 @@ import pytest
 
 from fabricscope.launch import free_port
 from fabricscope.results import load
-from helpers import alive, assert_gone, cli_env, start_cli, start_measuring, table_rows, wait_for_ranks
+from helpers import alive, assert_gone, cli_env, run_cli, start_cli, start_measuring, table_rows, wait_for_ranks
 
 pytestmark = pytest.mark.multiprocess
 
@@ -193,11 +193,31 @@ def test_ctrl_c_while_starting_up_is_quiet(tmp_path):
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
 
 
-def test_closed_stdout_stops_every_rank_at_one_row(tmp_path):
-    # `fabricscope bench | head`: rank 0 cannot print any more; all ranks stop together, quietly,
-    # and the exit code is the verdict of what was measured (0 here), as for every command.
+def test_a_closed_stdout_never_changes_the_verdict(tmp_path):
+    # `NCCL_TESTS_MIN_BW=1e9 fabricscope bench | head -1`: rank 0 cannot print any more, the sweep
+    # goes on unread to its end, and the exit code is the one the same run gives without the pipe.
+    env = {"NCCL_TESTS_MIN_BW": "1e9"}
     out = tmp_path / "p.json"
-    proc = start_cli(["bench", "-b", "1K", "-e", "1M", "--json", str(out)])
+    proc = start_cli(["bench", "-b", "1K", "-e", "1M", "-n", "2", "--json", str(out)], env=env)
+    proc.stdout.readline()
+    proc.stdout.close()
+    proc.wait(timeout=120)
+    stderr = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.returncode == 1, stderr
+    assert "below 0.9 x NCCL_TESTS_MIN_BW" in stderr and "Traceback" not in stderr
+    result = load(out)
+    assert result.status == "complete" and len(result.records) == 2 * 11
+    piped = load(out)
+    unpiped = run_cli(["bench", "-b", "1K", "-e", "1M", "-n", "2"], env=env, timeout=120)
+    assert unpiped.returncode == proc.returncode == 1
+    assert len(piped.records) == 2 * len([line for line in unpiped.stdout.splitlines() if line[:1] == " "])
+
+
+def test_a_closed_stdout_stops_an_endless_run(tmp_path):
+    # -N 0 repeats until something ends it: a reader that went away does, quietly, keeping the rows.
+    out = tmp_path / "p.json"
+    proc = start_cli(["bench", "-N", "0", "-b", "1K", "-e", "4K", "--json", str(out)])
     proc.stdout.readline()
     proc.stdout.close()
     proc.wait(timeout=60)
@@ -207,4 +227,3 @@ def test_closed_stdout_stops_every_rank_at_one_row(tmp_path):
     assert stderr.strip() == ""
     result = load(out)
     assert result.status == "interrupted" and result.error == "its output was closed"
-    assert 0 < len(result.records) < 2 * 11

@@ -8,16 +8,18 @@ ending              Result status  stderr                                      e
 ==================  =============  ==========================================  =====
 complete            complete       (verdict lines, if any)                     0 / 1
 signal              interrupted    interrupted (by a signal): N records kept   130
-stdout closed       interrupted    (nothing: nobody reads it)                  0 / 1
+stdout closed (-N0) interrupted    (nothing: nobody reads it)                  0 / 1
 peer failed         failed         <culprit>, during <phase>; N records kept   1
 run error           failed         <the error>                                 1
 ==================  =============  ==========================================  =====
 
 "0 / 1": exit 1 when the verdicts found something (wrong elements, an op's
 average busbw below ``NCCL_TESTS_MIN_BW``, a result file that could not be
-written), else 0.  A closed stdout is not a failure of the run: like every
-fabricscope command, bench stops quietly and keeps its verdict's exit code
-(what was measured before is in the ``--json``/``--csv`` files).
+written), else 0.  A closed stdout is not a failure of the run and never
+changes its verdict: a bounded sweep (``bench | head -1``) goes on to its end
+unread and ends ``complete`` with the same exit code as without the pipe (the
+rows are in the ``--json``/``--csv`` files); only an endless one (``-N 0``,
+which nothing else ends) stops quietly, ``interrupted``, judged on what it measured.
 """
 
 from __future__ import annotations

@@ -84,7 +84,9 @@ def _run(config: BenchConfig, world: launch.World, notes: list[str]) -> int:
             launcher=world.launcher,
             env=env,
             progress_total=_row_count(config) if config.run_cycles else 0,
-            on_stdout_closed=stop.set,
+            # A closed stdout (``bench | head -1``) must not change the verdict: a bounded sweep
+            # goes on to its end unread; only an endless one (-N 0) stops, as nothing else ends it.
+            on_stdout_closed=stop.set if config.run_cycles == 0 and config.duration_s is None else None,
         )
 
     def on_stall(message: str) -> None:
