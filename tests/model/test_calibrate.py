@@ -190,3 +190,13 @@ def test_terms_that_overflow_are_not_blamed_on_an_algorithm_never_forced() -> No
             root=0, gpus_per_node=cluster.gpus_per_node, nodes=4, calibrated=terms,
         )  # fmt: skip
     assert info.value.key is None and "no finite predicted time" in str(info.value)
+
+
+def test_a_few_sizes_on_another_regime_do_not_take_the_fit() -> None:
+    # A real 2-rank all_reduce behind a 400 Mbit/s token bucket (benchmarks/bench_calibrate.py): the two
+    # smallest sizes ride the bucket's burst, the five others run at the link's 50 MB/s.
+    sizes = np.array([65536.0 * 2**k for k in range(7)])
+    seconds = np.array([535.9, 1383.1, 5404.0, 11099.7, 21936.5, 44069.1, 87808.9]) * 1e-6
+    a, b = fit_line(sizes, seconds)
+    assert 1 / b == pytest.approx(47.8e6, rel=0.02)  # the link, not twice it
+    assert np.all(np.abs((a + b * sizes[2:]) / seconds[2:] - 1) < 0.02)

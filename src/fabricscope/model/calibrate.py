@@ -73,8 +73,11 @@ def fit_line(moved: Any, seconds: Any) -> tuple[float, float]:
     """(a, b) of ``t = a + b S`` with a, b >= 0: Huber-weighted least squares on relative error."""
     x = np.asarray(moved, dtype=float)
     y = np.asarray(seconds, dtype=float)
-    weights = np.ones_like(y)
-    a, b = 0.0, float(np.median(y / np.maximum(x, 1.0)))
+    # Start where most sizes agree (Theil-Sen), not where plain least squares lands: a run whose small
+    # sizes ride a burst or another protocol (a token bucket, NCCL's LL) would otherwise pull the
+    # reweighting into their basin and fit the few instead of the many.
+    a, b = _theil_sen(x, y)
+    weights = _huber_weights((a + b * x - y) / y)
     for _ in range(50):
         w = weights / y  # relative residuals
         design = np.stack([w, w * x], axis=1)
@@ -83,15 +86,38 @@ def fit_line(moved: Any, seconds: Any) -> tuple[float, float]:
             a_new, b_new = 0.0, float(np.sum(w * w * x * y) / np.sum(w * w * x * x))
         if b_new < 0:  # no negative bandwidth: a flat line
             a_new, b_new = float(np.sum(w * w * y) / np.sum(w * w)), 0.0
-        residual = (a_new + b_new * x - y) / y
-        scale = 1.4826 * float(np.median(np.abs(residual - np.median(residual)))) or 1e-12
-        ratio = np.abs(residual) / (HUBER_K * scale)
-        weights = np.where(ratio <= 1.0, 1.0, 1.0 / np.maximum(ratio, 1e-12))
+        weights = _huber_weights((a_new + b_new * x - y) / y)
         done = abs(a_new - a) <= 1e-12 + 1e-9 * abs(a) and abs(b_new - b) <= 1e-18 + 1e-9 * abs(b)
         a, b = float(a_new), float(b_new)
         if done:
             break
     return a, b
+
+
+def _huber_weights(residual: Any) -> Any:
+    """Huber's weights for relative residuals, their scale from the median absolute deviation."""
+    scale = 1.4826 * float(np.median(np.abs(residual - np.median(residual)))) or 1e-12
+    ratio = np.abs(residual) / (HUBER_K * scale)
+    return np.where(ratio <= 1.0, 1.0, 1.0 / np.maximum(ratio, 1e-12))
+
+
+THEIL_SEN_SIZES = 400
+"""Most distinct sizes the starting slope looks at (pairs grow as their square)."""
+
+
+def _theil_sen(x: Any, y: Any) -> tuple[float, float]:
+    """(a, b) >= 0: the median slope over pairs of distinct sizes (each size's median time), and
+    the median intercept under it."""
+    sizes, inverse = np.unique(x, return_inverse=True)
+    times = np.array([np.median(y[inverse == i]) for i in range(len(sizes))])
+    if len(sizes) > THEIL_SEN_SIZES:
+        keep = np.linspace(0, len(sizes) - 1, THEIL_SEN_SIZES).round().astype(int)
+        sizes, times = sizes[keep], times[keep]
+    if len(sizes) < 2:
+        return 0.0, float(np.median(y / np.maximum(x, 1.0)))
+    i, j = np.triu_indices(len(sizes), k=1)
+    b = max(float(np.median((times[j] - times[i]) / (sizes[j] - sizes[i]))), 0.0)
+    return max(float(np.median(y - b * x)), 0.0), b
 
 
 def _moved_bytes(op: ops.Collective, record: dict[str, Any], ranks: int, mean_us: float) -> float:
