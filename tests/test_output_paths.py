@@ -12,7 +12,8 @@ import threading
 import pytest
 
 from fabricscope.errors import UsageError
-from fabricscope.results import Result, atomic_write_text, check_output_path, load
+from fabricscope.outputs import atomic_write_text, check_output_path
+from fabricscope.results import Result, load
 from helpers import cli_env, run_cli
 
 
@@ -111,9 +112,9 @@ def test_an_output_inside_an_input_folder_is_refused(tmp_path):
 
 def test_a_stream_whose_reader_stops_reading_never_blocks_forever(tmp_path, monkeypatch):
     # A pipe whose reader is alive but takes nothing: the write gives up with one error.
-    import fabricscope.results as results
+    import fabricscope.outputs as outputs
 
-    monkeypatch.setattr(results, "_STREAM_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(outputs, "_STREAM_TIMEOUT_S", 1.0)
     reader = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(30)"], stdin=subprocess.PIPE, env=cli_env()
     )
@@ -125,3 +126,21 @@ def test_a_stream_whose_reader_stops_reading_never_blocks_forever(tmp_path, monk
         reader.kill()
         reader.wait()
         reader.stdin.close()
+
+
+def test_two_outputs_that_are_one_file_through_a_link_are_refused(tmp_path):
+    # `compare --json c.json --markdown c.md` with c.md a link to c.json: one file, two writers.
+    from fabricscope.errors import UsageError
+    from fabricscope.outputs import check_outputs
+
+    target = tmp_path / "c.json"
+    target.write_text("{}")
+    link = tmp_path / "c.md"
+    link.symlink_to(target)
+    with pytest.raises(UsageError, match="--json and --markdown name the same file"):
+        check_outputs([("--json", str(target)), ("--markdown", str(link))])
+    dangling = tmp_path / "d.md"
+    dangling.symlink_to(tmp_path / "d.json")  # neither exists yet: the link still names the same file
+    with pytest.raises(UsageError, match="name the same file"):
+        check_outputs([("--json", str(tmp_path / "d.json")), ("--markdown", str(dangling))])
+    check_outputs([("--json", str(tmp_path / "a.json")), ("--markdown", str(tmp_path / "a.md"))])

@@ -7,16 +7,8 @@ import sys
 import pytest
 
 from fabricscope.errors import ResultFormatError, RunError, UsageError
-from fabricscope.results import (
-    FORMAT,
-    VERSION,
-    CollectiveRecord,
-    Result,
-    atomic_write_text,
-    check_output_path,
-    load,
-    percentile,
-)
+from fabricscope.outputs import atomic_write_text, check_output_path
+from fabricscope.results import FORMAT, VERSION, CollectiveRecord, Result, load, percentile
 from helpers import cli_env, run_cli
 
 

@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from fabricscope.results import release_stdout  # output flags of ``-`` move the report to stderr
+    from fabricscope.outputs import release_stdout  # output flags of ``-`` move the report to stderr
 
     try:
         code = int(args.func(args) or 0)

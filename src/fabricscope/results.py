@@ -23,45 +23,32 @@ import errno
 import json
 import math
 import os
-import re
-import secrets
-import select
 import socket
-import stat
-import sys
-import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from fabricscope.errors import ResultFormatError, RunError, UsageError
+from fabricscope.outputs import STDOUT, atomic_write_text, data_stdout, written_through
 from fabricscope.userfiles import parse_json, read_text, shorten
 
 __all__ = [
     "COLLECTIVE_FIELDS",
     "FORMAT",
     "STATUSES",
-    "STDOUT",
     "STREAM_FORMAT",
     "STREAM_VERSION",
     "VERSION",
     "CollectiveRecord",
     "Result",
     "ResultStream",
-    "atomic_write_text",
-    "check_output_path",
-    "claim_stdout",
     "coefficient_of_variation",
-    "data_stdout",
     "load",
+    "loads",
     "mark_unfinished",
     "percentile",
-    "release_stdout",
-    "say_written",
-    "stdout_holds_data",
-    "written_through",
 ]
 
 FORMAT = "fabricscope-result"
@@ -329,7 +316,12 @@ def load(path: str | os.PathLike[str]) -> Result:
     Any problem is a :class:`ResultFormatError` naming the file.
     """
     text = read_text(path, what="result file", max_bytes=MAX_RESULT_BYTES, error=ResultFormatError)
-    source = shorten(os.fspath(path))
+    return loads(text, source=shorten(os.fspath(path)))
+
+
+def loads(text: str, *, source: str) -> Result:
+    """A Result from the text of a Result file: what :func:`load` reads, and the check a command runs
+    on what it is about to write (``import``), so that nothing is written that cannot be read back."""
     if text.lstrip().startswith('{"type":"header"'):
         return _from_stream(text, source)
     data = parse_json(text, source=source, what="result file", error=ResultFormatError)
@@ -459,290 +451,3 @@ def _from_stream(text: str, source: str) -> Result:
     if end is None:
         data["error"] = "the stream has no end line: the run did not finish"
     return Result.from_dict(data, source=source)
-
-
-STDOUT = "-"
-"""An output path of ``-`` means standard output, as most tools read it."""
-
-_STREAM_TIMEOUT_S = 30.0
-"""Longest wait for a stream's reader (a FIFO, a pipe) to take what we write."""
-
-_held: dict[str, int] = {}
-"""FIFOs opened by :func:`check_output_path`, kept open so that their reader stays."""
-
-_STDOUT_NAMES = ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
-"""Other names of standard output, which :func:`check_output_path` treats as ``-`` for the report."""
-
-_data_out: TextIO | None = None
-"""The real standard output, while an output flag holds it for its data (:func:`claim_stdout`)."""
-_claimed_by: str | None = None
-"""The output flag that holds standard output."""
-
-
-def claim_stdout(flag: str, path: str | os.PathLike[str] | None) -> bool:
-    """When ``path`` is ``-`` (or ``/dev/stdout``), give standard output to the data of ``flag``: the human
-    report goes to standard error.  Returns whether ``path`` names standard output.
-
-    Every command prints its report (tables, summaries, notes, warnings) on ``sys.stdout``.
-    From this call on, ``sys.stdout`` is standard error, and the data is written to the
-    real standard output (:func:`data_stdout`), so that ``--json - | jq`` or ``-o - >
-    cluster.toml`` gets the JSON, CSV or TOML alone, and it parses.  :func:`check_output_path`
-    calls this, so every output flag does it before any work; a process that writes data
-    it did not check (a rank a launcher started) calls it itself.  Only one output can be
-    standard output: a second flag is refused (:class:`UsageError`).  Child processes keep
-    the real standard output: a command that starts one whose output is not data gives it
-    standard error when :func:`stdout_holds_data`.
-    """
-    global _data_out, _claimed_by
-    if path is None or not (os.fspath(path) == STDOUT or os.path.abspath(path) in _STDOUT_NAMES):
-        return False
-    if _claimed_by is not None:
-        if _claimed_by != flag:
-            raise UsageError(
-                f"{_claimed_by} and {flag} both write to standard output, where only one can: give one a file name"
-            )
-        return True
-    sys.stdout.flush()
-    _data_out, _claimed_by = sys.stdout, flag
-    sys.stdout = sys.stderr
-    return True
-
-
-def stdout_holds_data() -> bool:
-    """Whether an output flag holds standard output for its data (:func:`claim_stdout`)."""
-    return _claimed_by is not None
-
-
-def release_stdout() -> None:
-    """Undo :func:`claim_stdout`: ``sys.stdout`` is standard output again (the CLI calls it as a command ends)."""
-    global _data_out, _claimed_by
-    if _data_out is not None:
-        with contextlib.suppress(OSError, ValueError):
-            sys.stdout.flush()
-        sys.stdout = _data_out
-    _data_out = _claimed_by = None
-
-
-def data_stdout() -> TextIO:
-    """Where the data of an output given ``-`` goes: the real standard output, claimed or not."""
-    return _data_out if _data_out is not None else sys.stdout
-
-
-def say_written(path: str, detail: str = "") -> None:
-    """The ``wrote PATH[: detail]`` line, on stderr; for ``-`` only the detail (the data on stdout is the rest)."""
-    if path != STDOUT:
-        sys.stderr.write(f"wrote {path}{': ' + detail if detail else ''}\n")
-    elif detail:
-        sys.stderr.write(f"wrote standard output: {detail}\n")
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except (OSError, ValueError):
-        return os.path.realpath(a) == os.path.realpath(b)
-
-
-def _inside(path: str, folder: str) -> bool:
-    real, top = os.path.realpath(path), os.path.realpath(folder)
-    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
-
-
-def check_output_path(flag: str, path: str, *, inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
-    """Refuse, before any work, an output file that cannot or must not be written.
-
-    Raises :class:`UsageError` (one line, exit 2) when ``path`` is empty, too long,
-    a folder, in a folder that does not exist, a read-only file, one of the
-    command's ``inputs`` (or inside an input folder, such as doctor's ``--root``),
-    a FIFO nobody reads, or a file that cannot be created (checked by creating and
-    removing a probe file, since ``os.access`` says yes to root everywhere).  ``-``
-    and streams or devices (``/dev/stdout``, ``/dev/null``) are written through.
-    """
-    if path == "":
-        raise UsageError(f"{flag} needs a file name, got an empty one (use - for standard output)")
-    if claim_stdout(flag, path) and path == STDOUT:
-        return
-    shown = shorten(path)
-    try:
-        info: os.stat_result | None = os.stat(path)
-    except OSError as exc:
-        if exc.errno == errno.ENAMETOOLONG:
-            raise UsageError(
-                f"{flag} {shown}: file name too long ({len(path)} characters; this system allows 255 per name)"
-            ) from None
-        info = None
-    if info is not None and stat.S_ISDIR(info.st_mode):
-        example = os.path.join(path, "result.csv" if flag == "--csv" else "result.json")
-        raise UsageError(f"{flag} {shown} is a folder: give a file name, e.g. {example}")
-    for source in inputs:
-        name = os.fspath(source)
-        if os.path.isdir(name) and _inside(path, name):
-            raise UsageError(f"{flag} {shown} is inside {shorten(name)}, an input of this command: write it elsewhere")
-        if _same_file(path, name):
-            raise UsageError(f"{flag} {shown} is also an input of this command: writing it would destroy it")
-    if info is not None and stat.S_ISFIFO(info.st_mode):
-        _hold_fifo(flag, path)
-        return
-    if written_through(path):
-        return
-    if _is_database(path):
-        raise UsageError(
-            f"{flag} {shown} is a SQLite database (fabricscope's history, perhaps): "
-            "writing a result over it would destroy it; give another name"
-        )
-    if info is not None and stat.S_ISREG(info.st_mode) and not info.st_mode & 0o222:
-        raise UsageError(f"{flag} {shown} is read-only: fabricscope does not replace it (make it writable first)")
-    folder = os.path.dirname(os.path.realpath(path))
-    if not os.path.isdir(folder):
-        raise UsageError(f"{flag} {shown}: the folder {shorten(folder)} does not exist")
-    if len(os.path.basename(path)) > 255 - 40:  # room for the temporary name written beside it
-        raise UsageError(f"{flag} {shown}: file name too long ({len(os.path.basename(path))} characters)")
-    probe = os.path.join(folder, f".fabricscope-probe.{os.getpid()}.{secrets.token_hex(4)}")
-    try:
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    except OSError as exc:
-        raise UsageError(f"{flag} {shown}: cannot create a file in {folder} ({exc.strerror or exc})") from None
-    with contextlib.suppress(OSError):
-        os.unlink(probe)
-
-
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-
-
-def _is_database(path: str) -> bool:
-    """Whether ``path`` (or the database it is the journal of) is a SQLite database."""
-    real = os.path.realpath(path)
-    candidates = [real] + [real[: -len(s)] for s in ("-wal", "-shm", "-journal") if real.endswith(s)]
-    for name in candidates:
-        try:
-            with open(name, "rb") as handle:
-                if stat.S_ISREG(os.fstat(handle.fileno()).st_mode) and handle.read(16) == _SQLITE_MAGIC:
-                    return True
-        except OSError:
-            continue
-    return False
-
-
-def _hold_fifo(flag: str, path: str) -> None:
-    """Open a FIFO for writing now, without blocking: refuse one that nobody reads."""
-    key = os.path.realpath(path)
-    if key in _held:
-        return
-    try:
-        _held[key] = os.open(path, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        if exc.errno == errno.ENXIO:
-            raise UsageError(
-                f"{flag} {shorten(path)} is a FIFO that no process is reading: start its reader first"
-            ) from None
-        raise UsageError(f"{flag} {shorten(path)}: cannot open the FIFO ({exc.strerror or exc})") from None
-
-
-_STREAMS = re.compile(r"/dev/std(out|err)$|/dev/fd/|/proc/[^/]+/fd/")
-"""Paths that name one of this process's open files, whatever it is."""
-
-
-def written_through(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a stream or device: written in place (appended), never replaced.
-
-    That is ``-`` and ``/dev/stdout`` and the like (``> out.txt`` must keep the
-    table already there), and anything that is not a regular file: a pipe, a
-    device, a socket.  ``os.stat`` follows ``/dev/stdout`` -> ``/proc/self/fd/1``
-    to a pipe, which ``realpath`` cannot name.
-    """
-    if os.fspath(path) == STDOUT or _STREAMS.match(os.path.abspath(path)):
-        return True
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False
-    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null: later writes, and Python's flush at exit, go nowhere."""
-    with contextlib.suppress(OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, data_stdout().fileno())
-        os.close(devnull)
-
-
-def _write_stream(path: str, text: str) -> None:
-    """Append to a stream without ever waiting forever for its reader."""
-    data = text.encode("utf-8")
-    key = os.path.realpath(path) if path != STDOUT else ""
-    if path == STDOUT:
-        out = data_stdout()
-        try:
-            out.flush()
-        except BrokenPipeError:
-            _silence_stdout()
-            return
-        fd, own = out.fileno(), False
-    elif key in _held:
-        fd, own = _held[key], False
-    else:
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        except OSError as exc:
-            why = "no process is reading it" if exc.errno == errno.ENXIO else exc.strerror or str(exc)
-            raise RunError(f"cannot write {shorten(path)}: {why}") from None
-        own = True
-    try:
-        deadline = time.monotonic() + _STREAM_TIMEOUT_S
-        while data:
-            _, ready, _ = select.select([], [fd], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                raise RunError(f"cannot write {shorten(path)}: its reader took nothing for {_STREAM_TIMEOUT_S:g} s")
-            try:
-                data = data[os.write(fd, data) :]
-            except BlockingIOError:
-                continue
-            except BrokenPipeError:
-                if path == STDOUT or _STREAMS.match(os.path.abspath(path)):
-                    _silence_stdout()  # our own reader went away (| head): not a failure of the run
-                    return
-                raise RunError(f"cannot write {shorten(path)}: no process reads it any more") from None
-            except OSError as exc:
-                raise RunError(f"cannot write {shorten(path)}: {exc.strerror or exc}") from None
-    finally:
-        if own:
-            os.close(fd)
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename.
-
-    A link is followed: the file it points at is replaced, the link kept.  A
-    stream or device (``/dev/stdout``, a pipe) is appended to, never replaced.  On
-    failure (disk full, permission) the previous content of ``path`` is left
-    untouched and a :class:`RunError` says why.
-    """
-    if written_through(path):
-        _write_stream(os.fspath(path), text)
-        return
-    target = Path(os.path.realpath(path))
-    try:
-        mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
-    except OSError:
-        mode = None
-    directory = target.parent
-    tmp_name = None
-    try:
-        # Not mkstemp: its file is private (0600); a result should get the umask's mode.
-        tmp_name = str(directory / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        fd = os.open(tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if mode is not None:  # a replaced file keeps its mode
-            os.chmod(tmp_name, mode)
-        os.replace(tmp_name, target)
-        tmp_name = None
-    except OSError as exc:
-        raise RunError(f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        if tmp_name is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp_name)

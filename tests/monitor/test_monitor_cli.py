@@ -268,28 +268,47 @@ def test_an_output_inside_the_root_is_refused(tmp_path: Path) -> None:
     assert result.returncode == 2 and "an input of this command" in one_error_line(result)
 
 
-def test_a_monitor_failing_mid_run_stops_its_command_and_keeps_the_recording(tmp_path: Path) -> None:
+def test_a_recording_that_fails_mid_run_never_ends_or_changes_the_command(tmp_path: Path) -> None:
     import resource
 
     record = tmp_path / "rec.jsonl"
-    pid_file = tmp_path / "pid"
-    code = f"import os, time, pathlib; pathlib.Path({str(pid_file)!r}).write_text(str(os.getpid())); time.sleep(60)"
+    done_file = tmp_path / "done"
+    # The command outlives the failure, then exits 3: the monitor must let it finish and return 3.
+    code = f"import time, pathlib, sys; time.sleep(2); pathlib.Path({str(done_file)!r}).write_text('ok'); sys.exit(3)"
 
     def small_files() -> None:  # writes past 3000 bytes fail (EFBIG), as on a full disk
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
 
-    started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "fabricscope", "monitor", "--interval", "0.1", "--record", str(record),
          "--", sys.executable, "-c", code],
         capture_output=True, text=True, env=cli_env(), preexec_fn=small_files, timeout=60,
     )  # fmt: skip
-    assert time.monotonic() - started < 30  # not the command's 60 s: it was stopped
-    assert result.returncode == 1
-    assert f"cannot write {record}" in result.stderr and "Traceback" not in result.stderr
-    pid = int(pid_file.read_text())
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)  # no stray command left behind
+    assert result.returncode == 3, result.stderr
+    assert done_file.read_text() == "ok"  # the command ran to its end
+    said = [line for line in result.stderr.splitlines() if f"cannot write {record}" in line]
+    assert len(said) == 1 and "the watching goes on" in said[0] and "Traceback" not in result.stderr
     loaded = load_recording(record)
     assert loaded.status == "interrupted" and loaded.summary["intervals"] >= 1
+
+
+def test_a_recording_that_fails_without_a_command_keeps_watching_then_exits_1(tmp_path: Path) -> None:
+    import resource
+
+    record = tmp_path / "rec.jsonl"
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
+
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "fabricscope", "monitor", "--interval", "0.1", "--duration", "2",
+         "--record", str(record)],
+        capture_output=True, text=True, env=cli_env(), preexec_fn=small_files, timeout=60,
+    )  # fmt: skip
+    assert time.monotonic() - started >= 2  # watched for the whole duration
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("error: --record stopped early: cannot write")
+    assert load_recording(record).summary["intervals"] >= 1

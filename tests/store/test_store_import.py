@@ -164,3 +164,25 @@ def test_hostile_numbers_and_nesting_are_refused_or_skipped(text):
         assert "hostile.log" in str(exc)
     else:
         assert all(len(str(r["size_bytes"])) <= 20 for r in result.records)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("-1    31.84    0.00    0.00       0", "-1    31.84    0.00    0.00    1e308", "wrong"),
+        ("           8             2     float", "99999999999999999999             2     float", "size_bytes"),
+    ],
+)
+def test_import_writes_nothing_fabricscope_cannot_read_back(tmp_path, old, new, field):
+    # Before, the import exited 0 and then history show, compare and report refused the file.
+    from helpers import run_cli
+
+    text = (DATA / "current_all_reduce_h100x8.log").read_text()
+    assert old in text
+    log = tmp_path / "odd.log"
+    log.write_text(text.replace(old, new, 1))
+    out = tmp_path / "odd.json"
+    done = run_cli(["import", "nccl-tests", str(log), "--json", str(out)], timeout=60)
+    assert done.returncode == 2 and not out.exists()
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {log}: records[") and field in lines[0]

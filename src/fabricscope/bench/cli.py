@@ -28,7 +28,7 @@ from fabricscope.bench.streams import MAX_STREAMS
 from fabricscope.errors import UsageError
 from fabricscope.store.save import add_save_options, check_save_options, wants_save
 
-__all__ = ["add_parser", "build_config", "run"]
+__all__ = ["add_parser", "build_config", "nccl_tests_notes", "run"]
 
 _EPILOG = """\
 ops: all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter ps, or all
@@ -128,8 +128,68 @@ def add_parser(subparsers: Any) -> None:
     )
     launching.add_argument("--json", default=None, metavar="FILE", help="write a Result (rewritten after every row)")
     launching.add_argument("--csv", default=None, metavar="FILE", help="write a flat CSV table")
+    launching.add_argument(
+        "-J",
+        "--output_file",
+        dest="nccl_json",
+        default=None,
+        metavar="FILE",
+        help="also write the run in nccl-tests' own -J JSON layout (every op in one file)",
+    )
     add_save_options(launching)
+    _add_nccl_tests_letters(parser.add_argument_group("other nccl-tests flags (accepted; see the note each prints)"))
     parser.set_defaults(func=run)
+
+
+_LETTERS: tuple[tuple[str, str, str, str], ...] = (
+    # (short, long, value that is fabricscope's own behaviour, what fabricscope does instead)
+    ("-t", "--nthreads", "1", "fabricscope runs one thread per process: start more ranks (--nproc, or your launcher)"),
+    (
+        "-g",
+        "--ngpus",
+        "1",
+        "fabricscope runs one GPU per rank: start one rank per GPU (--nproc N, torchrun --nproc-per-node N)",
+    ),
+    ("-m", "--agg_iters", "1", "fabricscope times one collective per iteration (no grouped launches): taken as 1"),
+    ("-p", "--parallel_init", "0", "torch.distributed creates the communicator: nothing to parallelise"),
+    (
+        "-z",
+        "--blocking",
+        "0",
+        "fabricscope times -n back-to-back calls between two clock readings after a barrier (nccl-tests' -z 0)",
+    ),
+    ("-y", "--stream_null", "0", "collectives run on torch's current stream"),
+    ("-G", "--cudagraph", "0", "no CUDA graph capture: each iteration is launched"),
+    ("-C", "--report_cputime", "0", "the time column is the collective's time, not the CPU launch time"),
+    ("-R", "--local_register", "0", "buffers are torch tensors, not registered with NCCL"),
+    ("-x", "--cta_policy", "", "NCCL's CTA policy is not set by fabricscope (use NCCL_* variables)"),
+    ("-D", "--device_implementation", "0", "collectives run through torch.distributed, not NCCL's device API"),
+    ("-V", "--device_cta_count", "", "collectives run through torch.distributed, not NCCL's device API"),
+    ("-I", "--per_iter_timing", "0", "every iteration's time is kept in --json (samples_us, p50, p99, CV)"),
+    ("-K", "--per_iter_skip", "0", "every iteration's time is kept in --json (samples_us, p50, p99, CV)"),
+    ("-S", "--report_timestamps", "0", "--json records when the run was made (created)"),
+    ("-M", "--memory", "0", "memory use is not printed"),
+    ("-u", "--unalign", "0", "buffers are torch's allocations, aligned as torch aligns them"),
+)
+"""nccl-tests letters fabricscope takes so that a command line copied from nccl-tests runs: at their default
+they change nothing; any other value prints one note of what fabricscope does instead."""
+
+
+def _add_nccl_tests_letters(group: Any) -> None:
+    for short, long, _, _ in _LETTERS:
+        group.add_argument(short, long, dest=f"nt_{long[2:]}", default=None, metavar="N", help=argparse.SUPPRESS)
+
+
+def nccl_tests_notes(args: argparse.Namespace) -> list[str]:
+    """One ``note:`` line for each nccl-tests letter given a value other than fabricscope's behaviour."""
+    notes = []
+    for short, long, own, instead in _LETTERS:
+        value = getattr(args, f"nt_{long[2:]}", None)
+        if value is None or value.strip() == own:
+            continue
+        shown = value if len(value) <= 20 else value[:20] + "..."
+        notes.append(f"note: {short} {shown}: {instead}")
+    return notes
 
 
 def _min_busbw() -> float | None:
@@ -169,6 +229,7 @@ def build_config(args: argparse.Namespace) -> Any:
         **options.launch_fields(args, default_nproc=_default_nproc),
         json_path=args.json,
         csv_path=args.csv,
+        nccl_json_path=args.nccl_json,
         optional_ops=optional,
         min_busbw_gbps=_min_busbw(),
         argv=list(sys.argv),
@@ -178,9 +239,9 @@ def build_config(args: argparse.Namespace) -> Any:
 
 
 def _check_output_paths(config: Any) -> None:
-    from fabricscope.results import check_output_path
+    from fabricscope.outputs import check_output_path
 
-    for flag, path in (("--json", config.json_path), ("--csv", config.csv_path)):
+    for flag, path in (("--json", config.json_path), ("--csv", config.csv_path), ("-J", config.nccl_json_path)):
         if path:
             check_output_path(flag, path)
 
@@ -205,6 +266,9 @@ def run(args: argparse.Namespace) -> int:
     check_save_options(args)
     config = build_config(args)
     world = launch.detect(master_addr=config.master_addr, master_port=config.master_port)
+    if world is None or world.rank == 0:
+        for note in nccl_tests_notes(args):
+            sys.stderr.write(note + "\n")
     if world is None or world.rank == 0:
         _check_output_paths(config)  # only rank 0 writes them, on its own host
     if world is not None:
@@ -249,7 +313,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _mark_failed(json_path: str | None, message: str) -> None:
     """Rank 0 cannot mark its file any more when it was the one killed: the launcher does."""
-    from fabricscope.results import mark_unfinished, written_through
+    from fabricscope.outputs import written_through
+    from fabricscope.results import mark_unfinished
 
     if json_path and not written_through(json_path):
         mark_unfinished(json_path, "failed", message)

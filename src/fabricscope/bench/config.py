@@ -83,6 +83,8 @@ class BenchConfig(SweepConfig):
     """Bound on every collective; a dead or hung rank ends the run after this."""
     json_path: str | None = None
     csv_path: str | None = None
+    nccl_json_path: str | None = None
+    """``-J``: the run in nccl-tests' own JSON layout (:mod:`fabricscope.bench.nccl_json`), written at the end."""
     master_addr: str | None = None
     master_port: int | None = None
     min_busbw_gbps: float | None = None
@@ -140,7 +142,7 @@ class BenchConfig(SweepConfig):
                 f"must be between {MIN_TIMEOUT_S:g} s and {MAX_TIMEOUT_S / 86400:g} days, got {self.timeout_s:g} s",
                 key="timeout",
             )
-        for key, path in (("json", self.json_path), ("csv", self.csv_path)):
+        for key, path in (("json", self.json_path), ("csv", self.csv_path), ("nccl_json", self.nccl_json_path)):
             if path is not None and not path.strip():
                 raise InvalidValue("needs a file name, got an empty one", key=key)
         if self.json_path and self.csv_path and os.path.realpath(self.json_path) == os.path.realpath(self.csv_path):

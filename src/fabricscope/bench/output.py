@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import sys
 import time
@@ -23,14 +24,8 @@ from fabricscope.bench.stability import SPIKE_FACTOR, Series
 from fabricscope.errors import RunError
 from fabricscope.launch.heartbeat import Peer, host_record
 from fabricscope.ops import Collective
-from fabricscope.results import (
-    COLLECTIVE_FIELDS,
-    CollectiveRecord,
-    Result,
-    atomic_write_text,
-    claim_stdout,
-    written_through,
-)
+from fabricscope.outputs import atomic_write_text, claim_stdout, written_through
+from fabricscope.results import COLLECTIVE_FIELDS, CollectiveRecord, Result
 from fabricscope.table import op_summary
 
 __all__ = ["CSV_FIELDS", "Output", "op_summary"]
@@ -299,6 +294,8 @@ class Output:
         self._save(final=True)
         if self.config.csv_path and not self._csv_streamed:
             self._write_csv_text(self._csv_lines(self.result.records, header=True), replace=True)
+        if self.config.nccl_json_path:
+            self._write_nccl_json(self.config.nccl_json_path)
         if self.config.save:
             self._save_history()
         if self._progress is not None:
@@ -348,6 +345,16 @@ class Output:
             self._write_failed(str(exc))
         except OSError as exc:
             self._write_failed(f"cannot write {path}: {exc.strerror or exc}")
+
+    def _write_nccl_json(self, path: str) -> None:
+        """``-J``: the run as nccl-tests' JSON; a failure is reported, not raised."""
+        from fabricscope.bench.nccl_json import to_nccl_tests_json
+
+        document = to_nccl_tests_json(self.result, min_busbw_gbps=self.config.min_busbw_gbps)
+        try:
+            atomic_write_text(path, json.dumps(document, indent=1, allow_nan=False) + "\n")
+        except RunError as exc:
+            self._write_failed(str(exc))
 
     def _write_failed(self, message: str) -> None:
         if message not in self.write_errors:

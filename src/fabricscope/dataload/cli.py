@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     from fabricscope.dataload.pagecache import available_memory
     from fabricscope.dataload.report import notes, to_result
     from fabricscope.dataload.verdict import judge
-    from fabricscope.results import check_output_path
+    from fabricscope.outputs import check_output_path
     from fabricscope.units import format_size
 
     config = _config(args)

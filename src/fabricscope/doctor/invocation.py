@@ -36,11 +36,11 @@ def check_outputs(args: argparse.Namespace, ranks: Sequence[int], env: Mapping[s
     expanded) are checked.  The inputs are the ``--expect`` file, each
     captured tree read (``--root DIR``), and on the live root ``/sys``,
     ``/proc`` and the files NCCL reads its settings from; ``--json`` goes
-    through the one output check (:func:`fabricscope.results.check_output_path`),
+    through the one output check (:func:`fabricscope.outputs.check_output_path`),
     and ``--capture`` may not be empty or lie inside an input folder.
     """
     from fabricscope.doctor.diagnosis import expand_placeholders
-    from fabricscope.results import check_output_path
+    from fabricscope.outputs import check_output_path
 
     roots = {expand_placeholders(args.root, rank=r, local_rank=r) for r in ranks}
     inputs = _inputs(args.expect, sorted(roots), os.environ if env is None else env)

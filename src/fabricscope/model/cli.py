@@ -63,7 +63,7 @@ def _json_option(p: argparse.ArgumentParser, kind: str) -> None:
 
 def _check_output(path: str | None, *inputs: str) -> None:
     """Refuse, before any work, a --json file that cannot be written or is one of the inputs."""
-    from fabricscope.results import check_output_path
+    from fabricscope.outputs import check_output_path
     from fabricscope.userfiles import is_path
 
     if path is not None:
@@ -90,7 +90,8 @@ def _save(
 ) -> None:
     if path is None and not (args is not None and wants_save(args)):
         return
-    from fabricscope.results import Result, say_written
+    from fabricscope.outputs import say_written
+    from fabricscope.results import Result
 
     result = Result(kind=kind, config=config, records=records, summary=summary, env={"argv": list(sys.argv)})
     if path is not None:
@@ -579,7 +580,7 @@ def _add_calibrate(subparsers: Any) -> None:
 def run_calibrate(args: argparse.Namespace) -> int:
     from fabricscope.model.calibrate import calibrate, cluster_toml, load_runs, priced_runs
     from fabricscope.model.cluster import load_cluster
-    from fabricscope.results import atomic_write_text, check_output_path, say_written
+    from fabricscope.outputs import atomic_write_text, check_output_path, say_written
     from fabricscope.userfiles import is_path
 
     check_output_path("-o", args.output, inputs=[*args.runs, *([args.cluster] if is_path(args.cluster) else [])])

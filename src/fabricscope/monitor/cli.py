@@ -156,22 +156,13 @@ def _open_root(path: str) -> Any:
 
 def _watch(args: argparse.Namespace, command: list[str]) -> int:
     from fabricscope.monitor.session import Monitor, MonitorConfig
-    from fabricscope.results import STDOUT, check_output_path
+    from fabricscope.outputs import check_outputs
 
     interfaces = tuple(n for n in args.interfaces.split(",") if n) if args.interfaces is not None else None
     if interfaces is not None and not interfaces:
         raise UsageError("--interfaces needs at least one interface name, e.g. eth0,ib0")
     inputs = [args.root] if os.path.realpath(args.root) != "/" else []
-    outputs = [(flag, value) for flag, value in (("--json", args.json), ("--record", args.record)) if value is not None]
-    for flag, value in outputs:
-        check_output_path(flag, value, inputs=inputs)
-    if (
-        args.json
-        and args.record
-        and args.json != STDOUT
-        and os.path.realpath(args.json) == os.path.realpath(args.record)
-    ):
-        raise UsageError(f"--json and --record name the same file ({args.json}); give two files")
+    check_outputs([("--json", args.json), ("--record", args.record)], inputs=inputs)
     serve = None
     if args.serve is not None:
         from fabricscope.monitor.exporter import parse_serve

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from fabricscope.errors import FabricscopeError
 from fabricscope.launch.spawn import set_parent_death_signal
-from fabricscope.results import stdout_holds_data
+from fabricscope.outputs import stdout_holds_data
 
 __all__ = ["CommandNotRunnable", "WatchedCommand", "exit_status", "resolve_command"]
 

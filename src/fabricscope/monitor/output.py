@@ -5,7 +5,7 @@ Without a command the view and the summary go to stdout (an exporter whose stdou
 terminal, such as a service, prints only its notes until the summary).  With one (``monitor
 -- CMD``) stdout belongs to the command: notes and the summary go to stderr
 and nothing is drawn while it runs.  ``--json -`` or ``--record -`` hold stdout for their data
-(:func:`fabricscope.results.claim_stdout`): the view, the summary and the command's output go to stderr.
+(:func:`fabricscope.outputs.claim_stdout`): the view, the summary and the command's output go to stderr.
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ class Outputs:
         self.broken = False
         self.exporter: Any = None
         self.recorder: Any = None
+        self.record_error: str | None = None
+        """Why ``--record`` stopped mid-run (a full disk): said once; the watching goes on."""
         self.live: Any = None
         if serve is not None:
             from fabricscope.monitor.exporter import Exporter
@@ -93,10 +95,7 @@ class Outputs:
     def after_sample(self, records: list[dict[str, Any]]) -> bool:
         """Show and store one interval; False when stdout has gone away (``| head``): time to stop."""
         notes = self.monitor.notes.take()
-        if self.recorder is not None:
-            self.recorder.notes(notes)
-            if records:
-                self.recorder.records(records)
+        self._record(lambda recorder: (recorder.notes(notes), recorder.records(records) if records else None))
         self._export()
         if self.command:
             for note in notes:
@@ -140,8 +139,7 @@ class Outputs:
                 save_result(self.args, result, what="the monitor result")
             except FabricscopeError as exc:
                 problem = problem or exc
-        if self.recorder is not None:
-            self.recorder.finish(summary, status)
+        self._record(lambda recorder: recorder.finish(summary, status))
         self._stop_live()
         if not self.broken:
             try:
@@ -152,6 +150,25 @@ class Outputs:
                 _silence_stdout()
         if problem is not None:
             raise problem
+        if self.record_error is not None and command_status is None:
+            # No command to speak for: the monitor's own output failed, and its exit code says so.
+            raise RunError(f"--record stopped early: {self.record_error}")
+
+    def _record(self, write: Any) -> None:
+        """One write to the recording; a failure (a full disk) stops the recording, not the monitor
+        or the command it watches: said once on stderr, and what the file holds stays readable."""
+        if self.recorder is None:
+            return
+        try:
+            write(self.recorder)
+        except RunError as exc:
+            self.recorder = None  # the stream closed itself
+            self.record_error = str(exc)
+            sys.stderr.write(
+                f"fabricscope monitor: error: {exc}; the recording stops here (what it holds stays readable), "
+                "the watching goes on\n"
+            )
+            sys.stderr.flush()
 
     def close(self) -> None:
         self._stop_live()

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     config = build_config(args)
     world = launch.detect(master_addr=config.master_addr, master_port=config.master_port)
     if (world is None or world.rank == 0) and config.json_path:
-        from fabricscope.results import check_output_path
+        from fabricscope.outputs import check_output_path
 
         check_output_path("--json", config.json_path)
     if world is not None:
@@ -116,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _mark_failed(json_path: str | None, message: str) -> None:
     """Rank 0 cannot mark its file any more when it was the one killed: the launcher does."""
-    from fabricscope.results import mark_unfinished, written_through
+    from fabricscope.outputs import written_through
+    from fabricscope.results import mark_unfinished
 
     if json_path and not written_through(json_path):
         mark_unfinished(json_path, "failed", message)

@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from fabricscope.launch.heartbeat import Peer, host_record
+from fabricscope.outputs import claim_stdout
 from fabricscope.pairs.analysis import analyse
 from fabricscope.pairs.config import PairsConfig
 from fabricscope.pairs.report import print_report
-from fabricscope.results import Result, claim_stdout
+from fabricscope.results import Result
 
 __all__ = ["PAIR_FIELDS", "Output"]
 

@@ -112,12 +112,12 @@ def _check_png_folder(folder: str, others: list[str], check_output_path: Any) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from fabricscope.results import check_output_path
+    from fabricscope.outputs import check_output_path, check_outputs
     from fabricscope.store import baselines, runs
     from fabricscope.store.history import History
 
     inputs = list(args.runs) + ([args.predict] if args.predict else [])
-    runs.check_outputs([("-o", args.output)], inputs)
+    check_outputs([("-o", args.output)], inputs=inputs)
     if args.png is not None:
         _check_png_folder(args.png, [*inputs, args.output], check_output_path)
     peak = args.peak / 8e9 if args.peak is not None else None
@@ -142,8 +142,8 @@ def run(args: argparse.Namespace) -> int:
             result, model_peak = model_prediction(args.predict, collective[0])
             prediction = (args.predict, result)
             peak = peak if peak is not None else model_peak
+    from fabricscope.outputs import atomic_write_text, say_written
     from fabricscope.report import document
-    from fabricscope.results import atomic_write_text, say_written
 
     report = document.build(loaded, baseline=baseline, prediction=prediction, peak_gbps=peak)
     atomic_write_text(args.output, document.to_html(report))

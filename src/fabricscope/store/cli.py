@@ -15,6 +15,7 @@ from typing import Any
 
 from fabricscope import options
 from fabricscope.errors import FabricscopeError, UsageError
+from fabricscope.outputs import check_outputs
 
 __all__ = [
     "LOG_MAX_BYTES",
@@ -100,12 +101,6 @@ def parse_since(text: str, *, now: datetime | None = None) -> datetime:
         ) from None
 
 
-def check_outputs(outputs: Sequence[tuple[str, str | None]], inputs: Sequence[str]) -> None:
-    from fabricscope.store.runs import check_outputs as check
-
-    check(outputs, inputs)
-
-
 def run_history(args: argparse.Namespace) -> int:
     if args.action == "show":
         return _history_show(args)
@@ -113,11 +108,11 @@ def run_history(args: argparse.Namespace) -> int:
         return _history_rm(args)
     import json
 
-    from fabricscope.results import atomic_write_text
+    from fabricscope.outputs import atomic_write_text
     from fabricscope.store.history import History
 
     since = parse_since(args.since) if args.since is not None else None
-    check_outputs([("--json", args.json)], [])
+    check_outputs([("--json", args.json)], inputs=[])
     with History(create=False) as history:
         entries = history.entries(kind=args.kind, label=args.label, host=args.host, since=since)
     if args.json:
@@ -143,11 +138,11 @@ def run_history(args: argparse.Namespace) -> int:
 
 def _history_show(args: argparse.Namespace) -> int:
     from fabricscope import table
-    from fabricscope.results import say_written
+    from fabricscope.outputs import say_written
     from fabricscope.store import runs
     from fabricscope.store.history import describe
 
-    check_outputs([("--json", args.show_json)], [args.run])
+    check_outputs([("--json", args.show_json)], inputs=[args.run])
     run = runs.resolve(args.run)
     result = run.result
     facts = describe(result)
@@ -283,14 +278,14 @@ def _add_compare(subparsers: Any) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from fabricscope.results import atomic_write_text
+    from fabricscope.outputs import atomic_write_text
     from fabricscope.store import baselines, compare, runs
     from fabricscope.store.history import History
 
     if args.baseline is None and args.against is None:
         raise UsageError("compare needs a reference: --baseline NAME or --against RUN")
     inputs = [args.run] + ([args.against] if args.against else [])
-    check_outputs([("--json", args.json), ("--markdown", args.markdown)], inputs)
+    check_outputs([("--json", args.json), ("--markdown", args.markdown)], inputs=inputs)
     current = runs.resolve(args.run, kinds=runs.COLLECTIVE_KINDS)
     if args.baseline is not None:
         with History(create=False) as history:
@@ -368,7 +363,7 @@ def run_import(args: argparse.Namespace) -> int:
     check_save_options(args)
     if args.json and len(args.files) > 1:
         raise UsageError("--json takes one imported FILE; import several with --save, or one at a time")
-    check_outputs([("--json", args.json)], args.files)
+    check_outputs([("--json", args.json)], inputs=args.files)
     op = None
     if args.op is not None:
         op = args.op.strip().lower()
@@ -377,7 +372,7 @@ def run_import(args: argparse.Namespace) -> int:
             raise UsageError(f"unknown --op {args.op[:40]!r}{closest(op, names)}: use one of {', '.join(names)}")
     # Every file is read before anything is saved: one bad file saves none.
     texts = [(path, read_text(path, what="nccl-tests log", max_bytes=LOG_MAX_BYTES)) for path in args.files]
-    results = [(path, nccl_tests.parse(text, source=path, op=op)) for path, text in texts]
+    results = [(path, _readable(nccl_tests.parse(text, source=path, op=op), path)) for path, text in texts]
     lines = []
     for path, result in results:
         facts = describe(result)
@@ -395,6 +390,21 @@ def run_import(args: argparse.Namespace) -> int:
     for path, result in results:
         save_result(args, result, what=path)
     return 0
+
+
+def _readable(result: Any, path: str) -> Any:
+    """The imported Result, once what it would write reads back through the loader every command uses:
+    a log value fabricscope cannot keep (a 20-digit size, ``1e308`` wrong elements) is refused here,
+    not written for ``history``, ``compare`` and ``report`` to refuse later."""
+    from fabricscope.errors import ResultFormatError
+    from fabricscope.results import loads
+    from fabricscope.userfiles import shorten
+
+    try:
+        loads(result.to_json(), source=shorten(path))
+    except (ResultFormatError, ValueError) as exc:
+        raise UsageError(f"{exc}; that value comes from the log, which fabricscope cannot keep as it is") from None
+    return result
 
 
 def add_parser(subparsers: Any) -> None:

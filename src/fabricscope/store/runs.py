@@ -9,15 +9,15 @@ run never creates or changes the history.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from fabricscope import results
 from fabricscope.errors import ResultFormatError, UsageError
-from fabricscope.results import Result, check_output_path
+from fabricscope.results import Result
 from fabricscope.store.history import History
 
-__all__ = ["COLLECTIVE_KINDS", "Run", "check_outputs", "load_result_file", "parse_run_id", "resolve"]
+__all__ = ["COLLECTIVE_KINDS", "Run", "load_result_file", "parse_run_id", "resolve"]
 
 COLLECTIVE_KINDS = ("bench", "nccl-tests", "predict")
 """Kinds whose records are collective rows (the same fields measured, imported or predicted)."""
@@ -85,13 +85,3 @@ def resolve(
             f"{what} {run.source} is a {run.result.kind!r} result; this needs {' or '.join(repr(k) for k in kinds)}"
         )
     return run
-
-
-def check_outputs(outputs: Sequence[tuple[str, str | None]], inputs: Sequence[str]) -> None:
-    """Refuse, before any work, an output that cannot be written, that is an input, or that another output names."""
-    given = [(flag, path) for flag, path in outputs if path is not None]
-    for index, (flag, path) in enumerate(given):
-        for other_flag, other in given[:index]:
-            if path not in (results.STDOUT, "/dev/stdout") and os.path.abspath(path) == os.path.abspath(other):
-                raise UsageError(f"{other_flag} and {flag} name the same file {path}: give two")
-        check_output_path(flag, path, inputs=[i for i in inputs if os.path.lexists(i)])
