@@ -162,6 +162,16 @@ def assert_gone(pids: Sequence[int], within: float = 10.0) -> None:
     raise AssertionError(f"processes still running: {left}")
 
 
+def skip_or_fail(reason: str) -> None:
+    """Skip a test that needs root's powers (namespaces, mounts, /dev/full) this machine lacks; fail
+    instead where FABRICSCOPE_REQUIRE_ROOT is set (CI sets it: there the test must run)."""
+    import pytest
+
+    if os.environ.get("FABRICSCOPE_REQUIRE_ROOT"):
+        pytest.fail(f"{reason} (FABRICSCOPE_REQUIRE_ROOT is set: this test must run here)")
+    pytest.skip(reason)
+
+
 def require_mpirun() -> str:
     """The path of ``mpirun``; the test is skipped without it, and fails when CI requires it."""
     import shutil

@@ -19,7 +19,17 @@ import pytest
 
 from fabricscope.launch import free_port
 from fabricscope.results import load
-from helpers import alive, assert_gone, cli_env, run_cli, start_cli, start_measuring, table_rows, wait_for_ranks
+from helpers import (
+    alive,
+    assert_gone,
+    cli_env,
+    run_cli,
+    skip_or_fail,
+    start_cli,
+    start_measuring,
+    table_rows,
+    wait_for_ranks,
+)
 
 pytestmark = pytest.mark.multiprocess
 
@@ -167,7 +177,7 @@ def test_full_disk_keeps_the_last_good_file_and_every_row_on_stdout(tmp_path):
     mount.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12k", "tmpfs", str(mount)], capture_output=True)
     if done.returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
+        skip_or_fail("cannot mount a small tmpfs here (needs root)")
     try:
         out = mount / "r.json"
         proc = start_cli(["bench", "-b", "8", "-e", "1M", "-n", "5", "--json", str(out)])
@@ -193,37 +203,39 @@ def test_ctrl_c_while_starting_up_is_quiet(tmp_path):
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
 
 
+def _read_one_line_and_close(args, env=None, timeout=120):
+    """``fabricscope ARGS | head -1``: (exit code, stderr) once the command has ended."""
+    proc = start_cli(args, env=env)
+    proc.stdout.readline()
+    proc.stdout.close()
+    proc.wait(timeout=timeout)
+    stderr = proc.stderr.read()
+    proc.stderr.close()
+    return proc.returncode, stderr
+
+
 def test_a_closed_stdout_never_changes_the_verdict(tmp_path):
     # `NCCL_TESTS_MIN_BW=1e9 fabricscope bench | head -1`: rank 0 cannot print any more, the sweep
     # goes on unread to its end, and the exit code is the one the same run gives without the pipe.
     env = {"NCCL_TESTS_MIN_BW": "1e9"}
     out = tmp_path / "p.json"
-    proc = start_cli(["bench", "-b", "1K", "-e", "1M", "-n", "2", "--json", str(out)], env=env)
-    proc.stdout.readline()
-    proc.stdout.close()
-    proc.wait(timeout=120)
-    stderr = proc.stderr.read()
-    proc.stderr.close()
-    assert proc.returncode == 1, stderr
+    code, stderr = _read_one_line_and_close(["bench", "-b", "1K", "-e", "1M", "-n", "2", "--json", str(out)], env)
+    assert code == 1, stderr
     assert "below 0.9 x NCCL_TESTS_MIN_BW" in stderr and "Traceback" not in stderr
-    result = load(out)
-    assert result.status == "complete" and len(result.records) == 2 * 11
     piped = load(out)
+    assert piped.status == "complete" and len(piped.records) == 2 * 11
     unpiped = run_cli(["bench", "-b", "1K", "-e", "1M", "-n", "2"], env=env, timeout=120)
-    assert unpiped.returncode == proc.returncode == 1
+    assert unpiped.returncode == code == 1
     assert len(piped.records) == 2 * len([line for line in unpiped.stdout.splitlines() if line[:1] == " "])
 
 
 def test_a_closed_stdout_stops_an_endless_run(tmp_path):
     # -N 0 repeats until something ends it: a reader that went away does, quietly, keeping the rows.
     out = tmp_path / "p.json"
-    proc = start_cli(["bench", "-N", "0", "-b", "1K", "-e", "4K", "--json", str(out)])
-    proc.stdout.readline()
-    proc.stdout.close()
-    proc.wait(timeout=60)
-    stderr = proc.stderr.read()
-    proc.stderr.close()
-    assert proc.returncode == 0, stderr
+    code, stderr = _read_one_line_and_close(
+        ["bench", "-N", "0", "-b", "1K", "-e", "4K", "--json", str(out)], timeout=60
+    )
+    assert code == 0, stderr
     assert stderr.strip() == ""
     result = load(out)
     assert result.status == "interrupted" and result.error == "its output was closed"

@@ -23,7 +23,7 @@ import sys
 import pytest
 
 from fabricscope.results import load
-from helpers import cli_env
+from helpers import cli_env, skip_or_fail
 
 pytestmark = pytest.mark.multiprocess
 
@@ -105,7 +105,7 @@ def mesh(token):
 def test_pairs_names_the_rate_limited_link(tmp_path, by):
     reason = _cannot_create_namespaces()
     if reason:
-        pytest.skip(reason)
+        skip_or_fail(reason)
     token = secrets.token_hex(2)
     out = tmp_path / "netns.json"
     # By node, namespaces 1 and 2 hold a second rank each (ranks 4 and 5): only the

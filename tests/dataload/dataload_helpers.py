@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+from helpers import skip_or_fail
 
 MEMORY_FILE_SYSTEMS = ("tmpfs", "ramfs")
 
@@ -45,7 +45,7 @@ def ramfs(where: Path) -> Iterator[Path]:
     where.mkdir()
     done = subprocess.run(["mount", "-t", "ramfs", "ramfs", str(where)], capture_output=True, text=True)
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a ramfs here (it refuses O_DIRECT): {done.stderr.strip()}")
+        skip_or_fail(f"cannot mount a ramfs here (it refuses O_DIRECT): {done.stderr.strip()}")
     try:
         yield where
     finally:

@@ -14,7 +14,7 @@ import pytest
 from doctor_helpers import FIXTURES, REPO, cli
 
 from fabricscope.results import load
-from helpers import imported_by_help
+from helpers import imported_by_help, skip_or_fail
 
 HEALTHY = str(FIXTURES / "healthy-ib-8gpu")
 DEGRADED = str(FIXTURES / "degraded-ib-8gpu")
@@ -203,8 +203,9 @@ def test_a_json_in_a_missing_folder_is_refused_before_local_ranks_start(tmp_path
     assert_one_line_error(result, f"--json {tmp_path}/no/node.json: the folder {tmp_path}/no does not exist")
 
 
-@pytest.mark.skipif(not Path("/dev/full").is_char_device(), reason="needs /dev/full")
 def test_a_json_that_fails_while_written_is_exit_3_after_the_report() -> None:
+    if not Path("/dev/full").is_char_device():
+        skip_or_fail("needs /dev/full")
     result = cli("--root", HEALTHY, "--json", "/dev/full")
     assert result.returncode == 3, result.stderr
     assert "verdict: OK (exit 0)" in result.stdout  # the findings are still shown
