@@ -98,7 +98,9 @@ def _round_trip(cli: Any, measured: Path, tmp_path: Path, nodes: int, gpus_per_n
     done = cli("calibrate", str(measured), "-o", str(cal))
     assert done.code == 0, done.err
     printed = {
-        line.split()[0]: float(line.split()[-1].rstrip("%")) for line in done.out.splitlines()[1:] if line.strip()
+        line.split()[0]: float(line.split()[-1].rstrip("%"))
+        for line in done.out.splitlines()[1:]
+        if line.strip() and not line.startswith("#")
     }
     written = tomllib.loads(cal.read_text(encoding="utf-8"))
     assert (written["nodes"], written["gpus_per_node"]) == (nodes, gpus_per_node)

@@ -312,3 +312,16 @@ def test_a_recording_that_fails_without_a_command_keeps_watching_then_exits_1(tm
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: --record stopped early: cannot write")
     assert load_recording(record).summary["intervals"] >= 1
+
+
+def test_a_json_that_cannot_be_written_never_changes_the_commands_status(tmp_path: Path) -> None:
+    if not Path("/dev/full").is_char_device():
+        pytest.skip("needs /dev/full")
+    result = subprocess.run(
+        [sys.executable, "-m", "fabricscope", "monitor", "--interval", "0.1", "--json", "/dev/full",
+         "--", sys.executable, "-c", "import sys; sys.exit(4)"],
+        capture_output=True, text=True, env=cli_env(), timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 4, result.stderr
+    said = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(said) == 1 and "/dev/full" in said[0] and "Traceback" not in result.stderr

@@ -177,7 +177,15 @@ they change nothing; any other value prints one note of what fabricscope does in
 
 def _add_nccl_tests_letters(group: Any) -> None:
     for short, long, _, _ in _LETTERS:
-        group.add_argument(short, long, dest=f"nt_{long[2:]}", default=None, metavar="N", help=argparse.SUPPRESS)
+        group.add_argument(
+            short,
+            long,
+            dest=f"nt_{long[2:]}",
+            type=options.whole(minimum=0, maximum=1 << 20),
+            default=None,
+            metavar="N",
+            help=argparse.SUPPRESS,
+        )
 
 
 def nccl_tests_notes(args: argparse.Namespace) -> list[str]:
@@ -185,10 +193,9 @@ def nccl_tests_notes(args: argparse.Namespace) -> list[str]:
     notes = []
     for short, long, own, instead in _LETTERS:
         value = getattr(args, f"nt_{long[2:]}", None)
-        if value is None or value.strip() == own:
+        if value is None or str(value) == own:
             continue
-        shown = value if len(value) <= 20 else value[:20] + "..."
-        notes.append(f"note: {short} {shown}: {instead}")
+        notes.append(f"note: {short} {value}: {instead}")
     return notes
 
 
@@ -239,11 +246,9 @@ def build_config(args: argparse.Namespace) -> Any:
 
 
 def _check_output_paths(config: Any) -> None:
-    from fabricscope.outputs import check_output_path
+    from fabricscope.outputs import check_outputs
 
-    for flag, path in (("--json", config.json_path), ("--csv", config.csv_path), ("-J", config.nccl_json_path)):
-        if path:
-            check_output_path(flag, path)
+    check_outputs([("--json", config.json_path), ("--csv", config.csv_path), ("-J", config.nccl_json_path)])
 
 
 def _gpu_count() -> int:

@@ -89,7 +89,7 @@ class Output:
         self.peers = list(peers)
         self.backend = backend
         self.launcher = launcher
-        for flag, path in (("--json", config.json_path), ("--csv", config.csv_path)):
+        for flag, path in (("--json", config.json_path), ("--csv", config.csv_path), ("-J", config.nccl_json_path)):
             claim_stdout(flag, path)  # a rank 0 that a launcher started did not run the output check
         self.out = stdout or sys.stdout
         self.result = Result(

@@ -197,7 +197,7 @@ def priced_runs(runs: Sequence[Run]) -> tuple[list[Run], list[str]]:
     if not kept:
         raise UsageError(
             f"calibrate fits the ops predict prices; {', '.join(left)} has no cost model in predict: "
-            "calibrate a run of all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce or sendrecv"
+            "calibrate a run of " + ", ".join(n for n, c in ops.COLLECTIVES.items() if c.modelled)
         )
     return kept, left
 

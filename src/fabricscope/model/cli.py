@@ -599,6 +599,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
             f"{terms.intra_busbw_gbps:>11.3g} {terms.inter_hop_us:>10.1f} {terms.inter_busbw_gbps:>9.3g} "
             f"{terms.residual_pct:>8.1f}%"
         )
+    lines.append(
+        "# fit error: the median |error| of the fit against each row's median (p50) time, the time it fits "
+        "(bench's table prints the mean); predict at the measured shape shows exactly this error against those times"
+    )
     _print(lines)
     atomic_write_text(args.output, cluster_toml(base, fitted, runs))
     say_written(args.output)

@@ -148,7 +148,11 @@ class Outputs:
             except BrokenPipeError:
                 self.broken = True
                 _silence_stdout()
-        if problem is not None:
+        if problem is not None and command_status is not None:
+            # The watched command's status is the exit code; an output that failed is said, not returned.
+            sys.stderr.write(f"fabricscope monitor: error: {problem}\n")
+            sys.stderr.flush()
+        elif problem is not None:
             raise problem
         if self.record_error is not None and command_status is None:
             # No command to speak for: the monitor's own output failed, and its exit code says so.
