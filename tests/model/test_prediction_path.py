@@ -202,3 +202,9 @@ def test_report_predict_shows_what_predict_prints(cli, every_op, tmp_path, calib
     assert {op for op, _ in shown} == set(PRICED)
     for key, time_us in shown.items():
         assert time_us == pytest.approx(printed[key], rel=1e-5), key
+
+
+def test_calibrate_says_when_the_file_takes_another_shape_than_its_base(cli, every_op, tmp_path) -> None:
+    done = cli("calibrate", str(every_op), "--cluster", "dgx-h100-ndr", "-o", str(tmp_path / "c.toml"))
+    assert done.code == 0, done.err
+    assert "the cluster written is 1 node(s) x 2 GPU(s), the shape measured, not dgx-h100-ndr's" in done.err

@@ -581,7 +581,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from fabricscope.model.calibrate import calibrate, cluster_toml, load_runs, priced_runs
     from fabricscope.model.cluster import load_cluster
     from fabricscope.outputs import atomic_write_text, check_output_path, say_written
-    from fabricscope.userfiles import is_path
+    from fabricscope.userfiles import is_path, shorten
 
     check_output_path("-o", args.output, inputs=[*args.runs, *([args.cluster] if is_path(args.cluster) else [])])
     base = load_cluster(args.cluster)
@@ -589,6 +589,14 @@ def run_calibrate(args: argparse.Namespace) -> int:
     for name in left:
         sys.stderr.write(f"note: {name} left out: predict has no cost model for it (measure it with bench)\n")
     fitted = calibrate(runs)
+    measured = max(runs, key=lambda r: (r.nodes, r.ranks))
+    if (measured.nodes, measured.ranks_per_node) != (base.nodes, base.gpus_per_node):
+        # The file takes the measured shape (its terms were fitted there); say so, the base's shape is gone.
+        sys.stderr.write(
+            f"note: the cluster written is {measured.nodes} node(s) x {measured.ranks_per_node} GPU(s), the shape "
+            f"measured, not {shorten(args.cluster)}'s {base.nodes} x {base.gpus_per_node}: give predict and estimate "
+            "--nodes and --gpus-per-node for another\n"
+        )
     lines = [
         f"{'op':<15} {'points':>6} {'base_us':>8} {'hop_us':>8} {'busbw GB/s':>11} {'net hop_us':>10} "
         f"{'net GB/s':>9} {'fit error':>9}"
