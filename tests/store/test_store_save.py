@@ -24,7 +24,7 @@ def test_every_producing_command_saves_into_one_history(tmp_path):
     ]
     for args, kind in runs:
         done = run_cli([*args, "--label", f"nightly-{kind}"], env=env, timeout=180)
-        assert done.returncode in (0, 1), (kind, done.stderr)  # doctor's verdict may be a warning
+        assert done.returncode == 0, (kind, done.stderr)  # each succeeds here (doctor: a healthy node)
         assert f"saved the {kind} result as run" in done.stderr or "saved " in done.stderr, (kind, done.stderr)
     listed = run_cli(["history", "--json", "-"], env=env)
     assert listed.returncode == 0, listed.stderr
