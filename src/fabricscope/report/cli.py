@@ -86,6 +86,18 @@ def model_prediction(cluster: str, like: Any) -> tuple[Any, float]:
     return prediction.result(), peak
 
 
+def _legend(found: Any) -> str:
+    """What a plot's legend calls a run: its history label where it has one (``run 7 (week48)``), else
+    its file name or id."""
+    if found.run_id is None:
+        return str(found.source)
+    from fabricscope.store.history import History
+
+    with History(create=False) as history:
+        label = history.entry(found.run_id).label
+    return f"{found.source} ({label})" if label else str(found.source)
+
+
 def _check_png_folder(folder: str, others: list[str], check_output_path: Any) -> None:
     """Before any work: ``--png`` names a folder that exists or can be made, holding no input or -o file."""
     from fabricscope.userfiles import shorten
@@ -124,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     loaded = []
     for text in args.runs:
         found = runs.resolve(text)
-        loaded.append((found.source, found.result))
+        loaded.append((_legend(found), found.result))
     baseline = None
     if args.baseline is not None:
         with History(create=False) as history:

@@ -92,9 +92,15 @@ def _collective(records: Iterable[Any]) -> list[Mapping[str, Any]]:
 
 def _line(records: Sequence[Mapping[str, Any]], op: str, field: str) -> tuple[list[int], list[float]]:
     """One curve per op: the most common datatype and reduction, out-of-place (in-place when only that)."""
+    sizes, values, _ = _placed_line(records, op, field)
+    return sizes, values
+
+
+def _placed_line(records: Sequence[Mapping[str, Any]], op: str, field: str) -> tuple[list[int], list[float], str]:
+    """:func:`_line` and the placement it drew (``out`` or ``in``)."""
     mine = [r for r in records if r["op"] == op]
     if not mine:
-        return [], []
+        return [], [], "out"
     dtype, redop = Counter((r.get("dtype"), r.get("redop")) for r in mine).most_common(1)[0][0]
     mine = [r for r in mine if (r.get("dtype"), r.get("redop")) == (dtype, redop)]
     placement = "out" if any(r.get("placement") == "out" for r in mine) else "in"
@@ -103,7 +109,7 @@ def _line(records: Sequence[Mapping[str, Any]], op: str, field: str) -> tuple[li
         if r.get("placement", "out") == placement:
             points.setdefault(int(r["size_bytes"]), []).append(float(r[field]))
     sizes = sorted(points)
-    return sizes, [sum(points[s]) / len(points[s]) for s in sizes]
+    return sizes, [sum(points[s]) / len(points[s]) for s in sizes], placement
 
 
 def _size_axis(axes: Any) -> None:
@@ -130,15 +136,20 @@ def busbw_plots(series: Sequence[Series], *, peak_gbps: float | None = None) -> 
     for op in ops:
         figure, axes = _figure(8, 4.5)
         for s in series:
-            sizes, values = _line(_collective(s.result.records), op, "busbw_gbps")
+            sizes, values, placement = _placed_line(_collective(s.result.records), op, "busbw_gbps")
             if sizes:
-                axes.plot(
-                    sizes, values, _STYLES.get(s.role, "-"), marker="." if s.role == "run" else None, label=s.label
-                )
+                # A series of one size is a point: a marker, or it would not show at all.
+                marker = "o" if len(sizes) == 1 else ("." if s.role == "run" else None)
+                label = f"{s.label} ({placement}-of-place)" if s.role != "prediction" else s.label
+                axes.plot(sizes, values, _STYLES.get(s.role, "-"), marker=marker, label=label)
         if peak_gbps:
-            axes.axhline(peak_gbps, color="tab:red", linewidth=1, label=f"theoretical peak {peak_gbps:g} GB/s")
+            axes.axhline(peak_gbps, color="tab:red", linewidth=1, label=f"theoretical peak {peak_gbps:.3g} GB/s")
         _size_axis(axes)
-        axes.set_ylabel("busbw (GB/s, 1e9 B/s)")
+        # Log busbw, as nccl-tests users plot a sweep: a CPU run at 0.01 GB/s stays visible under a
+        # prediction or a peak at hundreds (a linear axis scaled to the highest line flattens it to zero).
+        if any(v > 0 for line in axes.get_lines() for v in line.get_ydata()):
+            axes.set_yscale("log")
+        axes.set_ylabel("busbw (GB/s, 1e9 B/s, log)")
         axes.set_title(f"{op}: bus bandwidth")
         axes.legend(fontsize="small")
         plots.append(Plot(name=f"busbw-{_slug(op)}", title=f"{op}: busbw against size", figure=figure))
