@@ -208,3 +208,15 @@ def test_calibrate_says_when_the_file_takes_another_shape_than_its_base(cli, eve
     done = cli("calibrate", str(every_op), "--cluster", "dgx-h100-ndr", "-o", str(tmp_path / "c.toml"))
     assert done.code == 0, done.err
     assert "the cluster written is 1 node(s) x 2 GPU(s), the shape measured, not dgx-h100-ndr's" in done.err
+
+
+def test_report_predict_prices_a_datatype_the_model_has_no_size_for_as_float(cli, every_op, tmp_path) -> None:
+    # nccl-tests' uint32, f8e4m3...: before, a KeyError traceback.
+    data = json.loads(every_op.read_text())
+    for record in data["records"]:
+        record["dtype"] = "uint32"
+    odd = tmp_path / "u32.json"
+    odd.write_text(json.dumps(data))
+    done = cli("report", str(odd), "--predict", "dgx-h100-ndr", "-o", str(tmp_path / "r.html"))
+    assert done.code == 0 and "Traceback" not in done.err, done.err
+    assert _against_table((tmp_path / "r.html").read_text(encoding="utf-8"))

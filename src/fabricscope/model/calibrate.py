@@ -108,8 +108,11 @@ THEIL_SEN_SIZES = 400
 def _theil_sen(x: Any, y: Any) -> tuple[float, float]:
     """(a, b) >= 0: the median slope over pairs of distinct sizes (each size's median time), and
     the median intercept under it."""
-    sizes, inverse = np.unique(x, return_inverse=True)
-    times = np.array([np.median(y[inverse == i]) for i in range(len(sizes))])
+    sizes, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    # Each size's median time in one sort (a 300,000-row log of thousands of sizes stays linear).
+    grouped = y[np.lexsort((y, inverse))]
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    times = (grouped[starts + (counts - 1) // 2] + grouped[starts + counts // 2]) / 2
     if len(sizes) > THEIL_SEN_SIZES:
         keep = np.linspace(0, len(sizes) - 1, THEIL_SEN_SIZES).round().astype(int)
         sizes, times = sizes[keep], times[keep]

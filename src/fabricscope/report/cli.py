@@ -61,6 +61,7 @@ def model_prediction(cluster: str, like: Any) -> tuple[Any, float]:
     (its nodes and ranks per node) where the run says it and its ranks fill its nodes evenly.
     """
     from fabricscope import ops
+    from fabricscope.dtypes import DTYPES
     from fabricscope.model.cluster import load_cluster
     from fabricscope.model.fabric import fabric_of
     from fabricscope.model.predict import predict
@@ -76,7 +77,10 @@ def model_prediction(cluster: str, like: Any) -> tuple[Any, float]:
         if name in ops.COLLECTIVES and ops.get(name).modelled
     }
     # One sweep's datatype, reduction and root, as the run's first rows of each kind say.
+    # A datatype the model has no size for (nccl-tests' uint32, f8e4m3...) is priced as float: the
+    # prediction depends on the bytes, and the report's rows are matched by size.
     dtype = next((str(r["dtype"]) for r in rows if r.get("dtype")), "float")
+    dtype = dtype if dtype in DTYPES else "float"
     redop = next((str(r["redop"]) for r in rows if r.get("redop") not in (None, "none")), "sum")
     root = next((int(r["root"]) for r in rows if isinstance(r.get("root"), int) and r["root"] >= 0), 0)
     prediction = predict(spec, sizes, dtypes=[dtype], redops=[redop], root=root)
