@@ -9,7 +9,7 @@ from fabricscope.doctor.checks import CHECKS, run_checks
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Severity
 from fabricscope.doctor.inventory import Node
-from fabricscope.doctor.probe import probe_node
+from fabricscope.doctor.probes.node import probe_node
 from fabricscope.sysroot import SysRoot
 
 

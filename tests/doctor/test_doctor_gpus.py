@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import pytest
 from doctor_helpers import FIXTURES
 
-from fabricscope.doctor.gpus import add_nvml, is_gpu_class, probe_gpus
 from fabricscope.doctor.inventory import Gpu, PciDevice
+from fabricscope.doctor.probes.gpus import add_nvml, is_gpu_class, probe_gpus
 from fabricscope.sysroot import SysRoot
 
 

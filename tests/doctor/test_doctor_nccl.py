@@ -14,7 +14,7 @@ from doctor_helpers import FIXTURES, only, run_fixture, subjects
 from fabricscope.doctor.checks import run_checks
 from fabricscope.doctor.diagnosis import diagnose, open_root
 from fabricscope.doctor.findings import Severity
-from fabricscope.doctor.probe import probe_node
+from fabricscope.doctor.probes.node import probe_node
 from fabricscope.sysroot import MANIFEST, SysRoot
 
 
@@ -23,7 +23,7 @@ def healthy(env: dict[str, str]) -> list:  # type: ignore[type-arg]
 
 
 def test_interface_list_syntax() -> None:
-    from fabricscope.doctor.nccl_settings import parse_interface_list
+    from fabricscope.doctor.probes.nccl import parse_interface_list
 
     parsed = parse_interface_list("^=mlx5_0:1,mlx5_1")
     assert (parsed.exclude, parsed.exact) == (True, True)
@@ -233,7 +233,7 @@ def test_ib_hca_reports_every_problem_of_an_entry() -> None:
 
 
 def test_ib_hca_spaces_are_kept_as_nccl_keeps_them() -> None:
-    from fabricscope.doctor.nccl_settings import parse_interface_list
+    from fabricscope.doctor.probes.nccl import parse_interface_list
 
     parsed = parse_interface_list("=mlx5_1, mlx5_2")
     assert parsed.entries == (("mlx5_1", None), (" mlx5_2", None))
@@ -283,7 +283,7 @@ def test_gid_index_is_read_with_strtoll(value: str, read_as: int | None, warns: 
     [("3", 3, ""), ("0x3", 3, ""), ("3x", 3, "x"), ("010", 8, ""), (" -1", -1, ""), ("abc", 0, "abc"), ("", None, "")],
 )
 def test_strtoll(value: str, number: int | None, rest: str) -> None:
-    from fabricscope.doctor.nccl_settings import nccl_int
+    from fabricscope.doctor.probes.nccl import nccl_int
 
     assert nccl_int(value) == (number, rest)
     assert nccl_int("9" * 30) == (None, "9" * 30)  # out of range: NCCL keeps its default

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from doctor_helpers import DATA, FIXTURES
 
-from fabricscope.doctor.nccl_settings import parse_nccl_conf
-from fabricscope.doctor.parsers import (
+from fabricscope.doctor.probes.nccl import parse_nccl_conf
+from fabricscope.kernel_text import (
     gid_is_link_local,
     gid_is_zero,
     parse_ethtool_stats,
@@ -177,7 +177,7 @@ def test_nccl_conf_as_nccl_reads_it() -> None:
 
 def test_link_modes_of_ethtool_output() -> None:
     """``ethtool <if>`` of a 200 GbE NIC linked at 100G (a hand-written sample in ethtool's layout)."""
-    from fabricscope.doctor.parsers import parse_link_modes
+    from fabricscope.kernel_text import parse_link_modes
 
     assert parse_link_modes(read(DATA / "ethtool-mlx5-200g-at-100g.txt")) == 200000  # not the advertised 100G
     assert parse_link_modes("Settings for eth0:\n\tSupported link modes:   Not reported\n\tSpeed: Unknown!") is None
@@ -186,8 +186,8 @@ def test_link_modes_of_ethtool_output() -> None:
 
 
 def test_round_trip_of_the_link_modes_a_capture_writes() -> None:
-    from fabricscope.doctor.ethtool import LINK_MODES, format_link_modes
-    from fabricscope.doctor.parsers import parse_link_modes
+    from fabricscope.doctor.probes.ethtool import LINK_MODES, format_link_modes
+    from fabricscope.kernel_text import parse_link_modes
 
     bits = [b for b, name in LINK_MODES.items() if name in ("25000baseCR/Full", "400000baseCR4/Full", "10baseT/Half")]
     assert parse_link_modes(format_link_modes("eth9", bits)) == 400000

@@ -5,7 +5,7 @@ from __future__ import annotations
 from doctor_helpers import FIXTURES
 
 from fabricscope.doctor.inventory import PciDevice
-from fabricscope.doctor.pci import distance, pci_address_in, probe_pci, split_pci_path
+from fabricscope.doctor.probes.pci import distance, pci_address_in, probe_pci, split_pci_path
 from fabricscope.sysroot import SysRoot
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from doctor_helpers import FIXTURES
 
-from fabricscope.doctor.probe import probe_node
+from fabricscope.doctor.probes.node import probe_node
 from fabricscope.sysroot import SysRoot
 
 MLX5_0 = "sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0"

@@ -105,7 +105,7 @@ def test_fixture_root_is_not_live() -> None:
     ],
 )
 def test_a_manifest_of_the_wrong_shape_is_treated_like_malformed_json(tmp_path: Path, text: str) -> None:
-    from fabricscope.doctor.probe import node_env
+    from fabricscope.doctor.probes.node import node_env
 
     tree = make_tree(tmp_path)
     (tree / MANIFEST).parent.mkdir(parents=True)

@@ -12,7 +12,7 @@ from monitor_helpers import FIXTURES, SEQUENCE, Sequence
 
 from fabricscope.monitor.deltas import counter_delta
 from fabricscope.monitor.samplers import NetDevSampler, RdmaSampler, TcpSampler, default_samplers, take_snapshot
-from fabricscope.monitor.samples import Notes, Port, Snapshot
+from fabricscope.monitor.samples import Counter, Notes, Port, Snapshot
 from fabricscope.sysroot import MANIFEST, SysRoot
 
 
@@ -117,8 +117,9 @@ def test_unreadable_counters_are_notes_not_crashes(tmp_path: Path) -> None:
     for sampler in (RdmaSampler(root), TcpSampler(root), NetDevSampler(root)):
         sampler.sample(snap, notes)
     port = Port("rdma", "mlx5_0", "1")
-    assert snap.counters[(port, "port_xmit_data")] == (1 << 64) - 1_000_000
-    assert (port, "symbol_error") not in snap.counters and (port, "port_rcv_errors") not in snap.counters
+    assert snap.counters[(port, Counter("port_xmit_data"))] == (1 << 64) - 1_000_000
+    assert (port, Counter("symbol_error")) not in snap.counters
+    assert (port, Counter("port_rcv_errors")) not in snap.counters
     text = "\n".join(notes.said)
     assert "symbol_error: unreadable" in text and "port_rcv_errors: unreadable" in text
     assert "proc/net/snmp: unreadable (Permission denied)" in text

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from monitor_helpers import FIXTURES
 
-from fabricscope.monitor.parsers import (
+from fabricscope.kernel_text import (
     NET_DEV_FIELDS,
     parse_counter,
     parse_ethtool_stats,
-    parse_ib_rate_bps,
+    parse_ib_rate,
     parse_ib_state,
     parse_net_dev,
-    parse_net_speed_bps,
+    parse_net_speed,
     parse_proc_table,
 )
 
@@ -66,16 +66,16 @@ def test_counter_files(text: str, value: int | None) -> None:
 
 
 def test_rdma_port_attributes() -> None:
-    assert parse_ib_rate_bps("400 Gb/sec (4X NDR)") == 400e9
-    assert parse_ib_rate_bps("2.5 Gb/sec (1X SDR)") == 2.5e9
-    assert parse_ib_rate_bps("garbage") is None
+    assert parse_ib_rate("400 Gb/sec (4X NDR)") == 400.0
+    assert parse_ib_rate("2.5 Gb/sec (1X SDR)") == 2.5
+    assert parse_ib_rate("garbage") is None
     assert parse_ib_state("4: ACTIVE\n") == (4, "ACTIVE")
     assert parse_ib_state("5: LinkUp") == (5, "LinkUp")
     assert parse_ib_state("ACTIVE") is None
 
 
 def test_net_speed() -> None:
-    assert parse_net_speed_bps("200000\n") == 200e9
-    assert parse_net_speed_bps("-1") is None  # unknown, as virtio says
-    assert parse_net_speed_bps("0") is None
-    assert parse_net_speed_bps("9" * 30) is None
+    assert parse_net_speed("200000\n") == 200000
+    assert parse_net_speed("-1") is None  # unknown, as virtio says
+    assert parse_net_speed("0") is None
+    assert parse_net_speed("9" * 30) is None

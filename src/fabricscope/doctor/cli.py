@@ -141,7 +141,7 @@ def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
     from fabricscope.doctor.findings import DoctorIncomplete
     from fabricscope.doctor.fleet import node_facts
     from fabricscope.doctor.invocation import print_report
-    from fabricscope.doctor.probe import node_env
+    from fabricscope.doctor.probes.node import node_env
     from fabricscope.doctor.report import make_console, render_findings, verdict_line
     from fabricscope.errors import FabricscopeError
     from fabricscope.metadata import collect_env

@@ -17,7 +17,7 @@ from fabricscope.doctor.checks import run_checks
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, counts, exit_code, verdict
 from fabricscope.doctor.inventory import Node
-from fabricscope.doctor.probe import NodeEnv, probe_node
+from fabricscope.doctor.probes.node import NodeEnv, probe_node
 from fabricscope.errors import UsageError
 from fabricscope.results import Result
 from fabricscope.sysroot import SysRoot

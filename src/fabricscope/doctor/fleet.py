@@ -43,7 +43,7 @@ from fabricscope.doctor.checks.base import (
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import DoctorIncomplete, Finding, Severity
 from fabricscope.doctor.inventory import Node
-from fabricscope.doctor.pci import nearest
+from fabricscope.doctor.probes.pci import nearest
 from fabricscope.errors import MissingDependencyError
 from fabricscope.launch import World
 

@@ -28,7 +28,7 @@ from fabricscope.doctor.fleet import (
     node_facts,
 )
 from fabricscope.doctor.invocation import child_argv, print_report
-from fabricscope.doctor.probe import node_env
+from fabricscope.doctor.probes.node import node_env
 from fabricscope.doctor.report import STYLES, make_console, plain, verdict_line
 from fabricscope.errors import FabricscopeError, UsageError
 from fabricscope.launch import World

@@ -59,8 +59,8 @@ def check_outputs(args: argparse.Namespace, ranks: Sequence[int], env: Mapping[s
 
 def _inputs(expect: str | None, roots: Sequence[str], env: Mapping[str, str]) -> list[str]:
     """What the doctor reads: the --expect file, captured trees, and on the live root what NCCL reads there."""
-    from fabricscope.doctor.nccl_settings import conf_files
-    from fabricscope.doctor.probe import passwd_home
+    from fabricscope.doctor.probes.nccl import conf_files
+    from fabricscope.doctor.probes.node import passwd_home
 
     inputs = [expect] if expect else []
     for root in roots:

@@ -17,12 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fabricscope.monitor.samplers import RDMA_SATURATING_BITS
-from fabricscope.monitor.samples import Link, Notes, Port, Snapshot
+from fabricscope.monitor.samples import Counter, CounterSource, Link, Notes, Port, Snapshot
 
 __all__ = [
     "RDMA_BYTES_PER_UNIT",
     "Interval",
     "PortRates",
+    "Reading",
     "TcpRates",
     "Tracker",
     "classify",
@@ -47,26 +48,24 @@ _NET_ERRORS = frozenset(
 )
 _RDMA_HW_ERRORS = frozenset(
     (
-        "hw:out_of_sequence",
-        "hw:packet_seq_err",
-        "hw:local_ack_timeout_err",
-        "hw:rnr_nak_retry_err",
-        "hw:out_of_buffer",
-        "hw:roce_adp_retrans",
-        "hw:roce_adp_retrans_to",
-        "hw:req_cqe_error",
-        "hw:resp_cqe_error",
-        "hw:req_remote_access_errors",
-        "hw:resp_remote_access_errors",
-        "hw:req_remote_invalid_request",
-        "hw:resp_local_length_error",
-        "hw:implied_nak_seq_err",
-        "hw:duplicate_request",
+        "out_of_sequence",
+        "packet_seq_err",
+        "local_ack_timeout_err",
+        "rnr_nak_retry_err",
+        "out_of_buffer",
+        "roce_adp_retrans",
+        "roce_adp_retrans_to",
+        "req_cqe_error",
+        "resp_cqe_error",
+        "req_remote_access_errors",
+        "resp_remote_access_errors",
+        "req_remote_invalid_request",
+        "resp_local_length_error",
+        "implied_nak_seq_err",
+        "duplicate_request",
     )
 )
-_CONGESTION = frozenset(
-    ("port_xmit_wait", "hw:np_cnp_sent", "hw:rp_cnp_handled", "hw:np_ecn_marked_roce_packets", "hw:rp_cnp_ignored")
-)
+_RDMA_HW_CONGESTION = frozenset(("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "rp_cnp_ignored"))
 _BYTES = {
     "net": ("rx_bytes", "tx_bytes", 1),
     "rdma": ("port_rcv_data", "port_xmit_data", RDMA_BYTES_PER_UNIT),
@@ -74,17 +73,22 @@ _BYTES = {
 """Per port kind: the received and transmitted data counters and the bytes one unit of them is."""
 
 
-def classify(kind: str, name: str) -> str:
-    """What a counter measures: ``data``, ``error``, ``congestion`` or ``other``."""
+def classify(kind: str, counter: Counter) -> str:
+    """What a counter of a ``kind`` port measures: ``data``, ``error``, ``congestion`` or ``other``."""
+    name = counter.name
+    if counter.source is CounterSource.ETHTOOL:
+        return "congestion" if "pause" in name or "marked" in name else "error"
+    if counter.source is CounterSource.HW:
+        if kind != "rdma":
+            return "other"
+        return "congestion" if name in _RDMA_HW_CONGESTION else "error" if name in _RDMA_HW_ERRORS else "other"
+    if counter.source is not CounterSource.KERNEL:
+        return "other"
     if kind in _BYTES and name in _BYTES[kind][:2]:
         return "data"
-    if name.startswith("ethtool:"):
-        return "congestion" if "pause" in name or "marked" in name else "error"
-    if name in _CONGESTION:
+    if kind == "rdma" and name == "port_xmit_wait":
         return "congestion"
     if (kind == "net" and name in _NET_ERRORS) or (kind == "rdma" and name in RDMA_SATURATING_BITS):
-        return "error"
-    if kind == "rdma" and name in _RDMA_HW_ERRORS:
         return "error"
     return "other"
 
@@ -166,6 +170,20 @@ class Interval:
         return self.end_s - self.start_s
 
 
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What the monitor knows after a sample: what the Prometheus exporter publishes."""
+
+    totals: dict[tuple[Port, Counter], int]
+    """Running totals that only grow (wraps and resets folded in)."""
+    links: dict[Port, Link]
+    gauges: dict[tuple[Port, str], float]
+    interval: Interval | None
+    """The interval the sample closed; None for the first."""
+    wall_time: float
+    """``time.time()`` of the sample."""
+
+
 class Tracker:
     """Feeds on snapshots; gives an :class:`Interval` for each one after the first."""
 
@@ -175,7 +193,7 @@ class Tracker:
         self.notes = notes
         self._previous: Snapshot | None = None
         self._gone: set[Port] = set()
-        self.totals: dict[tuple[Port, str], int] = {}
+        self.totals: dict[tuple[Port, Counter], int] = {}
         """Running totals that only grow, by counter: the first value seen plus every increase since."""
         self.latest: Snapshot | None = None
 
@@ -197,6 +215,19 @@ class Tracker:
             gpus=_gpu_rates(snap, deltas, dt),
         )
 
+    def reading(self, interval: Interval | None) -> Reading | None:
+        """The state after the latest snapshot and the ``interval`` it closed; None before any snapshot."""
+        latest = self.latest
+        if latest is None:
+            return None
+        return Reading(
+            totals=dict(self.totals),
+            links=dict(latest.links),
+            gauges=dict(latest.gauges),
+            interval=interval,
+            wall_time=latest.wall_time,
+        )
+
     def _presence(self, previous: Snapshot | None, snap: Snapshot) -> None:
         now = {port for port, _ in snap.counters} | set(snap.links)
         if previous is None:
@@ -212,11 +243,13 @@ class Tracker:
             again = " again" if port in self._gone else ""
             self.notes.once(f"appeared:{port}:{again}", f"{port.label} appeared{again}; its rates start here")
 
-    def _deltas(self, previous: Snapshot | None, snap: Snapshot) -> dict[tuple[Port, str], int]:
-        deltas: dict[tuple[Port, str], int] = {}
+    def _deltas(self, previous: Snapshot | None, snap: Snapshot) -> dict[tuple[Port, Counter], int]:
+        deltas: dict[tuple[Port, Counter], int] = {}
         for key, value in snap.counters.items():
-            port, name = key
-            bits = RDMA_SATURATING_BITS.get(name) if port.kind == "rdma" else None
+            port, counter = key
+            name = str(counter)
+            kernel = counter.source is CounterSource.KERNEL
+            bits = RDMA_SATURATING_BITS.get(counter.name) if port.kind == "rdma" and kernel else None
             if bits is not None and value >= (1 << bits) - 1:
                 self.notes.once(
                     f"saturated:{key}",
@@ -237,12 +270,12 @@ class Tracker:
         return deltas
 
 
-def _port_rates(snap: Snapshot, deltas: dict[tuple[Port, str], int], dt: float) -> dict[Port, PortRates]:
+def _port_rates(snap: Snapshot, deltas: dict[tuple[Port, Counter], int], dt: float) -> dict[Port, PortRates]:
     rates: dict[Port, PortRates] = {}
     for port in sorted({p for p, _ in snap.counters if p.kind in _BYTES} | {p for p in snap.links if p.kind in _BYTES}):
         rx_name, tx_name, unit = _BYTES[port.kind]
-        rx = deltas.get((port, rx_name))
-        tx = deltas.get((port, tx_name))
+        rx = deltas.get((port, Counter(rx_name)))
+        tx = deltas.get((port, Counter(tx_name)))
         rates[port] = PortRates(
             port=port,
             link=snap.links.get(port),
@@ -250,37 +283,37 @@ def _port_rates(snap: Snapshot, deltas: dict[tuple[Port, str], int], dt: float) 
             tx_bytes=None if tx is None else tx * unit,
             dt_s=dt,
         )
-    for (port, name), delta in sorted(deltas.items()):
+    for (port, counter), delta in sorted(deltas.items()):
         if delta <= 0 or port not in rates:
             continue
-        kind = classify(port.kind, name)
+        kind = classify(port.kind, counter)
         if kind == "error":
-            rates[port].errors[name] = delta
+            rates[port].errors[str(counter)] = delta
         elif kind == "congestion":
-            rates[port].congestion[name] = delta
+            rates[port].congestion[str(counter)] = delta
     return rates
 
 
-def _tcp_rates(deltas: dict[tuple[Port, str], int]) -> TcpRates | None:
+def _tcp_rates(deltas: dict[tuple[Port, Counter], int]) -> TcpRates | None:
     tcp = Port("tcp")
-    out = deltas.get((tcp, "OutSegs"))
-    retrans = deltas.get((tcp, "RetransSegs"))
+    out = deltas.get((tcp, Counter("OutSegs")))
+    retrans = deltas.get((tcp, Counter("RetransSegs")))
     if out is None or retrans is None:
         return None
     return TcpRates(
         out_segs=out,
         retrans_segs=retrans,
-        timeouts=deltas.get((tcp, "TCPTimeouts")),
-        listen_drops=deltas.get((tcp, "ListenDrops")),
+        timeouts=deltas.get((tcp, Counter("TCPTimeouts"))),
+        listen_drops=deltas.get((tcp, Counter("ListenDrops"))),
     )
 
 
-def _gpu_rates(snap: Snapshot, deltas: dict[tuple[Port, str], int], dt: float) -> dict[Port, dict[str, float]]:
+def _gpu_rates(snap: Snapshot, deltas: dict[tuple[Port, Counter], int], dt: float) -> dict[Port, dict[str, float]]:
     gpus: dict[Port, dict[str, float]] = {}
     for (port, name), value in snap.gauges.items():
         if port.kind == "gpu":
             gpus.setdefault(port, {})[name] = value
-    for (port, name), delta in deltas.items():
+    for (port, counter), delta in deltas.items():
         if port.kind == "gpu":
-            gpus.setdefault(port, {})[f"{name}_per_s"] = delta / dt
+            gpus.setdefault(port, {})[f"{counter.name}_per_s"] = delta / dt
     return gpus

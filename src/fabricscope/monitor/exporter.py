@@ -17,15 +17,14 @@ import errno
 import socket
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from fabricscope.errors import InvalidValue
-from fabricscope.monitor.deltas import RDMA_BYTES_PER_UNIT, Interval, Tracker
+from fabricscope.monitor.deltas import RDMA_BYTES_PER_UNIT, Interval, Reading
 from fabricscope.monitor.samplers import RDMA_SATURATING_BITS
-from fabricscope.monitor.samples import Port
+from fabricscope.monitor.samples import Counter, CounterSource, Port
 
-__all__ = ["DEFAULT_HOST", "Exporter", "MetricsState", "parse_serve"]
+__all__ = ["DEFAULT_HOST", "Exporter", "parse_serve"]
 
 DEFAULT_HOST = "127.0.0.1"
 """Where ``--serve PORT`` binds: this machine only, unless an address is given."""
@@ -77,20 +76,8 @@ def parse_serve(text: str) -> tuple[str, int]:
     return host or DEFAULT_HOST, int(port_text)
 
 
-@dataclass(frozen=True, slots=True)
-class MetricsState:
-    """What a scrape shows: the totals and links of the last sample and the rates of the last interval."""
-
-    totals: dict[tuple[Port, str], int]
-    links: dict[Port, Any]
-    gauges: dict[tuple[Port, str], float]
-    interval: Interval | None
-    notes: int
-    wall_time: float
-
-
 class _Collector:
-    """A prometheus-client custom collector: the metric families of the latest :class:`MetricsState`.
+    """A prometheus-client custom collector: the metric families of the latest reading.
 
     The families are built once per sample (:meth:`set_state`), not once per
     scrape, so many scrapers cost formatting only.
@@ -105,12 +92,12 @@ class _Collector:
     def collect(self) -> Iterator[Any]:
         yield from self.families  # one reference read: a sample swapping the list mid-scrape is harmless
 
-    def set_state(self, state: MetricsState) -> None:
-        self.families = _families(state)
+    def set_state(self, reading: Reading, notes: int) -> None:
+        self.families = _families(reading, notes)
 
 
-def _families(state: MetricsState) -> list[Any]:
-    """Every metric family for one state."""
+def _families(state: Reading, notes: int) -> list[Any]:
+    """Every metric family for one reading and the number of notes so far."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     families: dict[str, Any] = {}
@@ -121,8 +108,8 @@ def _families(state: MetricsState) -> list[Any]:
             families[full] = kind(full, doc, labels=labels)
         return families[full]
 
-    for (port, name), total in sorted(state.totals.items()):
-        _counter(family, CounterMetricFamily, port, name, total)
+    for (port, counter), total in sorted(state.totals.items()):
+        _counter(family, CounterMetricFamily, port, counter, total)
     for port, link in sorted(state.links.items()):
         labels, values = _labels(port)
         if link.speed_bps:
@@ -148,9 +135,7 @@ def _families(state: MetricsState) -> list[Any]:
                 "PCIe throughput (NVML, KiB/s x 1024).",
                 ["gpu"],
             ).add_metric([port.device], value * 1024)
-    family(CounterMetricFamily, "monitor_notes", "Problems the monitor noted (each once).", []).add_metric(
-        [], state.notes
-    )
+    family(CounterMetricFamily, "monitor_notes", "Problems the monitor noted (each once).", []).add_metric([], notes)
     family(
         GaugeMetricFamily, "monitor_last_sample_timestamp_seconds", "When the last sample was taken.", []
     ).add_metric([], state.wall_time)
@@ -167,37 +152,39 @@ def _labels(port: Port) -> tuple[list[str], list[str]]:
     return [], []
 
 
-def _counter(family: Any, kind: type, port: Port, name: str, value: int) -> None:
+def _counter(family: Any, kind: type, port: Port, counter: Counter, value: int) -> None:
     labels, values = _labels(port)
-    if port.kind == "net" and name in _NET:
+    name = counter.name
+    kernel = counter.source is CounterSource.KERNEL
+    if port.kind == "net" and kernel and name in _NET:
         metric, doc = _NET[name]
         family(kind, metric, doc, labels).add_metric(values, value)
-    elif port.kind == "net" and name.startswith("ethtool:"):
+    elif port.kind == "net" and counter.source is CounterSource.ETHTOOL:
         family(
             kind,
             "net_ethtool_stat",
             "ethtool -S counters: pause/PFC frames, discards (units as the driver's).",
             [*labels, "stat"],
-        ).add_metric([*values, name.removeprefix("ethtool:")], value)
-    elif port.kind == "tcp" and name in _TCP:
+        ).add_metric([*values, name], value)
+    elif port.kind == "tcp" and kernel and name in _TCP:
         metric, doc = _TCP[name]
         family(kind, metric, doc, []).add_metric([], value)
-    elif port.kind == "rdma" and name in _RDMA:
+    elif port.kind == "rdma" and kernel and name in _RDMA:
         metric, doc = _RDMA[name]
         scale = RDMA_BYTES_PER_UNIT if name in ("port_xmit_data", "port_rcv_data") else 1
         family(kind, metric, doc, labels).add_metric(values, value * scale)
-    elif port.kind == "rdma" and name in RDMA_SATURATING_BITS:
+    elif port.kind == "rdma" and kernel and name in RDMA_SATURATING_BITS:
         family(
             kind, "rdma_port_errors", "RDMA port error counters (counters/), by kernel name.", [*labels, "counter"]
         ).add_metric([*values, name], value)
-    elif port.kind == "rdma" and name.startswith("hw:"):
+    elif port.kind == "rdma" and counter.source is CounterSource.HW:
         family(
             kind,
             "rdma_hw_counter",
             "RDMA vendor counters (hw_counters/): CNPs, out-of-sequence, retransmissions.",
             [*labels, "counter"],
-        ).add_metric([*values, name.removeprefix("hw:")], value)
-    elif port.kind == "gpu" and name in ("nvlink_tx_kib", "nvlink_rx_kib"):
+        ).add_metric([*values, name], value)
+    elif port.kind == "gpu" and counter.source is CounterSource.NVML and name in ("nvlink_tx_kib", "nvlink_rx_kib"):
         direction = "transmit" if "tx" in name else "receive"
         family(kind, f"gpu_nvlink_{direction}_bytes", "NVLink data (NVML throughput counters).", labels).add_metric(
             values, value * 1024
@@ -275,20 +262,9 @@ class Exporter:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/metrics"
 
-    def update(self, tracker: Tracker, interval: Interval | None, notes: int) -> None:
-        latest = tracker.latest
-        if latest is None:
-            return
-        self._collector.set_state(
-            MetricsState(
-                totals=dict(tracker.totals),
-                links=dict(latest.links),
-                gauges=dict(latest.gauges),
-                interval=interval,
-                notes=notes,
-                wall_time=latest.wall_time,
-            )
-        )
+    def update(self, reading: Reading, notes: int) -> None:
+        """Publish ``reading`` (and the count of notes so far) to the next scrapes."""
+        self._collector.set_state(reading, notes)
 
     def close(self) -> None:
         done = threading.Event()

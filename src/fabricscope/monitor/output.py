@@ -189,8 +189,9 @@ class Outputs:
             self.live = None
 
     def _export(self) -> None:
-        if self.exporter is not None:
-            self.exporter.update(self.monitor.tracker, self.monitor.last_interval, len(self.monitor.notes.said))
+        reading = self.monitor.tracker.reading(self.monitor.last_interval)
+        if self.exporter is not None and reading is not None:
+            self.exporter.update(reading, len(self.monitor.notes.said))
 
     def _result(self, records: list[dict[str, Any]], summary: dict[str, Any], status: str) -> Result:
         from fabricscope.metadata import collect_env

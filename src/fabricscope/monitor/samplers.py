@@ -20,16 +20,16 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from fabricscope.monitor.parsers import (
+from fabricscope.kernel_text import (
     parse_counter,
     parse_ethtool_stats,
-    parse_ib_rate_bps,
+    parse_ib_rate,
     parse_ib_state,
     parse_net_dev,
-    parse_net_speed_bps,
+    parse_net_speed,
     parse_proc_table,
 )
-from fabricscope.monitor.samples import Link, Notes, Port, Snapshot
+from fabricscope.monitor.samples import Counter, CounterSource, Link, Notes, Port, Snapshot
 from fabricscope.sysroot import CAPTURE_DIR, NotAFileError, SysRoot
 
 __all__ = [
@@ -131,16 +131,17 @@ class NetDevSampler:
                 continue
             port = Port("net", name)
             for field, value in values.items():
-                snap.counters[(port, field)] = value
+                snap.counters[(port, Counter(field))] = value
             base = f"sys/class/net/{name}"
             flaps = _read(self.root, f"{base}/carrier_changes", notes)
             if flaps is not None and (count := parse_counter(flaps)) is not None:
-                snap.counters[(port, "carrier_changes")] = count
+                snap.counters[(port, Counter("carrier_changes"))] = count
             snap.links[port] = self._link(base, notes)
 
     def _link(self, base: str, notes: Notes) -> Link:
         speed_text = _read(self.root, f"{base}/speed", notes)
-        speed = parse_net_speed_bps(speed_text) if speed_text is not None else None
+        mbps = parse_net_speed(speed_text)
+        speed = None if mbps is None else mbps * 1e6
         state = (_read(self.root, f"{base}/operstate", notes) or "").strip()
         if state == "up":
             up: bool | None = True
@@ -178,7 +179,7 @@ class TcpSampler:
             for name in TCP_COUNTERS[table]:
                 value = values.get(name)
                 if value is not None and value >= 0:
-                    snap.counters[(self.PORT, name)] = value
+                    snap.counters[(self.PORT, Counter(name))] = value
 
 
 class RdmaSampler:
@@ -197,7 +198,7 @@ class RdmaSampler:
     def _port(self, snap: Snapshot, notes: Notes, device: str, number: str) -> None:
         port = Port("rdma", device, number)
         base = f"sys/class/infiniband/{device}/ports/{number}"
-        for folder, prefix in (("counters", ""), ("hw_counters", "hw:")):
+        for folder, source in (("counters", CounterSource.KERNEL), ("hw_counters", CounterSource.HW)):
             for name in _listdir(self.root, f"{base}/{folder}", notes):
                 if name == "lifespan":  # hw_counters' cache time in ms, not a counter
                     continue
@@ -209,7 +210,7 @@ class RdmaSampler:
                 if value is None:
                     notes.once(f"garbage:{rel}", f"{rel}: {text.strip()[:30]!r} is not a counter; not sampled")
                     continue
-                snap.counters[(port, prefix + name)] = value
+                snap.counters[(port, Counter(name, source))] = value
         rate = _read(self.root, f"{base}/rate", notes)
         state = _read(self.root, f"{base}/state", notes)
         phys = _read(self.root, f"{base}/phys_state", notes)
@@ -221,7 +222,8 @@ class RdmaSampler:
         label = parsed_state[1] if parsed_state else "unknown"
         if parsed_phys is not None and parsed_phys[1] != "LinkUp":
             label = f"{label}/{parsed_phys[1]}"
-        snap.links[port] = Link(speed_bps=parse_ib_rate_bps(rate) if rate else None, up=up, state=label)
+        gbps = parse_ib_rate(rate)
+        snap.links[port] = Link(speed_bps=None if gbps is None else gbps * 1e9, up=up, state=label)
 
 
 class EthtoolSampler:
@@ -242,9 +244,9 @@ class EthtoolSampler:
             if text is None:
                 continue
             port = Port("net", name)
-            for stat, value in parse_ethtool_stats(text).items():
+            for stat, value in (parse_ethtool_stats(text) or {}).items():
                 if ETHTOOL_STATS.search(stat):
-                    snap.counters[(port, f"ethtool:{stat}")] = value
+                    snap.counters[(port, Counter(stat, CounterSource.ETHTOOL))] = value
 
     def _physical(self, notes: Notes) -> list[str]:
         names = _listdir(self.root, "sys/class/net", notes)
@@ -316,7 +318,7 @@ class GpuSampler:
             return
         for (name, _), value in zip(wanted, values, strict=False):
             if getattr(value, "nvmlReturn", 1) == 0:
-                snap.counters[(port, name)] = int(value.value.ullVal)
+                snap.counters[(port, Counter(name, CounterSource.NVML))] = int(value.value.ullVal)
 
     def _open(self, notes: Notes) -> Sequence[Any]:
         if self._handles is not None:

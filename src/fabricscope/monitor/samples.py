@@ -10,8 +10,9 @@ words); :mod:`fabricscope.monitor.deltas` turns two snapshots into rates.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-__all__ = ["MAX_NOTES", "Link", "Notes", "Port", "Snapshot"]
+__all__ = ["MAX_NOTES", "Counter", "CounterSource", "Link", "Notes", "Port", "Snapshot"]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -35,6 +36,33 @@ class Port:
         return self.device or self.kind
 
 
+class CounterSource(StrEnum):
+    """Where a counter is read: its family decides its units and what it means."""
+
+    KERNEL = "kernel"
+    """``/proc/net/dev``, ``/sys/class/net/<if>/carrier_changes``, RDMA ``counters/``, ``/proc/net/snmp``."""
+    HW = "hw"
+    """An RDMA port's vendor ``hw_counters/`` (CNPs, out-of-sequence, retransmissions)."""
+    ETHTOOL = "ethtool"
+    """``ethtool -S`` (pause and PFC frames, discards), in the driver's units."""
+    NVML = "nvml"
+    """NVIDIA's management library (NVLink throughput)."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Counter:
+    """One counter of a port: its kernel (or driver) name and where it is read."""
+
+    name: str
+    source: CounterSource = CounterSource.KERNEL
+
+    def __str__(self) -> str:
+        """How records and notes name it: ``port_rcv_errors``, ``hw:out_of_sequence``, ``ethtool:rx_prio3_pause``."""
+        if self.source in (CounterSource.KERNEL, CounterSource.NVML):
+            return self.name
+        return f"{self.source}:{self.name}"
+
+
 @dataclass(frozen=True, slots=True)
 class Link:
     """The link of a port as it was at the sample: its speed and whether it is up."""
@@ -55,7 +83,7 @@ class Snapshot:
     """``time.monotonic()`` when the pass began: rates come from differences of it."""
     wall_time: float
     """``time.time()`` at the same moment, for timestamps people read."""
-    counters: dict[tuple[Port, str], int] = field(default_factory=dict)
+    counters: dict[tuple[Port, Counter], int] = field(default_factory=dict)
     links: dict[Port, Link] = field(default_factory=dict)
     gauges: dict[tuple[Port, str], float] = field(default_factory=dict)
     """Values that are levels, not counts (a GPU's utilization in percent, PCIe KB/s from NVML)."""

@@ -21,9 +21,9 @@ from typing import ClassVar
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import NetInterface, Node, PciDevice, RdmaPort
-from fabricscope.doctor.nccl_settings import parse_interface_list
-from fabricscope.doctor.net import ARPHRD_LOOPBACK
-from fabricscope.doctor.parsers import pcie_generation
+from fabricscope.doctor.probes.nccl import parse_interface_list
+from fabricscope.doctor.probes.net import ARPHRD_LOOPBACK
+from fabricscope.kernel_text import pcie_generation
 
 __all__ = [
     "Check",

@@ -6,7 +6,7 @@ from fabricscope.doctor.checks.base import Check, compute_nic_devices, more_than
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import DISTANCES, Node
-from fabricscope.doctor.pci import nearest
+from fabricscope.doctor.probes.pci import nearest
 
 __all__ = ["GpuCount", "GpuDirectRdma", "GpuNicDistance"]
 

@@ -1,7 +1,7 @@
 """Checks of the NCCL settings a job on this node would inherit.
 
 Variables come from the environment, ``$NCCL_CONF_FILE`` (or ``~/.nccl.conf``)
-and ``/etc/nccl.conf`` (see :mod:`fabricscope.doctor.nccl_settings`); every
+and ``/etc/nccl.conf`` (see :mod:`fabricscope.doctor.probes.nccl`); every
 finding names where the value came from, so the fix lands in the right place.
 Values are read as NCCL reads them: interface lists with NCCL's matching (no
 space trimmed, ``=`` exact, ``^`` exclude, ``:port``), integers with
@@ -16,9 +16,9 @@ from fabricscope.doctor.checks.base import Check, compute_ports, is_active
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import NcclSetting, Node, RdmaPort
-from fabricscope.doctor.nccl_settings import nccl_int, parse_interface_list
-from fabricscope.doctor.net import ARPHRD_LOOPBACK
-from fabricscope.doctor.parsers import gid_is_link_local
+from fabricscope.doctor.probes.nccl import nccl_int, parse_interface_list
+from fabricscope.doctor.probes.net import ARPHRD_LOOPBACK
+from fabricscope.kernel_text import gid_is_link_local
 
 __all__ = [
     "ALGORITHMS",

@@ -16,7 +16,7 @@ from fabricscope.doctor.checks.base import (
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import NetInterface, Node
-from fabricscope.doctor.net import ARPHRD_ETHER, ARPHRD_INFINIBAND
+from fabricscope.doctor.probes.net import ARPHRD_ETHER, ARPHRD_INFINIBAND
 
 __all__ = ["LINK_ADVICE", "NicCount", "NicFlaps", "NicLink", "NicMtu", "NicPresent", "NicSpeed"]
 

@@ -18,7 +18,7 @@ from fabricscope.doctor.checks.base import Check, compute_nics, compute_ports, f
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import Node, PciDevice, PcieLink
-from fabricscope.doctor.parsers import pcie_generation
+from fabricscope.kernel_text import pcie_generation
 
 __all__ = ["PcieLinkCheck", "PcieSlot", "PcieUplink", "linked_devices"]
 

@@ -23,7 +23,7 @@ from fabricscope.doctor.checks.nic import LINK_ADVICE
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import Node, RdmaPort
-from fabricscope.doctor.parsers import gid_is_link_local
+from fabricscope.kernel_text import gid_is_link_local
 
 __all__ = [
     "RdmaErrors",

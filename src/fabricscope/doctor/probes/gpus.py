@@ -13,8 +13,8 @@ import contextlib
 from typing import Any
 
 from fabricscope.doctor.inventory import Gpu, PciDevice
-from fabricscope.doctor.parsers import parse_hex
-from fabricscope.doctor.pci import probe_pci
+from fabricscope.doctor.probes.pci import probe_pci
+from fabricscope.kernel_text import parse_hex
 from fabricscope.sysroot import SysRoot
 
 __all__ = ["NVIDIA", "add_nvml", "is_gpu_class", "probe_gpus"]

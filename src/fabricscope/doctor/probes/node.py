@@ -7,12 +7,12 @@ import pwd
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from fabricscope.doctor.gpus import probe_gpus
-from fabricscope.doctor.host import probe_boot_id, probe_gpudirect, probe_hostname, probe_modules, probe_tcp
 from fabricscope.doctor.inventory import Node, PciDevice
-from fabricscope.doctor.nccl_settings import probe_nccl
-from fabricscope.doctor.net import probe_nics
-from fabricscope.doctor.rdma import probe_rdma
+from fabricscope.doctor.probes.gpus import probe_gpus
+from fabricscope.doctor.probes.host import probe_boot_id, probe_gpudirect, probe_hostname, probe_modules, probe_tcp
+from fabricscope.doctor.probes.nccl import probe_nccl
+from fabricscope.doctor.probes.net import probe_nics
+from fabricscope.doctor.probes.rdma import probe_rdma
 from fabricscope.sysroot import SysRoot
 
 __all__ = ["NodeEnv", "node_env", "passwd_home", "probe_node"]

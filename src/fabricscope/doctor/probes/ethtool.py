@@ -19,7 +19,7 @@ import os
 import socket
 import struct
 
-from fabricscope.doctor.parsers import parse_ethtool_stats, parse_link_modes
+from fabricscope.kernel_text import parse_ethtool_stats, parse_link_modes
 from fabricscope.sysroot import CAPTURE_DIR, SysRoot
 
 __all__ = [

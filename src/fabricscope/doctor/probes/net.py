@@ -4,15 +4,15 @@
 not know it (virtio, loopback); both mean unknown.  ``carrier`` fails with
 EINVAL on an interface that is administratively down.  The fastest speed an
 Ethernet NIC supports is not in sysfs: it comes from its ``ethtool`` link
-modes (:func:`~fabricscope.doctor.ethtool.read_supported_mbps`).
+modes (:func:`~fabricscope.doctor.probes.ethtool.read_supported_mbps`).
 """
 
 from __future__ import annotations
 
-from fabricscope.doctor.ethtool import read_supported_mbps
 from fabricscope.doctor.inventory import NetInterface, PciDevice
-from fabricscope.doctor.parsers import NET_SPEED_UNKNOWN, parse_int, parse_net_speed, parsed
-from fabricscope.doctor.pci import pci_address_in, probe_pci
+from fabricscope.doctor.probes.ethtool import read_supported_mbps
+from fabricscope.doctor.probes.pci import pci_address_in, probe_pci
+from fabricscope.kernel_text import NET_SPEED_UNKNOWN, parse_int, parse_net_speed, parsed
 from fabricscope.sysroot import SysRoot
 
 __all__ = ["ARPHRD_ETHER", "ARPHRD_INFINIBAND", "ARPHRD_LOOPBACK", "MAX_MTU", "probe_nics"]

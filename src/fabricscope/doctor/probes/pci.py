@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 
 from fabricscope.doctor.inventory import DISTANCES, PciDevice, PcieLink
-from fabricscope.doctor.parsers import (
+from fabricscope.kernel_text import (
     PCI_ADDRESS,
     PCIE_SPEED_UNKNOWN,
     parse_hex,

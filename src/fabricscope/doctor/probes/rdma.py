@@ -8,10 +8,10 @@ Formats (``drivers/infiniband/core/sysfs.c``): ``state`` ``4: ACTIVE``,
 
 from __future__ import annotations
 
-from fabricscope.doctor.ethtool import read_stats
 from fabricscope.doctor.inventory import Gid, NetInterface, PciDevice, RdmaDevice, RdmaPort
-from fabricscope.doctor.parsers import gid_is_zero, parse_hex, parse_ib_rate, parse_ib_state, parse_int, parsed
-from fabricscope.doctor.pci import pci_address_in, probe_pci
+from fabricscope.doctor.probes.ethtool import read_stats
+from fabricscope.doctor.probes.pci import pci_address_in, probe_pci
+from fabricscope.kernel_text import gid_is_zero, parse_hex, parse_ib_rate, parse_ib_state, parse_int, parsed
 from fabricscope.sysroot import SysRoot
 
 __all__ = ["ERROR_COUNTERS", "HW_COUNTERS", "probe_rdma"]

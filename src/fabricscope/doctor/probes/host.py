@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 from fabricscope.doctor.inventory import GpuDirect, TcpTuning
-from fabricscope.doctor.parsers import parse_int, parse_kernel_release, parse_nvidia_driver, parse_sysctl_ints, parsed
+from fabricscope.kernel_text import parse_int, parse_kernel_release, parse_nvidia_driver, parse_sysctl_ints, parsed
 from fabricscope.sysroot import SysRoot
 
 __all__ = ["PEERMEM_FILES", "probe_boot_id", "probe_gpudirect", "probe_hostname", "probe_modules", "probe_tcp"]

@@ -1,11 +1,27 @@
-"""Pure parsers for the text Linux puts in sysfs and procfs, and one reader that applies them.
+"""The text Linux writes in sysfs and procfs (and ``ethtool`` prints), parsed in one place.
 
-Each ``parse_*`` function takes the text of one file (as the kernel writes it)
+Each ``parse_*`` function takes the text of one file as the kernel writes it
 and returns a value, or None when the text does not say (``-1``, ``Unknown``,
-garbage).  They never raise on bad input, however long or strange; the probes
-decide whether None is news.  Captured inputs for each live beside their tests
-in ``tests/doctor/data``.  :func:`parsed` reads a file under a root, applies a
-parser and notes text the parser rejects (so a probe is one line per fact).
+garbage).  None of them raises on bad input, however long or strange: digit
+runs are bounded (a 64-bit counter has at most 20 digits; Python refuses to
+convert more than 4300).  The doctor's probes and the monitor's samplers both
+read through these, so ``/sys/class/net/<if>/speed = 4294967295`` means one
+thing ("unknown") everywhere.  :func:`parsed` reads a file under a root,
+applies a parser and notes text the parser rejects.
+
+Formats and their kernel sources:
+
+- ``/proc/net/dev``: two header lines, then ``iface: rx{bytes packets errs
+  drop fifo frame compressed multicast} tx{bytes packets errs drop fifo colls
+  carrier compressed}`` (``net/core/net-procfs.c``, ``dev_seq_printf_stats``).
+- ``/proc/net/snmp`` and ``/proc/net/netstat``: pairs of lines, ``Tcp: Name
+  Name ...`` then ``Tcp: value value ...`` (``net/ipv4/proc.c``).
+- ``ethtool -S <if>``: ``NIC statistics:`` then ``     name: value``.
+- RDMA port attributes (``drivers/infiniband/core/sysfs.c``): one integer
+  per counter file, ``state`` as ``4: ACTIVE``, ``rate`` as ``400 Gb/sec
+  (4X NDR)``.
+- PCIe link attributes (``drivers/pci/pci-sysfs.c``): ``16.0 GT/s PCIe``
+  (``8 GT/s`` before 5.7), a bare lane count.
 """
 
 from __future__ import annotations
@@ -19,11 +35,13 @@ if TYPE_CHECKING:
     from fabricscope.sysroot import SysRoot
 
 __all__ = [
+    "NET_DEV_FIELDS",
     "NET_SPEED_UNKNOWN",
     "PCIE_SPEED_UNKNOWN",
     "PCI_ADDRESS",
     "gid_is_link_local",
     "gid_is_zero",
+    "parse_counter",
     "parse_ethtool_stats",
     "parse_hex",
     "parse_ib_rate",
@@ -31,16 +49,38 @@ __all__ = [
     "parse_int",
     "parse_kernel_release",
     "parse_link_modes",
+    "parse_net_dev",
     "parse_net_speed",
     "parse_nvidia_driver",
     "parse_pcie_speed",
     "parse_pcie_width",
+    "parse_proc_table",
     "parse_sysctl_ints",
     "parsed",
     "pcie_generation",
 ]
 
 T = TypeVar("T")
+
+NET_DEV_FIELDS = (
+    "rx_bytes",
+    "rx_packets",
+    "rx_errors",
+    "rx_dropped",
+    "rx_fifo_errors",
+    "rx_frame_errors",
+    "rx_compressed",
+    "rx_multicast",
+    "tx_bytes",
+    "tx_packets",
+    "tx_errors",
+    "tx_dropped",
+    "tx_fifo_errors",
+    "tx_collisions",
+    "tx_carrier_errors",
+    "tx_compressed",
+)
+"""The 16 columns of ``/proc/net/dev``, named as ``/sys/class/net/<if>/statistics/`` names them."""
 
 PCI_ADDRESS = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 """A PCI function address as sysfs names it: ``0000:17:00.0``."""
@@ -50,8 +90,7 @@ NET_SPEED_UNKNOWN = ("-1", "0", "4294967295")
 PCIE_SPEED_UNKNOWN = ("Unknown", "Unknown speed")
 """``*_link_speed`` texts that mean "unknown": ``Unknown`` (5.7+) and ``Unknown speed`` (older kernels)."""
 
-# Digit runs are bounded: a 64-bit counter has at most 20 digits, and Python refuses to
-# convert strings of more than 4300 digits (a crafted file must not crash the doctor).
+_MAX_COUNTER = (1 << 64) - 1
 _INT = re.compile(r"^[+-]?\d{1,20}$")
 _HEX = re.compile(r"^0x[0-9a-f]{1,16}$")
 _IB_STATE = re.compile(r"^\s*(\d{1,3})\s*:\s*(\S.*?)\s*$")
@@ -91,6 +130,62 @@ def parse_int(text: str | None) -> int | None:
     if text is None or not _INT.match(text.strip()):
         return None
     return int(text.strip())
+
+
+def parse_counter(text: str | None) -> int | None:
+    """A counter file's value: a whole number from 0 to 2**64-1, else None."""
+    if text is None:
+        return None
+    value = text.strip()
+    if not value.isascii() or not value.isdigit() or len(value) > 20:
+        return None
+    number = int(value)
+    return number if number <= _MAX_COUNTER else None
+
+
+def parse_net_dev(text: str) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """``/proc/net/dev`` -> ``{iface: {rx_bytes: ..., ...}}`` and the lines that made no sense."""
+    interfaces: dict[str, dict[str, int]] = {}
+    bad: list[str] = []
+    for line in text.splitlines()[2:]:
+        name, sep, rest = line.partition(":")
+        name = name.strip()
+        values = [parse_counter(v) for v in rest.split()]
+        if not sep or not name or len(values) != len(NET_DEV_FIELDS) or None in values:
+            if line.strip():
+                bad.append(line.strip())
+            continue
+        interfaces[name] = {field: v for field, v in zip(NET_DEV_FIELDS, values, strict=True) if v is not None}
+    return interfaces, bad
+
+
+def parse_proc_table(text: str) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """``/proc/net/snmp`` or ``/proc/net/netstat`` -> ``{"Tcp": {"OutSegs": ...}, "TcpExt": {...}}``.
+
+    Values may be negative (``Tcp: MaxConn`` is ``-1``).  A header without its
+    value line, or a value line of another length, is reported in ``bad``.
+    """
+    tables: dict[str, dict[str, int]] = {}
+    bad: list[str] = []
+    lines = [line for line in text.splitlines() if line.strip()]
+    index = 0
+    while index < len(lines):
+        header = lines[index]
+        prefix, sep, names = header.partition(":")
+        following = lines[index + 1] if index + 1 < len(lines) else ""
+        vprefix, vsep, values = following.partition(":")
+        if not sep or not vsep or vprefix != prefix:
+            bad.append(header.strip()[:80])
+            index += 1
+            continue
+        keys = names.split()
+        numbers = values.split()
+        if len(keys) != len(numbers) or not all(re.fullmatch(r"-?\d{1,20}", n) for n in numbers):
+            bad.append(header.strip()[:80])
+        else:
+            tables[prefix.strip()] = {k: int(n) for k, n in zip(keys, numbers, strict=True)}
+        index += 2
+    return tables, bad
 
 
 def parse_hex(text: str | None) -> int | None:
@@ -174,16 +269,17 @@ def parse_sysctl_ints(text: str | None) -> tuple[int, ...] | None:
 def parse_ethtool_stats(text: str | None) -> dict[str, int] | None:
     """The output of ``ethtool -S <if>``: ``NIC statistics:`` then ``name: value`` lines.
 
-    Lines that are not ``name: integer`` are skipped; no counter at all gives None.
+    Lines that are not ``name: whole number`` (0 to 2**64-1, as drivers print
+    their u64 counters) are skipped; no counter at all gives None.
     """
     if text is None:
         return None
     stats: dict[str, int] = {}
     for line in text.splitlines():
         name, sep, value = line.strip().rpartition(":")
-        if not sep or not name:
+        if not sep or not name.strip():
             continue
-        number = parse_int(value.strip())
+        number = parse_counter(value)
         if number is not None:
             stats[name.strip()] = number
     return stats or None
