@@ -59,6 +59,8 @@ _QUIET = {errno.ENOENT, errno.EINVAL, errno.ENOTDIR, errno.ENODEV, errno.ENXIO, 
 """Errors that mean "not there" or "unknown" in sysfs, not "something is wrong"."""
 MAX_LINKS = 40
 """Most links followed while resolving one path (Linux's ``MAXSYMLINKS``); more is ``ELOOP``."""
+_MAX_DIRS = 100_000
+"""Most resolved folders kept (a tree with more reads on, resolving the rest each time)."""
 MAX_READ = 1 << 20
 """Largest file read (sysfs attributes are one page; ``ethtool -S`` captures a few hundred KiB)."""
 _NOT_TEXT = "ENOTTEXT"
@@ -138,7 +140,7 @@ class _Record:
 class SysRoot:
     """Reads files under ``root`` by paths relative to it (``sys/class/net``)."""
 
-    __slots__ = ("_live", "_manifest_errors", "_real_base", "_record", "anomalies", "manifest", "path")
+    __slots__ = ("_dirs", "_live", "_manifest_errors", "_real_base", "_record", "anomalies", "manifest", "path")
 
     def __init__(self, root: str | os.PathLike[str] = "/") -> None:
         self.path = Path(root)
@@ -146,6 +148,8 @@ class SysRoot:
         self._live = self._real_base == "/"
         self.anomalies: list[Anomaly] = []
         self._record = _Record()
+        self._dirs: dict[str, tuple[str, int]] = {}
+        """Resolved folders by the path asked for: a captured tree is static, and a device's files share one."""
         self.manifest: dict[str, object] = {}
         self._manifest_errors: dict[str, str] = {}
         manifest = self.file(MANIFEST)
@@ -192,8 +196,23 @@ class SysRoot:
         if self._live:
             return _norm(rel)
         parts = [p for p in rel.split("/") if p not in ("", ".")]
-        done: list[str] = []
-        links = 0
+        if len(parts) < 2 or ".." in parts:
+            return self._walk(parts, [], 0, last, rel)[0]
+        parent = "/".join(parts[:-1])
+        cached = self._dirs.get(parent)
+        if cached is None:
+            cached = self._walk(parts[:-1], [], 0, True, rel)
+            if len(self._dirs) < _MAX_DIRS:
+                self._dirs[parent] = cached
+        base, links = cached
+        return self._walk(parts[-1:], base.split("/") if base else [], links, last, rel)[0]
+
+    def _walk(self, parts: list[str], done: list[str], links: int, last: bool, rel: str) -> tuple[str, int]:
+        """Resolve ``parts`` from the resolved folder ``done``, ``links`` links already followed (see :meth:`resolve`).
+
+        Returns the resolved path and the links followed in all, which count
+        against :data:`MAX_LINKS` over the whole path, as the kernel counts them.
+        """
         while parts:
             part = parts.pop(0)
             if part == "..":
@@ -203,7 +222,7 @@ class SysRoot:
             if not parts and not last:
                 done.append(part)
                 break
-            here = os.path.join(self._real_base, *done, part)
+            here = "/".join((self._real_base, *done, part))  # os.path.join is the slow part of a probe
             try:
                 mode = os.lstat(here).st_mode
             except (OSError, ValueError):
@@ -220,7 +239,7 @@ class SysRoot:
             if target.startswith("/"):
                 done = []
             parts = [p for p in target.split("/") if p not in ("", ".")] + parts
-        return "/".join(done)
+        return "/".join(done), links
 
     def _host(self, resolved: str) -> str:
         """The host path of a path already resolved inside the root."""
