@@ -41,20 +41,27 @@ __all__ = [
     "PCI_ADDRESS",
     "gid_is_link_local",
     "gid_is_zero",
+    "parse_aer",
+    "parse_choice",
     "parse_counter",
+    "parse_cpu_list",
     "parse_ethtool_stats",
     "parse_hex",
     "parse_ib_rate",
     "parse_ib_state",
     "parse_int",
     "parse_kernel_release",
+    "parse_limits",
     "parse_link_modes",
+    "parse_meminfo",
+    "parse_mounts",
     "parse_net_dev",
     "parse_net_speed",
     "parse_nvidia_driver",
     "parse_pcie_speed",
     "parse_pcie_width",
     "parse_proc_table",
+    "parse_size_option",
     "parse_sysctl_ints",
     "parsed",
     "pcie_generation",
@@ -348,3 +355,112 @@ def parse_nvidia_driver(text: str | None) -> tuple[str, bool] | None:
     if not match:
         return None
     return match.group(1), "Open Kernel Module" in first
+
+
+def parse_limits(text: str | None) -> dict[str, tuple[int | None, int | None]] | None:
+    """``/proc/<pid>/limits`` -> ``{"Max locked memory": (soft, hard)}`` in the file's units; None = unlimited.
+
+    The kernel prints ``Limit  Soft Limit  Hard Limit  Units`` columns padded
+    with spaces (``fs/proc/base.c``, ``proc_pid_limits``); a limit name has
+    spaces of its own, so each line is read from the right.
+    """
+    if text is None:
+        return None
+    limits: dict[str, tuple[int | None, int | None]] = {}
+    for line in text.splitlines()[1:]:
+        match = _LIMIT.match(line)
+        if match:
+            limits[match.group(1)] = (_limit(match.group(2)), _limit(match.group(3)))
+    return limits or None
+
+
+_LIMIT = re.compile(r"^(Max [a-z ]{1,40}?)\s{2,}(unlimited|[0-9]{1,20})\s+(unlimited|[0-9]{1,20})(?:\s+\S+)?\s*$")
+
+
+def _limit(text: str) -> int | None:
+    return None if text == "unlimited" else int(text)
+
+
+def parse_mounts(text: str | None) -> list[tuple[str, str, str, str]] | None:
+    """``/proc/mounts`` -> ``[(source, mount point, type, options)]``; octal escapes (``\\040``) decoded."""
+    if text is None:
+        return None
+    mounts = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 4:
+            source, point, kind, options = (_unescape(f) for f in fields[:4])
+            mounts.append((source, point, kind, options))
+    return mounts
+
+
+def _unescape(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def parse_size_option(options: str, name: str = "size") -> int | None:
+    """A tmpfs ``size=`` mount option in bytes: ``size=65536k`` -> 67108864 (as ``/proc/mounts`` shows it)."""
+    for option in options.split(","):
+        key, sep, value = option.partition("=")
+        if key == name and sep:
+            match = re.fullmatch(r"([0-9]{1,20})([kmgtKMGT]?)", value)
+            if match:
+                return int(match.group(1)) << (10 * " kmgt".index(match.group(2).lower() or " "))
+    return None
+
+
+def parse_meminfo(text: str | None) -> dict[str, int] | None:
+    """``/proc/meminfo`` -> ``{"MemTotal": bytes, ...}`` (the file says kB, meaning KiB)."""
+    if text is None:
+        return None
+    values = {}
+    for line in text.splitlines():
+        match = re.match(r"^([A-Za-z0-9_()]{1,40}):\s+([0-9]{1,20})(?:\s+kB)?\s*$", line)
+        if match:
+            scale = 1024 if line.rstrip().endswith("kB") else 1
+            values[match.group(1)] = int(match.group(2)) * scale
+    return values or None
+
+
+def parse_choice(text: str | None) -> str | None:
+    """The bracketed choice of a sysfs selector: ``always [madvise] never`` -> ``madvise``."""
+    if text is None:
+        return None
+    match = re.search(r"\[([A-Za-z0-9_+-]{1,32})\]", text)
+    return match.group(1) if match else None
+
+
+def parse_cpu_list(text: str | None) -> frozenset[int] | None:
+    """A CPU list (``cpulist``, ``smp_affinity_list``): ``0-3,8,10-11`` -> {0,1,2,3,8,10,11}; None if garbage.
+
+    At most 65,536 CPUs: a crafted range cannot make a huge set.
+    """
+    if text is None:
+        return None
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        match = re.fullmatch(r"([0-9]{1,6})(?:-([0-9]{1,6}))?", part.strip())
+        if not match:
+            return None
+        low = int(match.group(1))
+        high = int(match.group(2) or low)
+        if high < low or high >= 1 << 16:
+            return None
+        cpus.update(range(low, high + 1))
+    return frozenset(cpus)
+
+
+def parse_aer(text: str | None) -> dict[str, int] | None:
+    """``aer_dev_correctable``/``_nonfatal``/``_fatal``: ``RxErr 0`` lines -> ``{"RxErr": 0, ..., "TOTAL": n}``.
+
+    The kernel ends each file with ``TOTAL_ERR_COR``, ``TOTAL_ERR_NONFATAL``
+    or ``TOTAL_ERR_FATAL`` (``drivers/pci/pcie/aer.c``); it is kept as ``TOTAL``.
+    """
+    if text is None:
+        return None
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 2 and (value := parse_counter(fields[1])) is not None:
+            counts["TOTAL" if fields[0].startswith("TOTAL_ERR_") else fields[0][:40]] = value
+    return counts if "TOTAL" in counts else None

@@ -22,7 +22,9 @@ def comparable(findings: list[Finding]) -> list[tuple[str, str, str, str, str]]:
     return [(f.id, f.severity.label, f.subject, f.observed, f.expected) for f in findings if f.id != "probe.read"]
 
 
-@pytest.mark.parametrize("name", ["healthy-ib-8gpu", "degraded-ib-8gpu", "roce-4gpu", "broken", "vm-virtio"])
+@pytest.mark.parametrize(
+    "name", ["healthy-ib-8gpu", "degraded-ib-8gpu", "host-faults-8gpu", "roce-4gpu", "broken", "vm-virtio"]
+)
 def test_round_trip_gives_the_same_findings(name: str, tmp_path: Path) -> None:
     source = SysRoot(FIXTURES / name)
     before = diagnose(source, env=ENV)

@@ -75,6 +75,22 @@ def test_facts_of_fixture_nodes_differ_where_the_faults_are() -> None:
     assert healthy["GPUs"] == "8"
 
 
+def test_fleet_names_the_node_with_host_faults() -> None:
+    healthy = node_facts(run_fixture("healthy-ib-8gpu").node, Expectations())
+    faulty = node_facts(run_fixture("host-faults-8gpu").node, Expectations())
+    differing = {k: (healthy[k], faulty.get(k)) for k in healthy if healthy[k] != faulty.get(k)}
+    assert differing == {
+        "port states": ("10x ACTIVE", "9x ACTIVE, 1x INIT"),
+        "locked memory": ("unlimited", "64K"),
+        "/dev/shm": ("1007.86G", "64M"),  # a tmpfs without size= is half of MemTotal
+        "NUMA balancing": ("0", "1"),
+        "CPU governor": ("224x performance", "112x performance, 112x powersave"),
+        "IOMMU (GPUs, NICs)": ("16x identity", "15x identity, 1x DMA-FQ"),
+    }
+    [diff] = [d for d in compare({"a": healthy, "b": healthy, "c": faulty}) if d.fact == "locked memory"]
+    assert diff.odd == {"c": "64K"} and diff.common == "unlimited"
+
+
 def test_fleet_findings() -> None:
     diffs = compare({"a": {"k": "1"}, "b": {"k": "1"}, "c": {"k": "2"}})
     findings = fleet_findings(diffs, {3: None, 4: "gpu-node-09"}, 5.0)

@@ -46,6 +46,7 @@ from fabricscope.doctor.inventory import Node
 from fabricscope.doctor.probes.pci import nearest
 from fabricscope.errors import MissingDependencyError
 from fabricscope.launch import World
+from fabricscope.units import format_size
 
 __all__ = [
     "Difference",
@@ -104,6 +105,15 @@ def node_facts(node: Node, expect: Expectations) -> dict[str, str]:
         ),
         "kernel": node.kernel or "unknown",
         "TCP congestion control": node.tcp.congestion or "unknown",
+        "locked memory": _memlock(node),
+        "/dev/shm": "unknown" if node.host.shm_bytes is None else format_size(node.host.shm_bytes),
+        "NUMA balancing": "unknown" if node.host.numa_balancing is None else str(node.host.numa_balancing),
+        "CPU governor": _tally([g for g, n in node.host.governors.items() for _ in range(n)]) or "-",
+        "IOMMU (GPUs, NICs)": _tally(
+            [d.iommu or "none" for d in _pci_of(node, nics)]
+            + [(node.pci[g.pci].iommu or "none") if g.pci in node.pci else "none" for g in node.gpus]
+        )
+        or "-",
         "NCCL settings": "; ".join(f"{k}={v.value}" for k, v in sorted(node.nccl.items()) if k.startswith("NCCL_"))
         or "none",
     }
@@ -111,6 +121,13 @@ def node_facts(node: Node, expect: Expectations) -> dict[str, str]:
     if distances:
         facts["GPU-NIC distance"] = distances
     return facts
+
+
+def _memlock(node: Node) -> str:
+    if node.host.memlock is None:
+        return "unknown"
+    soft = node.host.memlock[0]
+    return "unlimited" if soft is None else format_size(soft)
 
 
 def _pci_of(node: Node, nics: Sequence[Any]) -> list[Any]:
@@ -278,6 +295,11 @@ _FACT_ORDER = (
     "GPUDirect RDMA",
     "kernel",
     "TCP congestion control",
+    "locked memory",
+    "/dev/shm",
+    "NUMA balancing",
+    "CPU governor",
+    "IOMMU (GPUs, NICs)",
     "NCCL settings",
 )
 

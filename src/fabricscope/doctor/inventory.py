@@ -12,10 +12,12 @@ from fabricscope.sysroot import Anomaly
 
 __all__ = [
     "DISTANCES",
+    "Aer",
     "Anomaly",
     "Gid",
     "Gpu",
     "GpuDirect",
+    "HostTuning",
     "NcclSetting",
     "NetInterface",
     "Node",
@@ -24,6 +26,7 @@ __all__ = [
     "RdmaDevice",
     "RdmaPort",
     "TcpTuning",
+    "Xid",
 ]
 
 DISTANCES = ("PIX", "PXB", "PHB", "NODE", "SYS")
@@ -78,6 +81,21 @@ class PciDevice:
     """None when the device has no link files (virtio, integrated devices)."""
     switches: tuple[str, ...] = ()
     """The upstream ports of the PCIe switches above the device, nearest first (their links are the uplinks)."""
+    iommu: str | None = None
+    """Its IOMMU group's domain type: ``identity`` (passthrough), ``DMA``/``DMA-FQ`` (translated); None if none."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Aer:
+    """A PCI function's Advanced Error Reporting counts since boot, by error name, with ``TOTAL``.
+
+    From ``aer_dev_correctable``, ``aer_dev_nonfatal`` and ``aer_dev_fatal``;
+    None where the file is absent (no AER capability, or a kernel before 5.5).
+    """
+
+    correctable: dict[str, int] | None
+    nonfatal: dict[str, int] | None
+    fatal: dict[str, int] | None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -104,6 +122,8 @@ class NetInterface:
     """``ethtool -S`` counters, read for RoCE netdevs (PFC, discards)."""
     supported_mbps: int | None = None
     """The fastest link mode the NIC supports (``ethtool`` link modes), Mb/s; Ethernet NICs only."""
+    ecn: dict[str, frozenset[int]] | None = None
+    """mlx5's ``ecn/roce_np`` and ``ecn/roce_rp``: the priorities with ECN on; None without an ``ecn`` folder."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -129,6 +149,10 @@ class RdmaPort:
     gids: list[Gid] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
     hw_counters: dict[str, int] = field(default_factory=dict)
+    lid: int | None = None
+    """The port's LID; 0 on an InfiniBand port means no subnet manager has configured it."""
+    sm_lid: int | None = None
+    """The LID of the subnet manager the port knows; 0 when it knows none."""
 
     @property
     def label(self) -> str:
@@ -143,6 +167,10 @@ class RdmaDevice:
     hca_type: str | None
     uverbs: bool | None
     """A user-space verbs device exists for it (ib_uverbs loaded); None when unknown."""
+    dev_node: bool | None = None
+    """Its ``/dev/infiniband/uverbsN`` node exists (a container was given it); None when unknown."""
+    uverbs_name: str | None = None
+    """``uverbs0``: the verbs device sysfs names for it."""
     ports: list[RdmaPort] = field(default_factory=list)
 
 
@@ -183,6 +211,41 @@ class TcpTuning:
     available_congestion: tuple[str, ...] | None
     window_scaling: int | None
     sack: int | None
+
+
+@dataclass(kw_only=True, slots=True)
+class HostTuning:
+    """Node-wide kernel settings that slow RDMA and NCCL's transports, or make them fail."""
+
+    numa_balancing: int | None = None
+    """``kernel.numa_balancing``: 1 moves pages under registered (pinned) buffers' neighbours and costs jitter."""
+    governors: dict[str, int] = field(default_factory=dict)
+    """CPU frequency governor -> how many CPUs use it; empty when the node has no cpufreq (VMs)."""
+    cmdline: str | None = None
+    """The kernel command line (``iommu=pt``, ``intel_iommu=on``)."""
+    iommu_units: int | None = None
+    """Entries of ``/sys/class/iommu`` (hardware IOMMUs the kernel drives); None when the folder is absent."""
+    memlock: tuple[int | None, int | None] | None = None
+    """The locked-memory limit (soft, hard) in bytes, None for unlimited; the outer None when unreadable."""
+    memlock_source: str = ""
+    shm_bytes: int | None = None
+    """Size of the ``/dev/shm`` mount NCCL's shared-memory transport uses; None when unknown."""
+    shm_source: str = ""
+    mem_total: int | None = None
+    thp: str | None = None
+    """Transparent huge pages: ``always``, ``madvise`` or ``never``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Xid:
+    """NVIDIA driver errors (``NVRM: Xid``) of one GPU and code in the kernel log."""
+
+    device: str
+    """The GPU's PCI address as the driver prints it (``0000:17:00``)."""
+    code: int
+    count: int
+    message: str
+    """The text after the code, of the last one (``GPU has fallen off the bus.``)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -228,6 +291,13 @@ class Node:
     """Which environment supplied the NCCL variables (this process's, or the one a capture recorded)."""
     env_ignored: list[str] = field(default_factory=list)
     """NCCL variables of this process that were not used (a capture's recorded environment was)."""
+    host: HostTuning = field(default_factory=HostTuning)
+    aer: dict[str, Aer] = field(default_factory=dict)
+    """AER counts of GPUs, NICs and every bridge above them, by PCI address."""
+    xids: list[Xid] | None = None
+    """NVIDIA Xid errors in the kernel log; None when no kernel log could be read."""
+    kernel_log: str = ""
+    """Where the kernel log came from (``/dev/kmsg``, a capture's ``dmesg``), or why it could not be read."""
 
     @property
     def ports(self) -> list[RdmaPort]:

@@ -7,7 +7,8 @@ subclass to a module of its area and one entry to :data:`CHECKS`.
 from __future__ import annotations
 
 from fabricscope.doctor.checks.base import Check
-from fabricscope.doctor.checks.gpu import GpuCount, GpuDirectRdma, GpuNicDistance
+from fabricscope.doctor.checks.gpu import GpuCount, GpuDirectRdma, GpuNicDistance, GpuXid
+from fabricscope.doctor.checks.host import HostGovernor, HostIommu, HostMemlock, HostNumaBalancing, HostShm
 from fabricscope.doctor.checks.nccl import (
     NcclAlgoProto,
     NcclDebug,
@@ -21,8 +22,10 @@ from fabricscope.doctor.checks.nccl import (
     NcclTransport,
 )
 from fabricscope.doctor.checks.nic import NicCount, NicFlaps, NicLink, NicMtu, NicPresent, NicSpeed
-from fabricscope.doctor.checks.pcie import PcieLinkCheck, PcieSlot, PcieUplink
+from fabricscope.doctor.checks.pcie import PcieAer, PcieLinkCheck, PcieSlot, PcieUplink
 from fabricscope.doctor.checks.rdma import (
+    RdmaDevNodes,
+    RdmaEcn,
     RdmaErrors,
     RdmaFirmware,
     RdmaGid,
@@ -31,6 +34,8 @@ from fabricscope.doctor.checks.rdma import (
     RdmaPortState,
     RdmaPresent,
     RdmaRate,
+    RdmaSubnetManager,
+    RdmaTrafficClass,
     RdmaUverbs,
 )
 from fabricscope.doctor.checks.system import ProbeRead, TcpBuffers, TcpCongestion, TcpOptions
@@ -50,19 +55,30 @@ CHECKS: tuple[Check, ...] = (
     NicCount(),
     RdmaPresent(),
     RdmaUverbs(),
+    RdmaDevNodes(),
     RdmaPortState(),
+    RdmaSubnetManager(),
     RdmaRate(),
     RdmaLinkLayer(),
     RdmaFirmware(),
     RdmaErrors(),
     RdmaGid(),
     RdmaPfc(),
+    RdmaTrafficClass(),
+    RdmaEcn(),
     PcieLinkCheck(),
     PcieSlot(),
     PcieUplink(),
+    PcieAer(),
     GpuCount(),
+    GpuXid(),
     GpuNicDistance(),
     GpuDirectRdma(),
+    HostIommu(),
+    HostMemlock(),
+    HostShm(),
+    HostNumaBalancing(),
+    HostGovernor(),
     NcclSettings(),
     NcclTransport(),
     NcclIbHca(),

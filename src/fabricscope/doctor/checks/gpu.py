@@ -8,7 +8,7 @@ from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import DISTANCES, Node
 from fabricscope.doctor.probes.pci import nearest
 
-__all__ = ["GpuCount", "GpuDirectRdma", "GpuNicDistance"]
+__all__ = ["XID_ACTIONS", "GpuCount", "GpuDirectRdma", "GpuNicDistance", "GpuXid"]
 
 GDR_DEFAULT = "PXB"
 """NCCL uses GPUDirect RDMA by default up to this distance (NCCL_NET_GDR_LEVEL's default)."""
@@ -120,3 +120,64 @@ class GpuDirectRdma(Check):
                 "inter-node transfer through host memory",
             )
         ]
+
+
+_RESET = "drain the node and reset the GPU (nvidia-smi -r) or reboot"
+_RMA = "if it comes back after a reset, the GPU needs replacing (nvidia-bug-report.sh for the vendor)"
+XID_ACTIONS: dict[int, tuple[Severity, str, str]] = {
+    13: (Severity.INFO, "graphics engine exception", "usually the application (out-of-range access)"),
+    31: (Severity.INFO, "GPU memory page fault", "usually the application (an illegal address)"),
+    43: (Severity.INFO, "GPU stopped processing", "the application faulted; the GPU is fine"),
+    45: (Severity.INFO, "preemptive cleanup", "follows another error or a killed process"),
+    48: (Severity.FAIL, "double-bit ECC error", f"{_RESET}; {_RMA}"),
+    61: (Severity.FAIL, "internal micro-controller breakpoint", _RESET),
+    62: (Severity.FAIL, "internal micro-controller halt", _RESET),
+    63: (Severity.WARN, "ECC page retirement or row remapping recorded", "reset the GPU when idle to apply it"),
+    64: (Severity.FAIL, "ECC page retirement or row remapping failed", f"{_RESET}; {_RMA}"),
+    74: (Severity.FAIL, "NVLink error", f"{_RESET}; nvidia-smi nvlink -e shows the failing link; {_RMA}"),
+    79: (Severity.FAIL, "GPU has fallen off the bus", "drain and reboot; check PCIe (pcie.aer), power and cooling"),
+    92: (Severity.WARN, "high single-bit ECC error rate", "watch it; a GPU that keeps counting needs replacing"),
+    94: (Severity.WARN, "contained ECC error", "the affected process was stopped; reset the GPU when idle"),
+    95: (Severity.FAIL, "uncontained ECC error", f"{_RESET}; {_RMA}"),
+    109: (Severity.WARN, "context switch timeout", "a stuck kernel or a hardware fault: reset if it repeats"),
+    119: (Severity.FAIL, "GSP RPC timeout", f"{_RESET}; update the driver if it repeats"),
+    120: (Severity.FAIL, "GSP error", f"{_RESET}; update the driver if it repeats"),
+    121: (Severity.FAIL, "C2C link error", _RESET),
+    140: (Severity.FAIL, "unrecovered ECC error", f"{_RESET}; {_RMA}"),
+    154: (Severity.FAIL, "GPU recovery action changed (reset or reboot required)", _RESET),
+}
+"""Xid codes: severity, name and action, from NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors)."""
+
+
+class GpuXid(Check):
+    """NVIDIA driver errors since boot, one finding per GPU and Xid code."""
+
+    id = "gpu.xid"
+    title = "No GPU hardware errors (NVIDIA Xid) in the kernel log since boot"
+    reads = "the kernel log: /dev/kmsg (live, as root), fabricscope-capture/dmesg (a capture, or a dmesg put there)"
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return bool(node.gpus)
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        if node.xids is None:
+            return [self.finding(Severity.INFO, "kernel log", f"not read: {node.kernel_log}")]
+        if not node.xids:
+            return [self.finding(Severity.OK, "kernel log", f"no Xid errors ({node.kernel_log})")]
+        findings = []
+        for xid in node.xids:
+            severity, name, action = XID_ACTIONS.get(
+                xid.code,
+                (Severity.WARN, "Xid", "look the code up in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors)"),
+            )
+            times = f"{xid.count} times" if xid.count > 1 else "once"
+            findings.append(
+                self.finding(
+                    severity,
+                    f"GPU {xid.device}",
+                    f"Xid {xid.code} ({name}) {times}: {xid.message}",
+                    "no Xid errors",
+                    action,
+                )
+            )
+        return findings

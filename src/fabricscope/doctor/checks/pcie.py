@@ -20,7 +20,7 @@ from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import Node, PciDevice, PcieLink
 from fabricscope.kernel_text import pcie_generation
 
-__all__ = ["PcieLinkCheck", "PcieSlot", "PcieUplink", "linked_devices"]
+__all__ = ["PcieAer", "PcieLinkCheck", "PcieSlot", "PcieUplink", "linked_devices"]
 
 _FIX = "reseat the card, check the riser or retimer, and the BIOS slot settings (lspci -vv shows LnkSta)"
 _SLOW = f"the link trained below what device and slot support: {_FIX}"
@@ -188,3 +188,85 @@ class PcieUplink(Check):
 def _names(items: Sequence[_Linked]) -> str:
     names = [i.label.split(" (")[0] for i in items]
     return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
+class PcieAer(Check):
+    """PCIe Advanced Error Reporting counts on GPUs, compute NICs and every bridge above them.
+
+    The kernel counts each error a device reported since boot
+    (``drivers/pci/pcie/aer.c``; ``Documentation/PCI/pcieaer-howto.rst``).
+    Correctable errors (bad TLPs and DLLPs, replay timeouts, receiver errors)
+    are retried in hardware and cost bandwidth; uncorrectable ones lose
+    transactions: GPUs fall off the bus (Xid 79), NICs reset.
+    """
+
+    id = "pcie.aer"
+    title = "No PCIe AER errors on GPUs, compute NICs and the bridges above them"
+    reads = "sys/bus/pci/devices/<addr>/aer_dev_{correctable,nonfatal,fatal} of each and of its bridges"
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return bool(node.aer)
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        subjects: dict[str, str] = {}
+        below: dict[str, list[str]] = {}
+        for item in linked_devices(node, expect):
+            subjects[item.device.address] = item.label
+            for bridge in item.device.bridges:
+                below.setdefault(bridge, []).append(item.label)
+        for bridge, devices in below.items():
+            more = ", ..." if len(devices) > 3 else ""
+            subjects.setdefault(bridge, f"bridge {bridge} (above {', '.join(devices[:3])}{more})")
+        findings = []
+        clean = 0
+        for address, subject in subjects.items():
+            aer = node.aer.get(address)
+            if aer is None:
+                continue
+            found = self._judge(subject, aer.correctable, aer.nonfatal, aer.fatal)
+            if found is None:
+                clean += 1
+            else:
+                findings.append(found)
+        if clean:
+            findings.insert(0, self.finding(Severity.OK, f"{clean} devices and bridges", "no AER errors since boot"))
+        return findings
+
+    def _judge(
+        self,
+        label: str,
+        correctable: dict[str, int] | None,
+        nonfatal: dict[str, int] | None,
+        fatal: dict[str, int] | None,
+    ) -> Finding | None:
+        def named(counts: dict[str, int] | None) -> str:
+            return ", ".join(f"{k} {v}" for k, v in (counts or {}).items() if v and k != "TOTAL")
+
+        total = {
+            kind: (counts or {}).get("TOTAL", 0)
+            for kind, counts in (("correctable", correctable), ("nonfatal", nonfatal), ("fatal", fatal))
+        }
+        if not any(total.values()):
+            return None
+        shown = "; ".join(
+            f"{kind} {n}" + (f" ({named(counts)})" if named(counts) else "")
+            for (kind, n), counts in zip(total.items(), (correctable, nonfatal, fatal), strict=True)
+            if n
+        )
+        if total["fatal"] or total["nonfatal"]:
+            return self.finding(
+                Severity.FAIL,
+                label,
+                shown,
+                "no errors",
+                "uncorrectable PCIe errors lose transactions (a GPU falls off the bus, a NIC resets): drain the "
+                "node, check dmesg for the AER lines and Xid 79, reseat the card and its riser or retimer",
+            )
+        return self.finding(
+            Severity.WARN,
+            label,
+            shown,
+            "no errors",
+            "correctable errors are replayed in hardware and cost link bandwidth; a count that grows means a "
+            f"marginal link: {_FIX}",
+        )

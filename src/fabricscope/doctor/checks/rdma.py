@@ -26,6 +26,8 @@ from fabricscope.doctor.inventory import Node, RdmaPort
 from fabricscope.kernel_text import gid_is_link_local
 
 __all__ = [
+    "RdmaDevNodes",
+    "RdmaEcn",
     "RdmaErrors",
     "RdmaFirmware",
     "RdmaGid",
@@ -34,7 +36,10 @@ __all__ = [
     "RdmaPortState",
     "RdmaPresent",
     "RdmaRate",
+    "RdmaSubnetManager",
+    "RdmaTrafficClass",
     "RdmaUverbs",
+    "nccl_priority",
     "pfc_priorities",
 ]
 
@@ -398,3 +403,156 @@ class RdmaPfc(_RoceCheck):
                 "the NIC dropped packets for lack of buffers since the driver loaded: check PFC on the RoCE "
                 "priority end to end, and the receive ring sizes (ethtool -G)",
             )
+
+
+class RdmaDevNodes(Check):
+    """The verbs device nodes user space opens: a container started without them sees HCAs it cannot use."""
+
+    id = "rdma.dev_nodes"
+    title = "Every verbs device has its /dev/infiniband node (containers: the devices were passed in)"
+    reads = "dev/infiniband/* (a capture lists them in fabricscope-capture/dev-infiniband)"
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return any(d.dev_node is not None for d in node.rdma)
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        findings = []
+        for device in node.rdma:
+            if device.dev_node is None:
+                continue
+            path = f"/dev/infiniband/{device.uverbs_name}"
+            if device.dev_node:
+                findings.append(self.finding(Severity.OK, device.name, f"{path} present"))
+                continue
+            findings.append(
+                self.finding(
+                    Severity.FAIL,
+                    device.name,
+                    f"{path} missing",
+                    f"{path}",
+                    "sysfs shows the HCA but its device node is not here, so NCCL cannot open it and falls back to "
+                    "sockets: run the container with --device=/dev/infiniband (and --cap-add=IPC_LOCK), or give "
+                    "the pod the RDMA device plugin's resource (rdma/hca) in Kubernetes",
+                )
+            )
+        return findings
+
+
+class RdmaSubnetManager(_PortCheck):
+    """An InfiniBand port is usable only after a subnet manager gave it a LID (IBA 14.4)."""
+
+    id = "rdma.subnet_manager"
+    title = "InfiniBand ports have a LID from a subnet manager"
+    reads = "ports/<n>/{lid,sm_lid} (InfiniBand ports)"
+
+    def ports(self, node: Node) -> list[RdmaPort]:
+        return [p for p in node.ports if p.link_layer == "InfiniBand" and (p.lid is not None or p.sm_lid is not None)]
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        findings = []
+        for port in self.ports(node):
+            shown = f"LID {_lid(port.lid)}, SM at LID {_lid(port.sm_lid)}"
+            if port.lid != 0 and port.sm_lid != 0:
+                findings.append(self.finding(Severity.OK, port.label, shown))
+                continue
+            physical = port.phys_state is not None and port.phys_state[0] == _LINK_UP
+            findings.append(
+                self.finding(
+                    Severity.FAIL if physical else Severity.INFO,
+                    port.label,
+                    shown + ("" if physical else " (the link is not up)"),
+                    "a non-zero LID and SM LID",
+                    "no subnet manager has configured this port: start opensm on a node of the fabric or enable "
+                    "the switches' SM (sminfo and ibstat show which one answers); a port without a LID stays INIT "
+                    "and NCCL cannot use it",
+                )
+            )
+        return findings
+
+
+def _lid(value: int | None) -> str:
+    return "unknown" if value is None else f"0x{value:x}"
+
+
+def nccl_priority(node: Node) -> tuple[int, str] | None:
+    """The priority NCCL's RoCE traffic is sent on under DSCP trust, and why; None when NCCL_IB_TC is unreadable.
+
+    NCCL_IB_TC is the IP traffic-class byte (NCCL's default is 0): DSCP is
+    its top six bits, and mlx5's default DSCP-to-priority map puts DSCP ``d``
+    on priority ``d >> 3`` (so ``NCCL_IB_TC=106``: DSCP 26, priority 3).
+    """
+    setting = node.nccl.get("NCCL_IB_TC")
+    if setting is None:
+        return 0, "NCCL_IB_TC unset: traffic class 0"
+    value = setting.value.strip()
+    if not value.isdigit() or int(value) > 255:
+        return None
+    tc = int(value)
+    return tc >> 5, f"NCCL_IB_TC={tc} ({setting.source}): DSCP {tc >> 2}"
+
+
+class RdmaTrafficClass(_RoceCheck):
+    id = "rdma.traffic_class"
+    title = "NCCL's RoCE traffic class lands on a priority PFC protects"
+    reads = "NCCL_IB_TC; ethtool -S <netdev> (PFC priorities)"
+
+    def judge(self, node: Node, port: RdmaPort) -> Iterator[Finding]:
+        nic = node.nic(port.netdev or "")
+        subject = f"{port.netdev or '?'} ({port.label})"
+        if nic is None or nic.ethtool is None:
+            return
+        enabled, _ = pfc_priorities(nic.ethtool)
+        chosen = nccl_priority(node)
+        if not enabled or chosen is None:
+            return
+        priority, why = chosen
+        seen = f"{why} -> priority {priority}; PFC on {','.join(map(str, enabled))}"
+        if priority in enabled:
+            yield self.finding(Severity.OK, subject, seen)
+            return
+        target = enabled[0]
+        yield self.finding(
+            Severity.WARN,
+            subject,
+            seen,
+            f"NCCL's priority among the PFC ones ({','.join(map(str, enabled))})",
+            f"with the switch port trusting DSCP, NCCL's packets go out on a lossy priority and drops turn into "
+            f"retransmission timeouts: set NCCL_IB_TC={(8 * target + 2) * 4 + 2} (DSCP {8 * target + 2}, priority "
+            f"{target}), or check that the NIC rewrites the class (cma_roce_tos, mlnx_qos --trust, "
+            f"/sys/class/infiniband/{port.device}/tc/{port.port}/traffic_class)",
+        )
+
+
+class RdmaEcn(_RoceCheck):
+    """DCQCN, RoCE's congestion control, needs ECN on the NIC as notification and as reaction point."""
+
+    id = "rdma.ecn"
+    title = "ECN (DCQCN) is on for the RoCE priorities, as notification and reaction point"
+    reads = "sys/class/net/<netdev>/ecn/{roce_np,roce_rp}/enable/<priority> (mlx5)"
+
+    def judge(self, node: Node, port: RdmaPort) -> Iterator[Finding]:
+        nic = node.nic(port.netdev or "")
+        if nic is None or nic.ecn is None:
+            return
+        subject = f"{port.netdev} ({port.label})"
+        wanted = set(pfc_priorities(nic.ethtool)[0]) if nic.ethtool else set()
+        chosen = nccl_priority(node)
+        if chosen is not None and node.nccl.get("NCCL_IB_TC") is not None:
+            wanted.add(chosen[0])
+        roles = {role: sorted(nic.ecn.get(role, frozenset())) for role in ("roce_np", "roce_rp")}
+        seen = "; ".join(f"{role} on {','.join(map(str, p)) or 'none'}" for role, p in roles.items())
+        missing = {role: sorted(wanted - set(p)) if wanted else ([] if p else ["any"]) for role, p in roles.items()}
+        if not any(missing.values()):
+            yield self.finding(Severity.OK, subject, seen)
+            return
+        where = ",".join(map(str, sorted(wanted))) if wanted else "the RoCE priority"
+        yield self.finding(
+            Severity.WARN,
+            subject,
+            seen,
+            f"roce_np and roce_rp on priority {where}",
+            "without ECN the NIC neither turns switch marks into CNPs nor slows down on them, so congestion is "
+            "handled by PFC alone (pause storms, head-of-line blocking across flows): "
+            f"echo 1 > /sys/class/net/{nic.name}/ecn/roce_np/enable/<priority> and the same for roce_rp, "
+            "matching the switches' ECN marking",
+        )

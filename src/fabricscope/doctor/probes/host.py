@@ -1,14 +1,37 @@
-"""Node-wide facts: name, kernel, GPUDirect RDMA support, TCP tuning, module versions."""
+"""Node-wide facts: name, kernel, GPUDirect RDMA support, TCP tuning, module versions, kernel settings."""
 
 from __future__ import annotations
 
 import socket
 
-from fabricscope.doctor.inventory import GpuDirect, TcpTuning
-from fabricscope.kernel_text import parse_int, parse_kernel_release, parse_nvidia_driver, parse_sysctl_ints, parsed
+from fabricscope.doctor.inventory import GpuDirect, HostTuning, TcpTuning
+from fabricscope.kernel_text import (
+    parse_choice,
+    parse_int,
+    parse_kernel_release,
+    parse_limits,
+    parse_meminfo,
+    parse_mounts,
+    parse_nvidia_driver,
+    parse_size_option,
+    parse_sysctl_ints,
+    parsed,
+)
 from fabricscope.sysroot import SysRoot
 
-__all__ = ["PEERMEM_FILES", "probe_boot_id", "probe_gpudirect", "probe_hostname", "probe_modules", "probe_tcp"]
+__all__ = [
+    "MAX_CPUS",
+    "PEERMEM_FILES",
+    "probe_boot_id",
+    "probe_gpudirect",
+    "probe_host",
+    "probe_hostname",
+    "probe_modules",
+    "probe_tcp",
+]
+
+MAX_CPUS = 4096
+"""CPUs whose governor is read; past it the rest are left out (a crafted tree cannot make the probe slow)."""
 
 PEERMEM_FILES = (
     "sys/kernel/mm/memory_peers/nv_mem/version",
@@ -81,3 +104,41 @@ def probe_modules(root: SysRoot, names: set[str]) -> dict[str, str]:
         if version:
             versions[name] = version
     return versions
+
+
+def probe_host(root: SysRoot) -> HostTuning:
+    """Kernel settings of the node as a whole (see :class:`~fabricscope.doctor.inventory.HostTuning`).
+
+    The locked-memory limit is this process's (``/proc/self/limits``): under
+    the launcher that runs training (srun, torchrun, mpirun, a container) it is
+    the limit the training ranks inherit.
+    """
+    host = HostTuning(
+        numa_balancing=parsed(root, "proc/sys/kernel/numa_balancing", parse_int, "0, 1 or 2"),
+        cmdline=root.text("proc/cmdline"),
+        iommu_units=len(root.listdir("sys/class/iommu")) if root.is_dir("sys/class/iommu") else None,
+        thp=parse_choice(root.text("sys/kernel/mm/transparent_hugepage/enabled")),
+    )
+    for cpu in root.listdir("sys/devices/system/cpu")[: MAX_CPUS + 64]:
+        if cpu[3:].isdigit() and cpu.startswith("cpu") and sum(host.governors.values()) < MAX_CPUS:
+            governor = root.text(f"sys/devices/system/cpu/{cpu}/cpufreq/scaling_governor")
+            if governor and len(governor) <= 32:
+                host.governors[governor] = host.governors.get(governor, 0) + 1
+    limits = parsed(root, "proc/self/limits", parse_limits, "the kernel's limits table")
+    if limits is not None and "Max locked memory" in limits:
+        host.memlock = limits["Max locked memory"]
+        host.memlock_source = "proc/self/limits"
+    meminfo = parse_meminfo(root.text("proc/meminfo"))
+    host.mem_total = meminfo.get("MemTotal") if meminfo else None
+    mounts = parse_mounts(root.text("proc/self/mounts"))
+    shm = [m for m in mounts or [] if m[1] == "/dev/shm"]
+    if mounts is not None and not shm:
+        host.shm_source = "no /dev/shm mount (proc/self/mounts)"
+    elif shm:
+        options = shm[-1][3]  # the last mount over a point is the one in effect
+        size = parse_size_option(options) if shm[-1][2] == "tmpfs" else None
+        if size is not None:
+            host.shm_bytes, host.shm_source = size, "the size= of the /dev/shm mount (proc/self/mounts)"
+        elif shm[-1][2] == "tmpfs" and host.mem_total is not None:  # tmpfs without size=: half of RAM
+            host.shm_bytes, host.shm_source = host.mem_total // 2, "a tmpfs without size=: half of MemTotal"
+    return host

@@ -9,9 +9,18 @@ from dataclasses import dataclass, field
 
 from fabricscope.doctor.inventory import Node, PciDevice
 from fabricscope.doctor.probes.gpus import probe_gpus
-from fabricscope.doctor.probes.host import probe_boot_id, probe_gpudirect, probe_hostname, probe_modules, probe_tcp
+from fabricscope.doctor.probes.host import (
+    probe_boot_id,
+    probe_gpudirect,
+    probe_host,
+    probe_hostname,
+    probe_modules,
+    probe_tcp,
+)
+from fabricscope.doctor.probes.kernel_log import probe_xids
 from fabricscope.doctor.probes.nccl import probe_nccl
 from fabricscope.doctor.probes.net import probe_nics
+from fabricscope.doctor.probes.pci import probe_aer
 from fabricscope.doctor.probes.rdma import probe_rdma
 from fabricscope.sysroot import SysRoot
 
@@ -101,7 +110,10 @@ def probe_node(root: SysRoot, env: Mapping[str, str] | NodeEnv | None = None) ->
         boot_id=probe_boot_id(root),
         env_source=env.source,
         env_ignored=list(env.ignored),
+        host=probe_host(root),
+        aer=probe_aer(root, pci),
     )
+    node.xids, node.kernel_log = probe_xids(root)
     node.anomalies = list(root.anomalies)
     node.files_read = sum(1 for text in root.read_paths().values() if text is not None)
     return node

@@ -11,10 +11,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from fabricscope.doctor.inventory import DISTANCES, PciDevice, PcieLink
+from fabricscope.doctor.inventory import DISTANCES, Aer, PciDevice, PcieLink
 from fabricscope.kernel_text import (
     PCI_ADDRESS,
     PCIE_SPEED_UNKNOWN,
+    parse_aer,
     parse_hex,
     parse_int,
     parse_pcie_speed,
@@ -23,7 +24,7 @@ from fabricscope.kernel_text import (
 )
 from fabricscope.sysroot import SysRoot
 
-__all__ = ["distance", "nearest", "pci_address_in", "probe_pci", "split_pci_path"]
+__all__ = ["distance", "nearest", "pci_address_in", "probe_aer", "probe_pci", "split_pci_path"]
 
 _HOST_BRIDGE = re.compile(r"^pci[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}$")
 _SPEED = "a speed like '16.0 GT/s PCIe' or '8 GT/s'"
@@ -77,6 +78,7 @@ def probe_pci(root: SysRoot, address: str, cache: dict[str, PciDevice]) -> PciDe
         driver=root.link_name(f"{base}/driver"),
         link=_link(root, base, upstream=base.rsplit("/", 1)[0] if chain[:-1] else None),
         switches=_switch_ports(chain),
+        iommu=root.text(f"{base}/iommu_group/type"),
     )
     cache[address] = device
     for port in device.switches:  # each switch's upstream port is a PCI function too: its link is the uplink
@@ -161,3 +163,22 @@ def nearest(device: PciDevice, candidates: Sequence[tuple[str, PciDevice]]) -> t
         return None
     rank, name = min(ranked)
     return DISTANCES[rank], name
+
+
+_AER = "'Name count' lines ending with TOTAL_ERR_*"
+
+
+def probe_aer(root: SysRoot, pci: dict[str, PciDevice]) -> dict[str, Aer]:
+    """AER counts of every probed device and of every bridge above one, by address (devices without AER left out)."""
+    addresses = sorted({a for d in pci.values() for a in (*d.bridges, d.address)})
+    found: dict[str, Aer] = {}
+    for address in addresses:
+        base = f"sys/bus/pci/devices/{address}"
+        aer = Aer(
+            correctable=parsed(root, f"{base}/aer_dev_correctable", parse_aer, _AER),
+            nonfatal=parsed(root, f"{base}/aer_dev_nonfatal", parse_aer, _AER),
+            fatal=parsed(root, f"{base}/aer_dev_fatal", parse_aer, _AER),
+        )
+        if aer.correctable is not None or aer.nonfatal is not None or aer.fatal is not None:
+            found[address] = aer
+    return found

@@ -12,9 +12,9 @@ from fabricscope.doctor.inventory import Gid, NetInterface, PciDevice, RdmaDevic
 from fabricscope.doctor.probes.ethtool import read_stats
 from fabricscope.doctor.probes.pci import pci_address_in, probe_pci
 from fabricscope.kernel_text import gid_is_zero, parse_hex, parse_ib_rate, parse_ib_state, parse_int, parsed
-from fabricscope.sysroot import SysRoot
+from fabricscope.sysroot import CAPTURE_DIR, SysRoot
 
-__all__ = ["ERROR_COUNTERS", "HW_COUNTERS", "probe_rdma"]
+__all__ = ["DEV_NODES", "ECN_POINTS", "ERROR_COUNTERS", "HW_COUNTERS", "probe_rdma"]
 
 ERROR_COUNTERS = (
     "symbol_error",
@@ -51,7 +51,8 @@ def probe_rdma(root: SysRoot, pci: dict[str, PciDevice], nics: list[NetInterface
     """Every RDMA device, its ports, and which netdev carries each port."""
     devices: list[RdmaDevice] = []
     names = root.listdir("sys/class/infiniband")
-    uverbs = _uverbs_devices(root) if names else set()
+    uverbs = _uverbs_devices(root) if names else {}
+    nodes = _dev_nodes(root) if uverbs else None
     for name in names:
         base = f"sys/class/infiniband/{name}"
         if not root.is_dir(base):
@@ -66,6 +67,8 @@ def probe_rdma(root: SysRoot, pci: dict[str, PciDevice], nics: list[NetInterface
             fw_ver=root.text(f"{base}/fw_ver"),
             hca_type=root.text(f"{base}/hca_type"),
             uverbs=name in uverbs,
+            dev_node=None if nodes is None or name not in uverbs else uverbs[name] in nodes,
+            uverbs_name=uverbs.get(name),
         )
         for port_name in root.listdir(f"{base}/ports", required=True):
             number = parse_int(port_name)
@@ -83,6 +86,7 @@ def probe_rdma(root: SysRoot, pci: dict[str, PciDevice], nics: list[NetInterface
                 nic.rdma = port.label
                 if port.link_layer == "Ethernet":
                     nic.ethtool = read_stats(root, nic.name)
+                    nic.ecn = _ecn(root, nic.name)
         devices.append(device)
     return devices
 
@@ -116,7 +120,31 @@ def _probe_port(root: SysRoot, device: str, number: int) -> RdmaPort:
             port.hw_counters[counter] = value
     if link_layer == "Ethernet":
         port.gids = _gids(root, base)
+    else:
+        port.lid = parsed(root, f"{base}/lid", parse_hex, "a LID like 0x1a")
+        port.sm_lid = parsed(root, f"{base}/sm_lid", parse_hex, "a LID like 0x1")
     return port
+
+
+ECN_POINTS = ("roce_np", "roce_rp")
+"""mlx5's ECN roles: the notification point (receiver: marks become CNPs) and the reaction point (sender: slows)."""
+
+
+def _ecn(root: SysRoot, netdev: str) -> dict[str, frozenset[int]] | None:
+    """mlx5's per-priority ECN enables (``/sys/class/net/<if>/ecn/<role>/enable/<prio>``); None without them."""
+    base = f"sys/class/net/{netdev}/ecn"
+    if not root.is_dir(base):
+        return None
+    found: dict[str, frozenset[int]] = {}
+    for role in ECN_POINTS:
+        enabled = set()
+        for entry in root.listdir(f"{base}/{role}/enable"):
+            priority = parse_int(entry)
+            value = parsed(root, f"{base}/{role}/enable/{entry}", parse_int, "0 or 1")
+            if priority is not None and 0 <= priority <= 7 and value == 1:
+                enabled.add(priority)
+        found[role] = frozenset(enabled)
+    return found
 
 
 def _gids(root: SysRoot, base: str) -> list[Gid]:
@@ -167,16 +195,34 @@ def _port_index(root: SysRoot, netdev: str) -> int | None:
     return 0 if 0 in (dev_port, dev_id) else None
 
 
-def _uverbs_devices(root: SysRoot) -> set[str]:
-    """RDMA devices that user space can open (``/sys/class/infiniband_verbs/uverbs*/ibdev``).
+def _uverbs_devices(root: SysRoot) -> dict[str, str]:
+    """RDMA devices that user space can open, with their verbs device (``/sys/class/infiniband_verbs/uverbs*/ibdev``).
 
-    An empty set when the class is missing (ib_uverbs not loaded): NCCL then
-    cannot use the HCAs at all.
+    Empty when the class is missing (ib_uverbs not loaded): NCCL then cannot
+    use the HCAs at all.
     """
-    found: set[str] = set()
+    found: dict[str, str] = {}
     for entry in root.listdir("sys/class/infiniband_verbs"):
         if entry.startswith("uverbs"):
             ibdev = root.text(f"sys/class/infiniband_verbs/{entry}/ibdev")
             if ibdev:
-                found.add(ibdev)
+                found[ibdev] = entry
     return found
+
+
+DEV_NODES = f"{CAPTURE_DIR}/dev-infiniband"
+"""Where a capture lists the names it found in ``/dev/infiniband`` (device nodes cannot be copied)."""
+
+
+def _dev_nodes(root: SysRoot) -> set[str] | None:
+    """Names in ``/dev/infiniband`` (what a container was given); None when that cannot be known.
+
+    A live root lists the folder and remembers the names for a capture; a
+    captured tree replays them; a tree captured without them says nothing.
+    """
+    if not root.is_live:
+        text = root.text(DEV_NODES)
+        return None if text is None else set(text.split())
+    names = root.listdir("dev/infiniband") if root.is_dir("dev/infiniband") else []
+    root.remember(DEV_NODES, "".join(f"{n}\n" for n in names))
+    return set(names)

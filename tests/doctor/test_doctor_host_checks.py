@@ -1,0 +1,159 @@
+"""The checks operators' runbooks add: locked memory, /dev/shm, NUMA balancing, the governor, IOMMU,
+PCIe AER, Xid errors, the subnet manager, verbs device nodes, RoCE traffic class and ECN.
+
+Each runs on trees in the kernel's own formats (``build_fixtures.py``): the healthy node passes, each
+fault planted in ``host-faults-8gpu`` (or ``roce-4gpu``) is named with its device and a remedy, and a
+file that is absent, unreadable or garbage is "not applicable" or a ``probe.read`` note, never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from doctor_helpers import FIXTURES, cli, only, run_fixture
+
+from fabricscope.doctor.checks.gpu import XID_ACTIONS
+from fabricscope.doctor.findings import Severity
+from fabricscope.doctor.probes.kernel_log import parse_xids
+from fabricscope.kernel_text import parse_aer, parse_cpu_list, parse_limits, parse_mounts, parse_size_option
+
+NEW = (
+    "host.memlock",
+    "host.shm",
+    "host.numa_balancing",
+    "host.cpu_governor",
+    "host.iommu",
+    "pcie.aer",
+    "gpu.xid",
+    "rdma.subnet_manager",
+    "rdma.dev_nodes",
+)
+
+
+def test_the_healthy_node_passes_every_new_check() -> None:
+    findings = run_fixture("healthy-ib-8gpu").findings
+    for check in NEW:
+        mine = only(findings, check)
+        assert mine, check
+        assert all(f.severity is Severity.OK for f in mine), [f for f in mine if f.severity is not Severity.OK]
+
+
+def _one(check: str, subject: str) -> tuple[Severity, str, str]:
+    [found] = [f for f in run_fixture("host-faults-8gpu").findings if f.id == check and f.subject == subject]
+    return found.severity, found.observed, found.advice
+
+
+@pytest.mark.parametrize(
+    ("check", "subject", "severity", "seen", "remedy"),
+    [
+        ("host.memlock", "max locked memory", Severity.FAIL, "soft 64K, hard 64K", "memlock unlimited"),
+        ("host.shm", "/dev/shm", Severity.FAIL, "64M", "--shm-size=1g"),
+        ("host.numa_balancing", "kernel.numa_balancing", Severity.WARN, "1", "numa_balancing=0"),
+        ("host.cpu_governor", "cpufreq", Severity.WARN, "112 CPUs powersave", "frequency-set -g performance"),
+        ("host.iommu", "GPU 0000:19:00.0", Severity.WARN, "DMA-FQ", "iommu_groups"),
+        ("pcie.aer", "GPU 0000:4c:00.0", Severity.FAIL, "nonfatal 1 (CmpltTO 1)", "reseat"),
+        ("gpu.xid", "GPU 0000:4c:00", Severity.FAIL, "Xid 79 (GPU has fallen off the bus) once", "reboot"),
+        ("gpu.xid", "GPU 0000:19:00", Severity.INFO, "Xid 13 (graphics engine exception) 2 times", ""),
+        ("rdma.subnet_manager", "mlx5_6/1", Severity.FAIL, "LID 0x0, SM at LID 0x0", "opensm"),
+        ("rdma.dev_nodes", "mlx5_7", Severity.FAIL, "/dev/infiniband/uverbs7 missing", "--device=/dev/infiniband"),
+    ],
+)
+def test_each_planted_fault_is_named_with_its_device_and_remedy(
+    check: str, subject: str, severity: Severity, seen: str, remedy: str
+) -> None:
+    found, observed, advice = _one(check, subject)
+    assert found is severity
+    assert seen in observed
+    assert remedy in advice
+
+
+def test_aer_names_the_bridge_above_the_devices() -> None:
+    findings = only(run_fixture("host-faults-8gpu").findings, "pcie.aer", Severity.WARN)
+    [bridge] = findings
+    assert bridge.subject.startswith("bridge 0000:49:00.0 (above GPU 0000:4c:00.0")
+    assert bridge.observed == "correctable 322 (BadTLP 310, Timeout 12)"
+
+
+def test_roce_traffic_class_and_ecn() -> None:
+    findings = run_fixture("roce-4gpu").findings
+    classes = only(findings, "rdma.traffic_class")
+    assert {f.severity for f in classes} == {Severity.WARN}
+    assert "NCCL_IB_TC=106" in classes[0].advice and "priority 0; PFC on 3" in classes[0].observed
+    [ecn] = only(findings, "rdma.ecn", Severity.WARN)
+    assert ecn.subject == "ens2f0np0 (mlx5_1/1)" and "roce_rp on none" in ecn.observed
+    assert only(findings, "rdma.ecn", Severity.OK)[0].subject == "ens1f0np0 (mlx5_0/1)"
+    tuned = run_fixture("roce-4gpu", env={"NCCL_IB_TC": "106"}).findings
+    assert {f.severity for f in only(tuned, "rdma.traffic_class")} == {Severity.OK}
+    wrong = run_fixture("roce-4gpu", env={"NCCL_IB_TC": "32"}).findings  # DSCP 8: priority 1
+    assert "priority 1" in only(wrong, "rdma.traffic_class")[0].observed
+
+
+@pytest.mark.parametrize("tree", ["vm-virtio", "broken", "roce-4gpu"])
+def test_no_false_failure_where_the_files_are_not_there(tree: str) -> None:
+    findings = run_fixture(tree).findings
+    new = [f for f in findings if f.id in NEW and f.severity >= Severity.WARN]
+    assert new == []
+
+
+def test_unreadable_and_garbage_files_are_notes_not_crashes(tmp_path: Path) -> None:
+    tree = tmp_path / "node"
+    shutil.copytree(FIXTURES / "healthy-ib-8gpu", tree, symlinks=True)
+    (tree / "proc/self/limits").write_text("Limit Soft Hard\nMax locked memory  lots  lots\n")
+    (tree / "proc/sys/kernel/numa_balancing").write_text("on\n")
+    (tree / "sys/bus/pci/devices/0000:19:00.0/aer_dev_correctable").write_text("\x00garbage\n")
+    (tree / "fabricscope-capture/dmesg").unlink()
+    (tree / "fabricscope-capture/dmesg").mkdir()
+    manifest = tree / "fabricscope-capture/manifest.json"
+    data = json.loads(manifest.read_text())
+    data["errors"]["proc/self/mounts"] = "EACCES"
+    manifest.write_text(json.dumps(data))
+    findings = run_fixture(str(tree)).findings
+    assert only(findings, "host.memlock")[0].severity is Severity.INFO
+    assert only(findings, "host.shm")[0].severity is Severity.INFO
+    assert only(findings, "host.numa_balancing") == []
+    [xid] = only(findings, "gpu.xid")
+    assert xid.severity is Severity.INFO and "not read" in xid.observed
+    unread = {f.subject for f in only(findings, "probe.read", Severity.WARN)}
+    assert {"proc/self/limits", "proc/sys/kernel/numa_balancing", "proc/self/mounts"} <= unread
+    assert any("aer_dev_correctable" in s for s in unread)
+
+
+def test_list_names_every_new_check() -> None:
+    done = cli("--list")
+    assert done.returncode == 0, done.stderr
+    for check in (*NEW, "rdma.traffic_class", "rdma.ecn"):
+        assert check in done.stdout
+
+
+def test_xid_lines_in_every_format_the_log_comes_in() -> None:
+    text = "\n".join(
+        [
+            "6,1234,5678901,-;NVRM: Xid (PCI:0000:17:00): 48, pid=91, name=python, An uncorrectable double bit error",
+            "[Tue Dec  1 12:00:00 2026] NVRM: Xid (PCI:0000:17:00): 48, pid=92, name=python, DBE again",
+            "[  12.5] NVRM: Xid (0000:03:00): 74, Channel 0x3, NVLink: fatal error detected on link 4",
+            "[  13.0] NVRM: Xid (PCI:0000:b3:00): 999999, an absurd code",
+            "NVRM: GPU at PCI:0000:17:00: GPU-1d1f1a1e",
+        ]
+    )
+    xids = parse_xids(text)
+    assert [(x.device, x.code, x.count) for x in xids] == [("0000:17:00", 48, 2), ("0000:03:00", 74, 1)]
+    assert xids[0].message == "DBE again"
+    assert all(code in XID_ACTIONS for code in (48, 74, 79, 95))
+
+
+def test_kernel_text_parsers_on_the_kernels_formats() -> None:
+    limits = parse_limits((FIXTURES / "healthy-ib-8gpu/proc/self/limits").read_text())
+    assert limits is not None and limits["Max locked memory"] == (None, None)
+    assert limits["Max stack size"] == (8388608, None)
+    assert parse_limits("garbage") is None
+    mounts = parse_mounts("tmpfs /dev/shm tmpfs rw,size=65536k 0 0\n/dev/sdb /mnt/my\\040disk ext4 rw 0 0\n")
+    assert mounts == [("tmpfs", "/dev/shm", "tmpfs", "rw,size=65536k"), ("/dev/sdb", "/mnt/my disk", "ext4", "rw")]
+    assert parse_size_option("rw,size=65536k") == 64 << 20 and parse_size_option("rw,size=1g") == 1 << 30
+    assert parse_size_option("rw,size=" + "9" * 400) is None
+    assert parse_cpu_list("0-3,8") == {0, 1, 2, 3, 8} and parse_cpu_list("0-999999999") is None
+    aer = parse_aer((FIXTURES / "host-faults-8gpu/sys/bus/pci/devices/0000:49:00.0/aer_dev_correctable").read_text())
+    assert aer is not None and aer["TOTAL"] == 322 and aer["BadTLP"] == 310
+    assert parse_aer("RxErr 0\n") is None  # no TOTAL line: not the kernel's file
