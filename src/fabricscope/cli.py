@@ -18,8 +18,9 @@ from typing import Any, NoReturn
 
 from fabricscope import __version__
 from fabricscope.errors import FabricscopeError
+from fabricscope.shown import printable
 
-__all__ = ["Parser", "main", "printable"]
+__all__ = ["Parser", "main"]
 
 COMMAND_MODULES = (
     "fabricscope.bench.cli",  # measure
@@ -32,15 +33,6 @@ COMMAND_MODULES = (
     "fabricscope.report.cli",
 )
 """Modules that each register one or more sub-commands, in help order."""
-
-
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """One line without control characters: a value from a file or a flag cannot move the cursor,
-    recolour the terminal or start a new line of its own; each is shown as its escape."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 _ARGUMENT = re.compile(r"^argument (?P<flag>[^:\s]+): (?P<rest>.*)$", re.DOTALL)

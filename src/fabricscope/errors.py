@@ -67,6 +67,10 @@ class InvalidValue(ConfigError, ValueError):
         self.reason = message
         """The message without the parameter's name."""
 
+    def as_flag(self) -> str:
+        """The message naming the flag of the same name (``root`` -> ``--root ...``), for a rank's report."""
+        return f"--{self.key.replace('_', '-')} {self.reason}" if self.key else str(self)
+
 
 class ResultFormatError(UsageError):
     """A result file cannot be read as a fabricscope Result."""
@@ -82,11 +86,6 @@ class RunError(FabricscopeError):
     """A run failed part-way (a rank died or hung, a write failed)."""
 
     exit_code = 1
-
-
-def quoted(text: str) -> str:
-    """A value the user gave, as a message shows it: quoted, and cut when it is long."""
-    return repr(text) if len(text) <= 60 else f"{text[:40]!r}... ({len(text)} characters)"
 
 
 def closest(name: str, allowed: Iterable[str]) -> str:

@@ -56,16 +56,16 @@ from fabricscope.errors import UsageError, closest
 
 __all__ = [
     "COLLECTIVES",
-    "Buffers",
     "Call",
     "Collective",
+    "ElementCounts",
     "get",
     "parse_ops",
 ]
 
 
 @dataclass(frozen=True, slots=True)
-class Buffers:
+class ElementCounts:
     """Element counts of one collective call on one rank (nccl-tests ``getCollByteCount``)."""
 
     count: int
@@ -108,9 +108,9 @@ class Collective:
     in_place: bool
     """Whether torch.distributed can run it in place."""
     min_ranks: int
-    layout: Callable[[int, int, int], Buffers]
-    """(count, eltsize, nranks) -> Buffers, where count = size // eltsize."""
-    algbw_elements: Callable[[Buffers, int], int]
+    layout: Callable[[int, int, int], ElementCounts]
+    """(count, eltsize, nranks) -> ElementCounts, where count = size // eltsize."""
+    algbw_elements: Callable[[ElementCounts, int], int]
     """(layout, nranks) -> elements of S in ``algbw = S * eltsize / t``."""
     busbw_factor: Callable[[int], float]
     build: Callable[..., Call]
@@ -126,14 +126,14 @@ class Collective:
         """The nccl-tests binary this op mirrors (``all_reduce_perf``)."""
         return f"{self.name}_perf"
 
-    def bandwidths(self, layout: Buffers, eltsize: int, nranks: int, seconds: float) -> tuple[float, float]:
+    def bandwidths(self, layout: ElementCounts, eltsize: int, nranks: int, seconds: float) -> tuple[float, float]:
         """(algbw, busbw) in GB/s (1e9 bytes/s) for one call that took ``seconds``."""
         if seconds <= 0:
             return 0.0, 0.0
         algbw = self.algbw_elements(layout, nranks) * eltsize / 1.0e9 / seconds
         return algbw, algbw * self.busbw_factor(nranks)
 
-    def size_bytes(self, layout: Buffers, eltsize: int) -> int:
+    def size_bytes(self, layout: ElementCounts, eltsize: int) -> int:
         """The ``size`` column: max(send bytes, receive bytes)."""
         return layout.buffer_count * eltsize
 
@@ -156,33 +156,33 @@ def _aligned_base(count: int, eltsize: int, nranks: int) -> int:
     return (count // nranks) // align * align
 
 
-def _same(count: int, eltsize: int, nranks: int) -> Buffers:
-    return Buffers(count=count, send_count=count, recv_count=count, send_inplace_offset=0, recv_inplace_offset=0)
+def _same(count: int, eltsize: int, nranks: int) -> ElementCounts:
+    return ElementCounts(count=count, send_count=count, recv_count=count, send_inplace_offset=0, recv_inplace_offset=0)
 
 
-def _gather_like(base: int, nranks: int) -> Buffers:
-    return Buffers(
+def _gather_like(base: int, nranks: int) -> ElementCounts:
+    return ElementCounts(
         count=base, send_count=base, recv_count=base * nranks, send_inplace_offset=base, recv_inplace_offset=0
     )
 
 
-def _scatter_like(base: int, nranks: int) -> Buffers:
-    return Buffers(
+def _scatter_like(base: int, nranks: int) -> ElementCounts:
+    return ElementCounts(
         count=base, send_count=base * nranks, recv_count=base, send_inplace_offset=0, recv_inplace_offset=base
     )
 
 
-def _all_gather_layout(count: int, eltsize: int, nranks: int) -> Buffers:
+def _all_gather_layout(count: int, eltsize: int, nranks: int) -> ElementCounts:
     return _gather_like(_aligned_base(count, eltsize, nranks), nranks)
 
 
-def _reduce_scatter_layout(count: int, eltsize: int, nranks: int) -> Buffers:
+def _reduce_scatter_layout(count: int, eltsize: int, nranks: int) -> ElementCounts:
     return _scatter_like(_aligned_base(count, eltsize, nranks), nranks)
 
 
-def _alltoall_layout(count: int, eltsize: int, nranks: int) -> Buffers:
+def _alltoall_layout(count: int, eltsize: int, nranks: int) -> ElementCounts:
     base = _aligned_base(count, eltsize, nranks)
-    return Buffers(
+    return ElementCounts(
         count=base,
         send_count=base * nranks,
         recv_count=base * nranks,
@@ -191,19 +191,19 @@ def _alltoall_layout(count: int, eltsize: int, nranks: int) -> Buffers:
     )
 
 
-def _gather_layout(count: int, eltsize: int, nranks: int) -> Buffers:
+def _gather_layout(count: int, eltsize: int, nranks: int) -> ElementCounts:
     return _gather_like(count // nranks, nranks)
 
 
-def _scatter_layout(count: int, eltsize: int, nranks: int) -> Buffers:
+def _scatter_layout(count: int, eltsize: int, nranks: int) -> ElementCounts:
     return _scatter_like(count // nranks, nranks)
 
 
-def _per_rank(layout: Buffers, nranks: int) -> int:
+def _per_rank(layout: ElementCounts, nranks: int) -> int:
     return layout.count
 
 
-def _times_ranks(layout: Buffers, nranks: int) -> int:
+def _times_ranks(layout: ElementCounts, nranks: int) -> int:
     return layout.count * nranks
 
 
@@ -284,7 +284,7 @@ def _plain(torch: Any, ctx: Context, rank: Any, shift: int = 0) -> Any:
 
 
 def _build_all_reduce(
-    torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool
+    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
 ) -> Call:
     inputs, expected = _reduction(torch, ctx)
 
@@ -301,7 +301,9 @@ def _build_all_reduce(
     )
 
 
-def _build_reduce(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool) -> Call:
+def _build_reduce(
+    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
+) -> Call:
     inputs, expected = _reduction(torch, ctx)
     is_root = ctx.rank == ctx.root
 
@@ -319,7 +321,7 @@ def _build_reduce(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, 
 
 
 def _build_broadcast(
-    torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool
+    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
 ) -> Call:
     # Non-root ranks start from values that differ from the root's in every
     # element (seed + 1), so a buffer the broadcast did not overwrite is caught.
@@ -374,7 +376,7 @@ def _gathered(torch: Any, ctx: Context, base: int) -> Any:
 
 
 def _build_all_gather(
-    torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool
+    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
 ) -> Call:
     gather_into = _collective_fn(dist, "all_gather_single", "all_gather_into_tensor")
 
@@ -385,7 +387,7 @@ def _build_all_gather(
 
 
 def _build_reduce_scatter(
-    torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool
+    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
 ) -> Call:
     inputs, expected = _reduction(torch, ctx)
     scatter_into = _collective_fn(dist, "reduce_scatter_single", "reduce_scatter_tensor")
@@ -401,7 +403,9 @@ def _build_reduce_scatter(
     )
 
 
-def _build_alltoall(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool) -> Call:
+def _build_alltoall(
+    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
+) -> Call:
     base = max(layout.count, 1)
 
     def step() -> None:
@@ -414,7 +418,9 @@ def _build_alltoall(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any
     return _into_recv(torch, send, recv, ctx, step, _plain(torch, ctx, ctx.rank), expected)
 
 
-def _build_gather(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool) -> Call:
+def _build_gather(
+    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
+) -> Call:
     base = layout.count
     is_root = ctx.rank == ctx.root
     chunks = list(recv.split(base)) if is_root and base > 0 else [recv[:0]] * ctx.nranks
@@ -427,7 +433,9 @@ def _build_gather(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, 
     )
 
 
-def _build_scatter(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool) -> Call:
+def _build_scatter(
+    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
+) -> Call:
     base = layout.count
     is_root = ctx.rank == ctx.root
     chunks = list(send.split(base)) if is_root and base > 0 else [send[:0]] * ctx.nranks
@@ -445,7 +453,9 @@ def _build_scatter(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any,
     )
 
 
-def _build_sendrecv(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool) -> Call:
+def _build_sendrecv(
+    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
+) -> Call:
     peer_next = (ctx.rank + 1) % ctx.nranks
     peer_prev = (ctx.rank - 1) % ctx.nranks
     ops = [dist.P2POp(dist.isend, send, peer_next), dist.P2POp(dist.irecv, recv, peer_prev)]
@@ -469,7 +479,7 @@ def _ps_reducer(torch: Any, ctx: Context) -> Callable[[Any, Any], None]:
     return lambda acc, other: pick(acc, other, out=acc)
 
 
-def _build_ps(torch: Any, dist: Any, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool) -> Call:
+def _build_ps(torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool) -> Call:
     """The parameter-server pattern, colocated: every rank is a worker; ranks below ``servers`` also serve.
 
     The gradient (``count`` elements, in ``recv`` after loading, as all_reduce)

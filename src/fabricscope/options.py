@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fabricscope.errors import UsageError
+from fabricscope.shown import quoted
 
 __all__ = [
     "MAX_DIGITS",
@@ -46,11 +47,6 @@ __all__ = [
 
 MAX_DIGITS = 30
 """Digits a whole-number flag may have; more is a typo, not a count."""
-
-
-def _shown(text: str) -> str:
-    shown = repr(text)
-    return shown if len(shown) <= 60 else shown[:28] + "..." + shown[-28:]
 
 
 def _converter(name: str, convert: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -86,7 +82,7 @@ def whole(
         value = _parse_whole(text)
         if value is None or value < minimum or (maximum is not None and value > maximum):
             above = value is not None and maximum is not None and value > maximum
-            raise UsageError(f"must be {what} {span}, got {_shown(text)}{advice if above else ''}")
+            raise UsageError(f"must be {what} {span}, got {quoted(text)}{advice if above else ''}")
         return value
 
     return _converter("whole number", convert)
@@ -104,7 +100,7 @@ def choice(modes: Mapping[int, str]) -> Callable[[str], int]:
     def convert(text: str) -> int:
         value = _parse_whole(text)
         if value is None or value not in modes:
-            raise UsageError(f"must be one of {listed}, got {_shown(text)}")
+            raise UsageError(f"must be one of {listed}, got {quoted(text)}")
         return value
 
     return _converter("mode", convert)
@@ -120,7 +116,7 @@ def number(*, minimum: float, maximum: float, unit: str = "") -> Callable[[str],
         except ValueError:
             value = math.nan
         if not (math.isfinite(value) and minimum <= value <= maximum):
-            raise UsageError(f"must be a number from {minimum:g} to {maximum:g}{suffix}, got {_shown(text)}")
+            raise UsageError(f"must be a number from {minimum:g} to {maximum:g}{suffix}, got {quoted(text)}")
         return value
 
     return _converter("number", convert)
@@ -143,7 +139,7 @@ def fraction(*, minimum: float = 0.0, maximum: float = 1.0) -> Callable[[str], f
         if not (math.isfinite(value) and minimum <= value <= maximum):
             raise UsageError(
                 f"must be a share from {minimum * 100:g}% to {maximum * 100:g}% "
-                f"(written 5% or 0.05), got {_shown(text)}"
+                f"(written 5% or 0.05), got {quoted(text)}"
             )
         return value
 
@@ -159,7 +155,7 @@ def size(*, minimum: int = 0, maximum: int | None = None) -> Callable[[str], int
     def convert(text: str) -> int:
         value = parse_size(text)
         if not minimum <= value <= top:
-            raise UsageError(f"must be a size from {format_size(minimum)} to {format_size(top)}, got {_shown(text)}")
+            raise UsageError(f"must be a size from {format_size(minimum)} to {format_size(top)}, got {quoted(text)}")
         return value
 
     return _converter("size", convert)
@@ -179,7 +175,7 @@ def seconds(*, minimum: float, maximum: float) -> Callable[[str], float]:
         if not minimum <= value <= maximum:
             raise UsageError(
                 f"must be a duration from {_duration(minimum)} to {_duration(maximum)} "
-                f"(seconds, or with ms, s, m, h, d), got {_shown(text)}"
+                f"(seconds, or with ms, s, m, h, d), got {quoted(text)}"
             )
         return value
 

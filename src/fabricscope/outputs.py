@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TextIO
 
 from fabricscope.errors import RunError, UsageError
-from fabricscope.userfiles import shorten
+from fabricscope.shown import cut
 
 __all__ = [
     "STDOUT",
@@ -129,7 +129,7 @@ def check_outputs(outputs: Sequence[tuple[str, str | None]], *, inputs: Iterable
             if path not in (STDOUT, *_STDOUT_NAMES) and (
                 os.path.abspath(path) == os.path.abspath(other) or _same_file(path, other)
             ):
-                raise UsageError(f"{other_flag} and {flag} name the same file {shorten(path)}: give each its own")
+                raise UsageError(f"{other_flag} and {flag} name the same file {cut(path)}: give each its own")
         check_output_path(flag, path, inputs=[i for i in inputs if os.path.lexists(i)])
 
 
@@ -152,7 +152,7 @@ def check_output_path(flag: str, path: str, *, inputs: Iterable[str | os.PathLik
         raise UsageError(f"{flag} needs a file name, got an empty one (use - for standard output)")
     if claim_stdout(flag, path) and path == STDOUT:
         return
-    shown = shorten(path)
+    shown = cut(path)
     try:
         info: os.stat_result | None = os.stat(path)
     except OSError as exc:
@@ -167,7 +167,7 @@ def check_output_path(flag: str, path: str, *, inputs: Iterable[str | os.PathLik
     for source in inputs:
         name = os.fspath(source)
         if os.path.isdir(name) and _inside(path, name):
-            raise UsageError(f"{flag} {shown} is inside {shorten(name)}, an input of this command: write it elsewhere")
+            raise UsageError(f"{flag} {shown} is inside {cut(name)}, an input of this command: write it elsewhere")
         if _same_file(path, name):
             raise UsageError(f"{flag} {shown} is also an input of this command: writing it would destroy it")
     if info is not None and stat.S_ISFIFO(info.st_mode):
@@ -184,7 +184,7 @@ def check_output_path(flag: str, path: str, *, inputs: Iterable[str | os.PathLik
         raise UsageError(f"{flag} {shown} is read-only: fabricscope does not replace it (make it writable first)")
     folder = os.path.dirname(os.path.realpath(path))
     if not os.path.isdir(folder):
-        raise UsageError(f"{flag} {shown}: the folder {shorten(folder)} does not exist")
+        raise UsageError(f"{flag} {shown}: the folder {cut(folder)} does not exist")
     if len(os.path.basename(path)) > 255 - 40:  # room for the temporary name written beside it
         raise UsageError(f"{flag} {shown}: file name too long ({len(os.path.basename(path))} characters)")
     probe = os.path.join(folder, f".fabricscope-probe.{os.getpid()}.{secrets.token_hex(4)}")
@@ -223,9 +223,9 @@ def _hold_fifo(flag: str, path: str) -> None:
     except OSError as exc:
         if exc.errno == errno.ENXIO:
             raise UsageError(
-                f"{flag} {shorten(path)} is a FIFO that no process is reading: start its reader first"
+                f"{flag} {cut(path)} is a FIFO that no process is reading: start its reader first"
             ) from None
-        raise UsageError(f"{flag} {shorten(path)}: cannot open the FIFO ({exc.strerror or exc})") from None
+        raise UsageError(f"{flag} {cut(path)}: cannot open the FIFO ({exc.strerror or exc})") from None
 
 
 _STREAMS = re.compile(r"/dev/std(out|err)$|/dev/fd/|/proc/[^/]+/fd/")
@@ -276,14 +276,14 @@ def _write_stream(path: str, text: str) -> None:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError as exc:
             why = "no process is reading it" if exc.errno == errno.ENXIO else exc.strerror or str(exc)
-            raise RunError(f"cannot write {shorten(path)}: {why}") from None
+            raise RunError(f"cannot write {cut(path)}: {why}") from None
         own = True
     try:
         deadline = time.monotonic() + _STREAM_TIMEOUT_S
         while data:
             _, ready, _ = select.select([], [fd], [], max(0.0, deadline - time.monotonic()))
             if not ready:
-                raise RunError(f"cannot write {shorten(path)}: its reader took nothing for {_STREAM_TIMEOUT_S:g} s")
+                raise RunError(f"cannot write {cut(path)}: its reader took nothing for {_STREAM_TIMEOUT_S:g} s")
             try:
                 data = data[os.write(fd, data) :]
             except BlockingIOError:
@@ -292,9 +292,9 @@ def _write_stream(path: str, text: str) -> None:
                 if path == STDOUT or _STREAMS.match(os.path.abspath(path)):
                     _silence_stdout()  # our own reader went away (| head): not a failure of the run
                     return
-                raise RunError(f"cannot write {shorten(path)}: no process reads it any more") from None
+                raise RunError(f"cannot write {cut(path)}: no process reads it any more") from None
             except OSError as exc:
-                raise RunError(f"cannot write {shorten(path)}: {exc.strerror or exc}") from None
+                raise RunError(f"cannot write {cut(path)}: {exc.strerror or exc}") from None
     finally:
         if own:
             os.close(fd)

@@ -32,7 +32,8 @@ from typing import Any
 
 from fabricscope.errors import ResultFormatError, RunError, UsageError
 from fabricscope.outputs import STDOUT, atomic_write_text, data_stdout, written_through
-from fabricscope.userfiles import parse_json, read_text, shorten
+from fabricscope.shown import cut
+from fabricscope.userfiles import parse_json, read_text
 
 __all__ = [
     "COLLECTIVE_FIELDS",
@@ -316,7 +317,7 @@ def load(path: str | os.PathLike[str]) -> Result:
     Any problem is a :class:`ResultFormatError` naming the file.
     """
     text = read_text(path, what="result file", max_bytes=MAX_RESULT_BYTES, error=ResultFormatError)
-    return loads(text, source=shorten(os.fspath(path)))
+    return loads(text, source=cut(os.fspath(path)))
 
 
 def loads(text: str, *, source: str) -> Result:
@@ -363,8 +364,8 @@ class ResultStream:
             self._fd: int | None = fd
         except OSError as exc:
             if exc.errno == errno.ENXIO:  # nothing was run yet: a bad argument, not a failed run
-                raise UsageError(f"cannot write {shorten(path)}: a FIFO with no reader") from None
-            raise RunError(f"cannot write {shorten(path)}: {exc.strerror or exc}") from None
+                raise UsageError(f"cannot write {cut(path)}: a FIFO with no reader") from None
+            raise RunError(f"cannot write {cut(path)}: {exc.strerror or exc}") from None
         self._sync = os.path.isfile(path)  # a pipe or /dev/stdout cannot be fsynced
         data = header.to_dict()
         self._write(
@@ -405,7 +406,7 @@ class ResultStream:
                 os.fsync(self._fd)
         except OSError as exc:
             self.close()  # a disk that failed once is not written again; what is there stays readable
-            raise RunError(f"cannot write {shorten(self.path)}: {exc.strerror or exc}") from None
+            raise RunError(f"cannot write {cut(self.path)}: {exc.strerror or exc}") from None
 
 
 def _from_stream(text: str, source: str) -> Result:

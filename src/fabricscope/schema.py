@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, get_args, get_origin, get_type_hints
 
 from fabricscope.errors import ConfigError, InvalidValue, UsageError, closest
+from fabricscope.shown import as_written
 
 __all__ = ["FORBID_EXTRA", "build", "require"]
 
@@ -132,10 +133,6 @@ _KINDS = {
 """What strict mode's type errors mean, said as a user writes TOML: one value, and the items of a list."""
 
 
-def _shown(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else repr(value)
-
-
 def _at(data: Any, path: tuple[Any, ...]) -> Any:
     """The value at ``path`` in the table as written, or None where the path leads nowhere."""
     for part in path:
@@ -154,9 +151,9 @@ def _describe(cls: type[Any], data: Mapping[str, Any], error: Mapping[str, Any])
     key = ".".join(str(part) for part in loc)
     listed = _at(data, loc[:-1]) if loc and isinstance(loc[-1], int) and kind in _KINDS else None
     if isinstance(listed, list):  # an item of a list: name the list and show it whole
-        return f"{'.'.join(map(str, loc[:-1]))} = {_shown(listed)}: must be a list of {_KINDS[kind][1]}"
+        return f"{'.'.join(map(str, loc[:-1]))} = {as_written(listed)}: must be a list of {_KINDS[kind][1]}"
     if kind in _KINDS:
-        return f"{key} = {_shown(value)}: must be {_KINDS[kind][0]}"
+        return f"{key} = {as_written(value)}: must be {_KINDS[kind][0]}"
     if kind == "missing":
         return f"missing key '{key}'"
     if kind == "unexpected_keyword_argument":
@@ -165,12 +162,12 @@ def _describe(cls: type[Any], data: Mapping[str, Any], error: Mapping[str, Any])
         return f"unknown key '{key}'{hint}: allowed keys are {', '.join(allowed)}"
     if kind == "literal_error":
         if not isinstance(value, str) and str(ctx.get("expected", "")).startswith("'"):
-            return f"{key} = {_shown(value)}: must be a string"
+            return f"{key} = {as_written(value)}: must be a string"
         options = [part.strip(" '") for part in str(ctx.get("expected", "")).replace(" or ", ",").split(",")]
         hint = closest(str(value), options)
         return f"{key} = {value!r} is not allowed{hint}: use {ctx.get('expected')}"
     if kind in ("dataclass_type", "dict_type"):
-        return f"{key} = {_shown(value)}: input should be a dictionary (a [table] in TOML)"
+        return f"{key} = {as_written(value)}: input should be a dictionary (a [table] in TOML)"
     if kind == "value_error":
         reason = ctx.get("error") or error.get("msg")
         return f"{key}: {reason}" if key else str(reason)

@@ -39,6 +39,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fabricscope.shown import quoted
+
 __all__ = [
     "CAPTURE_DIR",
     "MANIFEST",
@@ -419,8 +421,7 @@ class SysRoot:
 
     def garbage(self, rel: str, text: str, expected: str) -> None:
         """Note that ``rel`` held text a parser could not understand."""
-        shown = text if len(text) <= 40 else text[:37] + "..."
-        self.anomalies.append(Anomaly(_norm(rel), f"unparsable {shown!r} (expected {expected})"))
+        self.anomalies.append(Anomaly(_norm(rel), f"unparsable {quoted(text, 40)} (expected {expected})"))
 
     def remember(self, name: str, text: str) -> None:
         """Keep a non-file fact (``ethtool -S`` output) so that a capture can store it."""

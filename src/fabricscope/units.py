@@ -16,6 +16,7 @@ import re
 from fractions import Fraction
 
 from fabricscope.errors import UsageError
+from fabricscope.shown import quoted
 
 __all__ = [
     "GB",
@@ -51,13 +52,8 @@ MAX_SIZE = 1 << 60
 def _exact(number: str, what: str, text: object) -> Fraction:
     """The exact value of a decimal number string (no float rounding above 2**53)."""
     if len(number.replace(".", "").lstrip("0")) > _MAX_DIGITS:
-        raise UsageError(f"{what} {_quote(text)} has too many digits (at most {_MAX_DIGITS})")
+        raise UsageError(f"{what} {quoted(str(text))} has too many digits (at most {_MAX_DIGITS})")
     return Fraction(number)
-
-
-def _quote(text: object) -> str:
-    shown = repr(str(text))
-    return shown if len(shown) <= 60 else shown[:28] + "..." + shown[-28:]
 
 
 def _given_number(text: object, what: str, kind: str) -> Fraction | None:
@@ -73,7 +69,7 @@ def _matched(pattern: re.Pattern[str], text: object, what: str, hint: str) -> re
     """``text`` matched by ``pattern``, or a UsageError saying what to write instead."""
     match = pattern.match(str(text))
     if not match:
-        raise UsageError(f"invalid {what} {_quote(text)}: {hint}")
+        raise UsageError(f"invalid {what} {quoted(str(text))}: {hint}")
     return match
 
 
@@ -94,14 +90,14 @@ def parse_size(text: str | int, *, what: str = "size") -> int:
         number, suffix, unit = _matched(_SIZE_RE, text, what, hint).groups()
         if unit and unit.endswith("b"):
             raise UsageError(
-                f"invalid {what} {_quote(text)}: a lowercase b means bits, and sizes are bytes: "
+                f"invalid {what} {quoted(str(text))}: a lowercase b means bits, and sizes are bytes: "
                 f"write {number}{suffix.upper()} or {number}{suffix.upper()}B"
             )
         value = _exact(number, what, text) * _BINARY[suffix.upper()]
     if value.denominator != 1:
-        raise UsageError(f"invalid {what} {_quote(text)}: it is not a whole number of bytes")
+        raise UsageError(f"invalid {what} {quoted(str(text))}: it is not a whole number of bytes")
     if value > MAX_SIZE:
-        raise UsageError(f"{what} {_quote(text)} is too large (at most {MAX_SIZE} bytes, 1024P)")
+        raise UsageError(f"{what} {quoted(str(text))} is too large (at most {MAX_SIZE} bytes, 1024P)")
     return int(value)
 
 
@@ -119,7 +115,7 @@ def parse_rate(text: str | float, *, what: str = "rate") -> float:
         number, prefix, unit = _matched(_RATE_RE, text, what, hint).groups()
         value = _exact(number, what, text) * _DECIMAL[prefix.upper()] * (8 if unit and unit.startswith("B") else 1)
     if value <= 0 or value > 10**21:
-        raise UsageError(f"{what} must be a positive rate up to 1000 Pbit/s, got {_quote(text)}")
+        raise UsageError(f"{what} must be a positive rate up to 1000 Pbit/s, got {quoted(str(text))}")
     return float(value)
 
 
@@ -134,12 +130,12 @@ def parse_duration(text: str | float, *, what: str = "duration") -> float:
         _exact(mantissa, what, text)
         exponent = int(number.lower().split("e")[1]) if "e" in number.lower() else 0
         if abs(exponent) > _MAX_DIGITS:
-            raise UsageError(f"{what} {_quote(text)} is out of range")
+            raise UsageError(f"{what} {quoted(str(text))} is out of range")
         seconds = Fraction(number) * _SECONDS[unit.lower()]
     if seconds <= 0:
-        raise UsageError(f"{what} must be a positive number of seconds, got {_quote(text)}")
+        raise UsageError(f"{what} must be a positive number of seconds, got {quoted(str(text))}")
     if seconds > 10**12:
-        raise UsageError(f"{what} {_quote(text)} is out of range")
+        raise UsageError(f"{what} {quoted(str(text))} is out of range")
     return float(seconds)
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from fabricscope.errors import ConfigError, UsageError
+from fabricscope.shown import cut
 
 __all__ = [
     "MAX_DEPTH",
@@ -44,7 +45,6 @@ __all__ = [
     "read_json",
     "read_text",
     "read_toml",
-    "shorten",
 ]
 
 MAX_TEXT_BYTES = 4 << 20
@@ -71,7 +71,7 @@ def describe_mode(mode: int) -> str:
 
 
 def _open_error(path: str, exc: OSError, what: str) -> str:
-    shown = shorten(path)
+    shown = cut(path)
     if exc.errno == errno.ENOENT:
         return f"{shown}: no such {what}"
     if exc.errno == errno.ENAMETOOLONG:
@@ -85,11 +85,6 @@ def _open_error(path: str, exc: OSError, what: str) -> str:
     if exc.errno in (errno.EACCES, errno.EPERM):
         return f"{shown}: permission denied (cannot read the {what})"
     return f"{shown}: cannot read the {what} ({exc.strerror or exc})"
-
-
-def shorten(path: str, limit: int = 200) -> str:
-    """A path as shown in a message: very long names are cut in the middle."""
-    return path if len(path) <= limit else f"{path[:80]}...{path[-80:]}"
 
 
 def is_path(text: str, *, suffix: str = ".toml") -> bool:
@@ -126,9 +121,9 @@ def read_text(
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise error(f"{shorten(name)}: is a {describe_mode(info.st_mode)}, not a regular {what}")
+            raise error(f"{cut(name)}: is a {describe_mode(info.st_mode)}, not a regular {what}")
         if info.st_size > max_bytes:
-            raise error(f"{shorten(name)}: {info.st_size} bytes is too large for a {what} (at most {max_bytes})")
+            raise error(f"{cut(name)}: {info.st_size} bytes is too large for a {what} (at most {max_bytes})")
         chunks: list[bytes] = []
         size = 0
         while size <= max_bytes:
@@ -141,7 +136,7 @@ def read_text(
             chunks.append(chunk)
             size += len(chunk)
         if size > max_bytes:
-            raise error(f"{shorten(name)}: more than {max_bytes} bytes, too large for a {what}")
+            raise error(f"{cut(name)}: more than {max_bytes} bytes, too large for a {what}")
     finally:
         os.close(fd)
     data = b"".join(chunks)
@@ -149,8 +144,7 @@ def read_text(
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise error(
-            f"{shorten(name)}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-            f"a {what} is a text file"
+            f"{cut(name)}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); a {what} is a text file"
         ) from None
 
 
@@ -194,7 +188,7 @@ def read_toml(
                 f"{path}: no such file (did you mean the {what.removesuffix(' file')} preset '{stem}'?)"
             ) from None
         raise
-    source = shorten(os.fspath(path))
+    source = cut(os.fspath(path))
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -216,7 +210,7 @@ def read_json(
 ) -> Any:
     """Parse a JSON file through :func:`read_text`; malformed or too deep data is one ``error`` line."""
     text = read_text(path, what=what, max_bytes=max_bytes, error=error)
-    return parse_json(text, source=shorten(os.fspath(path)), what=what, error=error)
+    return parse_json(text, source=cut(os.fspath(path)), what=what, error=error)
 
 
 def _no_constant(name: str) -> Any:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from model_helpers import one_error_line
 
-from fabricscope.model.calibrate import Run, calibrate, cluster_toml, fit_line, load_runs
+from fabricscope.model.calibrate import MeasuredOp, calibrate, cluster_toml, fit_line, load_runs
 from fabricscope.model.calibrated_cost import predicted_seconds
 from fabricscope.model.cluster import MAX_BUSBW_GBPS, load_cluster
 from fabricscope.ops import COLLECTIVES
@@ -40,9 +40,9 @@ def test_the_fit_recovers_a_line_and_shrugs_off_a_stalled_point() -> None:
 def test_runs_at_two_rank_counts_split_call_latency_from_step_latency() -> None:
     factor = COLLECTIVES["all_reduce"].busbw_factor
 
-    def run(ranks: int) -> Run:
+    def run(ranks: int) -> MeasuredOp:
         seconds = (20.0 + 2 * (ranks - 1) * 5.0) * 1e-6 + SIZES * factor(ranks) / 3e9
-        return Run("synthetic", "all_reduce", ranks, 1, SIZES, seconds)
+        return MeasuredOp("synthetic", "all_reduce", ranks, 1, SIZES, seconds)
 
     terms = calibrate([run(2), run(4)])["all_reduce"]
     assert terms.base_us == pytest.approx(20.0, rel=1e-3) and terms.intra_hop_us == pytest.approx(5.0, rel=1e-3)
@@ -54,9 +54,9 @@ def test_runs_at_two_rank_counts_split_call_latency_from_step_latency() -> None:
 
 def test_runs_across_nodes_give_the_network_terms() -> None:
     factor = COLLECTIVES["all_gather"].busbw_factor
-    inside = Run("a", "all_gather", 2, 1, SIZES, 1 * 4e-6 + SIZES * factor(2) / 10e9)
+    inside = MeasuredOp("a", "all_gather", 2, 1, SIZES, 1 * 4e-6 + SIZES * factor(2) / 10e9)
     # 2 nodes x 2 ranks: 3 steps, 1 of them between nodes at 30 us; the network at 1 GB/s bounds the ring.
-    across = Run("b", "all_gather", 4, 2, SIZES, (2 * 4.0 + 30.0) * 1e-6 + SIZES * factor(4) / 1e9)
+    across = MeasuredOp("b", "all_gather", 4, 2, SIZES, (2 * 4.0 + 30.0) * 1e-6 + SIZES * factor(4) / 1e9)
     terms = calibrate([inside, across])["all_gather"]
     assert terms.inter_hop_us == pytest.approx(30.0, rel=1e-3)
     assert terms.inter_busbw_gbps == pytest.approx(1.0, rel=1e-3)

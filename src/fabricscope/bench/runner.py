@@ -20,7 +20,7 @@ from fabricscope.bench.streams import GroupDist, StreamTimes, time_streams
 from fabricscope.dtypes import DTYPES, DType
 from fabricscope.errors import RunError
 from fabricscope.launch.heartbeat import Heartbeat, describe_exception
-from fabricscope.ops import CHUNK, Buffers, Call, Collective, Context
+from fabricscope.ops import CHUNK, Call, Collective, Context, ElementCounts
 from fabricscope.results import CollectiveRecord
 
 __all__ = ["CollectiveFailed", "Interrupted", "StopFlag", "Sweep"]
@@ -162,7 +162,7 @@ class Sweep:
             servers=self.config.servers,
         )
 
-    def _allocate(self, layouts: list[Buffers], dtype: DType) -> tuple[Any, Any]:
+    def _allocate(self, layouts: list[ElementCounts], dtype: DType) -> tuple[Any, Any]:
         torch = self.torch
         tdtype = getattr(torch, dtype.torch_name)
         send_n = max((lay.send_count for lay in layouts), default=0)
@@ -180,7 +180,14 @@ class Sweep:
         return send, recv
 
     def _plan(
-        self, op: Collective, layout: Buffers, send: Any, recv: Any, ctx: Context, in_place: bool, dist: Any = None
+        self,
+        op: Collective,
+        layout: ElementCounts,
+        send: Any,
+        recv: Any,
+        ctx: Context,
+        in_place: bool,
+        dist: Any = None,
     ) -> Call:
         if in_place:
             offset_in = self.rank * layout.send_inplace_offset
@@ -233,7 +240,7 @@ class Sweep:
         if self.cuda:
             self.torch.cuda.synchronize(self.device)
 
-    def _warmup(self, op: Collective, layouts: dict[int, Buffers], send: Any, recv: Any, ctx: Context) -> None:
+    def _warmup(self, op: Collective, layouts: dict[int, ElementCounts], send: Any, recv: Any, ctx: Context) -> None:
         if self.config.warmup_iters <= 0:
             return
         for size, layout in layouts.items():
@@ -250,7 +257,7 @@ class Sweep:
         self._sync()
 
     def _row(
-        self, op: Collective, size: int, layout: Buffers, send: Any, recv: Any, ctx: Context
+        self, op: Collective, size: int, layout: ElementCounts, send: Any, recv: Any, ctx: Context
     ) -> list[CollectiveRecord]:
         records = []
         for in_place in (False, True):

@@ -192,7 +192,7 @@ def _stop(stopped_by: list[int], signum: int) -> None:
 
 def _log(line: str) -> None:
     """One line on stderr; a file name cannot send control characters to the terminal."""
-    from fabricscope.cli import printable
+    from fabricscope.shown import printable
 
     sys.stderr.write(printable(line) + "\n")
 
@@ -257,7 +257,7 @@ def _print(measurement: Measurement, lines: list[str], verdict: Verdict | None) 
     out.extend(f"note: {line}" for line in lines)
     if verdict is not None:
         out.append(_verdict_line(verdict))
-    from fabricscope.cli import printable
+    from fabricscope.shown import printable
 
     try:
         sys.stdout.write("".join(printable(line) + "\n" for line in out))

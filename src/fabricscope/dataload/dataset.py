@@ -16,7 +16,8 @@ import stat
 from dataclasses import dataclass, field
 
 from fabricscope.errors import UsageError
-from fabricscope.userfiles import describe_mode, shorten
+from fabricscope.shown import cut
+from fabricscope.userfiles import describe_mode
 
 __all__ = ["DataFile", "DataSet", "scan"]
 
@@ -48,16 +49,16 @@ class DataSet:
 
 def _stat_error(path: str, exc: OSError) -> UsageError:
     if exc.errno == errno.ENOENT:
-        return UsageError(f"{shorten(path)}: no such file or directory")
+        return UsageError(f"{cut(path)}: no such file or directory")
     if exc.errno in (errno.EACCES, errno.EPERM):
-        return UsageError(f"{shorten(path)}: permission denied (it must be readable)")
+        return UsageError(f"{cut(path)}: permission denied (it must be readable)")
     if exc.errno == errno.ENOTDIR:
-        return UsageError(f"{shorten(path)}: a part of the path is not a directory")
+        return UsageError(f"{cut(path)}: a part of the path is not a directory")
     if exc.errno == errno.ENAMETOOLONG:
-        return UsageError(f"{shorten(path)}: the name is too long for this file system")
+        return UsageError(f"{cut(path)}: the name is too long for this file system")
     if exc.errno == errno.ELOOP:
-        return UsageError(f"{shorten(path)}: too many levels of symbolic links")
-    return UsageError(f"{shorten(path)}: cannot be read ({exc.strerror or exc})")
+        return UsageError(f"{cut(path)}: too many levels of symbolic links")
+    return UsageError(f"{cut(path)}: cannot be read ({exc.strerror or exc})")
 
 
 def scan(path: str) -> DataSet:
@@ -76,25 +77,25 @@ def scan(path: str) -> DataSet:
     if stat.S_ISREG(info.st_mode):
         _check_readable(path)
         if info.st_size == 0:
-            raise UsageError(f"{shorten(path)} is empty: there is nothing to read")
+            raise UsageError(f"{cut(path)} is empty: there is nothing to read")
         return DataSet(path=path, is_dir=False, files=[DataFile(path, info.st_size)])
     if not stat.S_ISDIR(info.st_mode):
         raise UsageError(
-            f"{shorten(path)} is a {describe_mode(info.st_mode)}: dataload reads a regular file "
+            f"{cut(path)} is a {describe_mode(info.st_mode)}: dataload reads a regular file "
             "or a directory of them (it would block or never end)"
         )
     files, skipped = _walk(path)
     if not files:
         detail = ", ".join(f"{n} {kind}" for kind, n in sorted(skipped.items()))
         raise UsageError(
-            f"{shorten(path)} holds no regular file to read"
+            f"{cut(path)} holds no regular file to read"
             + (f" (skipped: {detail})" if detail else " (it is empty)")
             + ": give a file or a directory of data files"
         )
     files.sort(key=lambda f: f.path)
     dataset = DataSet(path=path, is_dir=True, files=files, skipped=skipped)
     if dataset.total_bytes == 0:
-        raise UsageError(f"{shorten(path)} holds only empty files ({len(files)}): there is nothing to read")
+        raise UsageError(f"{cut(path)} holds only empty files ({len(files)}): there is nothing to read")
     return dataset
 
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from fabricscope import __version__
-from fabricscope.errors import RunError, UsageError
+from fabricscope.errors import InvalidValue, RunError
 from fabricscope.sysroot import CAPTURE_DIR, MANIFEST, SysRoot
 
 __all__ = ["CAPTURE_FORMAT", "CAPTURE_VERSION", "check_capture_target", "write_capture"]
@@ -33,7 +33,7 @@ def check_capture_target(dest: str) -> None:
     """Refuse a target that exists and is not an empty directory (before probing anything)."""
     path = Path(dest)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise UsageError(f"--capture {dest}: exists and is not an empty directory; give a new path")
+        raise InvalidValue(f"{dest}: exists and is not an empty directory; give a new path", key="capture")
 
 
 class _Copier:

@@ -18,7 +18,7 @@ from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, counts, exit_code, verdict
 from fabricscope.doctor.inventory import Node
 from fabricscope.doctor.probes.node import NodeEnv, probe_node
-from fabricscope.errors import UsageError
+from fabricscope.errors import InvalidValue
 from fabricscope.results import Result
 from fabricscope.sysroot import SysRoot
 
@@ -28,19 +28,14 @@ __all__ = ["Diagnosis", "diagnose", "doctor_result", "expand_placeholders", "ope
 def open_root(path: str) -> SysRoot:
     """A :class:`SysRoot` for ``path``, or a :class:`UsageError` when it is not a tree to read."""
     directory = Path(path)
+    top = "give the top of a captured tree (the directory that holds sys/ and proc/)"
     if not directory.is_dir():
         if directory.exists():
             kind = "a file, not a directory" if directory.is_file() else "not a directory"
-            raise UsageError(
-                f"--root {path}: {kind}; give the top of a captured tree "
-                "(the directory that holds sys/ and proc/), or /"
-            )
-        raise UsageError(f"--root {path}: no such directory")
+            raise InvalidValue(f"{path}: {kind}; {top}, or /", key="root")
+        raise InvalidValue(f"{path}: no such directory", key="root")
     if path != "/" and not (directory / "sys").is_dir() and not (directory / "proc").is_dir():
-        raise UsageError(
-            f"--root {path}: no sys/ or proc/ inside; give the top of a captured tree "
-            "(the directory that holds sys/ and proc/)"
-        )
+        raise InvalidValue(f"{path}: no sys/ or proc/ inside; {top}", key="root")
     return SysRoot(directory)
 
 

@@ -30,7 +30,7 @@ from fabricscope.doctor.fleet import (
 from fabricscope.doctor.invocation import child_argv, print_report
 from fabricscope.doctor.probes.node import node_env
 from fabricscope.doctor.report import STYLES, make_console, plain, verdict_line
-from fabricscope.errors import FabricscopeError, UsageError
+from fabricscope.errors import FabricscopeError, InvalidValue, UsageError
 from fabricscope.launch import World
 from fabricscope.metadata import collect_env
 from fabricscope.results import Result
@@ -77,7 +77,8 @@ def probe_rank(args: argparse.Namespace, world: World, expect: Expectations | No
         if capture:
             write_capture(root, capture, env.variables, report.node.hostname, env.home)
     except FabricscopeError as exc:
-        return failed_report(world.rank, hostname, root_path, str(exc))
+        why = exc.as_flag() if isinstance(exc, InvalidValue) else str(exc)
+        return failed_report(world.rank, hostname, root_path, why)
     except Exception as exc:  # a bug must not take the fleet report down with it
         traceback.print_exc(file=sys.stderr)
         return failed_report(world.rank, hostname, root_path, f"internal error {type(exc).__name__}: {exc}")

@@ -14,7 +14,6 @@ very long values.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,8 +22,19 @@ from rich.table import Table
 from rich.text import Text
 
 from fabricscope.doctor.findings import AREAS, Finding, Severity, counts, exit_code, verdict, worst
+from fabricscope.shown import printable
 
-__all__ = ["STYLES", "make_console", "plain", "printable", "render_findings", "verdict_line"]
+__all__ = [
+    "ONE_LINE",
+    "STYLES",
+    "cell",
+    "make_console",
+    "one_line",
+    "one_line_unknown",
+    "plain",
+    "render_findings",
+    "verdict_line",
+]
 
 MAX_SUBJECTS = 6
 """Subjects named in one advice line; the table above lists them all."""
@@ -38,21 +48,14 @@ STYLES = {
 }
 
 
-_UNPRINTABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-"""Control characters (tab aside), bidirectional overrides, and lone surrogates (undecodable names)."""
-
-
-def printable(text: str, limit: int = MAX_CELL) -> str:
-    """``text`` safe for a terminal: control characters as ``\\x1b``, cut after ``limit`` characters."""
-    shown = _UNPRINTABLE.sub(lambda m: ascii(m.group())[1:-1], text.replace("\t", " "))
-    if len(shown) > limit:
-        shown = f"{shown[:limit]}… ({len(shown) - limit} more characters; --json has them all)"
-    return shown
+def cell(text: str, limit: int = MAX_CELL) -> str:
+    """A report cell's text: one safe line, cut after ``limit`` characters (the JSON keeps it whole)."""
+    return printable(text, limit, more="; --json has them all")
 
 
 def plain(text: str, style: str = "") -> Text:
     """Data as a report cell: printable, never parsed as markup."""
-    return Text(printable(text), style=style)
+    return Text(cell(text), style=style)
 
 
 class _ReportConsole(Console):
@@ -160,8 +163,8 @@ def _render_advice(console: Console, findings: Sequence[Finding]) -> None:
             shown += f" and {len(subjects) - MAX_SUBJECTS} more"
         line = Text("  ")
         line.append(f"{severity.label:<4}", style=STYLES[severity])
-        line.append(printable(f" {check} [{shown}]: "), style="bold")
-        line.append(printable(advice))
+        line.append(cell(f" {check} [{shown}]: "), style="bold")
+        line.append(cell(advice))
         console.print(line)
 
 
@@ -173,5 +176,35 @@ def verdict_line(findings: Sequence[Finding], where: str) -> Text:
     word = verdict(findings).upper()  # the same word --json writes, in capitals
     line = Text("verdict: ", style="bold")
     line.append(f"{word} (exit {exit_code(findings)})", style=STYLES[severity] if word != "OK" else "bold green")
-    line.append(printable(f" on {where}: {summary or 'no findings'}"))
+    line.append(cell(f" on {where}: {summary or 'no findings'}"))
     return line
+
+
+ONE_LINE = 80
+"""Longest ``--oneline`` summary: a Slurm drain reason, a node-problem-detector message (NPD keeps 80)."""
+
+
+def one_line(findings: Sequence[Finding], where: str, limit: int = ONE_LINE) -> str:
+    """The verdict and the worst finding on one line, for ``scontrol ... reason=`` and NPD.
+
+    ``FAIL (9 fail, 5 warn) pcie.aer GPU 0000:4c:00.0: nonfatal 1`` (the counts
+    first, so that a cut line keeps them);
+    ``OK on gpu-node-01: 151 ok, 4 info``.  Printable ASCII only (double
+    quotes become single ones, so a shell's ``reason="..."`` holds it), at most ``limit`` characters.
+    """
+    severity = worst(findings)
+    tally = counts(findings)
+    if severity < Severity.WARN:
+        text = f"OK on {where}: {tally[Severity.OK.label]} ok, {tally[Severity.INFO.label]} info"
+    else:
+        top = max(findings, key=lambda f: f.severity)  # the first of the worst, in report order
+        tallied = ", ".join(f"{tally[s.label]} {s.label}" for s in (Severity.FAIL, Severity.WARN) if tally[s.label])
+        text = f"{top.severity.label.upper()} ({tallied}) {top.id} {top.subject}: {top.observed}"
+    text = printable(text).encode("ascii", "replace").decode().replace('"', "'")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def one_line_unknown(why: str, limit: int = ONE_LINE) -> str:
+    """``UNKNOWN: <why>``: the one line when the doctor could not complete (no verdict)."""
+    text = printable(f"UNKNOWN: {why}").encode("ascii", "replace").decode().replace('"', "'")
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fabricscope.errors import UsageError
+from fabricscope.shown import quoted
 
 __all__ = [
     "MAX_LOCAL_RANKS",
@@ -94,7 +95,7 @@ def _int(env: Mapping[str, str], key: str) -> int | None:
     text = value.strip()
     if not text.isdigit() or len(text) > 9 or int(text) > MAX_WORLD:
         raise UsageError(
-            f"the launcher's {key}={value[:40]!r} is not a whole number from 0 to {MAX_WORLD}: "
+            f"the launcher's {key}={quoted(value, 40)} is not a whole number from 0 to {MAX_WORLD}: "
             "fix the environment (or unset it to run without a launcher)"
         )
     return int(text)
@@ -256,9 +257,9 @@ def _top_level_parts(text: str) -> list[str]:
         else:
             current.append(char)
         if depth < 0 or depth > 1:
-            raise UsageError(f"malformed Slurm hostlist {text[:80]!r}: brackets do not nest")
+            raise UsageError(f"malformed Slurm hostlist {quoted(text, 80)}: brackets do not nest")
     if depth:
-        raise UsageError(f"malformed Slurm hostlist {text[:80]!r}: a '[' is not closed")
+        raise UsageError(f"malformed Slurm hostlist {quoted(text, 80)}: a '[' is not closed")
     parts.append("".join(current))
     return [part for part in parts if part]
 
@@ -272,10 +273,10 @@ def _expand_one(expression: str, *, hosts_so_far: int) -> list[str]:
     for item in match.group(1).split(","):
         low, dash, high = item.partition("-")
         if not low.isdigit() or (dash and not high.isdigit()):
-            raise UsageError(f"malformed Slurm hostlist range {item!r} in {expression[:80]!r}")
+            raise UsageError(f"malformed Slurm hostlist range {item!r} in {quoted(expression, 80)}")
         first, last = int(low), int(high) if dash else int(low)
         if last - first + hosts_so_far + len(values) > MAX_HOSTS:
-            raise UsageError(f"the Slurm hostlist {expression[:80]!r} names more than {MAX_HOSTS} hosts")
+            raise UsageError(f"the Slurm hostlist {quoted(expression, 80)} names more than {MAX_HOSTS} hosts")
         values.extend(f"{n:0{len(low)}d}" for n in range(first, last + 1))
     return [host for value in values for host in _expand_one(head + value + tail, hosts_so_far=hosts_so_far)]
 

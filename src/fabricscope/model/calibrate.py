@@ -34,7 +34,7 @@ from fabricscope.results import Result
 __all__ = [
     "HUBER_K",
     "MIN_SIZES",
-    "Run",
+    "MeasuredOp",
     "calibrate",
     "cluster_toml",
     "fit_line",
@@ -52,7 +52,7 @@ RESULT_KINDS = ("bench", "nccl-tests")
 
 
 @dataclass(frozen=True, slots=True)
-class Run:
+class MeasuredOp:
     """One op measured at one shape: the points of its time-against-bytes line."""
 
     source: str
@@ -156,7 +156,7 @@ def _shape(result: Result, source: str) -> tuple[int, int]:
     return found
 
 
-def runs_of(result: Result, source: str) -> list[Run]:
+def runs_of(result: Result, source: str) -> list[MeasuredOp]:
     """The runs of one result, one per op (all datatypes, reductions and placements together)."""
     if result.kind not in RESULT_KINDS:
         raise ResultFormatError(
@@ -188,11 +188,11 @@ def runs_of(result: Result, source: str) -> list[Run]:
                 f"{source}: {name} has fewer than {MIN_SIZES} message sizes: measure a range (bench -b 64K -e 16M)"
             )
         sizes, seconds = (np.array(column) for column in zip(*found, strict=True))
-        runs.append(Run(source, name, ranks, nodes, sizes, seconds))
+        runs.append(MeasuredOp(source, name, ranks, nodes, sizes, seconds))
     return runs
 
 
-def priced_runs(runs: Sequence[Run]) -> tuple[list[Run], list[str]]:
+def priced_runs(runs: Sequence[MeasuredOp]) -> tuple[list[MeasuredOp], list[str]]:
     """(the runs of ops predict prices, the names of the others): ``ps`` has no cost model, so
     terms fitted to it would never be read; calibrate leaves it out and says so."""
     kept = [r for r in runs if ops.get(r.op).modelled]
@@ -205,11 +205,11 @@ def priced_runs(runs: Sequence[Run]) -> tuple[list[Run], list[str]]:
     return kept, left
 
 
-def load_runs(paths: Iterable[str]) -> list[Run]:
+def load_runs(paths: Iterable[str]) -> list[MeasuredOp]:
     """Every run of every RUN: a result file (read through :func:`fabricscope.results.load`) or a history id."""
     from fabricscope.store.runs import resolve
 
-    found: list[Run] = []
+    found: list[MeasuredOp] = []
     for path in paths:
         run = resolve(path, kinds=RESULT_KINDS)
         found.extend(runs_of(run.result, run.source))
@@ -218,7 +218,7 @@ def load_runs(paths: Iterable[str]) -> list[Run]:
     return found
 
 
-def _hops(op: str, runs: Sequence[Run]) -> tuple[float, float]:
+def _hops(op: str, runs: Sequence[MeasuredOp]) -> tuple[float, float]:
     """(base_us, hop_us) from runs' intercepts: least squares over step counts when there are
     two or more, else the whole intercept per step."""
     counts = [float(steps(op, r.ranks)) for r in runs]
@@ -232,13 +232,13 @@ def _hops(op: str, runs: Sequence[Run]) -> tuple[float, float]:
     return 0.0, float(statistics.median(per_step))
 
 
-def _busbw(op: str, run: Run) -> float:
+def _busbw(op: str, run: MeasuredOp) -> float:
     """Bus bandwidth of a run's hops, GB/s (inf where its line is flat)."""
     _, b = fit_line(run.moved, run.seconds)
     return math.inf if b <= 0 else ops.get(op).busbw_factor(run.ranks) / b / 1e9
 
 
-def calibrate(runs: Sequence[Run]) -> dict[str, CalibratedOp]:
+def calibrate(runs: Sequence[MeasuredOp]) -> dict[str, CalibratedOp]:
     """Per op, the fitted terms of its intra-node and inter-node hops."""
     found: dict[str, CalibratedOp] = {}
     for op in dict.fromkeys(r.op for r in runs):
@@ -277,7 +277,7 @@ def calibrate(runs: Sequence[Run]) -> dict[str, CalibratedOp]:
     return found
 
 
-def fit_seconds(terms: CalibratedOp, run: Run) -> Any:
+def fit_seconds(terms: CalibratedOp, run: MeasuredOp) -> Any:
     """What predict prints for ``run``'s rows from ``terms``: its own pricing function, the same bytes."""
     seconds, _, _ = op_seconds(ops.get(run.op), None, run.moved, run.ranks_per_node, run.nodes, calibrated=terms)
     return seconds
@@ -292,7 +292,7 @@ def _toml_value(value: Any) -> str:
     return '"' + "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text) + '"'
 
 
-def cluster_toml(base: Cluster, calibration: dict[str, CalibratedOp], runs: Sequence[Run]) -> str:
+def cluster_toml(base: Cluster, calibration: dict[str, CalibratedOp], runs: Sequence[MeasuredOp]) -> str:
     """A cluster file: the base cluster's parts at the measured shape, with the fitted terms."""
     biggest = max(runs, key=lambda r: (r.nodes, r.ranks))
     spec = base.spec

@@ -581,7 +581,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from fabricscope.model.calibrate import calibrate, cluster_toml, load_runs, priced_runs
     from fabricscope.model.cluster import load_cluster
     from fabricscope.outputs import atomic_write_text, check_output_path, say_written
-    from fabricscope.userfiles import is_path, shorten
+    from fabricscope.shown import cut
+    from fabricscope.userfiles import is_path
 
     check_output_path("-o", args.output, inputs=[*args.runs, *([args.cluster] if is_path(args.cluster) else [])])
     base = load_cluster(args.cluster)
@@ -594,7 +595,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         # The file takes the measured shape (its terms were fitted there); say so, the base's shape is gone.
         sys.stderr.write(
             f"note: the cluster written is {measured.nodes} node(s) x {measured.ranks_per_node} GPU(s), the shape "
-            f"measured, not {shorten(args.cluster)}'s {base.nodes} x {base.gpus_per_node}: give predict and estimate "
+            f"measured, not {cut(args.cluster)}'s {base.nodes} x {base.gpus_per_node}: give predict and estimate "
             "--nodes and --gpus-per-node for another\n"
         )
     lines = [

@@ -49,7 +49,8 @@ from fabricscope.errors import ConfigError, InvalidValue, UsageError, closest
 from fabricscope.model import hardware
 from fabricscope.model.hardware import GPU, NIC, GPULink, PCIe, Storage, Transport
 from fabricscope.schema import FORBID_EXTRA, build, require
-from fabricscope.userfiles import is_path, read_toml, shorten
+from fabricscope.shown import cut
+from fabricscope.userfiles import is_path, read_toml
 
 __all__ = [
     "MAX_BUSBW_GBPS",
@@ -348,7 +349,7 @@ def load_cluster(text: str) -> Cluster:
         name = text.strip().lower()
         if name not in presets():
             raise UsageError(
-                f"unknown cluster {shorten(text)!r}{hardware.suggest(text, presets())}: use a preset "
+                f"unknown cluster {cut(text)!r}{hardware.suggest(text, presets())}: use a preset "
                 f"({', '.join(presets())}) or the path of a cluster TOML file"
             )
         source = f"{name}.toml"

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, ClassVar, Literal, TypeVar
 
-from fabricscope.errors import InvalidValue, UsageError, closest, quoted
+from fabricscope.errors import InvalidValue, UsageError, closest
 from fabricscope.schema import FORBID_EXTRA, build, require
+from fabricscope.shown import quoted
 from fabricscope.userfiles import read_toml
 
 __all__ = [

@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, TypeVar, cast
 
-from fabricscope.errors import InvalidValue, UsageError, closest, quoted
+from fabricscope.errors import InvalidValue, UsageError, closest
 from fabricscope.model.workload import ModelSpec
+from fabricscope.shown import quoted
 
 T = TypeVar("T", bound=str)
 

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 
-from fabricscope.errors import InvalidValue, UsageError, quoted
+from fabricscope.errors import InvalidValue, UsageError
 from fabricscope.model import collective_cost as coll
 from fabricscope.model import hardware, training
 from fabricscope.model.cluster import Cluster, ClusterSpec, NetworkSpec, Topology, TransportName, resolve
@@ -35,6 +35,7 @@ from fabricscope.model.parallel import Precision, SplitRequest
 from fabricscope.model.splits import Splits, splits
 from fabricscope.model.workload import ModelSpec
 from fabricscope.schema import FORBID_EXTRA, build, require
+from fabricscope.shown import quoted
 from fabricscope.userfiles import read_toml
 
 __all__ = ["LATENCY_PROBE_BYTES", "Network", "Plan", "Scenario", "plan", "scenarios", "search_space"]
@@ -208,7 +209,7 @@ def _rows(fab: Fabric) -> int:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Sweep:
+class BestSplits:
     """Per network: the best split, its step, and how many (network, split) pairs were priced."""
 
     best: np.ndarray
@@ -218,7 +219,7 @@ class Sweep:
     evaluated: int
 
 
-def sweep(model: ModelSpec, cand: Splits, gpu: GPU, fab: Fabric, precision: str) -> Sweep:
+def sweep(model: ModelSpec, cand: Splits, gpu: GPU, fab: Fabric, precision: str) -> BestSplits:
     """Price every (network, split) pair; keep the fastest split per network.  Its utilization is the
     least compute any fitting split needs over that step: one yardstick for every network, so more
     utilization is always a shorter step (a split's own compute share is not: a split that computes
@@ -245,7 +246,7 @@ def sweep(model: ModelSpec, cand: Splits, gpu: GPU, fab: Fabric, precision: str)
         best[start : start + len(index)] = np.where(np.isfinite(chosen), index, -1)
         step_s[start : start + len(index)] = chosen
     util = np.where(np.isfinite(step_s), least / np.where(np.isfinite(step_s), step_s, 1.0), 0.0)
-    return Sweep(best=best, step_s=step_s, utilization=util, evaluated=n_net * len(cand))
+    return BestSplits(best=best, step_s=step_s, utilization=util, evaluated=n_net * len(cand))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

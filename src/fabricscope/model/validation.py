@@ -38,7 +38,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fabricscope.errors import ConfigError, UsageError, closest, quoted
+from fabricscope.errors import ConfigError, UsageError, closest
 from fabricscope.model import hardware
 from fabricscope.model.cluster import ClusterSpec, IntraFabric, NetworkSpec, TransportName, resolve
 from fabricscope.model.estimate import estimate
@@ -57,7 +57,8 @@ from fabricscope.model.parallel import (
 from fabricscope.model.predict import predict
 from fabricscope.model.workload import PARAMS_TOLERANCE, ModelSpec, model_presets
 from fabricscope.ops import get as get_op
-from fabricscope.userfiles import read_text, shorten
+from fabricscope.shown import cut, quoted
+from fabricscope.userfiles import read_text
 
 __all__ = [
     "KNOWN_OFF",
@@ -656,9 +657,9 @@ def validate_files(paths: Iterable[Any]) -> list[Comparison]:
             key = str(path)  # validate_file says what is wrong with it
         if key in seen:
             first = seen[key]
-            also = "" if first == str(path) else f" (as {shorten(first)!r} and {shorten(str(path))!r})"
+            also = "" if first == str(path) else f" (as {cut(first)!r} and {cut(str(path))!r})"
             raise UsageError(
-                f"validation CSV {shorten(str(path))!r} is named twice{also}: give each file once, "
+                f"validation CSV {cut(str(path))!r} is named twice{also}: give each file once, "
                 "so that its rows count once"
             )
         seen[key] = str(path)

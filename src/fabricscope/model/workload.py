@@ -16,7 +16,8 @@ from typing import Any, ClassVar, Literal
 from fabricscope.errors import InvalidValue, UsageError
 from fabricscope.model import hardware
 from fabricscope.schema import FORBID_EXTRA, build, require
-from fabricscope.userfiles import is_path, read_toml, shorten
+from fabricscope.shown import cut
+from fabricscope.userfiles import is_path, read_toml
 
 __all__ = ["PARAMS_TOLERANCE", "ModelSpec", "load_model", "model_presets"]
 
@@ -334,7 +335,7 @@ def load_model(text: str) -> ModelSpec:
     name = text.strip().lower()
     if name not in _presets():
         raise UsageError(
-            f"unknown model {shorten(text)!r}{hardware.suggest(text, _presets())}: use a preset "
+            f"unknown model {cut(text)!r}{hardware.suggest(text, _presets())}: use a preset "
             f"({', '.join(_presets())}) or the path of a model TOML file"
         )
     return build(ModelSpec, {"name": name, **_presets()[name]}, source=f"models.toml [{name}]")

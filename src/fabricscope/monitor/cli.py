@@ -16,6 +16,7 @@ from typing import Any
 
 from fabricscope import options
 from fabricscope.errors import UsageError
+from fabricscope.shown import cut
 from fabricscope.store.save import add_save_options, check_save_options, wants_save
 
 __all__ = ["add_parser", "run"]
@@ -145,7 +146,7 @@ def _print_rules(args: argparse.Namespace, command: list[str]) -> int:
 def _open_root(path: str) -> Any:
     from fabricscope.sysroot import SysRoot
 
-    shown = path if len(path) <= 80 else path[:77] + "..."
+    shown = cut(path, 80)
     if not os.path.isdir(path):
         what = "no such directory" if not os.path.exists(path) else "not a directory"
         raise UsageError(f"--root {shown}: {what}; give / or the top of a captured tree (holding sys/ and proc/)")

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from fabricscope.errors import FabricscopeError
 from fabricscope.launch.spawn import set_parent_death_signal
 from fabricscope.outputs import stdout_holds_data
+from fabricscope.shown import cut
 
 __all__ = ["CommandNotRunnable", "WatchedCommand", "exit_status", "resolve_command"]
 
@@ -44,7 +45,7 @@ def resolve_command(argv: Sequence[str]) -> str:
     if not argv or not argv[0]:
         raise CommandNotRunnable("no command after '--'", 2)
     name = argv[0]
-    shown = name if len(name) <= 80 else name[:77] + "..."
+    shown = cut(name, 80)
     if "/" not in name:
         found = shutil.which(name)
         if found is None:

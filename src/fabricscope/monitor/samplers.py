@@ -30,6 +30,7 @@ from fabricscope.kernel_text import (
     parse_proc_table,
 )
 from fabricscope.monitor.samples import Counter, CounterSource, Link, Notes, Port, Snapshot
+from fabricscope.shown import quoted
 from fabricscope.sysroot import CAPTURE_DIR, NotAFileError, SysRoot
 
 __all__ = [
@@ -122,12 +123,12 @@ class NetDevSampler:
             return
         interfaces, bad = parse_net_dev(text)
         for line in bad:
-            notes.once(f"netdev:{line[:40]}", f"proc/net/dev: a line not understood, skipped: {line[:60]!r}")
+            notes.once(f"netdev:{line[:40]}", f"proc/net/dev: a line not understood, skipped: {quoted(line)}")
         for name, values in interfaces.items():
             if self.only is not None and name not in self.only:
                 continue
             if not _SAFE_NAME.match(name):
-                notes.once(f"netdev-name:{name[:40]}", f"proc/net/dev: interface name {name[:40]!r} skipped")
+                notes.once(f"netdev-name:{name[:40]}", f"proc/net/dev: interface name {quoted(name, 40)} skipped")
                 continue
             port = Port("net", name)
             for field, value in values.items():
@@ -208,7 +209,7 @@ class RdmaSampler:
                     continue
                 value = parse_counter(text)
                 if value is None:
-                    notes.once(f"garbage:{rel}", f"{rel}: {text.strip()[:30]!r} is not a counter; not sampled")
+                    notes.once(f"garbage:{rel}", f"{rel}: {quoted(text.strip(), 30)} is not a counter; not sampled")
                     continue
                 snap.counters[(port, Counter(name, source))] = value
         rate = _read(self.root, f"{base}/rate", notes)

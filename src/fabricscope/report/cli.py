@@ -104,11 +104,11 @@ def _legend(found: Any) -> str:
 
 def _check_png_folder(folder: str, others: list[str], check_output_path: Any) -> None:
     """Before any work: ``--png`` names a folder that exists or can be made, holding no input or -o file."""
-    from fabricscope.userfiles import shorten
+    from fabricscope.shown import cut
 
     if folder == "":
         raise UsageError("--png needs a folder name")
-    shown = shorten(folder)
+    shown = cut(folder)
     if os.path.lexists(folder) and not os.path.isdir(folder):
         raise UsageError(f"--png {shown} exists and is not a folder: give a folder for the PNG files")
     try:
@@ -122,7 +122,7 @@ def _check_png_folder(folder: str, others: list[str], check_output_path: Any) ->
             and os.path.realpath(os.path.dirname(os.path.abspath(other))) == (os.path.realpath(folder))
         ):
             raise UsageError(
-                f"--png {shown} holds {shorten(other)}, which this command reads or writes: use another folder"
+                f"--png {shown} holds {cut(other)}, which this command reads or writes: use another folder"
             )
     check_output_path("--png", os.path.join(folder, "busbw.png"))
 

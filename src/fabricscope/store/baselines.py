@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from fabricscope.errors import UsageError
 from fabricscope.results import Result
+from fabricscope.shown import quoted
 from fabricscope.store.history import History
 from fabricscope.store.runs import Run
 
@@ -32,9 +33,8 @@ class Baseline:
 
 def check_name(name: str) -> str:
     if not NAME_PATTERN.fullmatch(name):
-        shown = name if len(name) <= 80 else name[:60] + "..."
         raise UsageError(
-            f"baseline name {shown!r} is not allowed: use up to 64 letters, digits, '.', '_' or '-', "
+            f"baseline name {quoted(name, 80)} is not allowed: use up to 64 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit"
         )
     return name

@@ -16,6 +16,7 @@ from typing import Any
 from fabricscope import options
 from fabricscope.errors import FabricscopeError, UsageError
 from fabricscope.outputs import check_outputs
+from fabricscope.shown import quoted
 
 __all__ = [
     "LOG_MAX_BYTES",
@@ -94,10 +95,10 @@ def parse_since(text: str, *, now: datetime | None = None) -> datetime:
     try:
         return moment - timedelta(seconds=parse_duration(value, what="--since"))
     except (OverflowError, ValueError):
-        raise UsageError(f"--since {text[:60]!r} reaches back before year 1") from None
+        raise UsageError(f"--since {quoted(text)} reaches back before year 1") from None
     except FabricscopeError:
         raise UsageError(
-            f"--since {text[:60]!r} is neither a date (2026-11-30, 2026-11-30T12:00) nor an age (36h, 7d)"
+            f"--since {quoted(text)} is neither a date (2026-11-30, 2026-11-30T12:00) nor an age (36h, 7d)"
         ) from None
 
 
@@ -182,7 +183,9 @@ def _history_rm(args: argparse.Namespace) -> int:
 
     run_id = runs.parse_run_id(args.run)
     if run_id is None:
-        raise UsageError(f"history rm takes a history id (a number 'fabricscope history' lists), got {args.run[:60]!r}")
+        raise UsageError(
+            f"history rm takes a history id (a number 'fabricscope history' lists), got {quoted(args.run)}"
+        )
     with History(create=False) as history:
         history.remove(run_id)
     sys.stderr.write(f"removed run {run_id}\n")
@@ -369,7 +372,7 @@ def run_import(args: argparse.Namespace) -> int:
         op = args.op.strip().lower()
         names = list(COLLECTIVES)
         if op not in names:
-            raise UsageError(f"unknown --op {args.op[:40]!r}{closest(op, names)}: use one of {', '.join(names)}")
+            raise UsageError(f"unknown --op {quoted(args.op, 40)}{closest(op, names)}: use one of {', '.join(names)}")
     # Every file is read before anything is saved: one bad file saves none.
     texts = [(path, read_text(path, what="nccl-tests log", max_bytes=LOG_MAX_BYTES)) for path in args.files]
     results = [(path, _readable(nccl_tests.parse(text, source=path, op=op), path)) for path, text in texts]
@@ -398,10 +401,10 @@ def _readable(result: Any, path: str) -> Any:
     not written for ``history``, ``compare`` and ``report`` to refuse later."""
     from fabricscope.errors import ResultFormatError
     from fabricscope.results import loads
-    from fabricscope.userfiles import shorten
+    from fabricscope.shown import cut
 
     try:
-        loads(result.to_json(), source=shorten(path))
+        loads(result.to_json(), source=cut(path))
     except (ResultFormatError, ValueError) as exc:
         raise UsageError(f"{exc}; that value comes from the log, which fabricscope cannot keep as it is") from None
     return result

@@ -30,6 +30,7 @@ from typing import Any
 
 from fabricscope.errors import ResultFormatError, RunError, UsageError
 from fabricscope.results import Result
+from fabricscope.shown import quoted
 
 __all__ = [
     "DATABASE_NAME",
@@ -94,7 +95,7 @@ def check_label(label: str) -> str:
     """A label as kept: 1 to 200 printable characters."""
     text = label.strip()
     if not text or len(text) > 200 or not text.isprintable():
-        raise UsageError(f"a label must be 1 to 200 printable characters, got {label[:60]!r}")
+        raise UsageError(f"a label must be 1 to 200 printable characters, got {quoted(label)}")
     return text
 
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from fabricscope.errors import UsageError
 from fabricscope.results import CollectiveRecord, Result
+from fabricscope.shown import quoted
 from fabricscope.table import op_summary
 
 __all__ = [
@@ -341,7 +342,7 @@ def _result(
     problems = []
     for section in sections:
         if section.truncated_row is not None:
-            problems.append(f"{section.op}: the log ends inside a row ({section.truncated_row[:60]!r})")
+            problems.append(f"{section.op}: the log ends inside a row ({quoted(section.truncated_row)})")
         elif section.avg_busbw is None:
             problems.append(f"{section.op}: the log ends before the table's footer")
     records = [r for s in sections for r in s.records]

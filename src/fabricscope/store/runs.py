@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from fabricscope import results
 from fabricscope.errors import ResultFormatError, UsageError
 from fabricscope.results import Result
+from fabricscope.shown import quoted
 from fabricscope.store.history import History
 
 __all__ = ["COLLECTIVE_KINDS", "Run", "load_result_file", "parse_run_id", "resolve"]
@@ -69,9 +70,8 @@ def resolve(
     else:
         run_id = parse_run_id(text)
         if run_id is None:
-            shown = text if len(text) <= 80 else text[:60] + "..."
             raise UsageError(
-                f"{what} {shown!r} is neither a result file nor a history id "
+                f"{what} {quoted(text, 80)} is neither a result file nor a history id "
                 "(ids are the numbers 'fabricscope history' lists)"
             )
         store = history if history is not None else History(create=False)
