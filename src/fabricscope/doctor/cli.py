@@ -20,7 +20,11 @@ from fabricscope.store.save import add_save_options, check_save_options, save_re
 if TYPE_CHECKING:
     from fabricscope.doctor.expect import Expectations
 
-__all__ = ["add_parser", "run"]
+__all__ = ["NPD_PROBLEM", "NPD_UNKNOWN", "add_parser", "run"]
+
+NPD_PROBLEM = 1
+"""node-problem-detector's custom-plugin protocol: 0 OK, 1 NonOK (a problem), 2 Unknown."""
+NPD_UNKNOWN = 2
 
 _EPILOG = """\
 exit status: 0 all ok (info included), 1 warnings, 2 failures; 3 the doctor could not
@@ -37,6 +41,9 @@ examples:
   fabricscope doctor --nproc 3 --root 'trees/node{rank}'
   torchrun --nnodes 4 --nproc-per-node 1 ... -m fabricscope doctor --expect fleet.toml
   srun -N 16 --ntasks-per-node 1 fabricscope doctor    # rank 0 prints what differs across nodes
+  fabricscope doctor --bench --expect node.toml        # and a short bench held to [bench] busbw floors
+  fabricscope doctor --oneline                         # for a Slurm HealthCheckProgram (docs/health-checks.md)
+  fabricscope doctor --npd                             # a node-problem-detector custom plugin
 """
 
 
@@ -64,11 +71,27 @@ def add_parser(subparsers: Any) -> None:
         parser,
         nproc_help="fleet mode: spawn N local ranks",
         timeout_default=DEFAULT_TIMEOUT_S,
-        timeout_help="fleet mode: time to wait for every rank",
+        timeout_help="fleet mode: time to wait for every rank; with --bench: time each bench may take",
         backend=False,
         rendezvous=False,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="one row per finding, ok ones included")
+    parser.add_argument(
+        "--bench",
+        action="store_true",
+        help="also run a short bench on this node and hold it to --expect's [bench] busbw floors (timeout -T)",
+    )
+    parser.add_argument(
+        "--oneline",
+        action="store_true",
+        help="print only the verdict and the worst finding on one line (a Slurm drain reason); same exit status",
+    )
+    parser.add_argument(
+        "--npd",
+        action="store_true",
+        help="Kubernetes node-problem-detector custom plugin: --oneline, exit 0 ok or warnings, 1 failures, "
+        "2 unknown (the doctor could not complete)",
+    )
     parser.add_argument("--list", action="store_true", help="list the checks and what each reads, then exit")
     parser.set_defaults(func=run)
 
@@ -76,10 +99,18 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """The command: a verdict (0, 1, 2), a usage error (2, raised), or 3 when the doctor could not complete."""
     from fabricscope.doctor.findings import DoctorIncomplete
+    from fabricscope.doctor.report import one_line_unknown
     from fabricscope.errors import FabricscopeError, UsageError
 
     try:
         return _run(args)
+    except DoctorIncomplete as exc:
+        if not (getattr(args, "npd", False) or getattr(args, "oneline", False)):
+            raise
+        with contextlib.suppress(OSError):
+            print(one_line_unknown(str(exc)), flush=True)  # the one line is all a plugin runner reads
+        sys.stderr.write(f"error: {exc}\n")
+        return NPD_UNKNOWN if args.npd else exc.exit_code
     except UsageError:
         raise
     except FabricscopeError as exc:
@@ -112,6 +143,13 @@ def _run(args: argparse.Namespace) -> int:
     expect = load_expectations(args.expect) if args.expect is not None else None
     world = launch.detect()
     check_save_options(args)
+    fleet = (world is not None and world.world_size > 1) or (nproc or 0) > 1
+    if args.bench and (fleet or os.path.realpath(args.root) != "/"):
+        where = "fleet mode: run fabricscope pairs under the same launcher" if fleet else "a --root tree: drop --root"
+        raise UsageError(f"--bench measures this node, not {where}")
+    if fleet and (args.oneline or args.npd):
+        flag = "--npd" if args.npd else "--oneline"
+        raise UsageError(f"{flag} checks this node, as a health check runs on each node: drop {flag} for fleet mode")
     if wants_save(args) and ((world is not None and world.world_size > 1) or (nproc or 0) > 1):
         raise UsageError("--save keeps single-node doctor results; fleet mode does not save yet: drop --save")
     if world is not None and world.world_size > 1:
@@ -142,7 +180,7 @@ def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
     from fabricscope.doctor.fleet import node_facts
     from fabricscope.doctor.invocation import print_report
     from fabricscope.doctor.probes.node import node_env
-    from fabricscope.doctor.report import make_console, render_findings, verdict_line
+    from fabricscope.doctor.report import make_console, one_line, render_findings, verdict_line
     from fabricscope.errors import FabricscopeError
     from fabricscope.metadata import collect_env
 
@@ -154,6 +192,10 @@ def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
     env = node_env(root, live=args.live_env)
     report = diagnose(root, env=env, expect=expect)
     node = report.node
+    if args.bench:
+        from fabricscope.doctor.active import bench_findings
+
+        report.findings += bench_findings(report.expect, gpus=len(node.gpus), timeout_s=args.timeout)
     if capture:
         written = write_capture(root, capture, env.variables, node.hostname, env.home)
         sys.stderr.write(f"captured {written} files into {capture} (read it back with --root {capture})\n")
@@ -187,9 +229,15 @@ def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
         )
         console.print(verdict_line(report.findings, node.hostname))
 
-    print_report(render)  # a closed stdout (| head -1) keeps the verdict below
+    if args.oneline or args.npd:
+        if problem is None:  # else the one line is UNKNOWN (run)
+            print_report(lambda: print(one_line(report.findings, node.hostname)))
+    else:
+        print_report(render)  # a closed stdout (| head -1) keeps the verdict below
     if problem is not None:
         raise problem
+    if args.npd:
+        return NPD_PROBLEM if report.exit_code == 2 else 0
     return report.exit_code
 
 
@@ -209,8 +257,11 @@ def _leave(code: int) -> NoReturn:
 
 
 def _list_checks() -> int:
+    from fabricscope.doctor import active
     from fabricscope.doctor.checks import CHECKS
 
-    for check in CHECKS:
-        sys.stdout.write(f"{check.id:<20} {check.title}\n{'':<20} reads: {check.reads}\n")
+    listed = [(check.id, check.title, check.reads) for check in CHECKS]
+    listed.append((active.ID, active.TITLE, active.READS))
+    for check_id, title, reads in listed:
+        sys.stdout.write(f"{check_id:<20} {title}\n{'':<20} reads: {reads}\n")
     return 0

@@ -20,7 +20,12 @@
     [tcp]
     buffer_max = "16M"          # rmem/wmem maxima at least this: binary suffix in quotes, or bytes; default: the BDP
 
-Every key is optional.  The file's shape is four typed sections (:class:`ExpectFile`),
+    [bench]                     # doctor --bench: a short bench on the node
+    nproc = 8                   # ranks (default: the node's GPUs, else 2)
+    iters = 20
+    busbw = [{ op = "all_reduce", size = "64M", min = "150GB/s" }]   # nccl-tests' busbw floor per op and size
+
+Every key is optional.  The file's shape is five typed sections (:class:`ExpectFile`),
 validated the one way every user file is (:func:`fabricscope.schema.build`:
 strict TOML types, unknown keys refused with the closest name) after the one
 safe reader (:func:`fabricscope.userfiles.read_toml`: regular files only, size
@@ -34,17 +39,20 @@ the key, what is allowed and what was found.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from fabricscope.doctor.inventory import DISTANCES
 from fabricscope.errors import ConfigError, InvalidValue, UsageError, closest
 from fabricscope.schema import FORBID_EXTRA, build
+from fabricscope.shown import as_written
 from fabricscope.units import parse_rate, parse_size
 from fabricscope.userfiles import read_toml
 
 __all__ = [
     "LINK_LAYERS",
+    "BenchFloor",
+    "BenchSection",
     "ExpectFile",
     "Expectations",
     "GpuSection",
@@ -165,18 +173,60 @@ class TcpSection:
 
 
 @dataclass(kw_only=True, slots=True)
+class BenchFloor:
+    """One ``[bench] busbw`` entry: the least bus bandwidth an op must reach at a size on this node."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    op: str
+    size: int
+    """Bytes (written with its binary suffix in a file: ``"64M"``)."""
+    min: float
+    """nccl-tests' busbw, GB/s (written as a rate in a file: ``"150GB/s"``)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class BenchSection:
+    """``[bench]``: what ``doctor --bench`` runs and the floors it holds the node to."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
+    nproc: int | None = None
+    iters: int | None = None
+    busbw: list[BenchFloor] | None = None
+
+    def check(self) -> None:
+        from fabricscope.ops import get
+
+        _whole("bench.nproc", self.nproc, 1, 1024)
+        _whole("bench.iters", self.iters, 1, 10000)
+        for floor in self.busbw or []:
+            try:
+                floor.op = get(floor.op).name
+            except UsageError as exc:
+                raise InvalidValue(str(exc), key="bench.busbw") from None
+            if floor.op == "ps":
+                raise InvalidValue("op 'ps' has no busbw to hold a node to: name a collective", key="bench.busbw")
+            if not 1 <= floor.size <= 1 << 34:
+                raise InvalidValue(f"size must be from 1 byte to 16G, got {floor.size} bytes", key="bench.busbw")
+            if not 0 < floor.min <= 1e5:
+                raise InvalidValue(
+                    f"min must be a busbw above 0 and at most 100TB/s, got {floor.min:g} GB/s", key="bench.busbw"
+                )
+
+
+@dataclass(kw_only=True, slots=True)
 class ExpectFile:
-    """The ``--expect`` file: four optional sections."""
+    """The ``--expect`` file: five optional sections."""
 
     __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
     nic: NicSection = field(default_factory=NicSection)
     pcie: PcieSection = field(default_factory=PcieSection)
     gpu: GpuSection = field(default_factory=GpuSection)
     tcp: TcpSection = field(default_factory=TcpSection)
+    bench: BenchSection = field(default_factory=BenchSection)
 
     def __post_init__(self) -> None:
         """Each section's values; here, so that a message names the key as the file does (``nic.mtu``)."""
-        for section in (self.nic, self.pcie, self.gpu, self.tcp):
+        for section in (self.nic, self.pcie, self.gpu, self.tcp, self.bench):
             section.check()
 
 
@@ -200,6 +250,10 @@ class Expectations:
     """The farthest a GPU's nearest compute NIC may be: one of :data:`DISTANCES`."""
     tcp_buffer_bytes: int | None = None
     """rmem/wmem maxima at least this; None: the bandwidth-delay product of the fastest compute NIC."""
+    bench_nproc: int | None = None
+    bench_iters: int | None = None
+    bench_busbw: tuple[BenchFloor, ...] | None = None
+    """``doctor --bench``'s floors: op, size and least busbw."""
     source: str | None = None
     """The file these came from, for messages."""
 
@@ -209,12 +263,18 @@ class Expectations:
         for (section, key), name in _FIELDS.items():
             value = getattr(self, name)
             if value is not None:
-                sections.setdefault(section, {})[key] = list(value) if isinstance(value, tuple) else value
+                if isinstance(value, tuple):
+                    value = [asdict(v) if isinstance(v, BenchFloor) else v for v in value]
+                sections.setdefault(section, {})[key] = value
         for name, value in _flat(build(ExpectFile, sections, source=self.source or "Expectations")).items():
             setattr(self, name, value)
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__slots__}
+        """Plain values for a Result's config (the bench floors as tables)."""
+        values = {name: getattr(self, name) for name in self.__slots__}
+        if self.bench_busbw is not None:
+            values["bench_busbw"] = [asdict(floor) for floor in self.bench_busbw]
+        return values
 
 
 _FIELDS = {
@@ -228,6 +288,9 @@ _FIELDS = {
     ("gpu", "count"): "gpu_count",
     ("gpu", "nic_distance"): "gpu_nic_distance",
     ("tcp", "buffer_max"): "tcp_buffer_bytes",
+    ("bench", "nproc"): "bench_nproc",
+    ("bench", "iters"): "bench_iters",
+    ("bench", "busbw"): "bench_busbw",
 }
 """Each key of the file and the :class:`Expectations` field it fills."""
 
@@ -241,11 +304,6 @@ def _flat(checked: ExpectFile) -> dict[str, Any]:
     return values
 
 
-def _as_written(value: Any) -> str:
-    """A value as the TOML file spells it (``true``, not Python's ``True``)."""
-    return str(value).lower() if isinstance(value, bool) else repr(value)
-
-
 def _out_of_range(exc: UsageError, wrong: InvalidValue) -> InvalidValue:
     """parse_size/parse_rate's own words for a well-formed value out of range (they name the key),
     the file's spelling help for a malformed one."""
@@ -253,35 +311,52 @@ def _out_of_range(exc: UsageError, wrong: InvalidValue) -> InvalidValue:
     return wrong if text.startswith("invalid ") else InvalidValue(text)
 
 
-def _read_rate(value: Any) -> float:
+def _read_rate(value: Any, key: str = "nic.rate") -> float:
+    """A rate in Gb/s (bits)."""
     wrong = InvalidValue(
-        f"must be {_RATE_HELP}, got {_as_written(value)} (a bare number would be bits per second)", key="nic.rate"
+        f"must be {_RATE_HELP}, got {as_written(value)} (a bare number would be bits per second)", key=key
     )
     if not isinstance(value, str):
         raise wrong
     try:
-        return parse_rate(value, what="nic.rate") / 1e9
+        return parse_rate(value, what=key) / 1e9
     except UsageError as exc:
         raise _out_of_range(exc, wrong) from None
 
 
-def _read_size(value: Any) -> int:
-    wrong = InvalidValue(f"must be {_SIZE_HELP}, got {_as_written(value)}", key="tcp.buffer_max")
+def _read_size(value: Any, key: str = "tcp.buffer_max") -> int:
+    wrong = InvalidValue(f"must be {_SIZE_HELP}, got {as_written(value)}", key=key)
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise wrong
     if isinstance(value, str) and _BARE_NUMBER.match(value):
         raise InvalidValue(
             f'needs a binary suffix K, M, G or T in quotes ("{value.strip()}M" is {value.strip()} MiB; '
             f'a number of bytes goes without quotes), got "{value}"',
-            key="tcp.buffer_max",
+            key=key,
         )
     try:
-        return parse_size(value, what="tcp.buffer_max")
+        return parse_size(value, what=key)
     except UsageError as exc:
         raise _out_of_range(exc, wrong) from None
 
 
-_UNITS = {("nic", "rate"): _read_rate, ("tcp", "buffer_max"): _read_size}
+def _read_floors(value: Any) -> Any:
+    """``[bench] busbw``'s sizes and rates read into bytes and GB/s (a malformed entry is left to the schema)."""
+    if not isinstance(value, list):
+        return value
+    floors = []
+    for entry in value:
+        if isinstance(entry, dict):
+            entry = dict(entry)
+            if "size" in entry:
+                entry["size"] = _read_size(entry["size"], key="bench.busbw size")
+            if "min" in entry:
+                entry["min"] = _read_rate(entry["min"], key="bench.busbw min") * 1e9 / 8 / 1e9
+        floors.append(entry)
+    return floors
+
+
+_UNITS = {("nic", "rate"): _read_rate, ("tcp", "buffer_max"): _read_size, ("bench", "busbw"): _read_floors}
 """Values a file writes with their units (``"400G"``, ``"16M"``), read into numbers before validation."""
 
 
@@ -299,9 +374,9 @@ def parse_expectations(data: dict[str, Any], source: str) -> Expectations:
 
 
 def load_expectations(path: str) -> Expectations:
-    """Read and validate an expectations file; any problem is a :class:`ConfigError` naming ``--expect``."""
+    """Read and validate an expectations file; any problem is a :class:`ConfigError` (the CLI names ``--expect``)."""
     try:
         data = read_toml(path)
     except ConfigError as exc:
-        raise ConfigError(f"--expect {exc}") from None
+        raise InvalidValue(str(exc), key="expect") from None
     return parse_expectations(data, path)

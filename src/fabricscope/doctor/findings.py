@@ -31,7 +31,7 @@ __all__ = [
 EXIT_UNKNOWN = 3
 """Exit status when the doctor could not complete (Nagios UNKNOWN)."""
 
-AREAS = ("probe", "nic", "rdma", "pcie", "gpu", "topology", "gpudirect", "host", "nccl", "tcp", "fleet")
+AREAS = ("probe", "nic", "rdma", "pcie", "gpu", "topology", "gpudirect", "host", "nccl", "tcp", "bench", "fleet")
 """Report order of the areas a finding can belong to."""
 
 

@@ -1,0 +1,48 @@
+#!/bin/sh
+# Slurm HealthCheckProgram running fabricscope doctor (see docs/health-checks.md).
+#
+#   slurm.conf:  HealthCheckProgram=/usr/local/sbin/fabricscope-healthcheck
+#                HealthCheckInterval=300
+#                HealthCheckNodeState=ANY
+#
+# slurmd runs it as root with an empty environment (only SLURMD_NODENAME), so every
+# setting is read from the file below or has a default.  A failing verdict (exit 2)
+# drains the node with the doctor's one-line reason, prefixed "fabricscope:"; when the
+# node is healthy again (exit 0 or 1), a node drained for a "fabricscope:" reason is
+# resumed, and a node drained for any other reason is left alone.  When the doctor
+# cannot complete (exit 3) the node is left as it is and the reason goes to syslog:
+# a health check that cannot run says nothing about the node.
+#
+# /etc/default/fabricscope-healthcheck (optional, sh syntax):
+#   FABRICSCOPE=/opt/fabricscope/bin/fabricscope   # the command, if not on PATH
+#   FABRICSCOPE_DOCTOR_ARGS="--expect /etc/fabricscope/expect.toml"
+#   FABRICSCOPE_HEALTHCHECK_TIMEOUT=60             # seconds before the check is given up
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+CONF=${FABRICSCOPE_HEALTHCHECK_CONF:-/etc/default/fabricscope-healthcheck}
+# shellcheck disable=SC1090
+[ -r "$CONF" ] && . "$CONF"
+FABRICSCOPE=${FABRICSCOPE:-fabricscope}
+TIMEOUT=${FABRICSCOPE_HEALTHCHECK_TIMEOUT:-60}
+NODE=${SLURMD_NODENAME:-$(hostname -s)}
+
+# shellcheck disable=SC2086
+line=$(timeout "$TIMEOUT" "$FABRICSCOPE" doctor --oneline $FABRICSCOPE_DOCTOR_ARGS 2>/dev/null)
+code=$?
+reason=$(scontrol show node "$NODE" --oneliner 2>/dev/null | sed -n 's/.* Reason=\(.*\) \[[^]]*\].*/\1/p')
+
+case $code in
+  2)
+    if [ "$reason" != "fabricscope: $line" ]; then
+      scontrol update nodename="$NODE" state=drain reason="fabricscope: $line"
+    fi
+    ;;
+  0 | 1)
+    case $reason in
+      fabricscope:*) scontrol update nodename="$NODE" state=resume ;;
+    esac
+    ;;
+  *)
+    logger -t fabricscope-healthcheck "doctor could not complete on $NODE (exit $code): ${line:-no output}; node left as it is"
+    ;;
+esac
+exit 0

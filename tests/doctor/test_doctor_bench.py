@@ -1,0 +1,90 @@
+"""``doctor --bench``: a short real bench on this node, held to ``--expect``'s ``[bench] busbw`` floors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from doctor_helpers import FIXTURES, cli
+
+from fabricscope.doctor.expect import load_expectations
+from fabricscope.errors import ConfigError
+
+
+def _expect(tmp_path: Path, floors: str, nproc: int = 2) -> str:
+    path = tmp_path / "node.toml"
+    path.write_text(f"[bench]\nnproc = {nproc}\niters = 5\nbusbw = [{floors}]\n")
+    return str(path)
+
+
+def _no_bench_left() -> bool:
+    done = subprocess.run(["pgrep", "-f", "fabricscope-doctor-bench-"], capture_output=True, text=True, check=False)
+    return done.stdout.strip() == ""
+
+
+def test_each_floor_is_one_finding_met_or_failed(tmp_path: Path) -> None:
+    floors = (
+        '{ op = "allreduce", size = "1M", min = "0.0001GB/s" }, { op = "all_gather", size = "64K", min = "900GB/s" }'
+    )
+    out = tmp_path / "node.json"
+    done = cli("--bench", "--expect", _expect(tmp_path, floors), "--json", str(out), timeout=300)
+    assert done.returncode == 2, done.stderr
+    records = [r for r in json.loads(out.read_text())["records"] if r["id"] == "bench.busbw"]
+    assert [(r["subject"], r["severity"]) for r in records] == [
+        ("all_reduce 1M x 2 ranks", "ok"),
+        ("all_gather 64K x 2 ranks", "fail"),
+    ]
+    assert records[1]["observed"].endswith("of the floor") and records[1]["expected"] == ">= 900 GB/s busbw"
+    assert "fail bench.busbw [all_gather 64K x 2 ranks]" in done.stdout
+    assert _no_bench_left()
+
+
+def test_without_floors_it_measures_all_reduce_and_reports_it(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text("[bench]\nnproc = 2\niters = 3\n")
+    out = tmp_path / "node.json"
+    done = cli("--bench", "--expect", str(path), "--json", str(out), timeout=300)
+    [record] = [r for r in json.loads(out.read_text())["records"] if r["id"] == "bench.busbw"]
+    assert record["severity"] == "info" and record["subject"] == "all_reduce 64M x 2 ranks"
+    assert "GB/s busbw" in record["observed"]
+    assert done.returncode in (0, 1, 2) and "Traceback" not in done.stderr
+
+
+def test_a_bench_that_cannot_measure_is_a_failure_that_says_why(tmp_path: Path) -> None:
+    floors = '{ op = "all_reduce", size = "16G", min = "1GB/s" }'  # two ranks of 16 GiB do not fit this machine
+    out = tmp_path / "node.json"
+    done = cli("--bench", "--expect", _expect(tmp_path, floors), "--json", str(out), "-T", "30", timeout=300)
+    assert done.returncode == 2, done.stderr
+    [record] = [r for r in json.loads(out.read_text())["records"] if r["id"] == "bench.busbw"]
+    assert record["severity"] == "fail" and record["observed"].startswith("the bench did not measure (exit ")
+    assert _no_bench_left()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--root", str(FIXTURES / "healthy-ib-8gpu")], "--bench measures this node, not a --root tree"),
+        (["--nproc", "2"], "--bench measures this node, not fleet mode"),
+    ],
+)
+def test_bench_where_it_cannot_measure_this_node_is_refused(args: list[str], message: str) -> None:
+    done = cli("--bench", *args)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().startswith(f"error: {message}")
+
+
+@pytest.mark.parametrize(
+    ("floors", "message"),
+    [
+        ('{ op = "allreduc", size = "1M", min = "1GB/s" }', "bench.busbw unknown op 'allreduc' (did you mean"),
+        ('{ op = "ps", size = "1M", min = "1GB/s" }', "op 'ps' has no busbw"),
+        ('{ op = "all_reduce", size = "1M", min = "150" }', "bench.busbw min must be a rate"),
+        ('{ op = "all_reduce", size = "64", min = "1GB/s" }', "bench.busbw size needs a binary suffix"),
+        ('{ op = "all_reduce", size = "1M", min = "1PB/s" }', "at most 100TB/s"),
+    ],
+)
+def test_bad_floors_are_one_line_naming_the_key(tmp_path: Path, floors: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        load_expectations(_expect(tmp_path, floors))
