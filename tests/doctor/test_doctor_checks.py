@@ -86,8 +86,8 @@ def test_gpu_count_and_a_gpu_nvml_cannot_see() -> None:
     [fewer] = only(run_checks(healthy, Expectations(gpu_count=9)), "gpu.count", Severity.FAIL)
     assert "a GPU fell off the bus" in fewer.advice
     healthy.nvml = "used"
-    for index, gpu in enumerate(healthy.gpus[1:]):
-        gpu.nvml_index = index
+    for index, gpu in enumerate(healthy.gpus):
+        gpu.nvml_index = None if index == 0 else index - 1  # NVML lists all but the first
     missing = only(run_checks(healthy), "gpu.count", Severity.FAIL)
     assert [f.subject for f in missing] == [f"GPU {healthy.gpus[0].pci}"]
 

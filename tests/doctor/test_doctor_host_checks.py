@@ -30,6 +30,10 @@ NEW = (
     "gpu.xid",
     "rdma.subnet_manager",
     "rdma.dev_nodes",
+    "gpu.ecc",
+    "gpu.nvlink",
+    "gpu.clocks",
+    "gpu.persistence",
 )
 
 
@@ -59,6 +63,10 @@ def _one(check: str, subject: str) -> tuple[Severity, str, str]:
         ("gpu.xid", "GPU 0000:19:00", Severity.INFO, "Xid 13 (graphics engine exception) 2 times", ""),
         ("rdma.subnet_manager", "mlx5_6/1", Severity.FAIL, "LID 0x0, SM at LID 0x0", "opensm"),
         ("rdma.dev_nodes", "mlx5_7", Severity.FAIL, "/dev/infiniband/uverbs7 missing", "--device=/dev/infiniband"),
+        ("gpu.persistence", "GPU 0000:2a:00.0", Severity.WARN, "persistence mode off", "nvidia-persistenced"),
+        ("gpu.ecc", "GPU 0000:3b:00.0", Severity.FAIL, "uncorrected ECC 1 since the driver loaded", "nvidia-smi -r"),
+        ("gpu.clocks", "GPU 0000:4c:00.0", Severity.FAIL, "HW slowdown (0x9) at idle", "PERFORMANCE"),
+        ("gpu.nvlink", "GPU 0000:9b:00.0", Severity.FAIL, "17 of 18 links up (down: 3)", "nvlink -s"),
     ],
 )
 def test_each_planted_fault_is_named_with_its_device_and_remedy(

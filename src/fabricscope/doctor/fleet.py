@@ -100,6 +100,7 @@ def node_facts(node: Node, expect: Expectations) -> dict[str, str]:
         )
         or "-",
         "NVIDIA driver": node.gpudirect.driver_version or "-",
+        "CUDA (driver)": node.cuda_driver or "-",
         "GPUDirect RDMA": (
             "peer-memory module" if node.gpudirect.peermem else "DMA-BUF" if node.gpudirect.dmabuf_possible else "none"
         ),
@@ -289,6 +290,7 @@ _FACT_ORDER = (
     "HCA firmware",
     "NIC drivers",
     "NVIDIA driver",
+    "CUDA (driver)",
     "NIC PCIe links",
     "GPU PCIe (best)",
     "GPU-NIC distance",

@@ -17,10 +17,12 @@ __all__ = [
     "Gid",
     "Gpu",
     "GpuDirect",
+    "GpuHealth",
     "HostTuning",
     "NcclSetting",
     "NetInterface",
     "Node",
+    "NvLink",
     "PciDevice",
     "PcieLink",
     "RdmaDevice",
@@ -183,6 +185,36 @@ class Gpu:
     busy: bool | None = None
     """From NVML utilization; None without NVML (then an idle link is not a failure)."""
     nvml_index: int | None = None
+    health: GpuHealth | None = None
+    """What NVML says of its health; None without NVML."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NvLink:
+    """One NVLink of a GPU: NVML's state and data-link error counters (None: NVML cannot say)."""
+
+    link: int
+    active: bool | None
+    replay: int | None
+    recovery: int | None
+    crc: int | None
+
+
+@dataclass(kw_only=True, slots=True)
+class GpuHealth:
+    """NVML's answers about one GPU's health (see :mod:`fabricscope.doctor.probes.nvml`)."""
+
+    persistence: bool | None = None
+    ecc_volatile: int | None = None
+    """Uncorrected ECC errors since the driver loaded."""
+    ecc_aggregate: int | None = None
+    """Uncorrected ECC errors over the GPU's life."""
+    remap_pending: bool | None = None
+    """A row remapping waits for a GPU reset."""
+    remap_failed: bool | None = None
+    clock_events: int | None = None
+    """The clock event (throttle) reason mask, ``nvmlClocksEventReason*`` bits."""
+    nvlinks: list[NvLink] = field(default_factory=list)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -298,6 +330,8 @@ class Node:
     """NVIDIA Xid errors in the kernel log; None when no kernel log could be read."""
     kernel_log: str = ""
     """Where the kernel log came from (``/dev/kmsg``, a capture's ``dmesg``), or why it could not be read."""
+    cuda_driver: str | None = None
+    """The CUDA version the driver supports (NVML), ``12.4``; None without NVML."""
 
     @property
     def ports(self) -> list[RdmaPort]:

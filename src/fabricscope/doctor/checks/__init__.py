@@ -7,7 +7,16 @@ subclass to a module of its area and one entry to :data:`CHECKS`.
 from __future__ import annotations
 
 from fabricscope.doctor.checks.base import Check
-from fabricscope.doctor.checks.gpu import GpuCount, GpuDirectRdma, GpuNicDistance, GpuXid
+from fabricscope.doctor.checks.gpu import (
+    GpuClocks,
+    GpuCount,
+    GpuDirectRdma,
+    GpuEcc,
+    GpuNicDistance,
+    GpuNvLink,
+    GpuPersistence,
+    GpuXid,
+)
 from fabricscope.doctor.checks.host import HostGovernor, HostIommu, HostMemlock, HostNumaBalancing, HostShm
 from fabricscope.doctor.checks.nccl import (
     NcclAlgoProto,
@@ -72,6 +81,10 @@ CHECKS: tuple[Check, ...] = (
     PcieAer(),
     GpuCount(),
     GpuXid(),
+    GpuEcc(),
+    GpuNvLink(),
+    GpuClocks(),
+    GpuPersistence(),
     GpuNicDistance(),
     GpuDirectRdma(),
     HostIommu(),

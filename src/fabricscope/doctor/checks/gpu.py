@@ -5,10 +5,21 @@ from __future__ import annotations
 from fabricscope.doctor.checks.base import Check, compute_nic_devices, more_than_expected
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
-from fabricscope.doctor.inventory import DISTANCES, Node
+from fabricscope.doctor.inventory import DISTANCES, GpuHealth, Node, NvLink
 from fabricscope.doctor.probes.pci import nearest
 
-__all__ = ["XID_ACTIONS", "GpuCount", "GpuDirectRdma", "GpuNicDistance", "GpuXid"]
+__all__ = [
+    "CLOCK_EVENTS",
+    "XID_ACTIONS",
+    "GpuClocks",
+    "GpuCount",
+    "GpuDirectRdma",
+    "GpuEcc",
+    "GpuNicDistance",
+    "GpuNvLink",
+    "GpuPersistence",
+    "GpuXid",
+]
 
 GDR_DEFAULT = "PXB"
 """NCCL uses GPUDirect RDMA by default up to this distance (NCCL_NET_GDR_LEVEL's default)."""
@@ -37,7 +48,7 @@ class GpuCount(Check):
             findings.append(self.finding(Severity.OK, node.hostname, seen, expected))
         else:
             findings.append(self.finding(Severity.INFO, node.hostname, "no NVIDIA GPUs"))
-        if node.nvml == "used":
+        if node.nvml in ("used", "captured"):
             for gpu in node.gpus:
                 if gpu.nvml_index is None:
                     findings.append(
@@ -180,4 +191,193 @@ class GpuXid(Check):
                     action,
                 )
             )
+        return findings
+
+
+class _NvmlCheck(Check):
+    """A check of what NVML says about each GPU: applies when NVML answered (live, or a capture of it)."""
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return any(g.health is not None for g in node.gpus)
+
+    def health(self, node: Node) -> list[tuple[str, GpuHealth]]:
+        return [(f"GPU {g.pci}", g.health) for g in node.gpus if g.health is not None]
+
+
+class GpuPersistence(_NvmlCheck):
+    id = "gpu.persistence"
+    title = "Persistence mode is on (the driver stays loaded between jobs)"
+    reads = "NVML nvmlDeviceGetPersistenceMode (fabricscope-capture/nvml.json in a capture)"
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        findings = []
+        for subject, health in self.health(node):
+            if health.persistence is None:
+                continue
+            if health.persistence:
+                findings.append(self.finding(Severity.OK, subject, "persistence mode on"))
+                continue
+            findings.append(
+                self.finding(
+                    Severity.WARN,
+                    subject,
+                    "persistence mode off",
+                    "on",
+                    "without it the driver tears the GPU down when the last process exits and sets it up again for "
+                    "the next job (seconds per GPU at start-up, clocks and ECC state reset): run nvidia-persistenced "
+                    "(or nvidia-smi -pm 1)",
+                )
+            )
+        return findings
+
+
+class GpuEcc(_NvmlCheck):
+    id = "gpu.ecc"
+    title = "No uncorrected ECC errors, no row remapping pending or failed"
+    reads = "NVML nvmlDeviceGetTotalEccErrors (volatile, aggregate), nvmlDeviceGetRemappedRows"
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        findings = []
+        for subject, health in self.health(node):
+            volatile, aggregate = health.ecc_volatile or 0, health.ecc_aggregate or 0
+            seen = f"uncorrected ECC {volatile} since the driver loaded, {aggregate} in the GPU's life"
+            if health.remap_failed:
+                findings.append(
+                    self.finding(
+                        Severity.FAIL,
+                        subject,
+                        f"{seen}; row remapping failed",
+                        "no remapping failure",
+                        "the GPU ran out of spare rows: it needs replacing (nvidia-bug-report.sh for the vendor)",
+                    )
+                )
+            elif volatile:
+                findings.append(
+                    self.finding(
+                        Severity.FAIL,
+                        subject,
+                        seen,
+                        "0 since the driver loaded",
+                        "an uncorrected error killed or corrupted work on this GPU: drain the node and reset the GPU "
+                        "(nvidia-smi -r) so the bad row is remapped; a GPU that keeps counting needs replacing",
+                    )
+                )
+            elif health.remap_pending:
+                findings.append(
+                    self.finding(
+                        Severity.WARN,
+                        subject,
+                        f"{seen}; a row remapping is pending",
+                        "no pending remapping",
+                        "the remapping takes effect at the next GPU reset: reset it (nvidia-smi -r) when it is idle",
+                    )
+                )
+            elif aggregate:
+                findings.append(
+                    self.finding(
+                        Severity.INFO, subject, seen, "", "past errors, remapped: watch that the count does not grow"
+                    )
+                )
+            elif health.ecc_volatile is not None or health.remap_pending is not None:
+                findings.append(self.finding(Severity.OK, subject, seen))
+        return findings
+
+
+CLOCK_EVENTS = {
+    0x8: ("HW slowdown", Severity.FAIL),
+    0x40: ("HW thermal slowdown", Severity.FAIL),
+    0x80: ("HW power brake", Severity.FAIL),
+    0x20: ("SW thermal slowdown", Severity.WARN),
+    0x4: ("SW power cap", Severity.WARN),
+}
+"""``nvmlClocksEventReason*`` bits that slow an idle GPU's clocks (nvml.h); idle (0x1), application clocks (0x2),
+sync boost (0x10) and display clocks (0x100) are normal."""
+
+
+class GpuClocks(_NvmlCheck):
+    id = "gpu.clocks"
+    title = "No GPU is held below its clocks by hardware slowdown, thermal or power limits while idle"
+    reads = "NVML nvmlDeviceGetCurrentClocksEventReasons (throttle reasons) and utilization"
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        findings = []
+        busy = {f"GPU {g.pci}": g.busy for g in node.gpus}
+        for subject, health in self.health(node):
+            mask = health.clock_events
+            if mask is None:
+                continue
+            active = [(name, severity) for bit, (name, severity) in CLOCK_EVENTS.items() if mask & bit]
+            if busy.get(subject):  # under load, power caps and thermal limits are the GPU doing its job
+                active = [(name, severity) for name, severity in active if severity is Severity.FAIL]
+            if not active:
+                findings.append(self.finding(Severity.OK, subject, f"clock event reasons 0x{mask:x}"))
+                continue
+            worst = max(severity for _, severity in active)
+            findings.append(
+                self.finding(
+                    worst,
+                    subject,
+                    f"{', '.join(name for name, _ in active)} (0x{mask:x})" + ("" if busy.get(subject) else " at idle"),
+                    "no slowdown",
+                    "hardware slowdown and power brake come from the board (a PSU or power cable fault, an external "
+                    "brake signal) and thermal ones from cooling: check nvidia-smi -q -d PERFORMANCE,TEMPERATURE,"
+                    "POWER, the fans and airflow; a GPU that slows alone slows every collective it is part of",
+                )
+            )
+        return findings
+
+
+def _link_errors(link: NvLink) -> dict[str, int]:
+    counted = (("crc", link.crc), ("replay", link.replay), ("recovery", link.recovery))
+    return {name: count for name, count in counted if count}
+
+
+class GpuNvLink(_NvmlCheck):
+    id = "gpu.nvlink"
+    title = "Every NVLink is up, as many as its twins have, without CRC, replay or recovery errors"
+    reads = "NVML nvmlDeviceGetNvLinkState, nvmlDeviceGetNvLinkErrorCounter (DL replay, recovery, CRC flit)"
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return any(g.health is not None and g.health.nvlinks for g in node.gpus)
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        links = {subject: health.nvlinks for subject, health in self.health(node) if health.nvlinks}
+        most = max(sum(1 for link in items if link.active) for items in links.values())
+        findings = []
+        for subject, items in links.items():
+            up = [link.link for link in items if link.active]
+            down = [link.link for link in items if link.active is False]
+            errors = {
+                f"link {link.link}": {
+                    k: v for k, v in (("crc", link.crc), ("replay", link.replay), ("recovery", link.recovery)) if v
+                }
+                for link in items
+            }
+            errors = {k: v for k, v in errors.items() if v}
+            seen = f"{len(up)} of {len(items)} links up" + (f" (down: {', '.join(map(str, down))})" if down else "")
+            if len(up) < most:
+                findings.append(
+                    self.finding(
+                        Severity.FAIL,
+                        subject,
+                        seen,
+                        f"{most} links up, like its twins",
+                        "a link that is down halves (or worse) this GPU's NVLink bandwidth and NCCL routes around it: "
+                        "reset the GPU; if it stays down, reseat or replace the board (nvidia-smi nvlink -s)",
+                    )
+                )
+            elif errors:
+                shown = "; ".join(f"{k}: " + ", ".join(f"{n} {c}" for n, c in v.items()) for k, v in errors.items())
+                findings.append(
+                    self.finding(
+                        Severity.WARN,
+                        subject,
+                        f"{seen}; {shown}",
+                        "no link errors",
+                        "CRC errors are retried (replays) and cost bandwidth; recoveries stall the link: watch "
+                        "nvidia-smi nvlink -e, and reset or replace the GPU board if they grow",
+                    )
+                )
+            else:
+                findings.append(self.finding(Severity.OK, subject, seen))
         return findings

@@ -2,22 +2,20 @@
 
 sysfs alone finds every GPU the bus enumerated (class ``0x0302xx`` 3D
 controller or ``0x0300xx`` VGA, vendor ``0x10de``), with or without a driver.
-NVML (the optional ``nvidia-ml-py`` package, imported only here and only for
-the live root) adds which GPUs are busy, so a PCIe link that trained down on an
-idle GPU is told apart from one that is slow under load.
+NVML (:mod:`~fabricscope.doctor.probes.nvml`) adds which GPUs are busy, so a
+PCIe link that trained down on an idle GPU is told apart from one that is slow
+under load, and what it says of their health.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any
-
 from fabricscope.doctor.inventory import Gpu, PciDevice
+from fabricscope.doctor.probes.nvml import read_nvml
 from fabricscope.doctor.probes.pci import probe_pci
 from fabricscope.kernel_text import parse_hex
 from fabricscope.sysroot import SysRoot
 
-__all__ = ["NVIDIA", "add_nvml", "is_gpu_class", "probe_gpus"]
+__all__ = ["NVIDIA", "is_gpu_class", "probe_gpus"]
 
 NVIDIA = 0x10DE
 _GPU_CLASSES = (0x0302, 0x0300)
@@ -28,8 +26,9 @@ def is_gpu_class(class_code: int | None) -> bool:
     return class_code is not None and (class_code >> 8) in _GPU_CLASSES
 
 
-def probe_gpus(root: SysRoot, pci: dict[str, PciDevice]) -> tuple[list[Gpu], str]:
-    """The NVIDIA GPUs under the root, and how NVML went (``used``, ``absent``, ``failed: ...``)."""
+def probe_gpus(root: SysRoot, pci: dict[str, PciDevice]) -> tuple[list[Gpu], str, str | None]:
+    """The NVIDIA GPUs under the root, how NVML went (``used``, ``absent``, ``failed: ...``, ``captured``,
+    ``not live``) and the CUDA version the driver supports."""
     gpus: list[Gpu] = []
     for address in root.listdir("sys/bus/pci/devices"):
         if parse_hex(root.text(f"sys/bus/pci/devices/{address}/vendor")) != NVIDIA:
@@ -39,42 +38,5 @@ def probe_gpus(root: SysRoot, pci: dict[str, PciDevice]) -> tuple[list[Gpu], str
         device = probe_pci(root, address.lower(), pci)
         if device is not None:
             gpus.append(Gpu(pci=device.address, device_id=device.device))
-    if not root.is_live:
-        return gpus, "not live"
-    return gpus, add_nvml(gpus)
-
-
-def _bus_id(raw: Any) -> str:
-    """NVML's ``00000000:1B:00.0`` -> sysfs's ``0000:1b:00.0``."""
-    text = raw.decode() if isinstance(raw, bytes) else str(raw)
-    domain, _, rest = text.partition(":")
-    return f"{int(domain, 16):04x}:{rest.lower()}"
-
-
-def add_nvml(gpus: list[Gpu]) -> str:
-    """Mark busy GPUs and add those sysfs missed; returns ``used``, ``absent`` or ``failed: <why>``."""
-    try:
-        import pynvml
-    except ImportError:
-        return "absent"
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return f"failed: {exc}"
-    try:
-        by_address = {g.pci: g for g in gpus}
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            address = _bus_id(pynvml.nvmlDeviceGetPciInfo(handle).busId)
-            gpu = by_address.get(address)
-            if gpu is None:
-                gpu = Gpu(pci=address, device_id=None)
-                gpus.append(gpu)
-            gpu.nvml_index = index
-            gpu.busy = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu > 0
-    except pynvml.NVMLError as exc:
-        return f"failed: {exc}"
-    finally:
-        with contextlib.suppress(pynvml.NVMLError):
-            pynvml.nvmlShutdown()
-    return "used"
+    status, cuda = read_nvml(root, gpus)
+    return gpus, status, cuda

@@ -85,7 +85,7 @@ def probe_node(root: SysRoot, env: Mapping[str, str] | NodeEnv | None = None) ->
     pci: dict[str, PciDevice] = {}
     nics = probe_nics(root, pci)
     rdma = probe_rdma(root, pci, nics)
-    gpus, nvml = probe_gpus(root, pci)
+    gpus, nvml, cuda = probe_gpus(root, pci)
     nccl, problems = probe_nccl(root, env.variables, env.home)
     topo = nccl.get("NCCL_TOPO_FILE")
     conf_file = env.variables.get("NCCL_CONF_FILE")
@@ -112,6 +112,7 @@ def probe_node(root: SysRoot, env: Mapping[str, str] | NodeEnv | None = None) ->
         env_ignored=list(env.ignored),
         host=probe_host(root),
         aer=probe_aer(root, pci),
+        cuda_driver=cuda,
     )
     node.xids, node.kernel_log = probe_xids(root)
     node.anomalies = list(root.anomalies)
