@@ -34,6 +34,7 @@ NEW = (
     "gpu.nvlink",
     "gpu.clocks",
     "gpu.persistence",
+    "nic.irq_affinity",
 )
 
 
@@ -67,6 +68,13 @@ def _one(check: str, subject: str) -> tuple[Severity, str, str]:
         ("gpu.ecc", "GPU 0000:3b:00.0", Severity.FAIL, "uncorrected ECC 1 since the driver loaded", "nvidia-smi -r"),
         ("gpu.clocks", "GPU 0000:4c:00.0", Severity.FAIL, "HW slowdown (0x9) at idle", "PERFORMANCE"),
         ("gpu.nvlink", "GPU 0000:9b:00.0", Severity.FAIL, "17 of 18 links up (down: 3)", "nvlink -s"),
+        (
+            "nic.irq_affinity",
+            "mlx5_5 (0000:ab:00.0)",
+            Severity.WARN,
+            "8 IRQs, NUMA node 1: 8 may run only on other nodes' CPUs (IRQ 250, 251",
+            "set_irq_affinity_bynode.sh 1",
+        ),
     ],
 )
 def test_each_planted_fault_is_named_with_its_device_and_remedy(

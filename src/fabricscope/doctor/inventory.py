@@ -85,6 +85,8 @@ class PciDevice:
     """The upstream ports of the PCIe switches above the device, nearest first (their links are the uplinks)."""
     iommu: str | None = None
     """Its IOMMU group's domain type: ``identity`` (passthrough), ``DMA``/``DMA-FQ`` (translated); None if none."""
+    irqs: dict[int, frozenset[int] | None] = field(default_factory=dict)
+    """Its MSI/MSI-X interrupts (``msi_irqs/``) and the CPUs each may run on (``/proc/irq/<n>/smp_affinity_list``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -330,6 +332,8 @@ class Node:
     """NVIDIA Xid errors in the kernel log; None when no kernel log could be read."""
     kernel_log: str = ""
     """Where the kernel log came from (``/dev/kmsg``, a capture's ``dmesg``), or why it could not be read."""
+    numa_cpus: dict[int, frozenset[int]] = field(default_factory=dict)
+    """The CPUs of each NUMA node (``/sys/devices/system/node/node<N>/cpulist``)."""
     cuda_driver: str | None = None
     """The CUDA version the driver supports (NVML), ``12.4``; None without NVML."""
 

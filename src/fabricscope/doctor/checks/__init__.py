@@ -30,7 +30,15 @@ from fabricscope.doctor.checks.nccl import (
     NcclTopoFile,
     NcclTransport,
 )
-from fabricscope.doctor.checks.nic import NicCount, NicFlaps, NicLink, NicMtu, NicPresent, NicSpeed
+from fabricscope.doctor.checks.nic import (
+    NicCount,
+    NicFlaps,
+    NicIrqAffinity,
+    NicLink,
+    NicMtu,
+    NicPresent,
+    NicSpeed,
+)
 from fabricscope.doctor.checks.pcie import PcieAer, PcieLinkCheck, PcieSlot, PcieUplink
 from fabricscope.doctor.checks.rdma import (
     RdmaDevNodes,
@@ -62,6 +70,7 @@ CHECKS: tuple[Check, ...] = (
     NicSpeed(),
     NicMtu(),
     NicCount(),
+    NicIrqAffinity(),
     RdmaPresent(),
     RdmaUverbs(),
     RdmaDevNodes(),

@@ -7,6 +7,7 @@ from collections import defaultdict
 from fabricscope.doctor.checks.base import (
     Check,
     compute,
+    compute_nic_devices,
     compute_nics,
     format_rate,
     majority,
@@ -15,10 +16,10 @@ from fabricscope.doctor.checks.base import (
 )
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
-from fabricscope.doctor.inventory import NetInterface, Node
+from fabricscope.doctor.inventory import NetInterface, Node, PciDevice
 from fabricscope.doctor.probes.net import ARPHRD_ETHER, ARPHRD_INFINIBAND
 
-__all__ = ["LINK_ADVICE", "NicCount", "NicFlaps", "NicLink", "NicMtu", "NicPresent", "NicSpeed"]
+__all__ = ["LINK_ADVICE", "NicCount", "NicFlaps", "NicIrqAffinity", "NicLink", "NicMtu", "NicPresent", "NicSpeed"]
 
 FLAP_LIMIT = 5
 """carrier_down_count at or above this warns (Azure's health checks use 5 in 24 h)."""
@@ -284,3 +285,53 @@ class NicCount(Check):
                 "errors, and the firmware; then reboot or reseat (or fix NCCL_IB_HCA if it leaves ports out)"
             )
         return [self.finding(Severity.FAIL, node.hostname, seen, f"{expected} {what}", advice)]
+
+
+class NicIrqAffinity(Check):
+    """A NIC's interrupts should be served on its own NUMA node: across the socket link every packet's
+    completion costs a remote wakeup and the data a remote cache miss (Mellanox/NVIDIA performance tuning
+    guide, "IRQ affinity"; ``set_irq_affinity_bynode.sh``)."""
+
+    id = "nic.irq_affinity"
+    title = "Compute NICs' interrupts may run on CPUs of the NIC's own NUMA node"
+    reads = (
+        "sys/bus/pci/devices/<addr>/msi_irqs/*, proc/irq/<n>/smp_affinity_list, sys/devices/system/node/node*/cpulist"
+    )
+
+    def _devices(self, node: Node, expect: Expectations) -> list[tuple[str, PciDevice]]:
+        named = dict(compute_nic_devices(node, expect))
+        for nic in compute_nics(node, expect):
+            if nic.pci and nic.pci in node.pci:
+                named.setdefault(nic.rdma.split("/")[0] if nic.rdma else nic.name, node.pci[nic.pci])
+        return [(name, device) for name, device in named.items() if device.irqs]
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return len(node.numa_cpus) > 1 and bool(self._devices(node, expect))
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        findings = []
+        for name, device in self._devices(node, expect):
+            local = node.numa_cpus.get(device.numa_node) if device.numa_node is not None else None
+            subject = f"{name} ({device.address})"
+            known = {irq: cpus for irq, cpus in device.irqs.items() if cpus is not None}
+            if local is None or not known:
+                findings.append(self.finding(Severity.INFO, subject, f"{len(device.irqs)} IRQs, NUMA node unknown"))
+                continue
+            remote = sorted(irq for irq, cpus in known.items() if not cpus & local)
+            seen = f"{len(known)} IRQs, NUMA node {device.numa_node}"
+            if not remote:
+                findings.append(self.finding(Severity.OK, subject, f"{seen}: all may run there"))
+                continue
+            shown = ", ".join(map(str, remote[:8])) + (" ..." if len(remote) > 8 else "")
+            findings.append(
+                self.finding(
+                    Severity.WARN,
+                    subject,
+                    f"{seen}: {len(remote)} may run only on other nodes' CPUs (IRQ {shown})",
+                    f"IRQs on NUMA node {device.numa_node}'s CPUs",
+                    f"pin them to the NIC's node (set_irq_affinity_bynode.sh {device.numa_node} <if>, or "
+                    "echo a CPU list into /proc/irq/<n>/smp_affinity_list), and keep irqbalance from moving them "
+                    "back (IRQBALANCE_BANNED_CPULIST, or stop it on training nodes)",
+                )
+            )
+        return findings

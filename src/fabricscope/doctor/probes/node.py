@@ -20,7 +20,7 @@ from fabricscope.doctor.probes.host import (
 from fabricscope.doctor.probes.kernel_log import probe_xids
 from fabricscope.doctor.probes.nccl import probe_nccl
 from fabricscope.doctor.probes.net import probe_nics
-from fabricscope.doctor.probes.pci import probe_aer
+from fabricscope.doctor.probes.pci import probe_aer, probe_irqs, probe_numa_cpus
 from fabricscope.doctor.probes.rdma import probe_rdma
 from fabricscope.sysroot import SysRoot
 
@@ -114,6 +114,12 @@ def probe_node(root: SysRoot, env: Mapping[str, str] | NodeEnv | None = None) ->
         aer=probe_aer(root, pci),
         cuda_driver=cuda,
     )
+    nic_functions = {n.pci for n in nics if n.pci} | {d.pci for d in rdma if d.pci}
+    for address in sorted(nic_functions):
+        if address in pci:
+            probe_irqs(root, pci[address])
+    if any(pci[a].irqs for a in nic_functions if a in pci):
+        node.numa_cpus = probe_numa_cpus(root)
     node.xids, node.kernel_log = probe_xids(root)
     node.anomalies = list(root.anomalies)
     node.files_read = sum(1 for text in root.read_paths().values() if text is not None)

@@ -16,6 +16,7 @@ from fabricscope.kernel_text import (
     PCI_ADDRESS,
     PCIE_SPEED_UNKNOWN,
     parse_aer,
+    parse_cpu_list,
     parse_hex,
     parse_int,
     parse_pcie_speed,
@@ -24,7 +25,20 @@ from fabricscope.kernel_text import (
 )
 from fabricscope.sysroot import SysRoot
 
-__all__ = ["distance", "nearest", "pci_address_in", "probe_aer", "probe_pci", "split_pci_path"]
+__all__ = [
+    "MAX_IRQS",
+    "distance",
+    "nearest",
+    "pci_address_in",
+    "probe_aer",
+    "probe_irqs",
+    "probe_numa_cpus",
+    "probe_pci",
+    "split_pci_path",
+]
+
+MAX_IRQS = 1024
+"""Interrupts read per device (a NIC has one per queue: a few hundred at most)."""
 
 _HOST_BRIDGE = re.compile(r"^pci[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}$")
 _SPEED = "a speed like '16.0 GT/s PCIe' or '8 GT/s'"
@@ -182,3 +196,26 @@ def probe_aer(root: SysRoot, pci: dict[str, PciDevice]) -> dict[str, Aer]:
         if aer.correctable is not None or aer.nonfatal is not None or aer.fatal is not None:
             found[address] = aer
     return found
+
+
+def probe_irqs(root: SysRoot, device: PciDevice) -> None:
+    """Fill ``device.irqs``: each MSI/MSI-X interrupt and the CPUs it may run on (None when unreadable)."""
+    base = f"sys/bus/pci/devices/{device.address}/msi_irqs"
+    for entry in root.listdir(base)[:MAX_IRQS]:
+        number = parse_int(entry)
+        if number is None or number < 0:
+            continue
+        root.text(f"{base}/{entry}")  # "msix" or "msi": read so that a capture keeps the entry
+        rel = f"proc/irq/{number}/smp_affinity_list"
+        device.irqs[number] = parsed(root, rel, parse_cpu_list, "a CPU list like 0-55,112-167")
+
+
+def probe_numa_cpus(root: SysRoot) -> dict[int, frozenset[int]]:
+    """The CPUs of each NUMA node."""
+    nodes: dict[int, frozenset[int]] = {}
+    for entry in root.listdir("sys/devices/system/node")[:1024]:
+        if entry.startswith("node") and entry[4:].isdigit():
+            cpus = parsed(root, f"sys/devices/system/node/{entry}/cpulist", parse_cpu_list, "a CPU list")
+            if cpus is not None:
+                nodes[int(entry[4:])] = cpus
+    return nodes
