@@ -91,7 +91,25 @@ def _in_flag_terms(exc: FabricscopeError, parser: argparse.ArgumentParser) -> st
     return str(exc)
 
 
+def _open_standard_streams() -> None:
+    """Give a closed stdin, stdout or stderr ``/dev/null`` (a process started with ``>&-``, as cron and some
+    launchers do): nothing then writes to None, and no file opened later takes descriptor 1 or 2 and
+    receives what was meant for the terminal."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            os.set_inheritable(fd, True)  # os.open's are not: ranks and commands started from here need it
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, closefd=False, encoding="utf-8", errors="backslashreplace"))  # noqa: SIM115
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _open_standard_streams()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 
+from fabricscope.units import is_digits
+
 __all__ = ["available_bytes", "cgroup_room_bytes"]
 
 _NO_LIMIT = 1 << 60
@@ -29,7 +31,7 @@ def _read(path: str) -> str | None:
 
 
 def _number(text: str | None) -> int | None:
-    if text is None or not text.isdigit():
+    if text is None or not is_digits(text):
         return None  # "max" (v2: no limit), missing or unreadable
     value = int(text)
     return value if value < _NO_LIMIT else None

@@ -25,6 +25,7 @@ from typing import Any
 
 from fabricscope.errors import UsageError
 from fabricscope.shown import quoted
+from fabricscope.units import is_digits
 
 __all__ = [
     "MAX_DIGITS",
@@ -65,7 +66,7 @@ def _converter(name: str, convert: Callable[[str], Any]) -> Callable[[str], Any]
 def _parse_whole(text: str) -> int | None:
     body = text.strip()
     digits = body.lstrip("+-")
-    if not digits.isdigit() or len(digits) > MAX_DIGITS or body.count("-") + body.count("+") > 1:
+    if not is_digits(digits) or len(digits) > MAX_DIGITS or body.count("-") + body.count("+") > 1:
         return None
     return int(body, 10)
 

@@ -24,6 +24,7 @@ __all__ = [
     "bytes_per_s_to_gbps",
     "format_size",
     "gbps",
+    "is_digits",
     "parse_duration",
     "parse_rate",
     "parse_size",
@@ -71,6 +72,11 @@ def _matched(pattern: re.Pattern[str], text: object, what: str, hint: str) -> re
     if not match:
         raise UsageError(f"invalid {what} {quoted(str(text))}: {hint}")
     return match
+
+
+def is_digits(text: str) -> bool:
+    """Only ASCII digits, at least one: ``"²"`` passes ``str.isdigit`` and then fails ``int``."""
+    return text.isascii() and text.isdigit()
 
 
 def parse_size(text: str | int, *, what: str = "size") -> int:

@@ -46,7 +46,7 @@ from fabricscope.doctor.inventory import Node
 from fabricscope.doctor.probes.pci import nearest
 from fabricscope.errors import MissingDependencyError
 from fabricscope.launch import World
-from fabricscope.units import format_size
+from fabricscope.units import format_size, is_digits
 
 __all__ = [
     "Difference",
@@ -507,7 +507,7 @@ class Rendezvous:
             pids = []
             for key in byes:
                 machine, _, pid = (self._get(key, doing) if self._has(key, doing) else "").rpartition(" ")
-                if machine == here and pid.isdigit() and int(pid) != os.getpid():
+                if machine == here and is_digits(pid) and int(pid) != os.getpid():
                     pids.append(int(pid))
             while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
                 time.sleep(_POLL_S)

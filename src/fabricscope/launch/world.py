@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from fabricscope.errors import UsageError
 from fabricscope.shown import quoted
+from fabricscope.units import is_digits
 
 __all__ = [
     "MAX_LOCAL_RANKS",
@@ -93,7 +94,7 @@ def _int(env: Mapping[str, str], key: str) -> int | None:
     if value is None or not value.strip():
         return None
     text = value.strip()
-    if not text.isdigit() or len(text) > 9 or int(text) > MAX_WORLD:
+    if not is_digits(text) or len(text) > 9 or int(text) > MAX_WORLD:
         raise UsageError(
             f"the launcher's {key}={quoted(value, 40)} is not a whole number from 0 to {MAX_WORLD}: "
             "fix the environment (or unset it to run without a launcher)"
@@ -207,7 +208,7 @@ def _world(
             "(for mpirun: -x MASTER_ADDR=<rank 0 host>) or pass --master-addr"
         )
     port_text = env.get("MASTER_PORT", "").strip()
-    if port_text and not port_text.isdigit() and master_port is None:
+    if port_text and not is_digits(port_text) and master_port is None:
         raise UsageError(f"MASTER_PORT must be a port number, got {port_text!r}")
     port = master_port or _int(env, "MASTER_PORT") or default_port
     if not 0 < port < 65536:
@@ -272,7 +273,7 @@ def _expand_one(expression: str, *, hosts_so_far: int) -> list[str]:
     values: list[str] = []
     for item in match.group(1).split(","):
         low, dash, high = item.partition("-")
-        if not low.isdigit() or (dash and not high.isdigit()):
+        if not is_digits(low) or (dash and not is_digits(high)):
             raise UsageError(f"malformed Slurm hostlist range {item!r} in {quoted(expression, 80)}")
         first, last = int(low), int(high) if dash else int(low)
         if last - first + hosts_so_far + len(values) > MAX_HOSTS:

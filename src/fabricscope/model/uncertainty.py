@@ -24,6 +24,7 @@ from typing import Any
 
 from fabricscope.model.cluster import Cluster
 from fabricscope.model.collective_cost import ROCE_SCALE_LOSS_NICS
+from fabricscope.units import is_digits
 
 __all__ = ["LONG_CONTEXT_TOKENS", "Uncertainty", "collective_group", "for_collectives", "for_training"]
 
@@ -92,7 +93,7 @@ def _rows(kind: str) -> tuple[_Row, ...]:
             nodes, gpu = 1, ""
             if " on " in detail:  # "... on 2x8 h100-sxm: ring/Simple"
                 shape, _, rest = detail.split(" on ", 1)[1].partition(" ")
-                nodes = int(shape.split("x")[0]) if shape.split("x")[0].isdigit() else 1
+                nodes = int(shape.split("x")[0]) if is_digits(shape.split("x")[0]) else 1
                 gpu = rest.split(":")[0]
             elif "x " in detail:  # "64x a100-sxm-80gb tp8 ..."
                 gpu = detail.split("x ", 1)[1].split(" ")[0]

@@ -58,6 +58,7 @@ from fabricscope.model.predict import predict
 from fabricscope.model.workload import PARAMS_TOLERANCE, ModelSpec, model_presets
 from fabricscope.ops import get as get_op
 from fabricscope.shown import cut, quoted
+from fabricscope.units import is_digits
 from fabricscope.userfiles import read_text
 
 __all__ = [
@@ -298,7 +299,7 @@ def _number(row: Mapping[str, str], key: str, *, whole: bool = False, allow_zero
     text = (row.get(key) or "").strip()
     shown = quoted(text)
     digits = text.lstrip("+-").lstrip("0")
-    if whole and digits.isdigit() and (len(digits) > 19 or int(digits) >= 2**63):
+    if whole and is_digits(digits) and (len(digits) > 19 or int(digits) >= 2**63):
         raise ValueError(f"{key} has {len(digits)} digits; whole numbers must fit in 64 bits")
     try:
         value: float = int(text) if whole else float(text)

@@ -23,6 +23,7 @@ from fabricscope.errors import InvalidValue
 from fabricscope.monitor.deltas import RDMA_BYTES_PER_UNIT, Interval, Reading
 from fabricscope.monitor.samplers import RDMA_SATURATING_BITS
 from fabricscope.monitor.samples import Counter, CounterSource, Port
+from fabricscope.units import is_digits
 
 __all__ = ["DEFAULT_HOST", "Exporter", "parse_serve"]
 
@@ -69,7 +70,7 @@ def parse_serve(text: str) -> tuple[str, int]:
         host = host[1:-1]
     elif ":" in host:
         raise InvalidValue(f"{text!r}: write an IPv6 address in brackets, e.g. [::1]:9400", key="serve")
-    if not port_text.isdigit() or len(port_text) > 5 or int(port_text) > 65535:
+    if not is_digits(port_text) or len(port_text) > 5 or int(port_text) > 65535:
         raise InvalidValue(
             f"{text!r}: the port must be a whole number from 0 to 65535 (e.g. 9400 or HOST:9400)", key="serve"
         )

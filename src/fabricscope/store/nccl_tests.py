@@ -41,6 +41,7 @@ from fabricscope.errors import UsageError
 from fabricscope.results import CollectiveRecord, Result
 from fabricscope.shown import quoted
 from fabricscope.table import op_summary
+from fabricscope.units import is_digits
 
 __all__ = [
     "KIND",
@@ -185,13 +186,13 @@ def _row_records(tokens: list[str], columns: list[str], op: str) -> list[dict[st
     known = [c for c in columns if c not in ("timestamp",)]
     if len(tokens) < len(known):
         return None
-    if not all(t.isdigit() and len(t) <= 20 for t in tokens[:2]) or tokens[2][0].isdigit():
+    if not all(is_digits(t) and len(t) <= 20 for t in tokens[:2]) or is_digits(tokens[2][0]):
         return None  # a 64-bit count has at most 20 digits; longer is not a row (nor safe to convert)
     size, count, dtype, redop = int(tokens[0]), int(tokens[1]), tokens[2], tokens[3]
     root = -1
     if "root" in known:
         root_text = tokens[known.index("root")]
-        if not root_text.lstrip("-").isdigit() or len(root_text) > 12:
+        if not is_digits(root_text.lstrip("-")) or len(root_text) > 12:
             return None
         root = int(root_text)
     starts = [i for i, c in enumerate(known) if c in _TIME_COLUMNS]
@@ -302,7 +303,7 @@ def parse_text(text: str, *, source: str = "<log>", op: str | None = None) -> Re
             if rows is not None:
                 section.records.extend(rows)
                 continue
-            if index == last_nonblank and tokens[0].isdigit():
+            if index == last_nonblank and is_digits(tokens[0]):
                 section.truncated_row = line
                 continue
         if not line.startswith("#") and (match := _PROGRAM.search(line)):

@@ -17,6 +17,7 @@ from fabricscope.errors import ResultFormatError, UsageError
 from fabricscope.results import Result
 from fabricscope.shown import quoted
 from fabricscope.store.history import History
+from fabricscope.units import is_digits
 
 __all__ = ["COLLECTIVE_KINDS", "Run", "load_result_file", "parse_run_id", "resolve"]
 
@@ -40,7 +41,7 @@ class Run:
 def parse_run_id(text: str) -> int | None:
     """``12`` or ``#12`` -> 12; anything else -> None."""
     digits = text.strip().removeprefix("#")
-    if digits.isascii() and digits.isdigit() and len(digits) <= 18:
+    if is_digits(digits) and len(digits) <= 18:
         return int(digits)
     return None
 

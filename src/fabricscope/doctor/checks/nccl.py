@@ -19,6 +19,7 @@ from fabricscope.doctor.inventory import NcclSetting, Node, RdmaPort
 from fabricscope.doctor.probes.nccl import nccl_int, parse_interface_list
 from fabricscope.doctor.probes.net import ARPHRD_LOOPBACK
 from fabricscope.kernel_text import gid_is_link_local
+from fabricscope.units import is_digits
 
 __all__ = [
     "ALGORITHMS",
@@ -54,7 +55,7 @@ def _level(value: str) -> str | None:
     """A GDR/P2P level as NCCL reads it: an exact (case-sensitive) name, or an old number; None when neither."""
     if value in GDR_LEVELS or value in ("NVL", "NVB"):
         return value
-    if value[:1].isdigit():
+    if is_digits(value[:1]):
         number, _ = nccl_int(value)
         return OLD_LEVELS[min(number or 0, len(OLD_LEVELS) - 1)]
     return None
@@ -336,7 +337,7 @@ class NcclGdrLevel(_NcclCheck):
 
     def judge(self, node: Node, expect: Expectations, setting: NcclSetting) -> Iterator[Finding]:
         level = _level(setting.value)
-        numeric = setting.value[:1].isdigit()
+        numeric = is_digits(setting.value[:1])
         read_as = f" (NCCL reads {setting.value} as {level})" if numeric else ""
         levels = "one of " + ", ".join(GDR_LEVELS)
         if level == "LOC":

@@ -24,6 +24,7 @@ from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import Node, RdmaPort
 from fabricscope.kernel_text import gid_is_link_local
+from fabricscope.units import is_digits
 
 __all__ = [
     "RdmaDevNodes",
@@ -485,7 +486,7 @@ def nccl_priority(node: Node) -> tuple[int, str] | None:
     if setting is None:
         return 0, "NCCL_IB_TC unset: traffic class 0"
     value = setting.value.strip()
-    if not value.isdigit() or int(value) > 255:
+    if not is_digits(value) or int(value) > 255:
         return None
     tc = int(value)
     return tc >> 5, f"NCCL_IB_TC={tc} ({setting.source}): DSCP {tc >> 2}"

@@ -18,6 +18,7 @@ from fabricscope.kernel_text import (
     parsed,
 )
 from fabricscope.sysroot import SysRoot
+from fabricscope.units import is_digits
 
 __all__ = [
     "MAX_CPUS",
@@ -120,7 +121,7 @@ def probe_host(root: SysRoot) -> HostTuning:
         thp=parse_choice(root.text("sys/kernel/mm/transparent_hugepage/enabled")),
     )
     for cpu in root.listdir("sys/devices/system/cpu")[: MAX_CPUS + 64]:
-        if cpu[3:].isdigit() and cpu.startswith("cpu") and sum(host.governors.values()) < MAX_CPUS:
+        if is_digits(cpu[3:]) and cpu.startswith("cpu") and sum(host.governors.values()) < MAX_CPUS:
             governor = root.text(f"sys/devices/system/cpu/{cpu}/cpufreq/scaling_governor")
             if governor and len(governor) <= 32:
                 host.governors[governor] = host.governors.get(governor, 0) + 1

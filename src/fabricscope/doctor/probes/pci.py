@@ -24,6 +24,7 @@ from fabricscope.kernel_text import (
     parsed,
 )
 from fabricscope.sysroot import SysRoot
+from fabricscope.units import is_digits
 
 __all__ = [
     "MAX_IRQS",
@@ -214,7 +215,7 @@ def probe_numa_cpus(root: SysRoot) -> dict[int, frozenset[int]]:
     """The CPUs of each NUMA node."""
     nodes: dict[int, frozenset[int]] = {}
     for entry in root.listdir("sys/devices/system/node")[:1024]:
-        if entry.startswith("node") and entry[4:].isdigit():
+        if entry.startswith("node") and is_digits(entry[4:]):
             cpus = parsed(root, f"sys/devices/system/node/{entry}/cpulist", parse_cpu_list, "a CPU list")
             if cpus is not None:
                 nodes[int(entry[4:])] = cpus
