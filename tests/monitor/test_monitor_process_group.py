@@ -1,0 +1,90 @@
+"""``monitor -- CMD``: however the monitor ends (SIGTERM, SIGHUP, SIGKILL, killed by its own command),
+nothing the command started keeps running: not the command, not its children, not their children."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import cli_env
+
+WAIT_S = 30.0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone for our purpose (its parent has not reaped it yet)
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _job(tmp_path: Path, extra: str = "") -> tuple[subprocess.Popen[str], list[int]]:
+    """A monitor watching a shell that starts two background sleeps (its children) and a nested shell
+    with a sleep of its own (a grandchild); their pids are written to a file once all are running."""
+    pids = tmp_path / "pids"
+    script = (
+        f"sleep 300 & a=$!; sleep 300 & b=$!; sh -c 'sleep 300 & echo $! > {pids}.inner; wait' & "
+        f"while [ ! -s {pids}.inner ]; do sleep 0.05; done; echo $a $b $(cat {pids}.inner) > {pids}; {extra} wait"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fabricscope", "monitor", "--interval", "0.1", "--", "sh", "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+    )
+    deadline = time.monotonic() + WAIT_S
+    while not (pids.exists() and pids.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = [int(p) for p in pids.read_text().split()]
+    assert len(started) == 3 and all(_alive(p) for p in started)
+    return proc, started
+
+
+def _all_gone(pids: list[int]) -> bool:
+    deadline = time.monotonic() + WAIT_S
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not any(_alive(p) for p in pids)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
+def test_the_monitor_ending_ends_the_whole_job(tmp_path: Path, signum: int) -> None:
+    proc, started = _job(tmp_path)
+    proc.send_signal(signum)
+    proc.communicate(timeout=WAIT_S)
+    assert _all_gone(started), [p for p in started if _alive(p)]
+    if signum != signal.SIGKILL:
+        assert proc.returncode == 128 + signum  # the command's status: killed by the forwarded signal
+
+
+def test_a_command_that_kills_its_monitor_leaves_nothing_behind(tmp_path: Path) -> None:
+    # The shell finds the monitor (its parent's parent: the monitor runs a group leader that runs the shell).
+    proc, started = _job(tmp_path, extra="kill -9 $(ps -o ppid= -p $PPID);")
+    proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == -signal.SIGKILL
+    assert _all_gone(started), [p for p in started if _alive(p)]
+
+
+def test_grandchildren_left_by_a_finished_command_are_ended(tmp_path: Path) -> None:
+    marker = tmp_path / "orphan"
+    script = f"sh -c 'sleep 300 & echo $! > {marker}' ; while [ ! -s {marker} ]; do sleep 0.05; done; exit 3"
+    done = subprocess.run(
+        [sys.executable, "-m", "fabricscope", "monitor", "--interval", "0.1", "--", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=60,
+    )
+    assert done.returncode == 3, done.stderr
+    assert _all_gone([int(marker.read_text())])
