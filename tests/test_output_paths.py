@@ -47,7 +47,15 @@ def _preset_text() -> str:
     return (catalog_dir() / "clusters" / "dgx-h100-ndr.toml").read_text()
 
 
-@pytest.mark.parametrize("command", [["predict", "--cluster", "dgx-h100-ndr"], ["bench", "-e", "8"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["predict", "--cluster", "dgx-h100-ndr"],
+        ["bench", "-e", "8"],
+        ["pairs", "--nproc", "2", "-n", "1"],  # was silently ignored ('' is falsy)
+        ["monitor", "--duration", "1"],
+    ],
+)
 def test_empty_dash_and_too_long_names(tmp_path, command):
     assert "needs a file name, got an empty one" in _error_line(run_cli([*command, "--json", ""]))
     long_name = str(tmp_path / ("r" * 5000 + ".json"))

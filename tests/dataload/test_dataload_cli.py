@@ -82,7 +82,7 @@ def test_a_closed_stdout_keeps_the_verdicts_exit_code(big_file):
     assert "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_a_stop_signal_keeps_what_was_read(big_file, tmp_path, sig, code):
     out = tmp_path / "r.json"
     proc = start_cli(

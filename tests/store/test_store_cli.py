@@ -190,3 +190,31 @@ def test_save_on_bench_predict_estimate_doctor(home, tmp_path):
     assert_usage_error(cli(home, "doctor", "--root", fixture, "--nproc", "2", "--save"), "fleet mode does not save")
     assert_usage_error(cli(home, "predict", "--cluster", "dgx-a100-hdr", "--label", ""), "label")
     assert len(content(home)[0]) == 4
+
+
+def test_values_from_files_are_shown_escaped_in_history_and_baselines(home, tmp_path):
+    """A host, op or headline holding an escape sequence (from a log or a result file) cannot rewrite the
+    terminal of whoever lists the history: it is shown as its escape, as error lines show it."""
+    import os as _os
+
+    from fabricscope.results import loads
+    from fabricscope.store.history import History
+
+    done = cli(home, "import", "nccl-tests", LOG, "--json", tmp_path / "r.json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads((tmp_path / "r.json").read_text())
+    data["host"] = {"hostname": "evil\x1b[2J\x1b[31mhost"}
+    data["summary"] = {**data.get("summary", {}), "headline": "\x1b]0;pwned\x07 busbw"}
+    result = loads(json.dumps(data), source="hostile")
+    _os.environ["FABRICSCOPE_HOME"] = str(home)
+    try:
+        with History() as history:
+            run_id = history.add(result, label="hostile")
+    finally:
+        del _os.environ["FABRICSCOPE_HOME"]
+    assert cli(home, "baseline", "set", "b", run_id).returncode == 0
+    for argv in (["history"], ["history", "show", run_id], ["baseline", "list"]):
+        done = cli(home, *argv)
+        assert done.returncode == 0, done.stderr
+        assert "\x1b" not in done.stdout and "\x07" not in done.stdout, argv
+    assert "evil\\x1b[2J" in cli(home, "history").stdout

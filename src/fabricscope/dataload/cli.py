@@ -24,7 +24,7 @@ __all__ = ["add_parser", "run"]
 _EPILOG = """\
 exit status: 0 read (and, with --need, storage keeps up); 1 it would starve the GPUs, or reads
 failed mid-run (what was read is kept); 2 a usage error; 130 interrupted by Ctrl-C, 143 stopped by
-SIGTERM (what was read is kept, reported and written to --json).
+SIGTERM or SIGHUP (what was read is kept, reported and written to --json).
 
 examples:
   fabricscope dataload /data/shard-000.tar                     # one pass, 1 worker, 1M blocks
@@ -160,11 +160,13 @@ def run(args: argparse.Namespace) -> int:
         skipped = ", ".join(f"{n} {kind}" for kind, n in sorted(dataset.skipped.items()))
         _log(f"note: skipped what is not a regular file: {skipped}")
     stopped_by: list[int] = []
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: _stop(stopped_by, signum))
+    stops = (signal.SIGTERM, signal.SIGHUP)  # a scheduler's limit, kill, a closed session: as Ctrl-C
+    previous = {sig: signal.signal(sig, lambda signum, frame: _stop(stopped_by, signum)) for sig in stops}
     try:
         measurement = _measure(dataset, config)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if measurement.fallback_files:
         _log(
             f"note: the file system refused O_DIRECT ({measurement.fallback_reason}); "
@@ -185,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _stop(stopped_by: list[int], signum: int) -> None:
-    """SIGTERM (a scheduler's time limit, kill) stops the reads as Ctrl-C does: what was read is kept."""
+    """SIGTERM or SIGHUP stops the reads as Ctrl-C does: what was read is kept, reported and written."""
     stopped_by.append(signum)
     raise KeyboardInterrupt
 

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = build_config(args)
     world = launch.detect(master_addr=config.master_addr, master_port=config.master_port)
-    if (world is None or world.rank == 0) and config.json_path:
+    if (world is None or world.rank == 0) and config.json_path is not None:
         from fabricscope.outputs import check_output_path
 
         check_output_path("--json", config.json_path)

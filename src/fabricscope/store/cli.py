@@ -33,9 +33,13 @@ LOG_MAX_BYTES = 256 << 20
 
 
 def _print(lines: Sequence[str]) -> None:
-    """Print; a reader that went away (``| head -1``) ends the printing, never the command or its verdict."""
+    """Print, each line escaped (labels, hosts, ops and headlines come from files and logs: an escape
+    sequence in one must not rewrite the terminal); a reader that went away (``| head -1``) ends the
+    printing, never the command or its verdict."""
+    from fabricscope.shown import printable
+
     try:
-        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.write("\n".join(printable(line) for line in lines) + "\n")
         sys.stdout.flush()
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
