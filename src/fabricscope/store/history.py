@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from fabricscope.errors import ResultFormatError, RunError, UsageError
 from fabricscope.results import Result
@@ -135,6 +136,21 @@ def _entry(row: tuple[Any, ...]) -> Entry:
     )
 
 
+def _why_not_writable(path: Path) -> str:
+    """Why a history cannot be written, in the user's words: read-only file system, full disk, permission."""
+    try:
+        fs = os.statvfs(path.parent)
+    except OSError:
+        return "it is read-only here"
+    if fs.f_flag & os.ST_RDONLY:
+        return "its file system is read-only"
+    if fs.f_bavail == 0:
+        return "its disk is full"
+    if not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
+        return "no permission to write it or its folder"
+    return "it is read-only here"
+
+
 class History:
     """The history database at ``path`` (default :func:`database_path`).
 
@@ -145,6 +161,8 @@ class History:
     def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True) -> None:
         self.path = Path(path) if path is not None else database_path()
         self._conn: sqlite3.Connection | None = None
+        self.read_only: str | None = None
+        """Why the history was opened for reading only (its file system is read-only or full), or None."""
         if not self._check_file(create):
             return
         try:
@@ -152,10 +170,30 @@ class History:
             self._prepare()
         except sqlite3.Error as exc:
             self.close()
-            raise self._error(exc) from None
+            if not self._open_read_only(exc):
+                raise self._error(exc) from None
         except BaseException:
             self.close()
             raise
+
+    def _open_read_only(self, failure: sqlite3.Error) -> bool:
+        """After ``failure`` to open for writing, open for reading only (a read-only file system or mount,
+        no write permission, a full disk): listing and showing still work; a write says why it cannot.
+
+        ``immutable=1`` is the last resort for a file system where even SQLite's shared-memory index cannot
+        be made: it reads the file as it is, which is the whole history once every writer has closed it.
+        """
+        if self.path.exists() and os.access(self.path, os.R_OK) and "not a database" not in str(failure):
+            for options in ("mode=ro", "mode=ro&immutable=1"):
+                uri = f"file:{quote(str(self.path.resolve()))}?{options}"
+                try:
+                    self._conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+                    self._prepare()
+                    self.read_only = f"{_why_not_writable(self.path)} ({failure})"
+                    return True
+                except sqlite3.Error:
+                    self.close()
+        return False
 
     # --- opening --------------------------------------------------------------------
 
@@ -232,6 +270,13 @@ class History:
             )
         if "locked" in text or "busy" in text:
             return HistoryError(f"the history {self.path} stayed busy for {BUSY_TIMEOUT_S:g} s ({text}); try again")
+        if self.read_only is not None or "readonly" in text or "read-only" in text:
+            why = self.read_only or f"{_why_not_writable(self.path)} ({text})"
+            return HistoryError(f"the history {self.path} cannot be written: {why}; nothing was saved")
+        if "full" in text or "disk I/O" in text:
+            return HistoryError(
+                f"the history {self.path} cannot be written: its disk is full ({text}); nothing was saved"
+            )
         return HistoryError(f"the history {self.path} cannot be used ({text})")
 
     def close(self) -> None:

@@ -45,9 +45,15 @@ def save_result(args: argparse.Namespace | Any, result: Result, *, what: str = "
     """
     if not wants_save(args):
         return None
-    from fabricscope.store.history import History
+    from fabricscope.store.history import History, HistoryError
 
-    with History() as history:
-        run_id = history.add(result, label=getattr(args, "label", None))
+    try:
+        with History() as history:
+            run_id = history.add(result, label=getattr(args, "label", None))
+    except HistoryError as exc:
+        kept = getattr(args, "json", None) or getattr(args, "json_path", None)
+        if kept and kept != "-":  # the measurement is not lost: say where it is
+            raise HistoryError(f"{exc}; {what} is kept in {kept}") from None
+        raise
     sys.stderr.write(f"saved {what} as run {run_id} in {history.path}\n")
     return run_id
