@@ -32,15 +32,16 @@ def printable(text: str, limit: int | None = None, *, more: str = "") -> str:
 def quoted(text: str, limit: int = 60) -> str:
     """A value the user gave, quoted with its escapes visible; cut in the middle, with its length, when long."""
     shown = repr(text)
-    if len(shown) <= limit:
-        return shown
-    keep = max(8, (limit - 3) // 2)
-    return f"{shown[:keep]}...{shown[-keep:]} ({len(text)} characters)"
+    return shown if len(shown) <= limit else f"{_middle_cut(shown, limit)} ({len(text)} characters)"
 
 
 def cut(text: str, limit: int = 200) -> str:
     """``text`` (a path, a name) unquoted, printable, and cut in the middle when it is longer than ``limit``."""
-    shown = printable(text)
+    return _middle_cut(printable(text), limit)
+
+
+def _middle_cut(shown: str, limit: int) -> str:
+    """Both ends of ``shown`` around ``...`` when it is longer than ``limit``: a path keeps its file name."""
     if len(shown) <= limit:
         return shown
     keep = max(8, (limit - 3) // 2)

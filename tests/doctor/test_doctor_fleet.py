@@ -159,6 +159,19 @@ def test_rank_that_never_reports_is_a_failure() -> None:
 
 
 @pytest.mark.multiprocess
+def test_a_world_far_larger_than_what_runs_is_bounded_by_the_timeout() -> None:
+    """A launcher that claims 100,000 ranks where one runs: rank 0 waits on one counter, reads reports for at
+    most the timeout again, names 64 silent ranks and counts the rest in one finding (no query per rank)."""
+    env = {"RANK": "0", "WORLD_SIZE": "100000", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    result = cli("--root", str(FIXTURES / "healthy-ib-8gpu"), "--timeout", "2", env=env, timeout=90)
+    assert result.returncode == 2, result.stderr
+    named = [line for line in result.stdout.splitlines() if line.strip().startswith("fail rank ")]
+    assert len(named) == 64
+    [rest] = [line for line in result.stdout.splitlines() if "more ranks (" in line and "no report within 2 s" in line]
+    assert rest.split("fail ")[1].split(" more")[0].isdigit()
+
+
+@pytest.mark.multiprocess
 def test_fleet_mode_usage_errors_come_before_any_rank(tmp_path: Path) -> None:
     result = cli("--nproc", "2", "--root", str(tmp_path / "node{rank}"))
     assert result.returncode == 2
@@ -240,6 +253,11 @@ class DictStore:
 
     def get(self, key: str) -> bytes:
         return self.data[key]
+
+    def add(self, key: str, amount: int) -> int:
+        value = int(self.data.get(key, b"0")) + amount
+        self.data[key] = str(value).encode()
+        return value
 
 
 def fleet_args(root: str, **more: object) -> argparse.Namespace:

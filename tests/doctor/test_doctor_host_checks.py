@@ -35,6 +35,7 @@ NEW = (
     "gpu.clocks",
     "gpu.persistence",
     "nic.irq_affinity",
+    "pcie.acs",
 )
 
 
@@ -68,6 +69,13 @@ def _one(check: str, subject: str) -> tuple[Severity, str, str]:
         ("gpu.ecc", "GPU 0000:3b:00.0", Severity.FAIL, "uncorrected ECC 1 since the driver loaded", "nvidia-smi -r"),
         ("gpu.clocks", "GPU 0000:4c:00.0", Severity.FAIL, "HW slowdown (0x9) at idle", "PERFORMANCE"),
         ("gpu.nvlink", "GPU 0000:9b:00.0", Severity.FAIL, "17 of 18 links up (down: 3)", "nvlink -s"),
+        (
+            "pcie.acs",
+            "bridge 0000:17:01.0 (above GPU 0000:19:00.0)",
+            Severity.WARN,
+            "ACSCtl SrcValid ReqRedir CmpltRedir UpstreamFwd (0x1d)",
+            "ECAP_ACS+0x6.w=0000",
+        ),
         (
             "nic.irq_affinity",
             "mlx5_5 (0000:ab:00.0)",
@@ -173,3 +181,17 @@ def test_kernel_text_parsers_on_the_kernels_formats() -> None:
     aer = parse_aer((FIXTURES / "host-faults-8gpu/sys/bus/pci/devices/0000:49:00.0/aer_dev_correctable").read_text())
     assert aer is not None and aer["TOTAL"] == 322 and aer["BadTLP"] == 310
     assert parse_aer("RxErr 0\n") is None  # no TOTAL line: not the kernel's file
+
+
+def test_acs_control_is_read_from_the_extended_capabilities() -> None:
+    from fabricscope.doctor.probes.pci import parse_acs_control
+
+    space = bytearray(4096)
+    space[0x100:0x104] = (0x0001 | 1 << 16 | 0x180 << 20).to_bytes(4, "little")  # AER first, then ACS at 0x180
+    space[0x180:0x184] = (0x000D | 1 << 16).to_bytes(4, "little")
+    space[0x186:0x188] = (0x000C).to_bytes(2, "little")
+    assert parse_acs_control(bytes(space)) == 0x0C
+    assert parse_acs_control(bytes(space[:256])) is None  # what a reader who is not root gets
+    loop = bytearray(space)
+    loop[0x180:0x184] = (0x0002 | 1 << 16 | 0x100 << 20).to_bytes(4, "little")  # a pointer back: no ACS, no hang
+    assert parse_acs_control(bytes(loop)) is None

@@ -49,6 +49,7 @@ from fabricscope.launch import World
 from fabricscope.units import format_size, is_digits
 
 __all__ = [
+    "MAX_NAMED",
     "Difference",
     "NodeReport",
     "Rendezvous",
@@ -315,7 +316,8 @@ def fleet_findings(
 ) -> list[Finding]:
     """Fleet-level findings: a rank that never reported (fail, with its host when it said), a value that differs."""
     findings = []
-    for rank, host in sorted(missing.items()):
+    silent = sorted(missing.items())
+    for rank, host in silent[:MAX_NAMED]:
         findings.append(
             finding(
                 "fleet.report",
@@ -325,6 +327,18 @@ def fleet_findings(
                 + (" (it started, then died or hung while probing)" if host else " (it never reached rank 0)"),
                 "a report from every rank",
                 "the rank died, hung or cannot reach the rendezvous address: check that node",
+            )
+        )
+    if len(silent) > MAX_NAMED:
+        rest = [rank for rank, _ in silent[MAX_NAMED:]]
+        findings.append(
+            finding(
+                "fleet.report",
+                Severity.FAIL,
+                f"{len(rest)} more ranks ({rest[0]} to {rest[-1]})",
+                f"no report within {timeout_s:g} s",
+                "a report from every rank",
+                "so many silent ranks: is WORLD_SIZE what the launcher really started? otherwise check those nodes",
             )
         )
     for diff in differences:
@@ -357,12 +371,16 @@ class Store(Protocol):
 
     def get(self, key: str) -> bytes: ...
 
+    def add(self, key: str, amount: int) -> int: ...
+
 
 _FINISH_MARGIN_S = 10.0
 """Seconds rank 0 gets beyond the timeout of its gathering to print and save the fleet report."""
 _FAREWELL_S = 5.0
 """Seconds rank 0 waits, before it leaves, for the others to read that it is done and exit."""
 _POLL_S = 0.05
+MAX_NAMED = 64
+"""Silent ranks named one by one (with their host); past that they are counted in one finding."""
 
 
 class Rendezvous:
@@ -470,20 +488,39 @@ class Rendezvous:
 
     def send(self, payload: str) -> None:
         self._set(f"report/{self.world.rank}", payload, "sending its report")
+        self._store("counting its report", lambda: self.store.add(self.prefix + "reported", 1))
+
+    def _reported(self, doing: str) -> int:
+        """How many ranks have sent their report (one counter: a world of any size is one query)."""
+        return int(self._store(doing, lambda: self.store.add(self.prefix + "reported", 0)))
 
     def gather(self, timeout_s: float) -> tuple[list[str], dict[int, str | None]]:
-        """Rank 0: every report received within ``timeout_s``, and the ranks that sent none (with their host)."""
+        """Rank 0: every report received within ``timeout_s``, and the ranks that sent none (with their host).
+
+        Bounded whatever the world's size: the wait polls one counter, and the
+        reports are then read for at most ``timeout_s`` more; ranks past that
+        (a launcher that claims 100,000 ranks of which 3 exist) count as silent,
+        and only the first :data:`MAX_NAMED` silent ranks are asked for their host.
+        """
         doing = "gathering the reports"
-        keys = [f"report/{rank}" for rank in range(self.world.world_size)]
-        self._wait(keys, timeout_s, doing)
+        size = self.world.world_size
+        deadline = time.monotonic() + timeout_s
+        while self._reported(doing) < size and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
         received: list[str] = []
         missing: dict[int, str | None] = {}
-        for rank, key in enumerate(keys):
+        reading_until = time.monotonic() + timeout_s
+        for rank in range(size):
+            if time.monotonic() > reading_until:
+                missing.update(dict.fromkeys(range(rank, size)))
+                break
+            key = f"report/{rank}"
             if self._has(key, doing):
                 received.append(self._get(key, doing))
                 continue
             host_key = f"host/{rank}"
-            missing[rank] = self._get(host_key, doing) if self._has(host_key, doing) else None
+            named = len(missing) < MAX_NAMED and self._has(host_key, doing)
+            missing[rank] = self._get(host_key, doing) if named else None
         return received, missing
 
     def finish(self, reported: Sequence[int]) -> None:

@@ -332,6 +332,9 @@ class Node:
     """NVIDIA Xid errors in the kernel log; None when no kernel log could be read."""
     kernel_log: str = ""
     """Where the kernel log came from (``/dev/kmsg``, a capture's ``dmesg``), or why it could not be read."""
+    acs: dict[str, int | None] = field(default_factory=dict)
+    """The ACS Control register of the bridges above GPUs and NICs, by address; None where it cannot be read
+    (not root: the configuration space past 64 bytes is root's) or the bridge has no ACS."""
     numa_cpus: dict[int, frozenset[int]] = field(default_factory=dict)
     """The CPUs of each NUMA node (``/sys/devices/system/node/node<N>/cpulist``)."""
     cuda_driver: str | None = None

@@ -15,12 +15,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -205,6 +206,11 @@ def join_group(world: World, *, backend: str, timeout_s: float, command: str = "
     chosen = _backend(backend, torch)
     device = _device(chosen, world, torch)
     check_master_reachable(world, min(timeout_s, 60.0))
+    with _bounded_join(world, timeout_s):
+        return _join(world, torch, dist, chosen, device, timeout_s)
+
+
+def _join(world: World, torch: Any, dist: Any, chosen: str, device: Any, timeout_s: float) -> Group:
     timeout = timedelta(seconds=timeout_s)
     hosts_store = world.rank == 0 and not world.agent_store
     try:
@@ -238,6 +244,68 @@ def join_group(world: World, *, backend: str, timeout_s: float, command: str = "
         raise RunError(f"ranks could not exchange their details: {describe_exception(exc)}") from None
     peers = tuple(Peer(rank=r, host=h, pid=p, device=d) for r, h, p, d in gathered)
     return Group(torch=torch, dist=dist, backend=chosen, device=device, world=world, peers=peers)
+
+
+JOIN_MARGIN_S = 5.0
+"""Past ``-T``, the longest a rank waits in the rendezvous: torch bounds its steps by ``-T`` each, not the whole."""
+
+
+@contextlib.contextmanager
+def _bounded_join(world: World, timeout_s: float) -> Iterator[None]:
+    """Bound the rendezvous by ``-T`` (plus :data:`JOIN_MARGIN_S`) and let Ctrl-C and SIGTERM end it at once.
+
+    The rendezvous blocks in torch's C++ code, where neither a timeout of the
+    whole nor a Python signal handler runs (a 16,777,216-rank world sits there
+    for minutes).  A watcher thread ends the process when the deadline passes,
+    or when a signal arrives: the kernel's delivery is seen through
+    :func:`signal.set_wakeup_fd`, which works while the main thread is blocked.
+    Nothing is measured yet, so nothing is lost.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    done = threading.Event()
+    limit = timeout_s + max(JOIN_MARGIN_S, timeout_s / 2)
+    where = f"{world.master_addr}:{world.master_port}"
+
+    def watch() -> None:
+        deadline = time.monotonic() + limit
+        while not done.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                _leave_now(
+                    2,
+                    f"error: rank {world.rank}: the {world.world_size}-rank world at {where} did not form within "
+                    f"{timeout_s:g} s (-T): check that every rank was started and can reach it",
+                )
+            ready, _, _ = select.select([read_fd], [], [], min(remaining, 0.2))
+            if ready and not done.is_set():
+                received = os.read(read_fd, 64)
+                if signal.SIGINT in received or signal.SIGTERM in received:
+                    said = "interrupted while starting up: nothing was measured" if world.rank == 0 else ""
+                    _leave_now(130, said)
+
+    watcher = threading.Thread(target=watch, name="fabricscope-join-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        signal.set_wakeup_fd(previous)
+        watcher.join(1.0)
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def _leave_now(code: int, message: str) -> None:
+    with contextlib.suppress(Exception):
+        if message:
+            sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+    os._exit(code)
 
 
 def start_heartbeat(world: World, peers: Sequence[Peer], on_stall: Callable[[str], None]) -> Heartbeat:

@@ -39,7 +39,7 @@ from fabricscope.doctor.checks.nic import (
     NicPresent,
     NicSpeed,
 )
-from fabricscope.doctor.checks.pcie import PcieAer, PcieLinkCheck, PcieSlot, PcieUplink
+from fabricscope.doctor.checks.pcie import PcieAcs, PcieAer, PcieLinkCheck, PcieSlot, PcieUplink
 from fabricscope.doctor.checks.rdma import (
     RdmaDevNodes,
     RdmaEcn,
@@ -88,6 +88,7 @@ CHECKS: tuple[Check, ...] = (
     PcieSlot(),
     PcieUplink(),
     PcieAer(),
+    PcieAcs(),
     GpuCount(),
     GpuXid(),
     GpuEcc(),

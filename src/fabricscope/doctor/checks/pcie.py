@@ -20,7 +20,7 @@ from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import Node, PciDevice, PcieLink
 from fabricscope.kernel_text import pcie_generation
 
-__all__ = ["PcieAer", "PcieLinkCheck", "PcieSlot", "PcieUplink", "linked_devices"]
+__all__ = ["ACS_BITS", "PcieAcs", "PcieAer", "PcieLinkCheck", "PcieSlot", "PcieUplink", "linked_devices"]
 
 _FIX = "reseat the card, check the riser or retimer, and the BIOS slot settings (lspci -vv shows LnkSta)"
 _SLOW = f"the link trained below what device and slot support: {_FIX}"
@@ -270,3 +270,63 @@ class PcieAer(Check):
             "correctable errors are replayed in hardware and cost link bandwidth; a count that grows means a "
             f"marginal link: {_FIX}",
         )
+
+
+ACS_BITS = {
+    0x1: "SrcValid",
+    0x2: "TransBlk",
+    0x4: "ReqRedir",
+    0x8: "CmpltRedir",
+    0x10: "UpstreamFwd",
+    0x20: "EgressCtrl",
+}
+"""ACS Control bits as ``lspci -vvv`` names them (PCIe base spec 7.7.11.3); DirectTrans (0x40) is left out."""
+_REDIRECTS = 0x4 | 0x8 | 0x20
+"""Request and completion redirect, egress control: what sends peer-to-peer traffic up to the root complex."""
+
+
+class PcieAcs(Check):
+    """PCIe Access Control Services on the bridges above GPUs and NICs.
+
+    With request or completion redirect on, a switch sends every peer-to-peer
+    transaction (GPU to GPU, GPU to NIC for GPUDirect RDMA) up to the root
+    complex to be checked: bandwidth drops, and with the IOMMU translating,
+    transfers fail or NCCL hangs (NCCL troubleshooting guide, "PCI Access
+    Control Services (ACS)").  Virtual machines need ACS for isolation; bare
+    metal training nodes should have it off.
+    """
+
+    id = "pcie.acs"
+    title = "ACS does not redirect peer-to-peer traffic on the bridges above GPUs and NICs"
+    reads = "sys/bus/pci/devices/<bridge>/config (the ACS extended capability; as root), fabricscope-capture/pci-config"
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return any(value is not None for value in node.acs.values())
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        above: dict[str, list[str]] = {}
+        for item in linked_devices(node, expect):
+            for bridge in item.device.bridges:
+                above.setdefault(bridge, []).append(item.label)
+        findings = []
+        for bridge, devices in above.items():
+            control = node.acs.get(bridge)
+            if control is None:
+                continue
+            names = [name for bit, name in ACS_BITS.items() if control & bit] or ["off"]
+            subject = f"bridge {bridge} (above {', '.join(devices[:3])}{', ...' if len(devices) > 3 else ''})"
+            if not control & _REDIRECTS:
+                findings.append(self.finding(Severity.OK, subject, f"ACSCtl {' '.join(names)}"))
+                continue
+            findings.append(
+                self.finding(
+                    Severity.WARN,
+                    subject,
+                    f"ACSCtl {' '.join(names)} (0x{control:x})",
+                    "no ReqRedir, CmpltRedir or EgressCtrl",
+                    "peer-to-peer transfers (GPU to GPU, GPUDirect RDMA) are sent up to the root complex: on bare "
+                    f"metal disable ACS on this port (setpci -s {bridge} ECAP_ACS+0x6.w=0000, or the BIOS's ACS "
+                    "option); in a VM it is there on purpose, for isolation",
+                )
+            )
+        return findings

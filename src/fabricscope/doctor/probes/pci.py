@@ -23,14 +23,17 @@ from fabricscope.kernel_text import (
     parse_pcie_width,
     parsed,
 )
-from fabricscope.sysroot import SysRoot
+from fabricscope.sysroot import CAPTURE_DIR, SysRoot, read_regular_file
 from fabricscope.units import is_digits
 
 __all__ = [
+    "ACS_CONFIG_DIR",
     "MAX_IRQS",
     "distance",
     "nearest",
+    "parse_acs_control",
     "pci_address_in",
+    "probe_acs",
     "probe_aer",
     "probe_irqs",
     "probe_numa_cpus",
@@ -220,3 +223,51 @@ def probe_numa_cpus(root: SysRoot) -> dict[int, frozenset[int]]:
             if cpus is not None:
                 nodes[int(entry[4:])] = cpus
     return nodes
+
+
+ACS_CONFIG_DIR = f"{CAPTURE_DIR}/pci-config"
+"""Where a capture keeps each bridge's PCI configuration space, as hex (it is bytes, not text)."""
+_ACS_ID = 0x000D
+"""The Access Control Services extended capability (PCIe base spec 7.7.11; ``lspci -vvv``'s ACSCtl)."""
+
+
+def parse_acs_control(config: bytes) -> int | None:
+    """The ACS Control register of a configuration space, walking the extended capabilities from 0x100.
+
+    None when the space holds no extended capabilities (the 64 or 256 bytes a
+    non-root reader gets, or a device without ACS).  A loop or a pointer out
+    of the space ends the walk.
+    """
+    offset, seen = 0x100, set()
+    while 0x100 <= offset <= len(config) - 8 and offset not in seen:
+        seen.add(offset)
+        header = int.from_bytes(config[offset : offset + 4], "little")
+        if header in (0, 0xFFFFFFFF):
+            return None
+        if header & 0xFFFF == _ACS_ID:
+            return int.from_bytes(config[offset + 6 : offset + 8], "little")
+        offset = (header >> 20) & 0xFFC
+    return None
+
+
+def probe_acs(root: SysRoot, addresses: list[str]) -> dict[str, int | None]:
+    """The ACS Control register of each bridge: read live (needs root: others see 64 bytes), or from a capture."""
+    found: dict[str, int | None] = {}
+    for address in addresses:
+        if root.is_live:
+            try:
+                data = read_regular_file(root.file(f"sys/bus/pci/devices/{address}/config"))
+            except (OSError, ValueError):
+                continue
+            root.remember(f"{ACS_CONFIG_DIR}/{address}", data.hex())
+        else:
+            text = root.text(f"{ACS_CONFIG_DIR}/{address}")
+            if text is None:
+                continue
+            try:
+                data = bytes.fromhex(text)
+            except ValueError:
+                root.garbage(f"{ACS_CONFIG_DIR}/{address}", text, "hex bytes of a configuration space")
+                continue
+        found[address] = parse_acs_control(data) if len(data) > 0x100 else None
+    return found

@@ -1,0 +1,41 @@
+"""The rendezvous is bounded by -T and ends at once on Ctrl-C, whatever world size the launcher claims."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+from fabricscope.launch import free_port
+from helpers import cli_env
+
+
+def _bench(world_size: int, timeout: str) -> subprocess.Popen[str]:
+    env = cli_env(
+        {"RANK": "0", "WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "fabricscope", "bench", "-b", "1K", "-e", "1K", "-T", timeout],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def test_a_world_that_never_forms_ends_after_the_timeout_with_one_line() -> None:
+    proc = _bench(16_777_216, "3")  # the largest world the launcher variables may claim
+    out, err = proc.communicate(timeout=120)  # a hang bound, not a timing
+    assert proc.returncode == 2, err
+    assert "did not form within 3 s (-T)" in err and "Traceback" not in err
+    assert out == "" or "Collective test concluded" not in out
+
+
+def test_ctrl_c_while_waiting_for_the_other_ranks_ends_it_at_once() -> None:
+    proc = _bench(4, "600")  # three ranks never come
+    time.sleep(3)  # in the rendezvous by now
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted while starting up: nothing was measured" in err
