@@ -30,11 +30,14 @@ def _alive(pid: int) -> bool:
 
 def _job(tmp_path: Path, extra: str = "") -> tuple[subprocess.Popen[str], list[int]]:
     """A monitor watching a shell that starts two background sleeps (its children) and a nested shell
-    with a sleep of its own (a grandchild); their pids are written to a file once all are running."""
+    with a sleep of its own (a grandchild); their pids are written to a file once all are running.
+    ``extra`` runs once the test has seen them all alive (it creates ``go``)."""
     pids = tmp_path / "pids"
+    go = tmp_path / "go"
     script = (
         f"sleep 300 & a=$!; sleep 300 & b=$!; sh -c 'sleep 300 & echo $! > {pids}.inner; wait' & "
-        f"while [ ! -s {pids}.inner ]; do sleep 0.05; done; echo $a $b $(cat {pids}.inner) > {pids}; {extra} wait"
+        f"while [ ! -s {pids}.inner ]; do sleep 0.05; done; echo $a $b $(cat {pids}.inner) > {pids}; "
+        f"while [ ! -e {go} ]; do sleep 0.05; done; {extra} wait"
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "fabricscope", "monitor", "--interval", "0.1", "--", "sh", "-c", script],
@@ -47,7 +50,12 @@ def _job(tmp_path: Path, extra: str = "") -> tuple[subprocess.Popen[str], list[i
     while not (pids.exists() and pids.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.05)
     started = [int(p) for p in pids.read_text().split()]
-    assert len(started) == 3 and all(_alive(p) for p in started)
+    alive = len(started) == 3 and all(_alive(p) for p in started)
+    go.write_text("")
+    if not alive:
+        proc.kill()
+        proc.communicate()
+    assert alive
     return proc, started
 
 
