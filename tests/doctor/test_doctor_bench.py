@@ -43,7 +43,7 @@ def test_each_floor_is_one_finding_met_or_failed(tmp_path: Path) -> None:
 
 def test_without_floors_it_measures_all_reduce_and_reports_it(tmp_path: Path) -> None:
     path = tmp_path / "node.toml"
-    path.write_text("[bench]\nnproc = 2\niters = 3\n")
+    path.write_text("[bench]\nnproc = 2\niters = 1\n")
     out = tmp_path / "node.json"
     done = cli("--bench", "--expect", str(path), "--json", str(out), timeout=300)
     [record] = [r for r in json.loads(out.read_text())["records"] if r["id"] == "bench.busbw"]

@@ -50,7 +50,8 @@ def _measure(floor: BenchFloor, nproc: int, iters: int, timeout_s: float) -> Fin
     with tempfile.TemporaryDirectory(prefix="fabricscope-doctor-bench-") as folder:
         out = Path(folder) / "bench.json"
         argv = [sys.executable, "-m", "fabricscope", "bench", floor.op, "-b", str(floor.size), "-e", str(floor.size)]
-        argv += ["-n", str(iters), "-w", "2", "--nproc", str(nproc), "--json", str(out), "-T", f"{timeout_s:g}"]
+        warmup = str(min(2, iters))
+        argv += ["-n", str(iters), "-w", warmup, "--nproc", str(nproc), "--json", str(out), "-T", f"{timeout_s:g}"]
         code, tail = _run(argv, timeout_s)
         busbw = _busbw(out)
     if busbw is None:
