@@ -315,3 +315,10 @@ def test_json_dash_is_stdout_and_the_report_moves_to_stderr() -> None:
     assert json.loads(result.stdout)["summary"]["verdict"] == "fail"  # stdout holds the JSON alone
     assert result.stderr.strip().splitlines()[-1].startswith("verdict: FAIL (exit 2) on gpu-node-07")
     assert not (REPO / "-").exists()
+
+
+def test_a_root_name_too_long_is_one_line(tmp_path: Path) -> None:
+    result = cli("--root", str(tmp_path / ("n" * 5000)))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: --root {tmp_path}") and "File name too long" in line and len(line) < 400

@@ -20,6 +20,7 @@ from fabricscope.doctor.inventory import Node
 from fabricscope.doctor.probes.node import NodeEnv, probe_node
 from fabricscope.errors import InvalidValue
 from fabricscope.results import Result
+from fabricscope.shown import cut
 from fabricscope.sysroot import SysRoot
 
 __all__ = ["Diagnosis", "diagnose", "doctor_result", "expand_placeholders", "open_root"]
@@ -29,13 +30,21 @@ def open_root(path: str) -> SysRoot:
     """A :class:`SysRoot` for ``path``, or a :class:`UsageError` when it is not a tree to read."""
     directory = Path(path)
     top = "give the top of a captured tree (the directory that holds sys/ and proc/)"
-    if not directory.is_dir():
-        if directory.exists():
-            kind = "a file, not a directory" if directory.is_file() else "not a directory"
-            raise InvalidValue(f"{path}: {kind}; {top}, or /", key="root")
-        raise InvalidValue(f"{path}: no such directory", key="root")
-    if path != "/" and not (directory / "sys").is_dir() and not (directory / "proc").is_dir():
-        raise InvalidValue(f"{path}: no sys/ or proc/ inside; {top}", key="root")
+    shown = cut(path)
+    try:
+        is_dir = directory.is_dir()
+        if not is_dir:
+            if directory.exists():
+                kind = "a file, not a directory" if directory.is_file() else "not a directory"
+                raise InvalidValue(f"{shown}: {kind}; {top}, or /", key="root")
+            raise InvalidValue(f"{shown}: no such directory", key="root")
+        if path != "/" and not (directory / "sys").is_dir() and not (directory / "proc").is_dir():
+            raise InvalidValue(f"{shown}: no sys/ or proc/ inside; {top}", key="root")
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte
+        if isinstance(exc, InvalidValue):
+            raise
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise InvalidValue(f"{shown}: cannot be read ({why}); {top}", key="root") from None
     return SysRoot(directory)
 
 
