@@ -9,6 +9,7 @@ import argparse
 import os
 import signal
 import sys
+import threading
 from typing import TYPE_CHECKING, Any
 
 from fabricscope.errors import UsageError
@@ -160,10 +161,17 @@ def run(args: argparse.Namespace) -> int:
         skipped = ", ".join(f"{n} {kind}" for kind, n in sorted(dataset.skipped.items()))
         _log(f"note: skipped what is not a regular file: {skipped}")
     stopped_by: list[int] = []
-    stops = (signal.SIGTERM, signal.SIGHUP)  # a scheduler's limit, kill, a closed session: as Ctrl-C
-    previous = {sig: signal.signal(sig, lambda signum, frame: _stop(stopped_by, signum)) for sig in stops}
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        """Ctrl-C, a scheduler's limit or kill, a closed session: stop the reads, keep what was read."""
+        stopped_by.append(signum)
+        stop.set()
+
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, on_signal) for sig in stops}
     try:
-        measurement = _measure(dataset, config)
+        measurement = _measure(dataset, config, stop)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -186,12 +194,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stop(stopped_by: list[int], signum: int) -> None:
-    """SIGTERM or SIGHUP stops the reads as Ctrl-C does: what was read is kept, reported and written."""
-    stopped_by.append(signum)
-    raise KeyboardInterrupt
-
-
 def _log(line: str) -> None:
     """One line on stderr; a file name cannot send control characters to the terminal."""
     from fabricscope.shown import printable
@@ -199,12 +201,12 @@ def _log(line: str) -> None:
     sys.stderr.write(printable(line) + "\n")
 
 
-def _measure(dataset: DataSet, config: ReadConfig) -> Measurement:
+def _measure(dataset: DataSet, config: ReadConfig, stop: threading.Event) -> Measurement:
     from fabricscope.dataload.reader import read_dataset
 
     total = dataset.total_bytes if config.duration_s is None else None
     if not sys.stderr.isatty():
-        return read_dataset(dataset, config)
+        return read_dataset(dataset, config, stop=stop)
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeElapsedColumn, TransferSpeedColumn
 
@@ -218,7 +220,7 @@ def _measure(dataset: DataSet, config: ReadConfig) -> Measurement:
         transient=True,
     ) as bar:
         task = bar.add_task("reading", total=total)
-        return read_dataset(dataset, config, progress=lambda done: bar.update(task, completed=done))
+        return read_dataset(dataset, config, progress=lambda done: bar.update(task, completed=done), stop=stop)
 
 
 def _rate(bytes_per_s: float) -> str:

@@ -370,6 +370,7 @@ def _one_pass(
     rng: random_module.Random,
     progress: ProgressFn | None,
     done_before: int,
+    stop: threading.Event | None = None,
 ) -> Pass:
     from fabricscope.dataload import pagecache
 
@@ -406,6 +407,8 @@ def _one_pass(
         for thread in threads:
             while thread.is_alive():
                 thread.join(0.1)
+                if stop is not None and stop.is_set():
+                    raise KeyboardInterrupt  # from here, where it is caught: never lost in a callback
                 if progress is not None:
                     progress(done_before + sum(c.bytes for c in counters))
     except KeyboardInterrupt:
@@ -427,11 +430,19 @@ def _one_pass(
     return result
 
 
-def read_dataset(dataset: DataSet, config: ReadConfig, *, progress: ProgressFn | None = None) -> Measurement:
+def read_dataset(
+    dataset: DataSet,
+    config: ReadConfig,
+    *,
+    progress: ProgressFn | None = None,
+    stop: threading.Event | None = None,
+) -> Measurement:
     """Read ``dataset`` as ``config`` says and measure it.
 
-    Ctrl-C (KeyboardInterrupt) stops the workers at their next block; the
-    Measurement keeps what was read, with ``interrupted`` set.
+    Ctrl-C (KeyboardInterrupt), or ``stop`` set (by a signal handler), stops
+    the workers at their next block; the Measurement keeps what was read,
+    with ``interrupted`` set.  A handler that sets ``stop`` is never lost, where
+    a KeyboardInterrupt raised inside a garbage collector's callback is.
     """
     measurement = Measurement(dataset=dataset, config=config)
     rng = random_module.Random(config.seed)
@@ -440,10 +451,12 @@ def read_dataset(dataset: DataSet, config: ReadConfig, *, progress: ProgressFn |
     try:
         while True:
             run = _Run(config, measurement, deadline)
-            one = _one_pass(dataset, run, len(measurement.passes) + 1, rng, progress, done)
+            one = _one_pass(dataset, run, len(measurement.passes) + 1, rng, progress, done, stop)
             if one.bytes or one.complete or not measurement.passes:
                 measurement.passes.append(one)
             done += one.bytes
+            if stop is not None and stop.is_set():
+                measurement.interrupted = True
             if measurement.interrupted or deadline is None or time.monotonic() >= deadline:
                 break
             if not one.complete and one.bytes == 0:
