@@ -200,11 +200,15 @@ def one_line(findings: Sequence[Finding], where: str, limit: int = ONE_LINE) -> 
         top = max(findings, key=lambda f: f.severity)  # the first of the worst, in report order
         tallied = ", ".join(f"{tally[s.label]} {s.label}" for s in (Severity.FAIL, Severity.WARN) if tally[s.label])
         text = f"{top.severity.label.upper()} ({tallied}) {top.id} {top.subject}: {top.observed}"
-    text = printable(text).encode("ascii", "replace").decode().replace('"', "'")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return _plugin_line(text, limit)
 
 
 def one_line_unknown(why: str, limit: int = ONE_LINE) -> str:
     """``UNKNOWN: <why>``: the one line when the doctor could not complete (no verdict)."""
-    text = printable(f"UNKNOWN: {why}").encode("ascii", "replace").decode().replace('"', "'")
+    return _plugin_line(f"UNKNOWN: {why}", limit)
+
+
+def _plugin_line(text: str, limit: int) -> str:
+    """Printable ASCII, single quotes only, at most ``limit`` characters: what a drain reason or NPD holds."""
+    text = printable(text).encode("ascii", "replace").decode().replace('"', "'")
     return text if len(text) <= limit else text[: limit - 3] + "..."
