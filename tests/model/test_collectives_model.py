@@ -240,10 +240,11 @@ def test_nvls_tree_across_nodes_stays_below_one_node() -> None:
     two, four = one.with_nodes(2), one.with_nodes(4)
     single = busbw(one, 8 << 30)
     assert single == pytest.approx(480, rel=0.05)  # nccl-tests issue 212
-    # Without SHARP two nodes run an NVLS tree, capped per NIC channel at NCCL's 57.7 GB/s:
-    # 8 x 57.7 = 462 (NVIDIA/nccl issue 1221 measured 430 on 8x400G RoCE).
+    # Without SHARP two nodes run an NVLS tree, capped per NIC channel at NCCL's 57.7 GB/s
+    # (8 x 57.7 = 462), less the 3.4 us each of its 512 pipeline steps per channel costs:
+    # NVIDIA/nccl issue 1221 measured 430 on 8x400G RoCE.
     assert label(two, "all_reduce", 8 << 30)[1] == "nvlstree/Simple"
-    assert busbw(two, 8 << 30) == pytest.approx(8 * 57.7, rel=0.01)
+    assert 430 * 0.97 < busbw(two, 8 << 30) < 8 * 57.7
     assert busbw(two, 8 << 30) < single
     # Beyond two nodes the cap is 45.5 per channel and the ring wins (issue 1221: 320 either way).
     assert busbw(four, 8 << 30) < 8 * 48 and label(four, "all_reduce", 8 << 30)[1] == "ring/Simple"

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from fabricscope.model import nccl_runtime
 from fabricscope.model.fabric import Fabric, Num
 
 __all__ = [
@@ -119,6 +120,14 @@ def _seconds(lat_us: Num, nbytes: Num, gbps: Num) -> Num:
     return lat_us * 1e-6 + nbytes / (np.maximum(gbps, 1e-12) * 1e9)
 
 
+def _ranked(seconds: Num, tuned: Num, penalty: Num) -> tuple[Num, Num]:
+    """(``seconds``, the penalty that keeps the tuner ranking the candidate at ``tuned`` + ``penalty``):
+    NCCL chooses with its tuner's times and only then runs the message on fewer channels or in
+    smaller steps (:mod:`~fabricscope.model.nccl_runtime`), which its choice never sees."""
+    extra = np.where(np.isfinite(seconds) & np.isfinite(tuned), tuned - seconds, 0.0)
+    return seconds, penalty + extra
+
+
 def _done(nbytes: Num, ranks: Num, seconds: Num) -> Num:
     """Nothing to move, or nobody to move it to: NCCL returns at once."""
     return np.where((nbytes > 0) & (ranks > 1), seconds, 0.0)
@@ -197,9 +206,11 @@ def _ring(
     *,
     steps: Num,
     inter_steps: Num,
+    nccl_bytes: Num,
     plateau_bytes: Num | None = None,
 ) -> Iterator[Candidate]:
-    """A ring moving ``moved`` bytes per rank in ``steps`` steps, ``inter_steps`` of them between nodes."""
+    """A ring moving ``moved`` bytes per rank in ``steps`` steps, ``inter_steps`` of them between nodes,
+    of a message NCCL counts as ``nccl_bytes`` (it runs on as many channels as that fills)."""
     multi = nodes > 1
     net, channels = _network(fab, nodes, node_net, ppn)
     bw = np.minimum(np.where(ppn > 1, intra_bw(fab, ppn), np.inf), np.where(multi, net, np.inf))
@@ -214,8 +225,11 @@ def _ring(
         if plateau_bytes is not None and proto == SIMPLE:
             plateau = multi & (plateau_bytes >= 64.0 * ppn * nodes * channels)
             penalty = np.where(plateau, PLATEAU[_arch(fab)] - 1.0, 0.0) * lat * 1e-6
-        gbps = np.minimum(bw * BW_FACTOR["ring"][proto], caps[proto])
-        seconds = _seconds(lat, moved, gbps)
+        share = nccl_runtime.channel_share(fab, proto, nccl_bytes, ppn * nodes, nodes, ring=True)
+        tuned = _seconds(lat, moved, np.minimum(bw * BW_FACTOR["ring"][proto], caps[proto]))
+        seconds, penalty = _ranked(
+            _seconds(lat, moved, np.minimum(bw * BW_FACTOR["ring"][proto] * share, caps[proto])), tuned, penalty
+        )
         yield "ring", name, _gate(_ll128_ok(fab), seconds) if proto == LL128 else seconds, penalty
 
 
@@ -247,6 +261,7 @@ def all_reduce(
         node_net,
         steps=2 * (p - 1),
         inter_steps=inter_steps,
+        nccl_bytes=nbytes,
         plateau_bytes=nbytes,
     ):
         yield algo, label, _done(nbytes, p, seconds), penalty
@@ -266,7 +281,9 @@ def all_reduce(
             moving = np.maximum(moving, 2.0 * nbytes / (ll_max * 1e9))
         ok = multi & (_ll128_ok(fab) if proto == LL128 else True)
         penalty = moving * (1.0 / _tree_correction(nbytes, proto) - 1.0)
-        yield "tree", name, _done(nbytes, p, _gate(ok, lat * 1e-6 + moving)), penalty
+        share = nccl_runtime.channel_share(fab, proto, nbytes, p, nodes, ring=False)
+        seconds, penalty = _ranked(lat * 1e-6 + moving / share, lat * 1e-6 + moving, penalty)
+        yield "tree", name, _done(nbytes, p, _gate(ok, seconds)), penalty
 
     if include_hier:
         for proto, name in enumerate(PROTOCOLS):
@@ -284,19 +301,26 @@ def all_reduce(
     penalty = (NVLS_TUNER_US - NVLS_PHYSICAL_US) * 1e-6
     sharp_net = np.where(multi, np.maximum(NVLS_NET_US + fab.net_extra_us, 0.0), 0.0)
     sharp_inter = np.where(multi, nbytes / (np.maximum(net, 1e-12) * 1e9), 0.0)
-    seconds = (NVLS_PHYSICAL_US + sharp_net) * 1e-6 + np.maximum(nvls_intra, sharp_inter)
+    moving = np.maximum(nvls_intra, sharp_inter)
+    lat = (NVLS_PHYSICAL_US + sharp_net) * 1e-6
+    seconds, nvls_penalty = _ranked(
+        lat + nccl_runtime.nvls_pipeline(fab, nbytes, ppn, nodes, moving), lat + moving, penalty
+    )
     yield (
         "nvls",
         "Simple",
         _done(nbytes, p, _gate(nvls_ok & ((fab.sharp > 0) | np.logical_not(multi)), seconds)),
-        penalty,
+        nvls_penalty,
     )
     heads = np.minimum(channels, ppn)
     cap: Num = heads * NVLS_TREE_PER_CHANNEL[_arch(fab), np.where(nodes <= 2, 0, 1)]
     capped = 2 * (p - 1) / p * nbytes / (np.maximum(cap, 1e-12) * 1e9)
     lat = NVLS_PHYSICAL_US + 2 * log_nodes * np.maximum(NVLS_TREE_NET_US + fab.net_extra_us, 0.0)
-    seconds = lat * 1e-6 + np.maximum(np.maximum(nvls_intra, nvls_inter_t), capped)
-    yield "nvlstree", "Simple", _done(nbytes, p, _gate(nvls_ok & multi & (cap > 0), seconds)), penalty
+    moving = np.maximum(np.maximum(nvls_intra, nvls_inter_t), capped)
+    seconds, tree_penalty = _ranked(
+        lat * 1e-6 + nccl_runtime.nvls_pipeline(fab, nbytes, ppn, nodes, moving), lat * 1e-6 + moving, penalty
+    )
+    yield "nvlstree", "Simple", _done(nbytes, p, _gate(nvls_ok & multi & (cap > 0), seconds)), tree_penalty
 
     lat = 2 * (np.minimum(1, ppn - 1) * COLLNET_HOP_INTRA_US + (ppn - 1) * COLLNET_PER_RANK_US) + (
         np.maximum(COLLNET_NET_US + fab.net_extra_us, 0.0)
@@ -318,7 +342,9 @@ def ring_like(
     """
     p = ppn * nodes
     moved = total_bytes if chain else total_bytes * (p - 1) / p
-    for algo, label, seconds, penalty in _ring(fab, moved, ppn, nodes, node_net, steps=p - 1, inter_steps=nodes - 1):
+    for algo, label, seconds, penalty in _ring(
+        fab, moved, ppn, nodes, node_net, steps=p - 1, inter_steps=nodes - 1, nccl_bytes=total_bytes
+    ):
         yield algo, label, _done(total_bytes, p, seconds), penalty
     if not chain:
         net, _ = _network(fab, nodes, node_net, ppn)
