@@ -103,3 +103,40 @@ def test_bad_predict_input(cli, args: list[str], fragments: list[str]) -> None:
 def test_missing_cluster_flag_is_a_usage_error(cli) -> None:
     done = cli("predict")
     assert done.code == 2 and "--cluster" in done.err
+
+
+CALIBRATED = """description = "calibrated from 2 run(s); base lab-8gpu-100g-nvme"
+nodes = 1
+gpus_per_node = 2
+gpu = "h100-sxm"
+intra = "nvswitch"
+pcie = "gen5"
+
+[network]
+nic = "eth-100g"
+nics_per_node = 1
+transport = "rdma"
+
+[calibration.all_reduce]
+base_us = 30.0
+intra_hop_us = 10.0
+intra_busbw_gbps = 2.5
+points = 12
+residual_pct = 4.2
+"""
+
+
+def test_a_calibrated_op_says_its_times_come_from_the_measurements(cli, write) -> None:
+    path = write("cal.toml", CALIBRATED)
+    done = cli("predict", "all_reduce", "--cluster", str(path), "-b", "1M", "-e", "1M")
+    assert done.code == 0, done.err
+    header = [line for line in done.out.splitlines() if line.startswith("#")][:6]
+    text = "\n".join(header)
+    # The measured terms and where they came from, not the base preset's hardware.
+    assert "[calibration.all_reduce]" in text and "12 measured rows" in text and "4.2%" in text
+    assert "calibrated from 2 run(s); base lab-8gpu-100g-nvme" in text and "measured at 1 x 2" in text
+    assert "30.00 us per call" in text and "2.5 GB/s busbw" in text
+    assert "over rdma" not in text and "NCCL's cost model" not in text
+    # An op the file did not calibrate is still the catalog model's, and says so.
+    other = cli("predict", "all_gather", "--cluster", str(path), "-b", "1M", "-e", "1M")
+    assert other.code == 0 and "NCCL's cost model" in other.out and "over rdma" in other.out

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from fabricscope import __version__, table
-from fabricscope.model.cluster import Cluster
+from fabricscope.model.cluster import CalibratedOp, Cluster
 from fabricscope.model.estimate import Estimate
 from fabricscope.model.fabric import fabric_of, transport_extra_us
 from fabricscope.model.parallel import KNOBS
@@ -18,6 +18,7 @@ from fabricscope.model.training import BREAKDOWN
 from fabricscope.model.validation import Comparison, by_group, summary
 from fabricscope.ops import Collective
 from fabricscope.results import CollectiveRecord
+from fabricscope.shown import printable
 
 __all__ = [
     "cluster_lines",
@@ -74,6 +75,27 @@ def cluster_lines(cluster: Cluster) -> list[str]:
     return lines
 
 
+def calibrated_lines(cluster: Cluster, op: str, terms: CalibratedOp) -> list[str]:
+    """'#' lines for an op the cluster file prices from measurements: what was measured, the
+    fitted terms, and that the catalog hardware does not set these times."""
+    measured, hops = [], []
+    if terms.intra_busbw_gbps > 0:
+        hops.append(f"inside a node {terms.intra_hop_us:.2f} us per step, {terms.intra_busbw_gbps:.4g} GB/s busbw")
+    if terms.inter_busbw_gbps > 0:
+        hops.append(f"between nodes {terms.inter_hop_us:.2f} us per step, {terms.inter_busbw_gbps:.4g} GB/s busbw")
+    if cluster.spec.description:
+        measured.append(printable(cluster.spec.description)[:120])
+    file_nodes, file_gpus = cluster.file_shape
+    return [
+        f"# cluster {cluster.name}: {cluster.nodes} node(s) x {cluster.gpus_per_node} = {cluster.gpus} ranks "
+        f"({'; '.join(measured) or 'calibrated'}; measured at {file_nodes} x {file_gpus})",
+        f"# {op}: time = the cluster's [calibration.{op}] terms, fitted by 'fabricscope calibrate' to "
+        f"{terms.points} measured rows (median error {terms.residual_pct:.1f}%), not the catalog's "
+        f"{cluster.gpu.name} and {cluster.nic.name}: {terms.base_us:.2f} us per call; " + "; ".join(hops or ["no hop"]),
+        "# GB/s = 1e9 bytes/s",
+    ]
+
+
 def _extra_latency(cluster: Cluster) -> str:
     """What the network latency above NCCL's own constants is made of, in the transport's words."""
     parts = ["switches and cables"]
@@ -98,11 +120,15 @@ def predict_lines(
     lines = [f"# fabricscope version {__version__} predict (model, not a measurement)"]
     lines.append(f"# Collective test starting: {op.program}")
     lines.append(f"# nThread 1 nGpus 1 minBytes {min_bytes} maxBytes {max_bytes} step: {step} (predicted)")
-    lines.extend(cluster_lines(cluster))
-    lines.append(
-        f"# {cluster.gpus} ranks; time = NCCL's cost model with the algorithm and protocol it would pick; "
-        "GB/s = 1e9 bytes/s"
-    )
+    terms = cluster.spec.calibration.get(op.name)
+    if terms is None:
+        lines.extend(cluster_lines(cluster))
+        lines.append(
+            f"# {cluster.gpus} ranks; time = NCCL's cost model with the algorithm and protocol it would pick; "
+            "GB/s = 1e9 bytes/s"
+        )
+    else:
+        lines.extend(calibrated_lines(cluster, op.name, terms))
     lines.extend(table.header_lines())
     dicts = [r.to_dict() for r in records]
     current = None
