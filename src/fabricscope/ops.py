@@ -37,8 +37,10 @@ nccl-tests does.
 torch.distributed has no out-of-place form of all_reduce, reduce and
 broadcast: for these the out-of-place columns run the same call on a separate
 receive buffer that is loaded with a copy of the send buffer before the timed
-loop (the copy is not timed), so the send buffer stays intact.  It has no
-in-place alltoall or sendrecv: their in-place columns print N/A.
+loop (the copy is not timed), so the send buffer stays intact.  alltoall and
+sendrecv run in place as nccl-tests runs them (one buffer as both input and
+output: the time is real, the result is not defined), and, as nccl-tests does,
+their in-place ``#wrong`` prints N/A: nothing is checked.
 
 Only the ``run`` functions touch torch, and they receive it as an argument:
 importing this module costs nothing, and the model reuses the byte counts.
@@ -120,6 +122,9 @@ class Collective:
     in-place offsets (the same tensor object when both offsets are 0)."""
     modelled: bool = True
     """Whether the model (``predict``) has a cost model for it; ``ps`` has none."""
+    checks_in_place: bool = True
+    """Whether its in-place result is defined and checked (nccl-tests: not for alltoall and sendrecv,
+    whose in-place ``#wrong`` column prints N/A)."""
 
     @property
     def program(self) -> str:
@@ -601,7 +606,8 @@ COLLECTIVES: dict[str, Collective] = {
             title="AlltoAll",
             reduces=False,
             rooted=False,
-            in_place=False,
+            in_place=True,
+            checks_in_place=False,
             min_ranks=1,
             layout=_alltoall_layout,
             algbw_elements=_times_ranks,
@@ -613,7 +619,8 @@ COLLECTIVES: dict[str, Collective] = {
             title="SendRecv",
             reduces=False,
             rooted=False,
-            in_place=False,
+            in_place=True,
+            checks_in_place=False,
             min_ranks=2,
             layout=_same,
             algbw_elements=_per_rank,

@@ -282,7 +282,7 @@ class Sweep:
             )
             samples, per_stream = combined[: len(samples)], combined[len(samples) :]
             wrong = None
-            if self.config.check:
+            if self.config.check and (op.checks_in_place or not in_place):
                 tolerant = ctx.redop == "avg" and ctx.dtype.is_float
                 wrong = self._guarded(f"{label} (check)", 2 * self.config.check, self._check, plan, tolerant)
             algbw, busbw = op.bandwidths(layout, ctx.dtype.size, self.nranks, mean_s)
