@@ -182,7 +182,9 @@ def test_bf16_optimizer_accumulates_in_fp32_unsharded_and_only_in_bf16() -> None
     plain, accumulated = runs["deepspeed-pipeline", "bf16"], runs["megatron-deepspeed-bf16", "bf16"]
     params = model.param_count / (4 * 12)
     extra = accumulated.value("memory_bytes") - plain.value("memory_bytes")
-    assert extra == pytest.approx(4.0 * params, rel=0.1)
+    # 4 bytes of fp32 accumulator, and the 2-byte bf16 copy DeepSpeed reduces it through
+    # (communication_data_type is bf16 under bf16: deepspeed/runtime/engine.py, allreduce_bucket).
+    assert extra == pytest.approx(6.0 * params, rel=0.1)
     microbatches = model.global_batch / (8 * 2)
     pass_s = microbatches * 10.0 * params / (cluster.gpu.hbm_tbps * 1e12)
     assert accumulated.value("optimizer") - plain.value("optimizer") == pytest.approx(pass_s, rel=0.1)

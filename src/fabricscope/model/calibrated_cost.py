@@ -16,7 +16,7 @@ import numpy as np
 from fabricscope import ops
 from fabricscope.model.cluster import CalibratedOp
 
-__all__ = ["inter_steps", "missing_hop", "predicted_seconds", "steps", "unmeasured_intra"]
+__all__ = ["described", "inter_steps", "missing_hop", "predicted_seconds", "steps", "unmeasured_intra"]
 
 
 def steps(op: str, members: Any) -> Any:
@@ -75,3 +75,14 @@ def predicted_seconds(
     with np.errstate(over="ignore", invalid="ignore"):
         seconds = latency_us * 1e-6 + sizes * scale * factor / (np.maximum(busbw, 1e-12) * 1e9)
     return np.where(ranks > 1, seconds, 0.0)
+
+
+def described(terms: CalibratedOp) -> str:
+    """The fitted terms in words: latency per call, and per hop that was measured its step latency and
+    bus bandwidth."""
+    hops = []
+    if terms.intra_busbw_gbps > 0:
+        hops.append(f"inside a node {terms.intra_hop_us:.2f} us per step, {terms.intra_busbw_gbps:.4g} GB/s busbw")
+    if terms.inter_busbw_gbps > 0:
+        hops.append(f"between nodes {terms.inter_hop_us:.2f} us per step, {terms.inter_busbw_gbps:.4g} GB/s busbw")
+    return f"{terms.base_us:.2f} us per call; " + "; ".join(hops or ["no hop"])

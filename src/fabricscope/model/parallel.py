@@ -88,6 +88,12 @@ def check_values(split: _Split) -> None:
         )
 
 
+EAGER_CONTEXT_GIB = 1.78
+"""CUDA's own memory on a GPU when PyTorch loads every kernel module at start (before lazy loading:
+A100 80GB, PyTorch 1.10.2, stas00/ml-engineering training/performance/README.md), the stacks of
+2021-22."""
+
+
 @dataclass(kw_only=True, slots=True)
 class StackParameters:
     """How a training stack moves data and runs kernels, beyond the split: the named parameters
@@ -127,6 +133,17 @@ class StackParameters:
     """In bf16, each micro-batch's gradients are added into an fp32 buffer of every parameter the
     GPU holds, not sharded by ZeRO (Megatron-DeepSpeed's BF16 optimizer): 4 more bytes per
     parameter, and one pass over them per micro-batch; fp16 accumulates in its own 16 bits."""
+    bf16_grad_comm: bool = False
+    """With ``bf16_fp32_accumulation``: the fp32 gradients are all-reduced through a bf16 copy of each
+    flat gradient group (DeepSpeed's ``communication_data_type`` is bf16 whenever bf16 is on, and
+    ``allreduce_bucket`` runs ``tensor.to(self.communication_data_type)``: deepspeed/runtime/engine.py),
+    so 2 bytes per gradient cross the network and a transient copy of 2 bytes per parameter held
+    stays reserved by PyTorch's caching allocator; else the fp32 buffer is reduced as it is."""
+    cuda_context_gib: float = 0.47
+    """GPU memory CUDA takes when PyTorch first uses a GPU, which no tensor accounts for: 0.47 GiB with
+    lazy module loading (the default from PyTorch 1.13 on CUDA 11.7), 1.78 GiB loaded eagerly (A100
+    80GB, PyTorch 1.10.2); stas00/ml-engineering, training/performance/README.md, 'Preloaded CUDA
+    kernels memory usage'."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -145,6 +162,7 @@ FRAMEWORKS: dict[str, Framework] = {
         flash_attention=False,
         dp_overlap=False,
         regather_on_recompute=False,
+        cuda_context_gib=EAGER_CONTEXT_GIB,
         hopper_attention=False,
         source="Megatron-LM of 2021-22 (Narayanan et al. SC21; Korthikanti et al. 2022): fused softmax that "
         "writes the scores, gradients all-reduced after the backward (--overlap-grad-reduce came with "
@@ -161,6 +179,7 @@ FRAMEWORKS: dict[str, Framework] = {
         flash_attention=False,
         dp_overlap=False,
         regather_on_recompute=False,
+        cuda_context_gib=EAGER_CONTEXT_GIB,
         hopper_attention=False,
         p2p_batched=False,
         source="DeepSpeed PipelineEngine (deepspeed/runtime/pipe/engine.py, v0.5): the schedule ends with "
@@ -180,6 +199,7 @@ FRAMEWORKS: dict[str, Framework] = {
         flash_attention=False,
         dp_overlap=False,
         regather_on_recompute=True,
+        cuda_context_gib=EAGER_CONTEXT_GIB,
         hopper_attention=False,
         unit_tensors=4,
         rank_copies=True,
@@ -239,6 +259,7 @@ FRAMEWORKS: dict[str, Framework] = {
 FRAMEWORKS["megatron-deepspeed-bf16"] = replace(
     FRAMEWORKS["deepspeed-pipeline"],
     bf16_fp32_accumulation=True,
+    bf16_grad_comm=True,
     source="Megatron-DeepSpeed with DeepSpeed's BF16 optimizer (February 2022, written for BLOOM): the "
     "pipeline engine above, and in bf16 gradients accumulated in fp32, 'more memory heavy and is a bit "
     "slower - this is compared to fp16 which grad accumulates in fp16. The additional memory usage is "
@@ -274,6 +295,8 @@ def stack_numbers(source: _Settings) -> dict[str, float]:
         "node_dedup": 1.0 if source.node_dedup else 0.0,
         "fp32_grads": 1.0 if source.fp32_gradients else 0.0,
         "fp32_accum": 1.0 if source.bf16_fp32_accumulation and source.precision == "bf16" else 0.0,
+        "grad_cast": 1.0 if source.bf16_grad_comm and source.precision == "bf16" else 0.0,
+        "context_bytes": float(source.cuda_context_gib) * 2**30,
     }
 
 

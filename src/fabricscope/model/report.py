@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from fabricscope import __version__, table
+from fabricscope.model.calibrated_cost import described
 from fabricscope.model.cluster import CalibratedOp, Cluster
 from fabricscope.model.estimate import Estimate
 from fabricscope.model.fabric import fabric_of, transport_extra_us
@@ -78,11 +79,7 @@ def cluster_lines(cluster: Cluster) -> list[str]:
 def calibrated_lines(cluster: Cluster, op: str, terms: CalibratedOp) -> list[str]:
     """'#' lines for an op the cluster file prices from measurements: what was measured, the
     fitted terms, and that the catalog hardware does not set these times."""
-    measured, hops = [], []
-    if terms.intra_busbw_gbps > 0:
-        hops.append(f"inside a node {terms.intra_hop_us:.2f} us per step, {terms.intra_busbw_gbps:.4g} GB/s busbw")
-    if terms.inter_busbw_gbps > 0:
-        hops.append(f"between nodes {terms.inter_hop_us:.2f} us per step, {terms.inter_busbw_gbps:.4g} GB/s busbw")
+    measured = []
     if cluster.spec.description:
         measured.append(printable(cluster.spec.description)[:120])
     file_nodes, file_gpus = cluster.file_shape
@@ -91,7 +88,7 @@ def calibrated_lines(cluster: Cluster, op: str, terms: CalibratedOp) -> list[str
         f"({'; '.join(measured) or 'calibrated'}; measured at {file_nodes} x {file_gpus})",
         f"# {op}: time = the cluster's [calibration.{op}] terms, fitted by 'fabricscope calibrate' to "
         f"{terms.points} measured rows (median error {terms.residual_pct:.1f}%), not the catalog's "
-        f"{cluster.gpu.name} and {cluster.nic.name}: {terms.base_us:.2f} us per call; " + "; ".join(hops or ["no hop"]),
+        f"{cluster.gpu.name} and {cluster.nic.name}: {described(terms)}",
         "# GB/s = 1e9 bytes/s",
     ]
 

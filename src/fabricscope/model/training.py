@@ -51,8 +51,13 @@ ACCUMULATE_BYTES_PER_PARAM = 10.0
 """Adding a micro-batch's 16-bit gradient into an fp32 accumulator: read 2 and 4 bytes, write 4."""
 STATE_BYTES_PER_PARAM = 16.0
 """16-bit weight and gradient, fp32 master weight, m and v (ZeRO paper: 2 + 2 + 12)."""
-MEMORY_OVERHEAD_BYTES = 3e9
-"""CUDA context, NCCL buffers and allocator slack per GPU."""
+NCCL_COMM_BYTES = 688e6
+"""GPU memory of one NCCL communicator of more than 2 ranks once it has run a collective (its
+channels' LL, LL128 and Simple buffers per peer): 688 MB on 4 A100 over NVLink (NVIDIA/nccl issue 964:
+'for group with more than 2 devices, it requires 688 MB')."""
+NCCL_PAIR_COMM_BYTES = 544e6
+"""The same for a communicator of 2 ranks (issue 964: 'for group with only 2 devices, it requires 544 MB'):
+a pipeline stage's link to each neighbour."""
 FLASH_BWD_FACTOR = 2.5
 """FlashAttention's backward does 2.5x the forward FLOPs (it recomputes the scores)."""
 MOE_KERNELS_FWD = 10
@@ -181,6 +186,11 @@ class Job:
     fp32_accum: Num = 0
     """1 where each micro-batch's 16-bit gradients are added into an unsharded fp32 buffer (reading
     2 + 4 bytes and writing 4 per parameter), 0 where they accumulate in place."""
+    grad_cast: Num = 0
+    """1 where the fp32 accumulator's gradients are reduced through a bf16 copy (DeepSpeed's BF16
+    optimizer): 2 bytes on the wire and 2 bytes per parameter of transient memory."""
+    context_bytes: Num = 0.47 * 2**30
+    """CUDA's own memory on the GPU (its context and kernel modules)."""
     etp: Num = 0
     """Tensor-parallel ranks of the experts (0: ``tp``, expert groups made of data- and
     context-parallel ranks); another value folds the expert groups over the attention's ranks
@@ -469,7 +479,7 @@ def _units(w: Shape, job: Job, dev: Device, backward: Num) -> Num:
 def _wire_grad_bytes(job: Job, dev: Device) -> Num:
     """Bytes per gradient element a data-parallel collective moves (an fp32 accumulator is reduced
     as it is)."""
-    fp32 = (job.fp32_grads > 0) | (_fp32_accum(job) > 0)
+    fp32 = (job.fp32_grads > 0) | ((_fp32_accum(job) > 0) & (job.grad_cast <= 0))
     return np.where(fp32, np.maximum(dev.grad_bytes, 4.0), dev.grad_bytes)
 
 
@@ -710,9 +720,11 @@ def _memory(w: Shape, job: Job, dev: Device, weights: Num, act_layer: Num, score
     replicas = job.dp * job.cp
     experts = _expert_share(w, job)
     state = (1.0 - experts) * state_bytes(replicas) + experts * state_bytes(_expert_replicas(job))
-    state = state + 4.0 * _fp32_accum(job)
+    # The BF16 optimizer's unsharded fp32 accumulator, and the bf16 copy it is reduced through.
+    state = state + _fp32_accum(job) * (4.0 + 2.0 * (job.grad_cast > 0))
+    fixed = _fixed_memory(job)
     if not w.transformer:
-        return weights * state + MEMORY_OVERHEAD_BYTES
+        return weights * state + fixed
     tokens = job.micro_batch * w.seq / job.cp
     layer_input = tokens * w.hidden * dev.act_bytes / np.where(job.sequence_parallel, job.tp, 1)
     layers = stage_layers(w, job)
@@ -729,4 +741,13 @@ def _memory(w: Shape, job: Job, dev: Device, weights: Num, act_layer: Num, score
     live = np.where(job.live_params > 0, np.maximum(job.live_params, unit), 2.0 * unit)
     gathered = np.where(job.zero == 3, live * dev.act_bytes, 0.0)
     logits = tokens * w.vocab / job.tp * 4.0 * 2.0
-    return weights * state + kept + gathered + logits + MEMORY_OVERHEAD_BYTES
+    return weights * state + kept + gathered + logits + fixed
+
+
+def _fixed_memory(job: Job) -> Num:
+    """What nvidia-smi shows on a GPU beyond the tensors: CUDA's context and the buffers of each NCCL
+    communicator the job runs collectives on (the default group, one per parallel dimension of more
+    than one rank, and with a pipeline a 2-rank communicator to each neighbouring stage)."""
+    groups = 1.0 + sum(np.where(n > 1, 1.0, 0.0) for n in (job.tp, job.cp, job.dp * job.cp, job.ep))
+    pairs = np.where(job.pp > 1, 2.0, 0.0)
+    return job.context_bytes + groups * NCCL_COMM_BYTES + pairs * NCCL_PAIR_COMM_BYTES
