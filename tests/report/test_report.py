@@ -190,3 +190,65 @@ def test_the_blank_check_can_fail(tmp_path):
     matplotlib.image.imsave(str(white), numpy.ones((50, 80, 3)))
     with pytest.raises(AssertionError, match="blank"):
         assert_not_blank(white)
+
+
+def _sweep(path, slow_from: int) -> None:
+    """A bench-like all_reduce result, 8 samples per size; sizes from ``slow_from`` up take twice as long."""
+    records = []
+    for size in (1 << k for k in range(10, 27, 2)):
+        base = 10.0 + size / 2e4
+        time = base * (2.0 if size >= slow_from else 1.0)
+        samples = [time * (1 + 0.01 * (i % 3)) for i in range(8)]
+        busbw = size / (sum(samples) / len(samples)) / 1e3 * 2 * 7 / 8
+        records.append(
+            {
+                "op": "all_reduce",
+                "size_bytes": size,
+                "count": size // 4,
+                "dtype": "float",
+                "redop": "sum",
+                "root": -1,
+                "placement": "out",
+                "time_us": sum(samples) / len(samples),
+                "algbw_gbps": busbw * 8 / 14,
+                "busbw_gbps": busbw,
+                "wrong": 0,
+                "samples_us": samples,
+            }
+        )
+    Result(kind="bench", records=records).save(path)
+
+
+@needs_chromium
+def test_compare_and_dataload_results_are_drawn(tmp_path):
+    # A comparison that found regressions (sizes from 4 MiB up twice as slow) and a real dataload run
+    # that starves against its need: each gets its plot and its table, regressions marked.
+    reference, current = tmp_path / "ref.json", tmp_path / "cur.json"
+    _sweep(reference, 1 << 40)
+    _sweep(current, 4 << 20)
+    compared = tmp_path / "compare.json"
+    done = cli(tmp_path, "compare", current, "--against", reference, "--json", compared)
+    assert done.returncode == 1 and compared.exists(), done.stderr
+    data = tmp_path / "data.bin"
+    data.write_bytes(os.urandom(4 << 20))
+    loaded = tmp_path / "dataload.json"
+    done = cli(tmp_path, "dataload", data, "--need", "100000", "--sample-size", "1M", "--json", loaded)
+    assert loaded.exists(), done.stderr
+    out = tmp_path / "report.html"
+    done = cli(tmp_path, "report", compared, loaded, "-o", out)
+    assert done.returncode == 0, done.stderr
+    dom = chromium(tmp_path, out.as_uri(), "--dump-dom").stdout
+    figures = dict(re.findall(r'<figure class="plot" id="plot-([^"]+)"[^>]*>(.*?)</figure>', dom, flags=re.S))
+    assert "compare-" + _slug(compared) + "-all_reduce" in figures, sorted(figures)
+    assert "dataload-" + _slug(loaded) in figures, sorted(figures)
+    drawn = figures["compare-" + _slug(compared) + "-all_reduce"]
+    assert "regressed (out)" in drawn and "within tolerance" in drawn
+    assert "training needs" in figures["dataload-" + _slug(loaded)]
+    table = re.search(r'<table data-name="compare-0">(.*?)</table>', dom, flags=re.S).group(1)
+    regressed = [row for row in table.split("<tr>") if 'class="fail"' in row]
+    assert {int(re.search(r"<td>(\d+)</td>", row).group(1)) for row in regressed} == {1 << 22, 1 << 24, 1 << 26}
+    dataload = re.search(r'<table data-name="dataload-1">(.*?)</table>', dom, flags=re.S).group(1)
+    assert "training needs" in dataload and 'class="fail"' in dataload
+    shot = tmp_path / "shot.png"
+    chromium(tmp_path, out.as_uri(), f"--screenshot={shot}", "--window-size=1200,2400", "--hide-scrollbars")
+    assert_not_blank(shot)

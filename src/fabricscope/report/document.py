@@ -156,6 +156,65 @@ def _estimate_table(runs: Sequence[tuple[str, Result]]) -> Table | None:
     return Table("estimates", "Estimates", ["run", "model", "cluster", "step (s)", "bottleneck", "GPU use"], rows)
 
 
+def _compare_table(index: int, label: str, result: Result) -> Table:
+    """The rows a compare result judged regressed or improved (all of them when none was)."""
+    rows = [r for r in result.records if isinstance(r, dict)]
+    marked = [r for r in rows if r.get("verdict") in ("regressed", "improved")] or rows
+    config = result.config if isinstance(result.config, dict) else {}
+    summary = result.summary if isinstance(result.summary, dict) else {}
+    body = []
+    for r in marked:
+        p_value = r.get("p_value")
+        body.append(
+            [
+                str(r.get("op", "")),
+                str(r.get("size_bytes", "")),
+                str(r.get("placement", "")),
+                str(r.get("metric", "")),
+                _number(r.get("reference")),
+                _number(r.get("current")),
+                f"{100 * r['change']:+.1f}%" if isinstance(r.get("change"), int | float) else "-",
+                f"{p_value:.3g}" if isinstance(p_value, int | float) else "-",
+                "fail" if r.get("verdict") == "regressed" else str(r.get("verdict", "")),
+            ]
+        )
+    return Table(
+        f"compare-{index}",
+        f"{label}: {config.get('current', 'current')} against {config.get('reference', 'reference')} "
+        f"(verdict {summary.get('verdict', '-')}; 'fail' marks a regression)",
+        ["op", "size (B)", "placement", "metric", "reference", "current", "change", "p-value", "verdict"],
+        body,
+    )
+
+
+def _number(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, int | float) and not isinstance(value, bool) else "-"
+
+
+def _mb(value: Any) -> float | None:
+    return value / 1e6 if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _dataload_table(index: int, label: str, result: Result) -> Table:
+    """A dataload result's rate against what training needs."""
+    summary = result.summary if isinstance(result.summary, dict) else {}
+    verdict = summary.get("verdict") if isinstance(summary.get("verdict"), dict) else {}
+    rows = [
+        ["path", str(summary.get("path", "-"))],
+        ["read", f"{_number(summary.get('bytes'))} bytes in {_number(summary.get('seconds'))} s"],
+        ["rate", f"{_number(_mb(summary.get('bytes_per_s')))} MB/s, {_number(summary.get('files_per_s'))} files/s"],
+    ]
+    if verdict:
+        rows += [
+            ["training needs", f"{_number(_mb(verdict.get('needed_bytes_per_s')))} MB/s"],
+            ["measured / needed", _number(verdict.get("ratio"))],
+            ["GPUs would wait", f"{100 * float(verdict.get('gpu_wait_fraction') or 0):.1f}% of the time"],
+            ["verdict", "fail" if verdict.get("starves") else "keeps up"],
+        ]
+    rows += [["note", str(note)] for note in summary.get("notes") or [] if isinstance(note, str)]
+    return Table(f"dataload-{index}", f"{label}: data loading", ["", "value"], rows)
+
+
 def build(
     runs: Sequence[tuple[str, Result]],
     *,
@@ -194,6 +253,14 @@ def build(
     for index, (label, result) in enumerate(runs):
         if result.kind == "doctor":
             report.tables.append(_findings_table(index, label, result))
+        if result.kind == "compare":
+            report.plots.extend(plots.compare_plots(label, result))
+            report.tables.append(_compare_table(index, label, result))
+        if result.kind == "dataload":
+            drawn = plots.dataload_plot(label, result)
+            if drawn is not None:
+                report.plots.append(drawn)
+            report.tables.append(_dataload_table(index, label, result))
         report.plots.extend(plots.heatmap_plots(label, result))
         if result.kind == "monitor":
             series_plot = plots.timeseries_plot(label, result)

@@ -27,6 +27,8 @@ __all__ = [
     "Series",
     "breakdown_plot",
     "busbw_plots",
+    "compare_plots",
+    "dataload_plot",
     "heatmap_plots",
     "latency_plots",
     "svg_of",
@@ -272,3 +274,90 @@ def timeseries_plot(label: str, result: Result) -> Plot | None:
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize="small", ncol=2)
     return Plot(name=f"monitor-{_slug(label)}", title=f"{label}: traffic over time", figure=figure)
+
+
+_VERDICT_COLOURS = {"regressed": "tab:red", "improved": "tab:green"}
+
+
+def compare_plots(label: str, result: Result) -> list[Plot]:
+    """A compare result, one plot per op: how much worse (+) or better (-) each size got against the
+    reference, in percent, the tolerance band shaded, regressions red and improvements green (each
+    row's own verdict, as ``compare`` printed it)."""
+    rows = [
+        r
+        for r in result.records
+        if isinstance(r, Mapping)
+        and isinstance(r.get("change"), int | float)
+        and math.isfinite(r["change"])
+        and isinstance(r.get("size_bytes"), int)
+        and r["size_bytes"] > 0
+    ]
+    config = result.config if isinstance(result.config, Mapping) else {}
+    tolerance = config.get("tolerance")
+    plots = []
+    for op in dict.fromkeys(str(r.get("op")) for r in rows):
+        figure, axes = _figure(8, 4)
+        for placement, style in (("out", "-"), ("in", ":")):
+            mine = sorted((r for r in rows if r.get("op") == op and r.get("placement") == placement), key=_size_key)
+            if not mine:
+                continue
+            sizes = [int(r["size_bytes"]) for r in mine]
+            # Worse is up for both metrics: a longer time, a lower busbw.
+            worse = [100.0 * (r["change"] if r.get("metric") == "time_us" else -r["change"]) for r in mine]
+            axes.plot(sizes, worse, style, color="tab:blue", label=f"{placement}-of-place")
+            for verdict, colour in _VERDICT_COLOURS.items():
+                points = [(s, w) for s, w, r in zip(sizes, worse, mine, strict=True) if r.get("verdict") == verdict]
+                if points:
+                    xs, ys = zip(*points, strict=True)
+                    axes.plot(xs, ys, "o", color=colour, label=f"{verdict} ({placement})")
+        if isinstance(tolerance, int | float) and math.isfinite(tolerance) and tolerance > 0:
+            axes.axhspan(-100 * tolerance, 100 * tolerance, color="tab:gray", alpha=0.15, label="within tolerance")
+        axes.axhline(0.0, color="black", linewidth=0.8)
+        _size_axis(axes)
+        axes.set_ylabel("worse than the reference (%)")
+        axes.set_title(f"{label}: {op} against {config.get('reference', 'the reference')}")
+        axes.legend(fontsize="small")
+        plots.append(Plot(name=f"compare-{_slug(label)}-{_slug(op)}", title=f"{label}: {op} change", figure=figure))
+    return plots
+
+
+def _size_key(record: Mapping[str, Any]) -> int:
+    return int(record["size_bytes"])
+
+
+def dataload_plot(label: str, result: Result) -> Plot | None:
+    """A dataload result: the read rate of each pass (MB/s), and the rate training needs where the
+    run was given one."""
+    rates = [
+        (int(r.get("pass") or i + 1), float(r["bytes_per_s"]))
+        for i, r in enumerate(result.records)
+        if isinstance(r, Mapping) and isinstance(r.get("bytes_per_s"), int | float) and math.isfinite(r["bytes_per_s"])
+    ]
+    if not rates:
+        return None
+    summary = result.summary if isinstance(result.summary, Mapping) else {}
+    verdict = summary.get("verdict") if isinstance(summary.get("verdict"), Mapping) else None
+    figure, axes = _figure(8, 4)
+    passes = [p for p, _ in rates]
+    axes.bar(range(len(rates)), [v / 1e6 for _, v in rates], color="tab:blue", label="read rate")
+    axes.set_xticks(range(len(rates)), [str(p) for p in passes])
+    overall = summary.get("bytes_per_s")
+    if isinstance(overall, int | float) and math.isfinite(overall):
+        whole = f"whole run {overall / 1e6:.4g} MB/s"
+        axes.axhline(overall / 1e6, color="tab:blue", linestyle="--", linewidth=1, label=whole)
+    if verdict is not None and isinstance(verdict.get("needed_bytes_per_s"), int | float):
+        need = float(verdict["needed_bytes_per_s"])
+        colour = "tab:red" if verdict.get("starves") else "tab:green"
+        axes.axhline(need / 1e6, color=colour, linewidth=1.5, label=f"training needs {need / 1e6:.4g} MB/s")
+    heights = [v for _, v in rates] + [line.get_ydata()[0] * 1e6 for line in axes.get_lines()]
+    spread = max(heights) / max(min(h for h in heights if h > 0), 1e-300) if any(h > 0 for h in heights) else 1.0
+    # A need hundreds of times the rate (or below it) would flatten the bars: log, as the busbw plots.
+    log = spread > 20
+    if log:
+        axes.set_yscale("log")
+    axes.set_xlabel("pass over the dataset")
+    axes.set_ylabel("MB/s (1e6 bytes per second" + (", log)" if log else ")"))
+    axes.set_title(f"{label}: read rate per pass")
+    axes.grid(True, axis="y", alpha=0.3)
+    axes.legend(fontsize="small")
+    return Plot(name=f"dataload-{_slug(label)}", title=f"{label}: data loading rate", figure=figure)
