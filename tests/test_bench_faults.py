@@ -196,7 +196,12 @@ def test_full_disk_keeps_the_last_good_file_and_every_row_on_stdout(tmp_path):
 
 def test_ctrl_c_while_starting_up_is_quiet(tmp_path):
     proc = start_cli(["bench", "-b", "1K", "-e", "64K"])
-    time.sleep(0.5)
+    # Ctrl-C once the ranks are being started (the command has a child), not while Python itself is
+    # still starting: a fixed sleep raced the interpreter's own start-up on a loaded machine.
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None and not children.read_text().split():
+        time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
     _, _, stderr = _wait_exit(proc, 30)
     assert proc.returncode == 130

@@ -109,6 +109,14 @@ def _open_standard_streams() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:  # while the parser is built or the arguments read, before any work
+        sys.stderr.write("interrupted\n")
+        return 130
+
+
+def _run(argv: Sequence[str] | None) -> int:
     _open_standard_streams()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)

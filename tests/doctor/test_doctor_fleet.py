@@ -183,7 +183,7 @@ def test_fleet_mode_usage_errors_come_before_any_rank(tmp_path: Path) -> None:
 @pytest.mark.multiprocess
 def test_under_torchrun_ranks_use_the_agents_store_and_a_rank_without_a_tree_reports(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "RANK", "WORLD_SIZE"))}
-    env["COLUMNS"] = "200"
+    env["COLUMNS"] = "1000"  # no cell wraps, however long the temporary path
     result = subprocess.run(
         [
             sys.executable,
