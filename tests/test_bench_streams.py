@@ -66,7 +66,9 @@ def test_streams_run_checked_collectives(tmp_path, op):
     assert "# 3 streams at once, each on its own process group" in done.stdout
     assert done.stdout.count("streams, busbw GB/s each: 0: ") == len(load(out).records)
     for record in load(out).records:
-        assert record["wrong"] == 0  # every stream's collective is correct on its own group
+        # Every stream's collective is correct on its own group (an in-place sendrecv is run, as
+        # nccl-tests runs it, but its result is undefined and not checked).
+        assert record["wrong"] == (None if (op, record["placement"]) == ("sendrecv", "in") else 0)
         streams = record["streams"]
         assert [s["stream"] for s in streams] == [0, 1, 2]
         # The aggregate moves the bytes of all three streams in the row's time.

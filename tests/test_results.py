@@ -225,3 +225,47 @@ def test_json_to_dev_stdout_redirected_to_a_file_is_written_through(tmp_path):
     kept, document = out.read_text().split("\n", 1)
     assert kept == "kept" and json.loads(document)["kind"] == "validate"
     assert done.stderr.startswith("collectives.csv:") and "median |error|" in done.stderr
+
+
+def _with(record_change=None, **top):
+    record = dict(op="all_reduce", size_bytes=1024, count=256, dtype="float", redop="sum", root=-1)
+    record.update(placement="out", time_us=5.0, algbw_gbps=0.2, busbw_gbps=0.35, wrong=0)
+    record.update(record_change or {})
+    return json.dumps({"format": FORMAT, "version": 1, "kind": "bench", "records": [record], "config": {}, **top})
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (_with({"op": 5}), "record 0 has op = 5: it must be text, not a number"),
+        (_with({"dtype": [1]}), "record 0 has dtype = [1]: it must be text, not a list"),
+        (_with({"placement": {"a": 1}}), "has placement = {'a': 1}: it must be text, not an object"),
+        (_with({"wrong": "3"}), "has wrong = '3': it must be a number"),
+        (_with(created=[1, 2]), "field 'created' must be text (an ISO 8601 time), not a list"),
+        (_with(summary=[]), "field 'summary' must be a JSON object, not a list"),
+        (_with(host="node1"), "field 'host' must be a JSON object, not text"),
+        (_with(error=7), "field 'error' must be text, not a number"),
+    ],
+)
+def test_wrong_types_inside_a_result_are_refused_on_load(tmp_path, content, fragment):
+    # Valid JSON with the wrong types in it crashed report, history show, compare and calibrate:
+    # the loader every command uses checks them, one line naming the field and what it must be.
+    path = tmp_path / "typed.json"
+    path.write_text(content)
+    with pytest.raises(ResultFormatError) as info:
+        load(path)
+    assert fragment in str(info.value) and str(path) in str(info.value)
+
+
+def test_a_record_without_a_time_prints_na_and_draws_nothing(tmp_path):
+    # A null time_us is allowed (a row that never completed): the table says N/A, the plots skip it.
+    from fabricscope import table
+    from fabricscope.report.plots import Series, busbw_plots, latency_plots
+
+    path = tmp_path / "null.json"
+    path.write_text(_with({"time_us": None}))
+    result = load(path)
+    line = table.format_row(table.pair_rows(result.records)[0], check=True)
+    assert "N/A" in line.split()[5]
+    series = [Series("run", result)]
+    assert busbw_plots(series) and latency_plots(series) == []

@@ -246,6 +246,15 @@ class Result:
         for key, kind in (("kind", str), ("records", list), ("config", dict)):
             if not isinstance(data.get(key), kind):
                 raise ResultFormatError(f"{source}: field {key!r} is missing or not a {kind.__name__}")
+        for key, kind, noun in (
+            ("created", str, "text (an ISO 8601 time)"),
+            ("error", str, "text"),
+            ("summary", dict, "a JSON object"),
+            ("host", dict, "a JSON object"),
+            ("env", dict, "a JSON object"),
+        ):
+            if data.get(key) is not None and not isinstance(data[key], kind):
+                raise ResultFormatError(f"{source}: field {key!r} must be {noun}, not {_json_type(data[key])}")
         _check_records(data["records"], source)
         status = data.get("status", "complete")
         if status not in STATUSES:
@@ -282,10 +291,25 @@ def mark_unfinished(path: str | os.PathLike[str], status: str, error: str) -> bo
     return True
 
 
+_TEXT = ("dtype", "redop", "placement", "algorithm")
+"""Fields of a collective record that are text when given (``op`` always is)."""
 _NUMERIC = ("size_bytes", "busbw_gbps")
 """Fields of a collective record that every command reads as numbers."""
-_OPTIONAL_NUMERIC = ("count", "time_us", "algbw_gbps", "min_us", "p50_us", "p99_us", "max_us")
+_OPTIONAL_NUMERIC = ("count", "time_us", "algbw_gbps", "min_us", "p50_us", "p99_us", "max_us", "wrong")
 """Fields that may be missing (null), but are numbers when given."""
+
+
+def _json_type(value: Any) -> str:
+    """What a JSON value is, in JSON's words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    return "a list" if isinstance(value, list) else "an object"
 
 
 def _check_records(records: list[Any], source: str) -> None:
@@ -295,6 +319,12 @@ def _check_records(records: list[Any], source: str) -> None:
             raise ResultFormatError(f"{source}: record {index} is not a JSON object")
         if "op" not in record or "busbw_gbps" not in record:
             continue
+        for key in ("op", *(k for k in _TEXT if record.get(k) is not None)):
+            if not isinstance(record.get(key), str):
+                raise ResultFormatError(
+                    f"{source}: record {index} has {key} = {cut(repr(record.get(key)))}: it must be text, "
+                    f"not {_json_type(record.get(key))}"
+                )
         for key in (*_NUMERIC, *(k for k in _OPTIONAL_NUMERIC if record.get(k) is not None)):
             value = record.get(key)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):

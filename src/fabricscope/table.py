@@ -80,13 +80,20 @@ class Row:
     inp: Mapping[str, Any] | None
 
 
+def _figure(value: Any, width: int) -> str:
+    """A number as nccl-tests prints it, or N/A where a record has none (a null the format allows)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float_str(float(value), width)
+    return "N/A"
+
+
 def _body(record: Mapping[str, Any] | None, check: bool) -> str:
     if record is None:
         return "  %7s  %6s  %6s  %6s" % ("N/A", "N/A", "N/A", "N/A")
     text = "  %7s  %6s  %6s" % (
-        float_str(float(record["time_us"]), 7),
-        float_str(float(record["algbw_gbps"]), 6),
-        float_str(float(record["busbw_gbps"]), 6),
+        _figure(record.get("time_us"), 7),
+        _figure(record.get("algbw_gbps"), 6),
+        _figure(record.get("busbw_gbps"), 6),
     )
     wrong = record.get("wrong")
     if check and wrong is not None:

@@ -108,8 +108,9 @@ def _placed_line(records: Sequence[Mapping[str, Any]], op: str, field: str) -> t
     placement = "out" if any(r.get("placement") == "out" for r in mine) else "in"
     points: dict[int, list[float]] = {}
     for r in mine:
-        if r.get("placement", "out") == placement:
-            points.setdefault(int(r["size_bytes"]), []).append(float(r[field]))
+        value = r.get(field)
+        if r.get("placement", "out") == placement and isinstance(value, int | float) and math.isfinite(value):
+            points.setdefault(int(r["size_bytes"]), []).append(float(value))
     sizes = sorted(points)
     return sizes, [sum(points[s]) / len(points[s]) for s in sizes], placement
 
