@@ -200,3 +200,44 @@ def test_a_few_sizes_on_another_regime_do_not_take_the_fit() -> None:
     a, b = fit_line(sizes, seconds)
     assert 1 / b == pytest.approx(47.8e6, rel=0.02)  # the link, not twice it
     assert np.all(np.abs((a + b * sizes[2:]) / seconds[2:] - 1) < 0.02)
+
+
+def _sweep_file(write, name: str, rows: list[tuple[int, float]]):  # type: ignore[no-untyped-def]
+    from fabricscope.results import Result
+
+    records = [
+        {
+            "op": "all_reduce",
+            "size_bytes": size,
+            "count": max(size // 4, 1),
+            "dtype": "float",
+            "redop": "sum",
+            "root": -1,
+            "placement": "out",
+            "time_us": t,
+            "algbw_gbps": 1.0,
+            "busbw_gbps": 1.0,
+            "wrong": 0,
+        }
+        for size, t in rows
+    ]
+    path = write(name, "")
+    Result(kind="nccl-tests", config={"nranks": 2, "nodes": 1}, records=records).save(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("rows", "fragment"),
+    [
+        # Degenerate times: before, numpy's "SVD did not converge" traceback.
+        ([(1024, 1e-300), (4096, 1e-300), (16384, 1e-300)], "time_us = 1e-300 us is not a collective's time"),
+        ([(1024, 1e300), (4096, 1e-3), (16384, 1e300)], "time_us = 1e+300 us is not a collective's time"),
+        # Sizes no line fits: before, the cluster file's own bound ("residual_pct must be ...").
+        ([(2**62, 1e-3), (2**61, 2e-3), (2**60, 3e-3), (1, 4e-3)], "no line t = latency + bytes / bandwidth fits"),
+    ],
+)
+def test_calibrate_on_degenerate_data_is_one_line(cli, write, tmp_path, rows, fragment) -> None:
+    path = _sweep_file(write, "degenerate.json", rows)
+    done = cli("calibrate", str(path), "-o", str(tmp_path / "cal.toml"))
+    assert done.code == 2 and fragment in done.err and "Traceback" not in done.err, done.err
+    assert len(done.err.strip().splitlines()) == 1 and not (tmp_path / "cal.toml").exists()

@@ -145,6 +145,21 @@ def _number(value: Any, what: str) -> float:
     return float(value)
 
 
+MAX_RESIDUAL_PCT = 1e6
+"""Largest median error a fit may have and still be written (the cluster file's bound)."""
+TIME_US_RANGE = (1e-3, 1e12)
+"""Times calibrate fits, microseconds: from a nanosecond to about 12 days; outside, a time is not a
+collective's (and a line through it would overflow)."""
+
+
+def _time_us(value: Any, what: str) -> float:
+    number = _number(value, what)
+    low, high = TIME_US_RANGE
+    if not low <= number <= high:
+        raise ValueError(f"{what} = {number:.3g} us is not a collective's time (calibrate fits {low:g} to {high:g} us)")
+    return number
+
+
 def _shape(result: Result, source: str) -> tuple[int, int]:
     """(ranks, nodes) of a measured result (:meth:`Result.world`), or why it cannot be read."""
     found = result.world() if result.kind in RESULT_KINDS else None
@@ -174,9 +189,9 @@ def runs_of(result: Result, source: str) -> list[MeasuredOp]:
             name = record.get("op")
             if not isinstance(name, str) or name not in ops.COLLECTIVES:
                 raise ValueError(f"op = {str(name)[:40]!r} is not a collective")
-            mean_us = _number(record.get("time_us"), "time_us")
+            mean_us = _time_us(record.get("time_us"), "time_us")
             median = record.get("p50_us")
-            time_us = _number(median, "p50_us") if median is not None else mean_us
+            time_us = _time_us(median, "p50_us") if median is not None else mean_us
             moved = _moved_bytes(ops.get(name), record, ranks, mean_us)
         except ValueError as exc:
             raise ResultFormatError(f"{source}: record {index}: {exc}") from None
@@ -243,38 +258,50 @@ def calibrate(runs: Sequence[MeasuredOp]) -> dict[str, CalibratedOp]:
     found: dict[str, CalibratedOp] = {}
     for op in dict.fromkeys(r.op for r in runs):
         mine = [r for r in runs if r.op == op]
-        inside = [r for r in mine if r.nodes == 1]
-        across = [r for r in mine if r.nodes > 1]
-        base, intra_hop, intra_bw = 0.0, 0.0, 0.0
-        if inside:
-            base, intra_hop = _hops(op, inside)
-            intra_bw = min(float(statistics.median(_busbw(op, r) for r in inside)), MAX_BUSBW_GBPS)
-        inter_hop, inter_bw = 0.0, 0.0
-        if across:
-            hops, rates = [], []
-            for run in across:
-                a = fit_line(run.moved, run.seconds)[0] * 1e6
-                crossing = float(inter_steps(op, run.nodes))
-                a -= base + (float(steps(op, run.ranks)) - crossing) * intra_hop
-                hops.append(max(a, 0.0) / max(crossing, 1.0))
-                rates.append(_busbw(op, run))
-            inter_hop = float(statistics.median(hops))
-            inter_bw = min(float(statistics.median(rates)), MAX_BUSBW_GBPS)
-        terms = CalibratedOp(
-            base_us=base,
-            intra_hop_us=intra_hop,
-            intra_busbw_gbps=intra_bw,
-            inter_hop_us=inter_hop,
-            inter_busbw_gbps=inter_bw,
-            points=sum(len(r.moved) for r in mine),
-        )
-        errors = [
-            abs(float(p) / t - 1.0)
-            for r in mine
-            for p, t in zip(fit_seconds(terms, r), r.seconds.tolist(), strict=True)
-        ]
-        found[op] = dataclasses.replace(terms, residual_pct=100.0 * statistics.median(errors))
+        try:
+            found[op] = _calibrated(op, mine)
+        except np.linalg.LinAlgError:
+            raise UsageError(f"{op}: no line t = latency + bytes / bandwidth fits these measurements") from None
     return found
+
+
+def _calibrated(op: str, mine: Sequence[MeasuredOp]) -> CalibratedOp:
+    """One op's terms from its runs at every shape measured."""
+    inside = [r for r in mine if r.nodes == 1]
+    across = [r for r in mine if r.nodes > 1]
+    base, intra_hop, intra_bw = 0.0, 0.0, 0.0
+    if inside:
+        base, intra_hop = _hops(op, inside)
+        intra_bw = min(float(statistics.median(_busbw(op, r) for r in inside)), MAX_BUSBW_GBPS)
+    inter_hop, inter_bw = 0.0, 0.0
+    if across:
+        hops, rates = [], []
+        for run in across:
+            a = fit_line(run.moved, run.seconds)[0] * 1e6
+            crossing = float(inter_steps(op, run.nodes))
+            a -= base + (float(steps(op, run.ranks)) - crossing) * intra_hop
+            hops.append(max(a, 0.0) / max(crossing, 1.0))
+            rates.append(_busbw(op, run))
+        inter_hop = float(statistics.median(hops))
+        inter_bw = min(float(statistics.median(rates)), MAX_BUSBW_GBPS)
+    terms = CalibratedOp(
+        base_us=base,
+        intra_hop_us=intra_hop,
+        intra_busbw_gbps=intra_bw,
+        inter_hop_us=inter_hop,
+        inter_busbw_gbps=inter_bw,
+        points=sum(len(r.moved) for r in mine),
+    )
+    errors = [
+        abs(float(p) / t - 1.0) for r in mine for p, t in zip(fit_seconds(terms, r), r.seconds.tolist(), strict=True)
+    ]
+    residual = 100.0 * statistics.median(errors)
+    if not residual <= MAX_RESIDUAL_PCT:
+        raise UsageError(
+            f"{op}: no line t = latency + bytes / bandwidth fits these measurements (its median error would be "
+            f"{residual:.3g}%): check the runs' sizes and times"
+        )
+    return dataclasses.replace(terms, residual_pct=residual)
 
 
 def fit_seconds(terms: CalibratedOp, run: MeasuredOp) -> Any:
