@@ -29,6 +29,9 @@ class DataFile:
     path: str
     size: int
     """Bytes, from ``stat`` at scan time; what a full pass must read."""
+    stored: int = -1
+    """Bytes the file system holds for it (``st_blocks`` x 512, at most ``size``): less than ``size``
+    where the file is sparse, whose holes read as zeros from memory; -1 where unknown."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -45,6 +48,16 @@ class DataSet:
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
+
+    @property
+    def hole_bytes(self) -> int:
+        """Bytes of the files with no storage behind them (holes of sparse files)."""
+        return sum(f.size - f.stored for f in self.files if 0 <= f.stored < f.size)
+
+
+def _data_file(path: str, info: os.stat_result) -> DataFile:
+    blocks = getattr(info, "st_blocks", None)
+    return DataFile(path, info.st_size, min(blocks * 512, info.st_size) if isinstance(blocks, int) else -1)
 
 
 def _stat_error(path: str, exc: OSError) -> UsageError:
@@ -78,7 +91,7 @@ def scan(path: str) -> DataSet:
         _check_readable(path)
         if info.st_size == 0:
             raise UsageError(f"{cut(path)} is empty: there is nothing to read")
-        return DataSet(path=path, is_dir=False, files=[DataFile(path, info.st_size)])
+        return DataSet(path=path, is_dir=False, files=[_data_file(path, info)])
     if not stat.S_ISDIR(info.st_mode):
         raise UsageError(
             f"{cut(path)} is a {describe_mode(info.st_mode)}: dataload reads a regular file "
@@ -136,7 +149,7 @@ def _walk(root: str) -> tuple[list[DataFile], dict[str, int]]:
                 skip("broken link or unreadable entry")
                 continue
             if stat.S_ISREG(info.st_mode):
-                files.append(DataFile(entry.path, info.st_size))
+                files.append(_data_file(entry.path, info))
             elif stat.S_ISDIR(info.st_mode):
                 skip("link to a directory")
             else:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from fabricscope.dataload.dataset import DataFile
 
-__all__ = ["MAX_FILES_CHECKED", "available_memory", "cached_fraction", "drop"]
+__all__ = ["MAX_FILES_CHECKED", "MAX_WINDOWS_PER_FILE", "WINDOW_BYTES", "available_memory", "cached_fraction", "drop"]
 
 MAX_FILES_CHECKED = 4096
 """Files whose residency is checked at most (spread evenly over a larger data set)."""
@@ -45,8 +45,16 @@ def _libc() -> ctypes.CDLL | None:
 _LIBC = _libc()
 
 
-def _resident_pages(path: str, size: int) -> int | None:
-    """Pages of ``path`` in the page cache, or None when the kernel cannot say."""
+WINDOW_BYTES = 64 << 20
+"""Bytes of a file mapped and checked at once: a bounded mapping and residency vector (16 KiB)."""
+MAX_WINDOWS_PER_FILE = 64
+"""Windows checked in one file at most, spread over it: 4 GiB of a file larger than that is a sample,
+so a 15 TB (or sparse) file costs what a 4 GiB one does, not a vector of a byte per page of it."""
+
+
+def _resident_share(path: str, size: int) -> float | None:
+    """Share (0..1) of ``path``'s pages in the page cache, from at most :data:`MAX_WINDOWS_PER_FILE`
+    windows spread over it, or None when the kernel cannot say."""
     if _LIBC is None:
         return None
     try:
@@ -54,19 +62,39 @@ def _resident_pages(path: str, size: int) -> int | None:
     except OSError:
         return None
     try:
-        addr = _LIBC.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if addr is None or addr == _MAP_FAILED:
-            return None
-        try:
-            pages = (size + _PAGE - 1) // _PAGE
-            vec = (ctypes.c_ubyte * pages)()
-            if _LIBC.mincore(ctypes.c_void_p(addr), size, vec) != 0:
+        windows = (size + WINDOW_BYTES - 1) // WINDOW_BYTES
+        picked = (
+            range(windows)
+            if windows <= MAX_WINDOWS_PER_FILE
+            else ((i * windows) // MAX_WINDOWS_PER_FILE for i in range(MAX_WINDOWS_PER_FILE))
+        )
+        resident = checked = 0
+        for window in picked:
+            offset = window * WINDOW_BYTES
+            found = _resident_in(fd, offset, min(WINDOW_BYTES, size - offset))
+            if found is None:
                 return None
-            return bytes(vec).translate(_LOW_BIT).count(1)  # bit 0 is "resident"; the others are reserved
-        finally:
-            _LIBC.munmap(ctypes.c_void_p(addr), size)
+            resident += found
+            checked += (min(WINDOW_BYTES, size - offset) + _PAGE - 1) // _PAGE
+        return resident / checked if checked else None
     finally:
         os.close(fd)
+
+
+def _resident_in(fd: int, offset: int, length: int) -> int | None:
+    """Resident pages of ``length`` bytes of ``fd`` from ``offset`` (a multiple of the page size)."""
+    assert _LIBC is not None
+    addr = _LIBC.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, offset)
+    if addr is None or addr == _MAP_FAILED:
+        return None
+    try:
+        pages = (length + _PAGE - 1) // _PAGE
+        vec = (ctypes.c_ubyte * pages)()
+        if _LIBC.mincore(ctypes.c_void_p(addr), length, vec) != 0:
+            return None
+        return bytes(vec).translate(_LOW_BIT).count(1)  # bit 0 is "resident"; the others are reserved
+    finally:
+        _LIBC.munmap(ctypes.c_void_p(addr), length)
 
 
 def _sample(files: Sequence[DataFile]) -> Sequence[DataFile]:
@@ -80,17 +108,18 @@ def cached_fraction(files: Sequence[DataFile]) -> float | None:
     """The fraction (0..1) of the files' pages that are in the page cache now.
 
     Weighted by size; at most :data:`MAX_FILES_CHECKED` files are checked, spread
-    over the list.  None when nothing could be checked (no mincore, empty files).
+    over the list, and at most :data:`MAX_WINDOWS_PER_FILE` windows of each.  None
+    when nothing could be checked (no mincore, empty files).
     """
-    resident = total = 0
+    resident = total = 0.0
     for item in _sample(files):
         if item.size <= 0:
             continue
-        pages = _resident_pages(item.path, item.size)
-        if pages is None:
+        share = _resident_share(item.path, item.size)
+        if share is None:
             continue
-        resident += pages
-        total += (item.size + _PAGE - 1) // _PAGE
+        resident += share * item.size
+        total += item.size
     return resident / total if total else None
 
 

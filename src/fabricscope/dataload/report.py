@@ -96,6 +96,12 @@ def notes(measurement: Measurement, *, memory_available: int | None = None) -> l
     buffered = not config.direct or measurement.fallback_files > 0
     if buffered:
         out.extend(_cache_notes(measurement, memory_available))
+    holes, data = measurement.dataset.hole_bytes, measurement.dataset.total_bytes
+    if holes > 0.01 * data:
+        out.append(
+            f"sparse: {_pct(holes / data)} of the data set's bytes are holes with no storage behind them; "
+            "they read as zeros from memory, so this rate is not the storage's"
+        )
     if measurement.error_count:
         out.append(
             f"{measurement.error_count} read(s) failed mid-run and were not counted; first: {measurement.errors[0]}"
