@@ -153,18 +153,32 @@ def check_depth(value: Any, *, source: str, error: type[UsageError] = ConfigErro
 
     Walks iteratively, so it cannot itself overflow the stack.
     """
-    stack: list[tuple[Any, int, str]] = [(value, 0, "")]
+    # Containers go on the stack with their parent's entry and their key, so a path is spelt out only
+    # for an error; scalars are checked where they are met (most of a large result is scalars).
+    stack: list[tuple[Any, int, Any]] = [(value, 0, None)]
     while stack:
-        item, depth, key = stack.pop()
+        entry = stack.pop()
+        item, depth, _ = entry
         if depth > MAX_DEPTH:
-            raise error(f"{source}: nested more than {MAX_DEPTH} levels deep (at {key or 'the top'})")
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1, f"{key}.{k}" if key else str(k)) for k, v in item.items())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1, f"{key}[{i}]") for i, v in enumerate(item))
-        elif isinstance(item, int) and not isinstance(item, bool) and not -_INT64 <= item < _INT64:
-            digits = len(str(abs(item)))
-            raise error(f"{source}: {key or 'a value'} has {digits} digits; whole numbers must fit in 64 bits")
+            raise error(f"{source}: nested more than {MAX_DEPTH} levels deep (at {_path(entry) or 'the top'})")
+        pairs = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
+        for key, child in pairs:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1, (entry, key)))
+            elif isinstance(child, int) and not isinstance(child, bool) and not -_INT64 <= child < _INT64:
+                where = _path((child, depth + 1, (entry, key)))
+                raise error(f"{source}: {where} has {len(str(abs(child)))} digits; whole numbers must fit in 64 bits")
+        if isinstance(item, int) and not isinstance(item, bool) and not -_INT64 <= item < _INT64:
+            raise error(f"{source}: a value has {len(str(abs(item)))} digits; whole numbers must fit in 64 bits")
+
+
+def _path(entry: tuple[Any, int, Any]) -> str:
+    """``a.b[3].c`` of a :func:`check_depth` stack entry, from its chain of parents."""
+    parts: list[str] = []
+    while entry[2] is not None:
+        entry, key = entry[2]
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    return "".join(reversed(parts)).lstrip(".")
 
 
 def read_toml(
