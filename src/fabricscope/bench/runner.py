@@ -169,8 +169,10 @@ class Sweep:
         # In place, the output and input share the receive buffer: it holds the larger of the two.
         recv_n = max((lay.buffer_count for lay in layouts), default=0)
         try:
-            send = torch.zeros(send_n, dtype=tdtype, device=self.device)
-            recv = torch.zeros(recv_n, dtype=tdtype, device=self.device)
+            # Not zeroed: each row's load fills what its call reads, so pages are touched as the sweep
+            # reaches them (an -e near the memory limit no longer spends minutes zeroing before row 1).
+            send = torch.empty(send_n, dtype=tdtype, device=self.device)
+            recv = torch.empty(recv_n, dtype=tdtype, device=self.device)
         except (RuntimeError, MemoryError) as exc:
             size = (send_n + recv_n) * dtype.size
             raise RunError(
