@@ -56,3 +56,23 @@ def test_records_without_a_test_field_are_a_bandwidth_matrix() -> None:
     records = [{"src": a, "dst": b, "algbw_gbps": 1.0 + a + b, "time_us": 5.0} for a in range(2) for b in range(2)]
     drawn = plots.heatmap_plots("x", Result(kind="pairs", records=records))
     assert [p.name for p in drawn] == ["pairs-x"]
+
+
+def test_a_large_pairs_matrix_labels_at_most_max_ticks_ranks() -> None:
+    # 600 ranks: every rank's label on both axes made the heatmap unreadable and most of the report's
+    # time; every k-th rank is labelled instead, the matrix itself keeps every cell.
+    from fabricscope.report import plots
+    from fabricscope.results import Result
+
+    n = 600
+    records = [
+        {"src": f"r{a}", "dst": f"r{b}", "algbw_gbps": 1.0 + a, "time_us": 5.0, "size_bytes": 1 << 20}
+        for a in range(n)
+        for b in range(n)
+        if a != b
+    ]
+    (drawn,) = plots.heatmap_plots("big", Result(kind="pairs", records=records))
+    axes = drawn.figure.axes[0]
+    assert 1 < len(axes.get_xticks()) <= plots.MAX_TICKS and len(axes.get_yticks()) <= plots.MAX_TICKS
+    image = axes.get_images()[0].get_array()
+    assert image.shape == (n, n) and float(image.max()) == float(n) and float(image.min()) == 1.0

@@ -37,6 +37,8 @@ __all__ = [
 
 SMALL_BYTES = 64 * 1024
 """Largest size on the small-message latency plot."""
+MAX_TICKS = 48
+"""Most rank labels a heatmap axis carries (every k-th rank beyond)."""
 
 _STYLES = {"run": "-", "baseline": "--", "prediction": ":"}
 
@@ -236,9 +238,12 @@ def _heatmap(label: str, test: pair_matrix.MatrixTest, cells: Mapping[tuple[Any,
     # Brighter is better in both: the latency matrix runs its colours the other way.
     image = axes.imshow(grid, cmap="viridis" if test.name == "bandwidth" else "viridis_r")
     figure.colorbar(image, ax=axes, label=test.label)
-    ticks = range(len(names))
-    axes.set_xticks(ticks, [str(n) for n in names], rotation=90 if len(names) > 8 else 0)
-    axes.set_yticks(ticks, [str(n) for n in names])
+    # At most MAX_TICKS labels an axis: every one of 600 (or 4,000) ranks would be unreadable, and laying
+    # them out was most of the report's time on a large pairs result.
+    every = max(1, math.ceil(len(names) / MAX_TICKS))
+    ticks = range(0, len(names), every)
+    axes.set_xticks(ticks, [str(names[i]) for i in ticks], rotation=90 if len(ticks) > 8 else 0)
+    axes.set_yticks(ticks, [str(names[i]) for i in ticks])
     axes.set_xlabel("destination")
     axes.set_ylabel("source")
     if len(names) <= 12:
