@@ -52,10 +52,27 @@ def _inputs(tmp: Path) -> dict[str, str]:
             check=True,
         ).stdout
     )
+    variants: dict[str, Path] = {}
+    for name, change in {
+        "null-time": lambda r: r.update(time_us=None),
+        "op-number": lambda r: r.update(op=7),
+        "list-dtype": lambda r: r.update(dtype=[1]),
+        "tiny-times": lambda r: r.update(time_us=1e-300, p50_us=None),
+    }.items():
+        changed = json.loads(json.dumps(result))
+        for record in changed["records"]:
+            change(record)
+        variants[name] = tmp / f"{name}.json"
+        variants[name].write_text(json.dumps(changed))
+    variants["created-list"] = tmp / "created-list.json"
+    variants["created-list"].write_text(json.dumps({**result, "created": [1, 2]}))
     for record in result["records"]:
         record["op"], record["time_us"], record["busbw_gbps"] = 7, None, "fast"
     result["created"] = [1, 2]
     wrong.write_text(json.dumps(result))
+    sparse = tmp / "sparse.bin"
+    with open(sparse, "wb") as handle:
+        handle.truncate(2 << 40)
     escape = tmp / "escape\x1b[31m.json"
     escape.write_text("{}")
     return {
@@ -67,6 +84,8 @@ def _inputs(tmp: Path) -> dict[str, str]:
         "deep-toml": str(deep_toml),
         "400-digits": str(digits),
         "wrong-types": str(wrong),
+        **{name: str(path) for name, path in variants.items()},
+        "sparse-2tb": str(sparse),
         "escape-name": str(escape),
         "empty": "",
     }

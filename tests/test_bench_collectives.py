@@ -81,7 +81,7 @@ def test_zero_time_gives_zero_bandwidth():
 
 def test_every_op_has_a_distinct_program_name():
     programs = [c.program for c in ops.COLLECTIVES.values()]
-    assert len(set(programs)) == len(programs) == 10
+    assert len(set(programs)) == len(programs) == 11
     assert ops.get("all_reduce").program == "all_reduce_perf"
 
 

@@ -65,6 +65,7 @@ def test_every_op_checks_clean_on_three_ranks(tmp_path):
     done = run_cli(["bench", "all", "-b", "1K", "-e", "4K", "-f", "4", "-n", "3", "--nproc", "3", "--json", str(out)])
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("# Out of bounds values : 0 OK") == 10
+    assert "# hypercube skipped: it runs on a power-of-two number of ranks; this world has 3" in done.stdout
     result = load(out)
     ops = {r["op"] for r in result.records}
     assert len(ops) == 10
@@ -346,3 +347,24 @@ def test_progress_bar_on_a_terminal_stderr_only():
     assert proc.returncode == 0
     assert "bench" in terminal and "/3" in terminal  # the bar counts the 3 rows
     assert "━" not in stdout and len(table_rows(stdout)) == 3
+
+
+def test_hypercube_gathers_by_recursive_doubling_on_a_power_of_two(tmp_path):
+    # nccl-tests' hypercube (src/hypercube.cu): every rank ends with every rank's block, checked in
+    # place and out of place; algbw counts the (n-1) blocks a rank receives, busbw = algbw.
+    out = tmp_path / "hc.json"
+    done = run_cli(
+        ["bench", "hypercube", "--nproc", "4", "-b", "1K", "-e", "64K", "-f", "8", "-n", "2", "--json", str(out)]
+    )
+    assert done.returncode == 0, done.stderr
+    records = load(out).records
+    assert {r["placement"] for r in records} == {"out", "in"} and all(r["wrong"] == 0 for r in records)
+    for r in records:
+        assert r["size_bytes"] == 4 * r["count"] * 4  # the receive buffer: 4 ranks' blocks of floats
+        assert r["algbw_gbps"] == pytest.approx(r["count"] * 4 * 3 / (r["time_us"] * 1e3), rel=1e-6)
+        assert r["busbw_gbps"] == r["algbw_gbps"]
+    # Three ranks cannot pair as r XOR 2^k: named alone it is refused, within 'all' it is skipped.
+    refused = run_cli(["bench", "hypercube", "--nproc", "3", "-b", "1K", "-e", "1K"])
+    assert refused.returncode == 2 and "hypercube runs on a power-of-two number of ranks; this world has 3" in (
+        refused.stderr
+    )

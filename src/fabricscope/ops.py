@@ -125,6 +125,9 @@ class Collective:
     checks_in_place: bool = True
     """Whether its in-place result is defined and checked (nccl-tests: not for alltoall and sendrecv,
     whose in-place ``#wrong`` column prints N/A)."""
+    power_of_two: bool = False
+    """Whether it runs only on a power-of-two number of ranks (hypercube: each step pairs rank r with
+    r XOR 2^k)."""
 
     @property
     def program(self) -> str:
@@ -210,6 +213,10 @@ def _per_rank(layout: ElementCounts, nranks: int) -> int:
 
 def _times_ranks(layout: ElementCounts, nranks: int) -> int:
     return layout.count * nranks
+
+
+def _times_others(layout: ElementCounts, nranks: int) -> int:
+    return layout.count * (nranks - 1)
 
 
 def _ring_factor(nranks: int) -> float:
@@ -473,6 +480,38 @@ def _build_sendrecv(
     return _into_recv(torch, send, recv, ctx, step, _plain(torch, ctx, ctx.rank), lambda seed, idx: previous(idx, seed))
 
 
+def _build_hypercube(
+    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
+) -> Call:
+    """nccl-tests' hypercube: an all-gather by recursive doubling, each step a send and a receive of
+    the ``mask`` blocks a rank holds with rank XOR mask (src/hypercube.cu)."""
+    base = layout.count
+    own = recv.narrow(0, ctx.rank * base, base)
+    steps = []
+    mask = 1
+    while mask < ctx.nranks and base > 0:
+        start = ctx.rank & ~(mask - 1)
+        peer = ctx.rank ^ mask
+        steps.append(
+            [
+                dist.P2POp(dist.isend, recv.narrow(0, start * base, mask * base), peer),
+                dist.P2POp(dist.irecv, recv.narrow(0, (start ^ mask) * base, mask * base), peer),
+            ]
+        )
+        mask <<= 1
+
+    def step() -> None:
+        if not in_place:
+            own.copy_(send)
+        for pair in steps:
+            for work in dist.batch_isend_irecv(pair):
+                work.wait()
+
+    return _into_recv(
+        torch, send, recv, ctx, step, _plain(torch, ctx, ctx.rank), _gathered(torch, ctx, base), zero=not in_place
+    )
+
+
 def _ps_reducer(torch: Any, ctx: Context) -> Callable[[Any, Any], None]:
     """``acc <- acc (op) other`` in the buffer's own type (wrapping as NCCL's integer sums do)."""
     redop = ctx.redop
@@ -663,6 +702,20 @@ COLLECTIVES: dict[str, Collective] = {
             busbw_factor=_one,
             build=_build_ps,
             modelled=False,
+        ),
+        Collective(
+            name="hypercube",
+            title="HyperCube",
+            reduces=False,
+            rooted=False,
+            in_place=True,
+            min_ranks=2,
+            layout=_all_gather_layout,
+            algbw_elements=_times_others,
+            busbw_factor=_one,
+            build=_build_hypercube,
+            modelled=False,
+            power_of_two=True,
         ),
     )
 }

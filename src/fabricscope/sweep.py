@@ -115,6 +115,12 @@ class SweepConfig:
         notes = []
         for op in list(self.ops):
             need = ops_registry.get(op).min_ranks
+            if ops_registry.get(op).power_of_two and world_size & (world_size - 1):
+                if op not in self.optional_ops:
+                    raise UsageError(f"{op} runs on a power-of-two number of ranks; this world has {world_size}")
+                self.ops.remove(op)
+                notes.append(f"# {op} skipped: it runs on a power-of-two number of ranks; this world has {world_size}")
+                continue
             if world_size >= need:
                 continue
             if op not in self.optional_ops:

@@ -31,8 +31,10 @@ from fabricscope.store.save import add_save_options, check_save_options, wants_s
 __all__ = ["add_parser", "build_config", "nccl_tests_notes", "run"]
 
 _EPILOG = """\
-ops: all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter ps, or all
-  (ps: the parameter-server pattern, run beside an all_reduce of the same bytes; --servers K)
+ops: all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter ps hypercube, or all
+  (ps: the parameter-server pattern, run beside an all_reduce of the same bytes; --servers K;
+   hypercube: nccl-tests' recursive-doubling all-gather, on a power-of-two number of ranks;
+   not available: nccl-tests' alltoallv, whose per-peer counts its binary fixes)
 datatypes: float half bfloat16 double int8 uint8 int32 int64, or all
   (aliases: float32 fp32 float16 fp16 float64 fp64 bf16 char int)
 reductions: sum prod min max avg, or all
