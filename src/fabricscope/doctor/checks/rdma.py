@@ -37,11 +37,13 @@ __all__ = [
     "RdmaPortState",
     "RdmaPresent",
     "RdmaRate",
+    "RdmaRoceMtu",
     "RdmaSubnetManager",
     "RdmaTrafficClass",
     "RdmaUverbs",
     "nccl_priority",
     "pfc_priorities",
+    "roce_mtu",
 ]
 
 _LINK_UP = 5
@@ -556,4 +558,46 @@ class RdmaEcn(_RoceCheck):
             "handled by PFC alone (pause storms, head-of-line blocking across flows): "
             f"echo 1 > /sys/class/net/{nic.name}/ecn/roce_np/enable/<priority> and the same for roce_rp, "
             "matching the switches' ECN marking",
+        )
+
+
+ROCE_MTUS = (4096, 2048, 1024, 512, 256)
+"""The InfiniBand MTUs RoCE packets carry."""
+ROCE_HEADROOM = 104
+"""Bytes of a RoCE v2 packet the netdev MTU holds beyond the payload: IP, UDP, the InfiniBand base
+transport and extended headers and the ICRC. mlx5 takes the largest IB MTU that fits under the netdev
+MTU less these, so an Ethernet MTU of 1500 gives RoCE 1024, and 4200 or more gives 4096."""
+
+
+def roce_mtu(netdev_mtu: int) -> int | None:
+    """The RoCE MTU (``active_mtu`` in ``ibv_devinfo``) a port runs at under a netdev MTU."""
+    return next((m for m in ROCE_MTUS if m + ROCE_HEADROOM <= netdev_mtu), None)
+
+
+class RdmaRoceMtu(_RoceCheck):
+    """NCCL's RoCE traffic runs in packets of the port's RoCE MTU, taken from its netdev's MTU."""
+
+    id = "rdma.roce_mtu"
+    title = "RoCE ports run 4096-byte packets (netdev MTU 4200 or 9000)"
+    reads = "sys/class/net/<netdev>/mtu of each RoCE port"
+
+    def judge(self, node: Node, port: RdmaPort) -> Iterator[Finding]:
+        nic = node.nic(port.netdev or "")
+        if nic is None or nic.mtu is None:
+            return
+        subject = f"{port.netdev} ({port.label})"
+        active = roce_mtu(nic.mtu)
+        shown = f"netdev MTU {nic.mtu}: RoCE MTU {active or 'none'}"
+        if active == ROCE_MTUS[0]:
+            yield self.finding(Severity.OK, subject, shown, "RoCE MTU 4096")
+            return
+        yield self.finding(
+            Severity.WARN,
+            subject,
+            shown,
+            "RoCE MTU 4096 (netdev MTU 4200 or 9000)",
+            "each RDMA packet then carries at most "
+            f"{active or 0} bytes: more packets, headers and completions per message than at 4096, and a lower "
+            f"ceiling on large transfers. Set the MTU on the NIC and on every switch port of the path "
+            f"(ip link set {nic.name} mtu 4200, or 9000 where the fabric uses jumbo frames)",
         )
