@@ -70,7 +70,16 @@ def test_facts_of_fixture_nodes_differ_where_the_faults_are() -> None:
         "NIC PCIe links",
         "GPUDirect RDMA",
         "NCCL settings",
+        "NCCL library",  # the degraded node kept libnccl.so.2.18.3 where its fleet runs 2.21.5
     }
+    assert (healthy["NCCL library"], degraded["NCCL library"]) == (
+        "2.21.5 (usr/lib/x86_64-linux-gnu)",
+        "2.18.3 (usr/lib/x86_64-linux-gnu)",
+    )
+    verbs = "1.14.50.0 (usr/lib/x86_64-linux-gnu)"
+    assert healthy["libibverbs (rdma-core)"] == degraded["libibverbs (rdma-core)"] == verbs
+    [skew] = [d for d in compare({"a": healthy, "b": healthy, "c": degraded}) if d.fact == "NCCL library"]
+    assert skew.odd == {"c": "2.18.3 (usr/lib/x86_64-linux-gnu)"}
     assert healthy["GPU-NIC distance"] == "8x PIX"
     assert healthy["GPUs"] == "8"
 

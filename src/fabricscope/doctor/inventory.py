@@ -339,6 +339,8 @@ class Node:
     """The CPUs of each NUMA node (``/sys/devices/system/node/node<N>/cpulist``)."""
     cuda_driver: str | None = None
     """The CUDA version the driver supports (NVML), ``12.4``; None without NVML."""
+    libraries: dict[str, str] = field(default_factory=dict)
+    """Versions of the libraries a job loads (``NCCL``, ``libibverbs``, ``NCCL (Python wheel)``) and where."""
 
     @property
     def ports(self) -> list[RdmaPort]:

@@ -27,6 +27,7 @@ __all__ = [
     "probe_gpudirect",
     "probe_host",
     "probe_hostname",
+    "probe_libraries",
     "probe_modules",
     "probe_tcp",
 ]
@@ -143,3 +144,47 @@ def probe_host(root: SysRoot) -> HostTuning:
         elif shm[-1][2] == "tmpfs" and host.mem_total is not None:  # tmpfs without size=: half of RAM
             host.shm_bytes, host.shm_source = host.mem_total // 2, "a tmpfs without size=: half of MemTotal"
     return host
+
+
+NCCL_WHEEL_FILE = "fabricscope-capture/nccl-wheel"
+"""Where a capture keeps the NCCL wheel of the Python that took it (a fact, not a file of the node)."""
+LIBRARY_DIRS = (
+    "usr/lib/x86_64-linux-gnu",
+    "usr/lib/aarch64-linux-gnu",
+    "usr/lib64",
+    "usr/lib",
+    "usr/local/cuda/lib64",
+    "usr/local/nccl/lib",
+)
+"""Where distribution packages (libnccl2, rdma-core's libibverbs1) and NVIDIA's CUDA install put their
+libraries; the versioned file name is the target of the ``.so.N`` link ldconfig makes."""
+
+
+def probe_libraries(root: SysRoot) -> dict[str, str]:
+    """Versions of the libraries a training job loads, from the ``libnccl.so.2`` and ``libibverbs.so.1``
+    links of the system's library folders (``libnccl.so.2.21.5`` -> ``2.21.5``), and the NCCL wheel
+    of this Python (``nvidia-nccl-cu12``, which torch's CUDA builds load), on the live node or as a
+    capture recorded it."""
+    found: dict[str, str] = {}
+    for folder in LIBRARY_DIRS:
+        for key, stem in (("NCCL", "libnccl.so.2"), ("libibverbs", "libibverbs.so.1")):
+            target = root.link_name(f"{folder}/{stem}")
+            if target and target.startswith(stem + ".") and key not in found:
+                found[key] = f"{target[len(stem) - 1 :]} ({folder})"
+    wheel = _nccl_wheel() if root.is_live else root.text(NCCL_WHEEL_FILE)
+    if wheel:
+        root.remember(NCCL_WHEEL_FILE, wheel)
+        found["NCCL (Python wheel)"] = wheel
+    return found
+
+
+def _nccl_wheel() -> str | None:
+    """``nvidia-nccl-cu12 2.21.5``: the NCCL wheel installed for this Python, if any."""
+    from importlib import metadata
+
+    for name in ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11"):
+        try:
+            return f"{name} {metadata.version(name)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return None

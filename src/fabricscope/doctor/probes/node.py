@@ -14,6 +14,7 @@ from fabricscope.doctor.probes.host import (
     probe_gpudirect,
     probe_host,
     probe_hostname,
+    probe_libraries,
     probe_modules,
     probe_tcp,
 )
@@ -113,6 +114,7 @@ def probe_node(root: SysRoot, env: Mapping[str, str] | NodeEnv | None = None) ->
         host=probe_host(root),
         aer=probe_aer(root, pci),
         cuda_driver=cuda,
+        libraries=probe_libraries(root),
     )
     nic_functions = {n.pci for n in nics if n.pci} | {d.pci for d in rdma if d.pci}
     for address in sorted(nic_functions):
