@@ -21,6 +21,8 @@ def test_every_producing_command_saves_into_one_history(tmp_path):
         (["estimate", "--model", "llama-7b", "--cluster", "dgx-h100-ndr"], "estimate"),
         (["doctor", "--root", str(FIXTURES / "healthy-ib-8gpu")], "doctor"),
         (["monitor", "--duration", "0.5", "--interval", "0.1", "--interfaces", "lo"], "monitor"),
+        (["pairs", "--nproc", "2", "--size", "64K", "-n", "2"], "pairs"),
+        (["plan", "--model", "llama-7b", "--gpus", "64"], "plan"),
     ]
     for args, kind in runs:
         done = run_cli([*args, "--label", f"nightly-{kind}"], env=env, timeout=180)

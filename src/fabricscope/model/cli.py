@@ -430,6 +430,7 @@ def _add_plan(subparsers: Any) -> None:
         "--top", type=options.whole(minimum=1, maximum=10_000), default="12", help="frontier rows to print (default 12)"
     )
     _json_option(p, "plan")
+    add_save_options(p)
     p.set_defaults(func=run_plan)
 
 
@@ -442,6 +443,7 @@ def run_plan(args: argparse.Namespace) -> int:
     from fabricscope.model.workload import load_model
 
     _check_output(args.json, args.model)
+    check_save_options(args)
     model = load_model(args.model)
     target = args.target_util
     budget = args.max_latency_us
@@ -509,6 +511,7 @@ def run_plan(args: argparse.Namespace) -> int:
             "notes": result.notes,
             "uncertainty": sure.record() if sure is not None else None,
         },
+        args,
     )
     return 0
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from fabricscope import options
 from fabricscope.pairs.config import BY, MAX_ITERS, MAX_SIZE
+from fabricscope.store.save import add_save_options, check_save_options, wants_save
 
 __all__ = ["add_parser", "build_config", "run"]
 
@@ -65,6 +66,7 @@ def add_parser(subparsers: Any) -> None:
         timeout_help="time any message may take before its peer is declared failed",
     )
     parser.add_argument("--json", default=None, metavar="FILE", help="write a Result (rewritten after every round)")
+    add_save_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -79,6 +81,8 @@ def build_config(args: argparse.Namespace) -> Any:
         by=args.by,
         **options.launch_fields(args),
         json_path=args.json,
+        save=wants_save(args),
+        label=args.label,
         argv=list(sys.argv),
     )
 
@@ -87,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
     from fabricscope import launch
     from fabricscope.errors import MissingDependencyError
 
+    check_save_options(args)
     config = build_config(args)
     world = launch.detect(master_addr=config.master_addr, master_port=config.master_port)
     if (world is None or world.rank == 0) and config.json_path is not None:

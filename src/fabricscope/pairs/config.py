@@ -44,6 +44,9 @@ class PairsConfig:
     timeout_s: float = 120.0
     """Bound on every exchange; a dead or hung rank ends the run after this."""
     json_path: str | None = None
+    save: bool = False
+    """``--save``/``--label``: rank 0 adds the Result to the history when the run ends."""
+    label: str | None = None
     master_addr: str | None = None
     master_port: int | None = None
     argv: list[str] = field(default_factory=list)

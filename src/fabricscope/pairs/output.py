@@ -68,6 +68,14 @@ class Output:
         self.result.summary["findings"] = findings.to_dict()
         self.result.status, self.result.error = status, error
         self.save(final=True)
+        if self.config.save:
+            from fabricscope.errors import FabricscopeError
+            from fabricscope.store.save import save_result
+
+            try:
+                save_result(self.config, self.result, what=f"the {status} pairs result")
+            except FabricscopeError as exc:
+                self.write_errors.append(str(exc))
         if status == "complete" and self.result.records:
             try:
                 print_report(self.result.records, findings, self.config.by, self.out)
