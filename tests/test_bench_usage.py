@@ -31,7 +31,7 @@ from helpers import imported_by_help, run_cli
             ["-T/--timeout must be a duration from 1 s to 7 days (seconds, or with ms, s, m, h, d), got '1ms'"],
         ),
         (["bench", "--nproc", "100000"], ["--nproc must be a whole number from 1 to 1024, got '100000'", "torchrun"]),
-        (["bench", "all", "-N", "0"], ["-N 0 repeats one sweep", "got 10 op(s)", "give -N a count"]),
+        (["bench", "all", "-N", "0"], ["-N 0 repeats one sweep", "got 11 op(s)", "give -N a count"]),
         (["bench", "-d", "all", "-N", "0"], ["-N 0 repeats one sweep", "8 datatype(s)"]),
         (["bench", "--json", "/tmp/x.out", "--csv", "/tmp/x.out"], ["--csv names the same file as the JSON output"]),
         (["bench", "--json", ""], ["--json needs a file name"]),
