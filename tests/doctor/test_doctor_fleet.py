@@ -76,6 +76,7 @@ def test_facts_of_fixture_nodes_differ_where_the_faults_are() -> None:
         "2.21.5 (usr/lib/x86_64-linux-gnu)",
         "2.18.3 (usr/lib/x86_64-linux-gnu)",
     )
+    assert healthy["transparent huge pages"] == "madvise"  # reported for skew; no source judges a value
     verbs = "1.14.50.0 (usr/lib/x86_64-linux-gnu)"
     assert healthy["libibverbs (rdma-core)"] == degraded["libibverbs (rdma-core)"] == verbs
     [skew] = [d for d in compare({"a": healthy, "b": healthy, "c": degraded}) if d.fact == "NCCL library"]

@@ -113,6 +113,7 @@ def node_facts(node: Node, expect: Expectations) -> dict[str, str]:
         "locked memory": _memlock(node),
         "/dev/shm": "unknown" if node.host.shm_bytes is None else format_size(node.host.shm_bytes),
         "NUMA balancing": "unknown" if node.host.numa_balancing is None else str(node.host.numa_balancing),
+        "transparent huge pages": node.host.thp or "unknown",
         "CPU governor": _tally([g for g, n in node.host.governors.items() for _ in range(n)]) or "-",
         "IOMMU (GPUs, NICs)": _tally(
             [d.iommu or "none" for d in _pci_of(node, nics)]
@@ -307,6 +308,7 @@ _FACT_ORDER = (
     "locked memory",
     "/dev/shm",
     "NUMA balancing",
+    "transparent huge pages",
     "CPU governor",
     "IOMMU (GPUs, NICs)",
     "NCCL settings",
