@@ -203,11 +203,28 @@ class SysRoot:
         parent = "/".join(parts[:-1])
         cached = self._dirs.get(parent)
         if cached is None:
-            cached = self._walk(parts[:-1], [], 0, True, rel)
+            cached = self._walk_from_ancestor(parts[:-1], rel)
             if len(self._dirs) < _MAX_DIRS:
                 self._dirs[parent] = cached
         base, links = cached
         return self._walk(parts[-1:], base.split("/") if base else [], links, last, rel)[0]
+
+    def _walk_from_ancestor(self, parts: list[str], rel: str) -> tuple[str, int]:
+        """Resolve the folder ``parts`` from the deepest of its ancestors already resolved (a sysfs tree
+        reads many folders under one device's): one ``lstat`` per new component, not per component."""
+        start, state = 0, ("", 0)
+        for cut in range(len(parts) - 1, 0, -1):
+            found = self._dirs.get("/".join(parts[:cut]))
+            if found is not None:
+                start, state = cut, found
+                break
+        # Component by component, each prefix remembered: its siblings' reads start from it.
+        for index in range(start, len(parts)):
+            base, links = state
+            state = self._walk(parts[index : index + 1], base.split("/") if base else [], links, True, rel)
+            if index < len(parts) - 1 and len(self._dirs) < _MAX_DIRS:
+                self._dirs["/".join(parts[: index + 1])] = state
+        return state
 
     def _walk(self, parts: list[str], done: list[str], links: int, last: bool, rel: str) -> tuple[str, int]:
         """Resolve ``parts`` from the resolved folder ``done``, ``links`` links already followed (see :meth:`resolve`).
