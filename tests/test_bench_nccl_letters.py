@@ -23,7 +23,9 @@ def test_a_command_line_from_a_public_log_runs_with_one_note_per_letter_that_dif
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     notes = [line for line in done.stderr.splitlines() if line.startswith("note: -")]
-    assert [n.split(":")[1].strip().split()[0] for n in notes] == ["-t", "-m", "-z", "-G", "-u"]  # -g 1 is ours
+    # -g 1 is ours; -u is run for real (the header says so, nothing to note).
+    assert [n.split(":")[1].strip().split()[0] for n in notes] == ["-t", "-m", "-z", "-G"]
+    assert "graph: 0 unalign: 1" in done.stdout
     assert "Traceback" not in done.stderr and "unrecognized" not in done.stderr
     data = json.loads(out.read_text())
     assert {"version", "args", "env", "config", "results", "out_of_bounds", "average_bus_bandwidth"} <= set(data)
@@ -51,3 +53,31 @@ def test_every_letter_at_its_default_says_nothing(short, long, own, _) -> None:
 
     args = build_parser().parse_args(["bench", short, own or "1"])
     assert nccl_tests_notes(args) == ([] if own else [f"note: {short} 1: {_}"])
+
+
+def test_unalign_misaligns_every_op_and_each_checks_clean(tmp_path) -> None:
+    # nccl-tests' -u N starts both buffers N elements past their allocation; the results stay right.
+    out = tmp_path / "u.json"
+    done = run_cli(["bench", "all", "-u", "3", "-b", "1K", "-e", "4K", "-f", "4", "-n", "2", "--nproc", "2",
+                    "--json", str(out)], timeout=180)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("unalign: 3") == len({r["op"] for r in load(out).records}) == 11
+    checked = [r for r in load(out).records if r["wrong"] is not None]
+    assert checked and all(r["wrong"] == 0 for r in checked)
+
+
+def test_the_buffers_really_start_past_their_allocation() -> None:
+    import torch
+
+    from fabricscope.bench.config import BenchConfig
+    from fabricscope.bench.runner import Sweep
+    from fabricscope.dtypes import DTYPES
+    from fabricscope.ops import get
+
+    runner = Sweep.__new__(Sweep)
+    runner.torch, runner.device, runner.rank = torch, torch.device("cpu"), 0
+    runner.config = BenchConfig(ops=["all_reduce"], unalign=3)
+    layout = get("all_reduce").layout(256, 4, 2)
+    send, recv = runner._allocate([layout], DTYPES["float"])
+    assert send.storage_offset() == recv.storage_offset() == 3
+    assert send.data_ptr() % 16 == 12 and send.numel() == layout.send_count

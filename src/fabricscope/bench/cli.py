@@ -85,6 +85,13 @@ def add_parser(subparsers: Any) -> None:
         help="correctness-check iterations, 0 = off (default 1)",
     )
     timing.add_argument(
+        "-u",
+        "--unalign",
+        type=options.whole(minimum=0, maximum=MAX_UNALIGN),
+        default="0",
+        help="misalign the send and receive buffers by N elements, as nccl-tests' -u (default 0)",
+    )
+    timing.add_argument(
         "-a",
         "--average",
         type=options.choice(AVERAGE_MODES),
@@ -143,6 +150,9 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+MAX_UNALIGN = 1 << 20
+"""Largest -u: a misalignment of up to a million elements (nccl-tests takes any int)."""
+
 _LETTERS: tuple[tuple[str, str, str, str], ...] = (
     # (short, long, value that is fabricscope's own behaviour, what fabricscope does instead)
     ("-t", "--nthreads", "1", "fabricscope runs one thread per process: start more ranks (--nproc, or your launcher)"),
@@ -171,7 +181,6 @@ _LETTERS: tuple[tuple[str, str, str, str], ...] = (
     ("-K", "--per_iter_skip", "0", "every iteration's time is kept in --json (samples_us, p50, p99, CV)"),
     ("-S", "--report_timestamps", "0", "--json records when the run was made (created)"),
     ("-M", "--memory", "0", "memory use is not printed"),
-    ("-u", "--unalign", "0", "buffers are torch's allocations, aligned as torch aligns them"),
 )
 """nccl-tests letters fabricscope takes so that a command line copied from nccl-tests runs: at their default
 they change nothing; any other value prints one note of what fabricscope does instead."""
@@ -230,6 +239,7 @@ def build_config(args: argparse.Namespace) -> Any:
         iters=args.iters,
         warmup_iters=args.warmup_iters,
         check=args.check,
+        unalign=args.unalign,
         average=args.average,
         run_cycles=1 if args.run_cycles is None else args.run_cycles,
         duration_s=args.duration,

@@ -65,6 +65,9 @@ class BenchConfig(SweepConfig):
     """``-w``: warmup iterations per size, run over the sweep before timing (as nccl-tests)."""
     check: int = 1
     """``-c``: correctness-check iterations after timing each row (0 = off)."""
+    unalign: int = 0
+    """``-u``: start the send and receive buffers this many elements past the allocation's (aligned)
+    start, as nccl-tests misaligns its buffers by ``unalign x element size`` bytes."""
     average: Average = Average.AVG
     """``-a``: 0 rank 0's time, 1 the mean over ranks, 2 the minimum, 3 the maximum."""
     run_cycles: int = 1

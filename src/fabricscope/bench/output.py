@@ -166,7 +166,7 @@ class Output:
         self._print(
             f"# nThread 1 nGpus 1 minBytes {cfg.min_bytes} maxBytes {cfg.max_bytes} step: {step} "
             f"warmup iters: {cfg.warmup_iters} iters: {cfg.iters} agg iters: 1 validation: {cfg.check} "
-            "graph: 0 unalign: 0"
+            f"graph: 0 unalign: {cfg.unalign}"
         )
         for note in [*self.first_notes, *self.notes]:
             self._print(note)

@@ -171,10 +171,12 @@ class Sweep:
         try:
             # Not zeroed: each row's load fills what its call reads, so pages are touched as the sweep
             # reaches them (an -e near the memory limit no longer spends minutes zeroing before row 1).
-            send = torch.empty(send_n, dtype=tdtype, device=self.device)
-            recv = torch.empty(recv_n, dtype=tdtype, device=self.device)
+            # -u: the buffers start unalign elements into their allocations (nccl-tests' misalignment).
+            skip = self.config.unalign
+            send = torch.empty(send_n + skip, dtype=tdtype, device=self.device).narrow(0, skip, send_n)
+            recv = torch.empty(recv_n + skip, dtype=tdtype, device=self.device).narrow(0, skip, recv_n)
         except (RuntimeError, MemoryError) as exc:
-            size = (send_n + recv_n) * dtype.size
+            size = (send_n + recv_n + 2 * self.config.unalign) * dtype.size
             raise RunError(
                 f"rank {self.rank} cannot allocate {size} bytes of {dtype.name} buffers on {self.device}: "
                 f"{describe_exception(exc)}; lower -e"
