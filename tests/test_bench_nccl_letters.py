@@ -23,8 +23,8 @@ def test_a_command_line_from_a_public_log_runs_with_one_note_per_letter_that_dif
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     notes = [line for line in done.stderr.splitlines() if line.startswith("note: -")]
-    # -g 1 is ours; -u is run for real (the header says so, nothing to note).
-    assert [n.split(":")[1].strip().split()[0] for n in notes] == ["-t", "-m", "-z", "-G"]
+    # -g 1 is ours; -z and -u are run for real (nothing to note).
+    assert [n.split(":")[1].strip().split()[0] for n in notes] == ["-t", "-m", "-G"]
     assert "graph: 0 unalign: 1" in done.stdout
     assert "Traceback" not in done.stderr and "unrecognized" not in done.stderr
     data = json.loads(out.read_text())
@@ -81,3 +81,27 @@ def test_the_buffers_really_start_past_their_allocation() -> None:
     send, recv = runner._allocate([layout], DTYPES["float"])
     assert send.storage_offset() == recv.storage_offset() == 3
     assert send.data_ptr() % 16 == 12 and send.numel() == layout.send_count
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+def test_blocking_waits_for_each_collective_before_the_next(blocking) -> None:
+    # nccl-tests' -z 1: each timed call is waited for before the next is launched; -z 0 (the default)
+    # launches the -n calls back to back and waits once, at the end.
+    from types import SimpleNamespace
+
+    from fabricscope.bench.config import BenchConfig
+    from fabricscope.bench.runner import Sweep
+    from fabricscope.ops import Call
+
+    events: list[str] = []
+    sweep = Sweep.__new__(Sweep)
+    sweep.config = BenchConfig(ops=["all_reduce"], iters=4, blocking=blocking)
+    sweep.cuda = False
+    sweep.stop = SimpleNamespace(now=False)
+    sweep.dist = SimpleNamespace(barrier=lambda: events.append("barrier"))
+    sweep._sync = lambda: events.append("sync")  # type: ignore[method-assign]
+    plan = Call(step=lambda: events.append("call"), load=lambda seed: None, expected=None, output=None)
+    mean, samples = sweep._time(plan)
+    timed = events[events.index("barrier") + 1 :]
+    assert timed == (["call", "sync"] * 4 if blocking else ["call"] * 4)
+    assert len(samples) == 4 and mean >= 0

@@ -85,6 +85,13 @@ def add_parser(subparsers: Any) -> None:
         help="correctness-check iterations, 0 = off (default 1)",
     )
     timing.add_argument(
+        "-z",
+        "--blocking",
+        type=options.choice({0: "back to back", 1: "blocking"}),
+        default="0",
+        help="1: wait for each collective before launching the next, as nccl-tests' -z 1 (default 0: back to back)",
+    )
+    timing.add_argument(
         "-u",
         "--unalign",
         type=options.whole(minimum=0, maximum=MAX_UNALIGN),
@@ -164,12 +171,6 @@ _LETTERS: tuple[tuple[str, str, str, str], ...] = (
     ),
     ("-m", "--agg_iters", "1", "fabricscope times one collective per iteration (no grouped launches): taken as 1"),
     ("-p", "--parallel_init", "0", "torch.distributed creates the communicator: nothing to parallelise"),
-    (
-        "-z",
-        "--blocking",
-        "0",
-        "fabricscope times -n back-to-back calls between two clock readings after a barrier (nccl-tests' -z 0)",
-    ),
     ("-y", "--stream_null", "0", "collectives run on torch's current stream"),
     ("-G", "--cudagraph", "0", "no CUDA graph capture: each iteration is launched"),
     ("-C", "--report_cputime", "0", "the time column is the collective's time, not the CPU launch time"),
@@ -240,6 +241,7 @@ def build_config(args: argparse.Namespace) -> Any:
         warmup_iters=args.warmup_iters,
         check=args.check,
         unalign=args.unalign,
+        blocking=args.blocking == 1,
         average=args.average,
         run_cycles=1 if args.run_cycles is None else args.run_cycles,
         duration_s=args.duration,

@@ -65,6 +65,9 @@ class BenchConfig(SweepConfig):
     """``-w``: warmup iterations per size, run over the sweep before timing (as nccl-tests)."""
     check: int = 1
     """``-c``: correctness-check iterations after timing each row (0 = off)."""
+    blocking: bool = False
+    """``-z 1``: wait for each collective to finish before the next is launched (its time then holds
+    the launch and the wait, as nccl-tests' blocking mode); else back-to-back calls (``-z 0``)."""
     unalign: int = 0
     """``-u``: start the send and receive buffers this many elements past the allocation's (aligned)
     start, as nccl-tests misaligns its buffers by ``unalign x element size`` bytes."""

@@ -348,6 +348,7 @@ class Sweep:
 
     def _time(self, plan: Call) -> tuple[float, list[float]]:
         iters = self.config.iters
+        blocking = self.config.blocking
         step = plan.step
         # A signal ends the row at once (a row can take minutes): every rank got
         # it, and a peer's collective failing as one leaves first is read as the
@@ -367,6 +368,8 @@ class Sweep:
                     raise Interrupted
                 step()
                 events[i].record()
+                if blocking:
+                    self._sync()
             self._sync()
             samples = [events[i - 1].elapsed_time(events[i]) * 1e-3 for i in range(1, iters + 1)]
             total = events[0].elapsed_time(events[iters]) * 1e-3
@@ -378,6 +381,8 @@ class Sweep:
                 if stop.now:
                     raise Interrupted
                 step()
+                if blocking:
+                    self._sync()
                 stamps[i] = clock()
             samples = [stamps[i] - stamps[i - 1] for i in range(1, iters + 1)]
             total = stamps[iters] - stamps[0]
