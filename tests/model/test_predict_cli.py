@@ -140,3 +140,10 @@ def test_a_calibrated_op_says_its_times_come_from_the_measurements(cli, write) -
     # An op the file did not calibrate is still the catalog model's, and says so.
     other = cli("predict", "all_gather", "--cluster", str(path), "-b", "1M", "-e", "1M")
     assert other.code == 0 and "NCCL's cost model" in other.out and "over rdma" in other.out
+
+
+def test_all_says_which_ops_it_leaves_out(cli) -> None:
+    done = cli("predict", "all", "--cluster", "dgx-h100-ndr", "-b", "1M", "-e", "1M")
+    assert done.code == 0, done.err
+    assert "note: all: ps, hypercube left out: predict has no cost model for them" in done.err
+    assert "ps_perf" not in done.out and "hypercube_perf" not in done.out and "all_reduce_perf" in done.out

@@ -154,10 +154,16 @@ def run_predict(args: argparse.Namespace) -> int:
         cluster = cluster.with_gpus_per_node(args.gpus_per_node)
     names = [c.name for c in ops.parse_ops(args.ops)] if args.ops else ["all_reduce"]
     named = [c.name for c in ops.parse_ops([o for o in args.ops if o.strip().lower() != "all"])]
-    for name in [n for n in names if not ops.get(n).modelled]:
+    unpriced = [n for n in names if not ops.get(n).modelled]
+    for name in unpriced:
         if name in named:
             raise UsageError(f"predict has no cost model for {name}: measure it with 'fabricscope bench {name}'")
-        names.remove(name)  # 'all' means every op the model knows
+        names.remove(name)  # 'all' means every op the model knows, and says which it leaves out
+    if unpriced:
+        sys.stderr.write(
+            f"note: all: {', '.join(unpriced)} left out: predict has no cost model for them (fabricscope bench "
+            "measures them)\n"
+        )
     config = SweepConfig(
         ops=names,
         optional_ops=[name for name in names if name not in named],
