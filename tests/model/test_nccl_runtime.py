@@ -62,3 +62,14 @@ def test_nccl_still_chooses_with_its_tuner_and_the_time_is_the_runtime_s() -> No
     one = h100()
     seconds, labels = coll.choose(coll.all_reduce(one, 64.0 * KIB, 8, 1))
     assert labels == ["ring/LL"] and 20e-6 < seconds < 25e-6
+
+
+def test_nvls_trees_on_four_nodes_or_more_start_at_64_kib_chunks() -> None:
+    # src/transport/nvls.cc: treeMaxChunkSize = (nNodes >= 4) ? 65536 : chunkSize. 1 GiB over 16 channels
+    # x 8 heads is 64 steps of 128 KiB on 2 nodes, 128 of 64 KiB on 4: 64 more steps of 3.4 us, and a
+    # pipeline fill of 3 stages over 128 steps instead of 64.
+    fab, moving = h100(2), 1e-3
+    two = rt.nvls_pipeline(fab, float(1 << 30), 8, 2, moving)
+    four = rt.nvls_pipeline(fab, float(1 << 30), 8, 4, moving)
+    fill = moving * rt.NVLS_TREE_STAGES - moving
+    assert four - two == pytest.approx(64 * rt.NVLS_STEP_US * 1e-6 + fill / 128 - fill / 64, rel=1e-6)

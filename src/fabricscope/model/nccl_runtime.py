@@ -22,6 +22,7 @@ __all__ = [
     "MAX_THREADS",
     "NVLS_CHUNK_BYTES",
     "NVLS_STAGES",
+    "NVLS_TREE_MAX_CHUNK_4_NODES",
     "NVLS_TREE_STAGES",
     "THREAD_THRESHOLD",
     "channel_share",
@@ -37,18 +38,24 @@ THREAD_THRESHOLD = (8, 8, 64)
 ``NCCL_LL128_THREAD_THRESHOLD`` 8, ``NCCL_SIMPLE_THREAD_THRESHOLD`` 64 in src/include/comm.h);
 ring LL multiplies it by the number of ranks (tuning.cc)."""
 COMM_CHANNELS_ONE_NODE = 24
-"""Channels NCCL builds on one NVLink node: a ring graph of 12 channels, doubled (src/graph/search.cc
-and connect.cc; ``NCCL_DEBUG=INFO`` prints "24 coll channels" on 8 H100 or A100)."""
+"""Channels NCCL builds on one NVLink node, as read from src/graph/search.cc and connect.cc for 8 H100
+(a ring graph of 6 channels at 60 GB/s, duplicated to 12 at 30, then doubled by connect.cc), not taken
+from a log; other NVLink nodes are given the same count."""
 COMM_CHANNELS_MORE_NODES = 16
-"""Channels across nodes with one NIC per GPU: 8 graph channels (one per NIC), doubled."""
+"""Channels across nodes with one NIC per GPU: 8 graph channels (one per NIC), doubled (the same
+reading, NCCL 2.27; 2.18 doubled again to 32)."""
 COMM_CHANNELS_PCIE = 2
-"""Channels on a node whose GPUs talk over PCIe: one graph channel, doubled."""
+"""Channels on a node whose GPUs talk over PCIe: one graph channel, doubled (an assumption: only the
+smallest messages on such nodes are affected)."""
 NVLS_CHANNELS = np.array([0.0, 0.0, 16.0, 24.0])
 """``comm->nvlsChannels`` by NCCL architecture row (src/transport/nvls.cc: ``NVLS_NCHANNELS_SM90`` 16,
 ``NVLS_NCHANNELS_SM100_NVL`` 24 on one node; 32 across nodes, :data:`NVLS_CHANNELS_MORE_NODES`)."""
 NVLS_CHANNELS_MORE_NODES = 32.0
 NVLS_CHUNK_BYTES = 131072
 """``NCCL_NVLS_CHUNKSIZE``'s default; enqueue.cc halves it for smaller messages (:func:`nvls_pipeline`)."""
+NVLS_TREE_MAX_CHUNK_4_NODES = 65536
+"""An NVLS tree's chunk on 4 nodes or more (src/transport/nvls.cc: ``treeMaxChunkSize = (nNodes >= 4)
+? 65536 : chunkSize``)."""
 NVLS_STAGES = 3
 """Warp groups one NVLS all-reduce channel chains on one node: scatter into the multicast buffer,
 reduce and multicast (``multimem.ld_reduce``, ``multimem.st``), gather out (src/device/all_reduce.h,
@@ -83,10 +90,10 @@ def nvls_channels(fab: Fabric, nodes: Num) -> Num:
     return np.where((nodes > 1) & (arch >= 3), NVLS_CHANNELS_MORE_NODES, NVLS_CHANNELS[arch])
 
 
-def _nvls_chunk(nbytes: Num, concurrent: Num, *, tree: bool) -> Num:
+def _nvls_chunk(nbytes: Num, concurrent: Num, *, tree: bool, start: Num = float(NVLS_CHUNK_BYTES)) -> Num:
     """NCCL's NVLS chunk for a message of ``nbytes`` over ``concurrent`` = channels x heads streams
-    (enqueue.cc, ``calcCollChunking``): 128 KiB, halved while the message is small against it."""
-    chunk = np.full(np.shape(nbytes * concurrent), float(NVLS_CHUNK_BYTES))
+    (enqueue.cc, ``calcCollChunking``): ``start``, halved while the message is small against it."""
+    chunk = np.full(np.shape(nbytes * concurrent * start), 1.0) * start
     rules = ((4.0, 65536.0), (1.0, 32768.0)) if tree else ((64.0, 65536.0), (8.0, 32768.0), (2.0, 16384.0))
     for times, smaller in rules:
         chunk = np.where((nbytes < times * concurrent * chunk) & (chunk > smaller), smaller, chunk)
@@ -101,7 +108,12 @@ def nvls_pipeline(fab: Fabric, nbytes: Num, ppn: Num, nodes: Num, moving: Num) -
     Simple NVLink step (:data:`NVLS_STEP_US`)."""
     multi = nodes > 1
     concurrent = nvls_channels(fab, nodes) * np.maximum(ppn, 1)
-    chunk = np.where(multi, _nvls_chunk(nbytes, concurrent, tree=True), _nvls_chunk(nbytes, concurrent, tree=False))
+    tree_start = np.where(nodes >= 4, NVLS_TREE_MAX_CHUNK_4_NODES, NVLS_CHUNK_BYTES)
+    chunk = np.where(
+        multi,
+        _nvls_chunk(nbytes, concurrent, tree=True, start=tree_start),
+        _nvls_chunk(nbytes, concurrent, tree=False),
+    )
     loops = np.maximum(nbytes / (np.maximum(concurrent, 1.0) * chunk), 1.0)
     stages = np.where(multi, NVLS_TREE_STAGES, NVLS_STAGES)
     return moving * (loops + stages - 1) / loops + (loops - 1) * NVLS_STEP_US * 1e-6

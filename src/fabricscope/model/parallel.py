@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, TypeVar, cast
 
 from fabricscope.errors import InvalidValue, UsageError, closest
+from fabricscope.model.training import CONTEXT_GIB, EAGER_CONTEXT_GIB
 from fabricscope.model.workload import ModelSpec
 from fabricscope.shown import quoted
 
@@ -88,12 +89,6 @@ def check_values(split: _Split) -> None:
         )
 
 
-EAGER_CONTEXT_GIB = 1.78
-"""CUDA's own memory on a GPU when PyTorch loads every kernel module at start (before lazy loading:
-A100 80GB, PyTorch 1.10.2, stas00/ml-engineering training/performance/README.md), the stacks of
-2021-22."""
-
-
 @dataclass(kw_only=True, slots=True)
 class StackParameters:
     """How a training stack moves data and runs kernels, beyond the split: the named parameters
@@ -139,11 +134,9 @@ class StackParameters:
     ``allreduce_bucket`` runs ``tensor.to(self.communication_data_type)``: deepspeed/runtime/engine.py),
     so 2 bytes per gradient cross the network and a transient copy of 2 bytes per parameter held
     stays reserved by PyTorch's caching allocator; else the fp32 buffer is reduced as it is."""
-    cuda_context_gib: float = 0.47
-    """GPU memory CUDA takes when PyTorch first uses a GPU, which no tensor accounts for: 0.47 GiB with
-    lazy module loading (the default from PyTorch 1.13 on CUDA 11.7), 1.78 GiB loaded eagerly (A100
-    80GB, PyTorch 1.10.2); stas00/ml-engineering, training/performance/README.md, 'Preloaded CUDA
-    kernels memory usage'."""
+    cuda_context_gib: float = CONTEXT_GIB
+    """GPU memory CUDA takes when PyTorch uses a GPU, which no tensor accounts for (``training.CONTEXT_GIB``
+    for today's PyTorch, ``training.EAGER_CONTEXT_GIB`` for the 2021-22 stacks, with their source)."""
 
 
 @dataclass(kw_only=True, slots=True)

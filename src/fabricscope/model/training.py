@@ -51,6 +51,15 @@ ACCUMULATE_BYTES_PER_PARAM = 10.0
 """Adding a micro-batch's 16-bit gradient into an fp32 accumulator: read 2 and 4 bytes, write 4."""
 STATE_BYTES_PER_PARAM = 16.0
 """16-bit weight and gradient, fp32 master weight, m and v (ZeRO paper: 2 + 2 + 12)."""
+CONTEXT_GIB = 0.92
+"""CUDA's own memory on a GPU once PyTorch uses it (its context and kernel modules), which no tensor
+accounts for: stas00/ml-engineering, training/performance/README.md, "Preloaded CUDA kernels memory
+usage", A100 80GB, PyTorch 2.1.1: 0.47 GiB when only ``torch.ones`` has run with lazy loading, 0.92 GiB
+with every module loaded, and "the actual memory allocated at run time with other code using torch API
+will be somewhere between 0.47 and 0.92GiB": a training step runs most kernels, so the upper figure."""
+EAGER_CONTEXT_GIB = 1.78
+"""The same with PyTorch 1.10.2, which loaded every module at start (the same source): the stacks of
+2021-22."""
 NCCL_COMM_BYTES = 688e6
 """GPU memory of one NCCL communicator of more than 2 ranks once it has run a collective (its
 channels' LL, LL128 and Simple buffers per peer): 688 MB on 4 A100 over NVLink (NVIDIA/nccl issue 964:
@@ -189,7 +198,7 @@ class Job:
     grad_cast: Num = 0
     """1 where the fp32 accumulator's gradients are reduced through a bf16 copy (DeepSpeed's BF16
     optimizer): 2 bytes on the wire and 2 bytes per parameter of transient memory."""
-    context_bytes: Num = 0.47 * 2**30
+    context_bytes: Num = CONTEXT_GIB * 2**30
     """CUDA's own memory on the GPU (its context and kernel modules)."""
     etp: Num = 0
     """Tensor-parallel ranks of the experts (0: ``tp``, expert groups made of data- and
@@ -477,8 +486,8 @@ def _units(w: Shape, job: Job, dev: Device, backward: Num) -> Num:
 
 
 def _wire_grad_bytes(job: Job, dev: Device) -> Num:
-    """Bytes per gradient element a data-parallel collective moves (an fp32 accumulator is reduced
-    as it is)."""
+    """Bytes per gradient element a data-parallel collective moves: 4 where gradients are fp32, or an
+    fp32 accumulator is reduced as it is; the precision's own where the stack casts it (``grad_cast``)."""
     fp32 = (job.fp32_grads > 0) | ((_fp32_accum(job) > 0) & (job.grad_cast <= 0))
     return np.where(fp32, np.maximum(dev.grad_bytes, 4.0), dev.grad_bytes)
 
