@@ -147,3 +147,17 @@ def test_result_files_go_through_the_same_reader(tmp_path):
     deep.write_text(json.dumps({"format": "fabricscope-result"})[:-1] + ', "x": ' + "[" * 5000 + "]" * 5000 + "}")
     with pytest.raises(ResultFormatError, match="nested more than"):
         load(deep)
+
+
+def test_depth_counts_a_scalar_as_a_level_as_a_container() -> None:
+    from fabricscope.userfiles import check_depth
+
+    def nested(levels: int) -> object:
+        value: object = 1
+        for _ in range(levels):
+            value = [value]
+        return value
+
+    check_depth(nested(MAX_DEPTH), source="x")  # the scalar at level 64
+    with pytest.raises(ConfigError, match=f"nested more than {MAX_DEPTH} levels deep"):
+        check_depth(nested(MAX_DEPTH + 1), source="x")

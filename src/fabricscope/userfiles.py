@@ -165,6 +165,9 @@ def check_depth(value: Any, *, source: str, error: type[UsageError] = ConfigErro
         for key, child in pairs:
             if isinstance(child, dict | list):
                 stack.append((child, depth + 1, (entry, key)))
+            elif depth + 1 > MAX_DEPTH:  # a scalar counts as a level, as a container does
+                where = _path((child, depth + 1, (entry, key)))
+                raise error(f"{source}: nested more than {MAX_DEPTH} levels deep (at {where})")
             elif isinstance(child, int) and not isinstance(child, bool) and not -_INT64 <= child < _INT64:
                 where = _path((child, depth + 1, (entry, key)))
                 raise error(f"{source}: {where} has {len(str(abs(child)))} digits; whole numbers must fit in 64 bits")
