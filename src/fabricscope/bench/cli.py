@@ -232,6 +232,10 @@ def build_config(args: argparse.Namespace) -> Any:
     if "ps" in ops and "all_reduce" not in ops:
         # ps is read against an all_reduce of the same bytes: run it beside, right after.
         ops.insert(ops.index("ps") + 1, "all_reduce")
+    if args.blocking == 1 and args.streams > 1:
+        raise UsageError(
+            "-z 1 waits for each collective before the next, and --streams runs several at once: give one of them"
+        )
     if args.duration is not None and args.run_cycles is not None:
         raise UsageError("-N/--run_cycles and --duration both say how long to repeat the sweep: give one of them")
     return BenchConfig(
