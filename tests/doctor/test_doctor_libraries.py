@@ -46,3 +46,11 @@ def test_no_library_is_no_fact_and_no_error(tmp_path: Path, absent: str) -> None
         assert probe_libraries(open_root(str(tree(tmp_path)))) == {"NCCL": "2.9.9 (usr/lib)"}
     else:
         assert probe_libraries(open_root(str(tree(tmp_path)))) == {}
+
+
+def test_a_hostile_captured_wheel_file_is_one_printable_line(tmp_path: Path) -> None:
+    replay = tree(tmp_path / "capture")
+    (replay / "fabricscope-capture").mkdir()
+    (replay / NCCL_WHEEL_FILE).write_text("\x1b[2Jnvidia-nccl-cu12 " + "9" * 5000 + "\nsecond line\n")
+    shown = probe_libraries(open_root(str(replay)))["NCCL (Python wheel)"]
+    assert len(shown) <= 80 and "\x1b" not in shown and "second" not in shown

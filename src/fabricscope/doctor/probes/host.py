@@ -17,6 +17,7 @@ from fabricscope.kernel_text import (
     parse_sysctl_ints,
     parsed,
 )
+from fabricscope.shown import cut
 from fabricscope.sysroot import SysRoot
 from fabricscope.units import is_digits
 
@@ -170,9 +171,10 @@ def probe_libraries(root: SysRoot) -> dict[str, str]:
         for key, stem in (("NCCL", "libnccl.so.2"), ("libibverbs", "libibverbs.so.1")):
             target = root.link_name(f"{folder}/{stem}")
             if target and target.startswith(stem + ".") and key not in found:
-                found[key] = f"{target[len(stem) - 1 :]} ({folder})"
+                found[key] = f"{cut(target[len(stem) - 1 :], 40)} ({folder})"
     wheel = _nccl_wheel() if root.is_live else root.text(NCCL_WHEEL_FILE)
-    if wheel:
+    if wheel and wheel.strip():
+        wheel = cut(wheel.strip().splitlines()[0], 80)  # a captured file holds what anyone wrote there
         root.remember(NCCL_WHEEL_FILE, wheel)
         found["NCCL (Python wheel)"] = wheel
     return found
