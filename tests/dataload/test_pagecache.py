@@ -51,7 +51,7 @@ def test_a_sparse_data_set_is_named_in_the_notes(tmp_path) -> None:
     out = tmp_path / "d.json"
     done = run_cli(["dataload", str(sparse), "--duration", "1", "--json", str(out)])
     assert done.returncode == 0, done.stderr
-    assert "sparse: 100% of the data set's bytes are holes" in done.stdout
+    assert "sparse: 100% of the data set's bytes have no blocks of their own" in done.stdout
     assert any("holes" in note for note in load(out).summary["notes"])
     dense = tmp_path / "dense.bin"
     dense.write_bytes(os.urandom(1 << 20))

@@ -76,3 +76,58 @@ def test_a_large_pairs_matrix_labels_at_most_max_ticks_ranks() -> None:
     assert 1 < len(axes.get_xticks()) <= plots.MAX_TICKS and len(axes.get_yticks()) <= plots.MAX_TICKS
     image = axes.get_images()[0].get_array()
     assert image.shape == (n, n) and float(image.max()) == float(n) and float(image.min()) == 1.0
+
+
+def test_a_compare_of_two_datatypes_draws_one_line_per_placement() -> None:
+    # compare rows of float and half at the same sizes: each line is one datatype's, one point per size
+    # (mixed, the line zigzagged between the two at every size); a busbw 1% lower is drawn 1% worse.
+    from fabricscope.report import plots
+    from fabricscope.results import Result
+
+    fixed = dict(op="all_reduce", redop="sum", placement="out", metric="busbw_gbps", verdict="within tolerance")
+    rows = [
+        dict(fixed, size_bytes=s, dtype=d, change=c)
+        for s in (1 << 20, 1 << 22)
+        for d, c in (("float", -0.01), ("half", 0.5))
+    ]
+    (drawn,) = plots.compare_plots("c", Result(kind="compare", config={"tolerance": 0.05}, records=rows))
+    [line] = [ln for ln in drawn.figure.axes[0].get_lines() if ln.get_label() == "out-of-place"]
+    assert list(line.get_xdata()) == [1 << 20, 1 << 22] and list(line.get_ydata()) == [1.0, 1.0]
+
+
+def test_compare_and_dataload_results_of_the_wrong_types_are_drawn_from_what_is_right() -> None:
+    # Result files are user files: a pass that is text, notes that are a number, a list as a datatype,
+    # a change of 1e308 must not crash the report (both did before), only leave those values out.
+    from fabricscope.report import document
+    from fabricscope.results import Result
+
+    dataload = Result(
+        kind="dataload",
+        records=[{"pass": "x", "bytes_per_s": 5e8}, {"pass": [1], "bytes_per_s": True}, {"bytes_per_s": 1e308}],
+        summary={
+            "notes": 5,
+            "bytes_per_s": "fast",
+            "verdict": {"needed_bytes_per_s": "lots", "gpu_wait_fraction": "x"},
+        },
+    )
+    compare = Result(
+        kind="compare",
+        config={"tolerance": "5%", "reference": ["x"]},
+        records=[
+            {"op": 7, "size_bytes": 10**18, "change": "bad", "metric": 5, "placement": None},
+            {
+                "op": "all_reduce",
+                "size_bytes": 1024,
+                "change": 0.5,
+                "metric": "time_us",
+                "placement": "out",
+                "verdict": "regressed",
+                "p_value": "x",
+                "dtype": ["f"],
+            },
+        ],
+    )
+    report = document.build([("d", dataload), ("c", compare)])
+    page = document.to_html(report)
+    assert {p.name for p in report.plots} == {"dataload-d", "compare-c-all_reduce"}
+    assert "fail" in page and "<svg" in page

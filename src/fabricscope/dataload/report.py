@@ -99,8 +99,9 @@ def notes(measurement: Measurement, *, memory_available: int | None = None) -> l
     holes, data = measurement.dataset.hole_bytes, measurement.dataset.total_bytes
     if holes > 0.01 * data:
         out.append(
-            f"sparse: {_pct(holes / data)} of the data set's bytes are holes with no storage behind them; "
-            "they read as zeros from memory, so this rate is not the storage's"
+            f"sparse: {_pct(holes / data)} of the data set's bytes have no blocks of their own on the file "
+            "system (holes of sparse files, which read as zeros from memory, or data the file system "
+            "compresses): this rate is not the storage's raw rate"
         )
     if measurement.error_count:
         out.append(

@@ -191,6 +191,10 @@ def _number(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, int | float) and not isinstance(value, bool) else "-"
 
 
+def _percent(value: Any) -> float | None:
+    return 100 * value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def _mb(value: Any) -> float | None:
     return value / 1e6 if isinstance(value, int | float) and not isinstance(value, bool) else None
 
@@ -208,10 +212,11 @@ def _dataload_table(index: int, label: str, result: Result) -> Table:
         rows += [
             ["training needs", f"{_number(_mb(verdict.get('needed_bytes_per_s')))} MB/s"],
             ["measured / needed", _number(verdict.get("ratio"))],
-            ["GPUs would wait", f"{100 * float(verdict.get('gpu_wait_fraction') or 0):.1f}% of the time"],
+            ["GPUs would wait", f"{_number(_percent(verdict.get('gpu_wait_fraction')))}% of the time"],
             ["verdict", "fail" if verdict.get("starves") else "keeps up"],
         ]
-    rows += [["note", str(note)] for note in summary.get("notes") or [] if isinstance(note, str)]
+    notes = summary.get("notes")
+    rows += [["note", note] for note in (notes if isinstance(notes, list) else []) if isinstance(note, str)]
     return Table(f"dataload-{index}", f"{label}: data loading", ["", "value"], rows)
 
 

@@ -37,6 +37,8 @@ __all__ = [
 
 SMALL_BYTES = 64 * 1024
 """Largest size on the small-message latency plot."""
+MAX_RATE = 1e15
+"""Highest read rate drawn, bytes/s (a petabyte a second): past it a value in a file is not a measurement."""
 MAX_TICKS = 48
 """Most rank labels a heatmap axis carries (every k-th rank beyond)."""
 
@@ -294,22 +296,26 @@ def compare_plots(label: str, result: Result) -> list[Plot]:
         for r in result.records
         if isinstance(r, Mapping)
         and isinstance(r.get("change"), int | float)
-        and math.isfinite(r["change"])
+        and math.isfinite(100.0 * r["change"])
         and isinstance(r.get("size_bytes"), int)
         and r["size_bytes"] > 0
     ]
     config = result.config if isinstance(result.config, Mapping) else {}
     tolerance = config.get("tolerance")
     plots = []
+    from fabricscope.store.compare import worse_by
+
     for op in dict.fromkeys(str(r.get("op")) for r in rows):
         figure, axes = _figure(8, 4)
+        # One line per placement, of the op's most common datatype and reduction (as the busbw plots).
+        ops_rows = [r for r in rows if r.get("op") == op]
+        kind = Counter(_kind(r) for r in ops_rows).most_common(1)[0][0]
         for placement, style in (("out", "-"), ("in", ":")):
-            mine = sorted((r for r in rows if r.get("op") == op and r.get("placement") == placement), key=_size_key)
+            mine = sorted((r for r in ops_rows if r.get("placement") == placement and _kind(r) == kind), key=_size_key)
             if not mine:
                 continue
             sizes = [int(r["size_bytes"]) for r in mine]
-            # Worse is up for both metrics: a longer time, a lower busbw.
-            worse = [100.0 * (r["change"] if r.get("metric") == "time_us" else -r["change"]) for r in mine]
+            worse = [100.0 * worse_by(str(r.get("metric")), r["change"]) for r in mine]  # worse is up
             axes.plot(sizes, worse, style, color="tab:blue", label=f"{placement}-of-place")
             for verdict, colour in _VERDICT_COLOURS.items():
                 points = [(s, w) for s, w, r in zip(sizes, worse, mine, strict=True) if r.get("verdict") == verdict]
@@ -327,6 +333,24 @@ def compare_plots(label: str, result: Result) -> list[Plot]:
     return plots
 
 
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _rate(value: Any) -> float | None:
+    """A read rate a file holds, in bytes/s, when it is one that can be drawn (0 to :data:`MAX_RATE`)."""
+    return float(value) if _number(value) and 0 <= value <= MAX_RATE else None
+
+
+def _kind(record: Mapping[str, Any]) -> tuple[str, str]:
+    """A compare row's datatype and reduction, as text (a file may hold anything there)."""
+    return str(record.get("dtype")), str(record.get("redop"))
+
+
 def _size_key(record: Mapping[str, Any]) -> int:
     return int(record["size_bytes"])
 
@@ -335,9 +359,9 @@ def dataload_plot(label: str, result: Result) -> Plot | None:
     """A dataload result: the read rate of each pass (MB/s), and the rate training needs where the
     run was given one."""
     rates = [
-        (int(r.get("pass") or i + 1), float(r["bytes_per_s"]))
+        (r["pass"] if _whole(r.get("pass")) else i + 1, float(r["bytes_per_s"]))
         for i, r in enumerate(result.records)
-        if isinstance(r, Mapping) and isinstance(r.get("bytes_per_s"), int | float) and math.isfinite(r["bytes_per_s"])
+        if isinstance(r, Mapping) and _rate(r.get("bytes_per_s")) is not None
     ]
     if not rates:
         return None
@@ -347,12 +371,12 @@ def dataload_plot(label: str, result: Result) -> Plot | None:
     passes = [p for p, _ in rates]
     axes.bar(range(len(rates)), [v / 1e6 for _, v in rates], color="tab:blue", label="read rate")
     axes.set_xticks(range(len(rates)), [str(p) for p in passes])
-    overall = summary.get("bytes_per_s")
-    if isinstance(overall, int | float) and math.isfinite(overall):
+    overall = _rate(summary.get("bytes_per_s"))
+    if overall is not None:
         whole = f"whole run {overall / 1e6:.4g} MB/s"
         axes.axhline(overall / 1e6, color="tab:blue", linestyle="--", linewidth=1, label=whole)
-    if verdict is not None and isinstance(verdict.get("needed_bytes_per_s"), int | float):
-        need = float(verdict["needed_bytes_per_s"])
+    need = _rate(verdict.get("needed_bytes_per_s")) if verdict is not None else None
+    if verdict is not None and need is not None and need > 0:
         colour = "tab:red" if verdict.get("starves") else "tab:green"
         axes.axhline(need / 1e6, color=colour, linewidth=1.5, label=f"training needs {need / 1e6:.4g} MB/s")
     heights = [v for _, v in rates] + [line.get_ydata()[0] * 1e6 for line in axes.get_lines()]

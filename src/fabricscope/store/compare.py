@@ -39,6 +39,7 @@ __all__ = [
     "compare",
     "markdown_lines",
     "text_lines",
+    "worse_by",
 ]
 
 SMALL_BYTES = 64 * 1024
@@ -49,6 +50,12 @@ ALPHA = 0.05
 VERDICTS = ("regressed", "improved", "not significant", "within tolerance")
 
 _Key = tuple[str, int, str, str, str]
+
+
+def worse_by(metric: str, change: float) -> float:
+    """How much worse a change of ``metric`` is, as a fraction (negative when better): a longer time,
+    a lower busbw."""
+    return change if metric == "time_us" else -change
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +80,7 @@ class Row:
     @property
     def worse_by(self) -> float:
         """How much worse, as a fraction (negative when better)."""
-        return self.change if self.metric == "time_us" else -self.change
+        return worse_by(self.metric, self.change)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
