@@ -51,3 +51,21 @@ def test_the_shared_layer_imports_no_command_package() -> None:
         and any(name.startswith(f"fabricscope.{command}") for command in COMMANDS)
     )
     assert offending == []
+
+
+RANK_LIFE = ("signal.signal", "finish_process", "tightest_free_bytes", "join_group", "decide(")
+"""The life of a measuring rank: its one home is launch/lifecycle.py (and the rank helpers it uses)."""
+
+
+@pytest.mark.parametrize("package", ["bench", "pairs"])
+def test_a_measuring_worker_lives_by_launch_lifecycle(package: str) -> None:
+    """bench and pairs ranks join, fit, stop and end through launch.lifecycle: no second copy in a command."""
+    offending = sorted(
+        f"{path.relative_to(SRC)}: {needle}"
+        for path in (SRC / package).rglob("*.py")
+        for needle in RANK_LIFE
+        if needle in path.read_text(encoding="utf-8")
+    )
+    assert offending == []
+    worker = (SRC / package / "worker.py").read_text(encoding="utf-8")
+    assert "lifecycle.run_rank(" in worker and "lifecycle.conclude(" in worker

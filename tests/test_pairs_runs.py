@@ -188,3 +188,28 @@ def test_json_to_stdout_is_written_once_at_the_end():
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["status"] == "complete"  # once, alone: the report is on stderr
     assert "slowest link:" in done.stderr
+
+
+def test_full_disk_ends_by_the_shared_policy_and_keeps_the_report(tmp_path):
+    """A --json that stops fitting mid-run: the report is printed, the exit is 1, and the last line
+    says what failed and what still holds every pair (the exit policy pairs shares with bench)."""
+    from helpers import skip_or_fail
+
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        skip_or_fail("cannot mount a small tmpfs here (needs root)")
+    try:
+        out = mount / "p.json"
+        done = run_cli(["pairs", "--nproc", "4", "--size", "1K", "-n", "2", "--json", str(out)], timeout=180)
+        assert done.returncode == 1, done.stderr
+        assert "Traceback" not in done.stderr
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith("error: cannot write") and "No space left on device" in last, done.stderr
+        assert last.endswith("the report above holds every pair measured"), last
+        kept = json.loads(out.read_text())  # the last version that fitted, never a torn file
+        assert kept["status"] == "partial" and len(kept["records"]) < 24
+        assert "over 12 directions" in done.stdout and "slowest link:" in done.stdout, done.stdout  # every pair
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

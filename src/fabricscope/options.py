@@ -21,11 +21,14 @@ import argparse
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabricscope.errors import UsageError
 from fabricscope.shown import quoted
 from fabricscope.units import is_digits
+
+if TYPE_CHECKING:
+    from fabricscope.launch.config import LaunchConfig
 
 __all__ = [
     "MAX_DIGITS",
@@ -35,7 +38,7 @@ __all__ = [
     "add_sweep_options",
     "choice",
     "fraction",
-    "launch_fields",
+    "launch_config",
     "number",
     "port",
     "rate",
@@ -347,15 +350,16 @@ def add_launch_options(
         )
 
 
-def launch_fields(args: argparse.Namespace, *, default_nproc: Callable[[], int] | None = None) -> dict[str, Any]:
-    """The config fields that :func:`add_launch_options` (with the backend and rendezvous flags)
-    declares: ``nproc`` (``default_nproc()`` when not given), ``backend``, ``timeout_s``,
-    ``master_addr`` and ``master_port``."""
+def launch_config(args: argparse.Namespace, *, default_nproc: Callable[[], int] | None = None) -> LaunchConfig:
+    """The :class:`~fabricscope.launch.config.LaunchConfig` that :func:`add_launch_options` (with the
+    backend and rendezvous flags) describes; ``nproc`` is ``default_nproc()`` when not given."""
+    from fabricscope.launch.config import LaunchConfig
+
     nproc = args.nproc if args.nproc is not None or default_nproc is None else default_nproc()
-    return {
-        "nproc": nproc,
-        "backend": args.backend,
-        "timeout_s": args.timeout,
-        "master_addr": args.master_addr,
-        "master_port": args.master_port,
-    }
+    return LaunchConfig(
+        nproc=nproc,
+        backend=args.backend,
+        timeout_s=args.timeout,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+    )

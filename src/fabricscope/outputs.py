@@ -18,14 +18,18 @@ import stat
 import sys
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
-from fabricscope.errors import RunError, UsageError
+from fabricscope.errors import InvalidValue, RunError, UsageError
 from fabricscope.shown import cut
 
 __all__ = [
+    "OUTPUT_FIELDS",
     "STDOUT",
+    "OutputConfig",
+    "SaveRequest",
     "atomic_write_text",
     "check_output_path",
     "check_outputs",
@@ -111,6 +115,61 @@ def say_written(path: str, detail: str = "") -> None:
         sys.stderr.write(f"wrote {path}{': ' + detail if detail else ''}\n")
     elif detail:
         sys.stderr.write(f"wrote standard output: {detail}\n")
+
+
+@dataclass(frozen=True, slots=True)
+class SaveRequest:
+    """``--save``/``--label``: keep a final Result in the history (see :mod:`fabricscope.store.save`)."""
+
+    label: str | None = None
+    kept_in: str | None = None
+    """The file that also holds the Result, named when the history cannot take it."""
+
+
+@dataclass(kw_only=True, slots=True)
+class OutputConfig:
+    """Where a measuring command's rank 0 keeps what it measured, carried to the rank that writes it."""
+
+    json_path: str | None = None
+    """``--json``: the Result, rewritten as the run goes."""
+    csv_path: str | None = None
+    """``--csv``: one line per record."""
+    nccl_json_path: str | None = None
+    """``-J``: the run in nccl-tests' own JSON layout, written at the end."""
+    save: bool = False
+    """``--save``/``--label``: add the final Result to the history."""
+    label: str | None = None
+    argv: list[str] = field(default_factory=list)
+    """The command line, kept in the Result."""
+
+    def __post_init__(self) -> None:
+        for key, path in self._named():
+            if path is not None and not path.strip():
+                raise InvalidValue("needs a file name, got an empty one", key=key)
+        if self.json_path and self.csv_path and os.path.realpath(self.json_path) == os.path.realpath(self.csv_path):
+            raise InvalidValue(
+                f"names the same file as the JSON output ({self.json_path}): give each its own", key="csv"
+            )
+
+    def _named(self) -> tuple[tuple[str, str | None], ...]:
+        return (("json", self.json_path), ("csv", self.csv_path), ("nccl_json", self.nccl_json_path))
+
+    def flagged(self) -> list[tuple[str, str | None]]:
+        """Each output file with the flag that names it, as :func:`check_outputs` takes them."""
+        return [("--json", self.json_path), ("--csv", self.csv_path), ("-J", self.nccl_json_path)]
+
+    def save_request(self) -> SaveRequest | None:
+        """What ``--save``/``--label`` asked for, or None."""
+        if not (self.save or self.label is not None):
+            return None
+        return SaveRequest(label=self.label, kept_in=self.json_path)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+OUTPUT_FIELDS = tuple(f.name for f in fields(OutputConfig))
+"""The keys an :class:`OutputConfig` adds to a command's flat config dict."""
 
 
 def _same_file(a: str, b: str) -> bool:

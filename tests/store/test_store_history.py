@@ -192,16 +192,17 @@ def test_baselines_point_at_history_runs(tmp_path):
 def test_save_helpers(tmp_path, monkeypatch):
     import argparse
 
-    from fabricscope.store.save import add_save_options, check_save_options, save_result
+    from fabricscope.store.save import add_save_options, check_save_options, save_request, save_result
 
     monkeypatch.setenv("FABRICSCOPE_HOME", str(tmp_path))
     parser = argparse.ArgumentParser()
     add_save_options(parser)
-    assert save_result(parser.parse_args([]), bench()) is None
+    assert save_request(parser.parse_args([])) is None
+    assert save_result(save_request(parser.parse_args([])), bench()) is None
     assert not (tmp_path / "history.sqlite").exists()
     args = parser.parse_args(["--label", " nightly "])
     check_save_options(args)
-    run_id = save_result(args, bench("labelled"))
+    run_id = save_result(save_request(args), bench("labelled"))
     with History() as history:
         assert history.entry(run_id).label == "nightly"
     with pytest.raises(UsageError, match="label"):

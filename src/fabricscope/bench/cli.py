@@ -225,6 +225,7 @@ def build_config(args: argparse.Namespace) -> Any:
     """The :class:`BenchConfig` the flags describe (raises UsageError on bad input)."""
     from fabricscope import ops as ops_registry
     from fabricscope.bench.config import BenchConfig
+    from fabricscope.outputs import OutputConfig
 
     ops = [c.name for c in ops_registry.parse_ops(args.ops)] if args.ops else ["all_reduce"]
     named = [c.name for c in ops_registry.parse_ops([o for o in args.ops if o.strip().lower() != "all"])]
@@ -251,22 +252,24 @@ def build_config(args: argparse.Namespace) -> Any:
         duration_s=args.duration,
         streams=args.streams,
         servers=args.servers,
-        **options.launch_fields(args, default_nproc=_default_nproc),
-        json_path=args.json,
-        csv_path=args.csv,
-        nccl_json_path=args.nccl_json,
         optional_ops=optional,
         min_busbw_gbps=_min_busbw(),
-        argv=list(sys.argv),
-        save=wants_save(args),
-        label=args.label,
+        launch=options.launch_config(args, default_nproc=_default_nproc),
+        output=OutputConfig(
+            json_path=args.json,
+            csv_path=args.csv,
+            nccl_json_path=args.nccl_json,
+            argv=list(sys.argv),
+            save=wants_save(args),
+            label=args.label,
+        ),
     )
 
 
 def _check_output_paths(config: Any) -> None:
     from fabricscope.outputs import check_outputs
 
-    check_outputs([("--json", config.json_path), ("--csv", config.csv_path), ("-J", config.nccl_json_path)])
+    check_outputs(config.output.flagged())
 
 
 def _gpu_count() -> int:
@@ -288,7 +291,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_save_options(args)
     config = build_config(args)
-    world = launch.detect(master_addr=config.master_addr, master_port=config.master_port)
+    world = launch.detect(master_addr=config.launch.master_addr, master_port=config.launch.master_port)
     if world is None or world.rank == 0:
         for note in nccl_tests_notes(args):
             sys.stderr.write(note + "\n")
@@ -299,38 +302,38 @@ def run(args: argparse.Namespace) -> int:
 
         if args.nproc is not None and world.rank == 0:
             sys.stderr.write(f"warning: --nproc is ignored: {world.launcher} started {world.world_size} ranks\n")
-        config.nproc = world.world_size
+        config.launch.nproc = world.world_size
         return run_rank(config, world)
 
     if importlib.util.find_spec("torch") is None:
         raise MissingDependencyError("fabricscope bench needs torch: pip install 'fabricscope[torch]'")
-    copy.deepcopy(config).fit_to_world(config.nproc)  # refuse now; rank 0 notes what it skips
-    if config.backend == "nccl" and not _gpu_count():  # once here, not once per rank
+    copy.deepcopy(config).fit_to_world(config.launch.nproc)  # refuse now; rank 0 notes what it skips
+    if config.launch.backend == "nccl" and not _gpu_count():  # once here, not once per rank
         raise UsageError("--backend nccl needs CUDA GPUs and none is visible here; use --backend gloo or auto")
     from fabricscope.bench.worker import CONFIG_VARIABLE
 
-    _note_oversubscription(config.nproc, config.backend)
-    master_addr = config.master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
+    _note_oversubscription(config.launch.nproc, config.launch.backend)
+    master_addr = config.launch.master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
     launch.check_master_reachable(
         launch.World(
             rank=0,
-            world_size=config.nproc,
+            world_size=config.launch.nproc,
             local_rank=0,
-            local_world_size=config.nproc,
+            local_world_size=config.launch.nproc,
             master_addr=master_addr,
-            master_port=config.master_port or 1,
+            master_port=config.launch.master_port or 1,
             launcher="spawn",
         ),
         1.0,
     )
     return launch.spawn(
-        config.nproc,
+        config.launch.nproc,
         ["fabricscope.bench.worker"],
         {CONFIG_VARIABLE: json.dumps(config.to_dict())},
-        grace_s=config.timeout_s + 15.0,
+        grace_s=config.launch.timeout_s + 15.0,
         master_addr=master_addr,
-        master_port=config.master_port or _env_port(),
-        on_rank_killed=lambda message: _mark_failed(config.json_path, message),
+        master_port=config.launch.master_port or _env_port(),
+        on_rank_killed=lambda message: _mark_failed(config.output.json_path, message),
     )
 
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Literal
+from typing import Any
 
 from fabricscope.bench.streams import MAX_STREAMS
 from fabricscope.errors import InvalidValue, UsageError
+from fabricscope.launch.config import BACKENDS, Backend, LaunchConfig, flat_config, nested_config
 from fabricscope.launch.world import MAX_LOCAL_RANKS, MAX_TIMEOUT_S, MIN_TIMEOUT_S
+from fabricscope.outputs import OutputConfig
 from fabricscope.sweep import MAX_SWEEP_ROWS, SweepConfig
 
 __all__ = [
@@ -28,9 +29,6 @@ __all__ = [
     "Backend",
     "BenchConfig",
 ]
-
-Backend = Literal["auto", "gloo", "nccl"]
-BACKENDS: tuple[Backend, ...] = ("auto", "gloo", "nccl")
 
 
 class Average(IntEnum):
@@ -82,24 +80,12 @@ class BenchConfig(SweepConfig):
     duration_s: float | None = None
     """``--duration``: repeat the sweep of each op for this long, keeping every iteration
     (:mod:`fabricscope.bench.stability`); ``run_cycles`` is then 0."""
-    nproc: int = 2
-    """Local ranks to spawn when no launcher started us."""
-    backend: Backend = "auto"
-    timeout_s: float = 300.0
-    """Bound on every collective; a dead or hung rank ends the run after this."""
-    json_path: str | None = None
-    csv_path: str | None = None
-    nccl_json_path: str | None = None
-    """``-J``: the run in nccl-tests' own JSON layout (:mod:`fabricscope.bench.nccl_json`), written at the end."""
-    master_addr: str | None = None
-    master_port: int | None = None
     min_busbw_gbps: float | None = None
     """nccl-tests' ``NCCL_TESTS_MIN_BW``: an op whose average busbw is below 0.9 x this fails."""
-    argv: list[str] = field(default_factory=list)
-    """The command line, kept in the result."""
-    save: bool = False
-    """``--save``/``--label``: rank 0 keeps the final Result in the history."""
-    label: str | None = None
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+    """How the ranks are started and bounded (``--nproc``, ``--backend``, ``-T``, the rendezvous)."""
+    output: OutputConfig = field(default_factory=OutputConfig)
+    """Where rank 0 keeps the run (``--json``, ``--csv``, ``-J``, ``--save``/``--label``) and the command line."""
 
     def __post_init__(self) -> None:
         SweepConfig.__post_init__(self)  # (no zero-argument super() in a slotted dataclass)
@@ -107,13 +93,6 @@ class BenchConfig(SweepConfig):
         _at_least(self.warmup_iters, 0, "warmup_iters")
         _at_least(self.check, 0, "check")
         _at_least(self.run_cycles, 0, "run_cycles")
-        _at_least(self.nproc, 1, "nproc")
-        if self.nproc > MAX_LOCAL_RANKS:
-            raise InvalidValue(
-                f"{self.nproc} is more local ranks than one machine runs: at most {MAX_LOCAL_RANKS}; "
-                "for more, start ranks on several nodes with torchrun, mpirun or srun",
-                key="nproc",
-            )
         _at_least(self.servers, 1, "servers")
         if not 1 <= self.streams <= MAX_STREAMS:
             raise InvalidValue(f"must be from 1 to {MAX_STREAMS}, got {self.streams}", key="streams")
@@ -141,24 +120,8 @@ class BenchConfig(SweepConfig):
         _at_most(self.warmup_iters, MAX_ITERS, "-w (warmup_iters)")
         _at_most(self.run_cycles, MAX_ITERS, "-N (run_cycles)")
         _at_most(self.check, MAX_CHECK_ITERS, "-c (check)")
-        if self.backend not in BACKENDS:
-            raise UsageError(f"unknown backend {self.backend!r}: allowed are {', '.join(BACKENDS)}")
-        if not MIN_TIMEOUT_S <= self.timeout_s <= MAX_TIMEOUT_S:
-            raise InvalidValue(
-                f"must be between {MIN_TIMEOUT_S:g} s and {MAX_TIMEOUT_S / 86400:g} days, got {self.timeout_s:g} s",
-                key="timeout",
-            )
-        for key, path in (("json", self.json_path), ("csv", self.csv_path), ("nccl_json", self.nccl_json_path)):
-            if path is not None and not path.strip():
-                raise InvalidValue("needs a file name, got an empty one", key=key)
-        if self.json_path and self.csv_path and os.path.realpath(self.json_path) == os.path.realpath(self.csv_path):
-            raise InvalidValue(
-                f"names the same file as the JSON output ({self.json_path}): give each its own", key="csv"
-            )
         if self.min_busbw_gbps is not None and not self.min_busbw_gbps >= 0:
             raise UsageError(f"NCCL_TESTS_MIN_BW must be a bandwidth in GB/s, got {self.min_busbw_gbps}")
-        if self.master_port is not None and not 0 < self.master_port < 65536:
-            raise InvalidValue(f"must be between 1 and 65535, got {self.master_port}", key="master_port")
 
     def fit_to_world(self, world_size: int) -> list[str]:
         """As :meth:`SweepConfig.fit_to_world`, and the ``ps`` op's servers must be ranks of the world."""
@@ -171,11 +134,12 @@ class BenchConfig(SweepConfig):
         return notes
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The flat dict a Result keeps as its ``config`` (and a spawned rank is handed)."""
+        return flat_config(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BenchConfig:
-        return cls(**data)
+        return cls(**nested_config(data))
 
 
 def _at_most(value: int, maximum: int, name: str) -> None:

@@ -16,6 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, TextIO
 
 from fabricscope import __version__, table
@@ -23,6 +24,7 @@ from fabricscope.bench.config import AVERAGE_MODES, BenchConfig
 from fabricscope.bench.stability import SPIKE_FACTOR, Series
 from fabricscope.errors import RunError
 from fabricscope.launch.heartbeat import Peer, host_record
+from fabricscope.launch.outcome import Ending
 from fabricscope.ops import Collective
 from fabricscope.outputs import atomic_write_text, claim_stdout, written_through
 from fabricscope.results import COLLECTIVE_FIELDS, CollectiveRecord, Result
@@ -89,7 +91,7 @@ class Output:
         self.peers = list(peers)
         self.backend = backend
         self.launcher = launcher
-        for flag, path in (("--json", config.json_path), ("--csv", config.csv_path), ("-J", config.nccl_json_path)):
+        for flag, path in config.output.flagged():
             claim_stdout(flag, path)  # a rank 0 that a launcher started did not run the output check
         self.out = stdout or sys.stdout
         self.result = Result(
@@ -122,7 +124,7 @@ class Output:
             self._shared_terminal = self.out.isatty()
             self._start_progress(progress_total)
         self._save()
-        self._csv_streamed = bool(config.csv_path) and not written_through(config.csv_path or "")
+        self._csv_streamed = bool(config.output.csv_path) and not written_through(config.output.csv_path or "")
         """A CSV file is written as rows finish (a header now, rows appended); a stream gets it at the end."""
         if self._csv_streamed:
             self._write_csv_text(self._csv_lines([], header=True), replace=True)
@@ -286,17 +288,27 @@ class Output:
 
     # --- files --------------------------------------------------------------------
 
+    def judged(self, ending: Ending) -> Ending:
+        """``ending`` with the records kept and where, and the ops below ``NCCL_TESTS_MIN_BW``."""
+        return replace(
+            ending,
+            records=len(self.result.records),
+            json_path=self.config.output.json_path,
+            below_minimum=tuple(self.below_minimum),
+            min_busbw_gbps=self.config.min_busbw_gbps,
+        )
+
     def finish(self, status: str, error: str | None = None) -> None:
         if self._open_op is not None:
             self.end_op(self._open_op, stopped=status)
         self.result.status = status
         self.result.error = error
         self._save(final=True)
-        if self.config.csv_path and not self._csv_streamed:
+        if self.config.output.csv_path and not self._csv_streamed:
             self._write_csv_text(self._csv_lines(self.result.records, header=True), replace=True)
-        if self.config.nccl_json_path:
-            self._write_nccl_json(self.config.nccl_json_path)
-        if self.config.save:
+        if self.config.output.nccl_json_path:
+            self._write_nccl_json(self.config.output.nccl_json_path)
+        if self.config.output.save_request() is not None:
             self._save_history()
         if self._progress is not None:
             self._progress.stop()
@@ -304,11 +316,11 @@ class Output:
 
     def _save(self, *, final: bool = False) -> None:
         self._saved_at = time.monotonic()
-        if not self.config.json_path:
+        if not self.config.output.json_path:
             return
         if self._series:
             self.result.summary["stability"] = self.stability()
-        problem = self.result.save_during_run(self.config.json_path, final=final)
+        problem = self.result.save_during_run(self.config.output.json_path, final=final)
         if problem:
             self._write_failed(problem)
 
@@ -317,7 +329,7 @@ class Output:
         from fabricscope.store.save import save_result
 
         try:
-            save_result(self.config, self.result, what=f"the {self.result.status} sweep")
+            save_result(self.config.output.save_request(), self.result, what=f"the {self.result.status} sweep")
         except FabricscopeError as exc:
             self._write_failed(str(exc))
 
@@ -332,7 +344,7 @@ class Output:
 
     def _write_csv_text(self, text: str, *, replace: bool) -> None:
         """Replace the CSV file (atomically) or append rows to it; a failure is reported, not raised."""
-        path = self.config.csv_path
+        path = self.config.output.csv_path
         if not path:
             return
         try:

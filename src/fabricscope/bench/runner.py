@@ -20,47 +20,11 @@ from fabricscope.bench.streams import GroupDist, StreamTimes, time_streams
 from fabricscope.dtypes import DTYPES, DType
 from fabricscope.errors import RunError
 from fabricscope.launch.heartbeat import Heartbeat, describe_exception
+from fabricscope.launch.lifecycle import Interrupted, PeerCallFailed, StopFlag
 from fabricscope.ops import CHUNK, Call, Collective, Context, ElementCounts
 from fabricscope.results import CollectiveRecord
 
-__all__ = ["CollectiveFailed", "Interrupted", "StopFlag", "Sweep"]
-
-
-class Interrupted(Exception):
-    """The run was asked to stop: by Ctrl-C or SIGTERM, or because rank 0's stdout was closed."""
-
-    def __init__(self, *, output_closed: bool = False) -> None:
-        super().__init__("output closed" if output_closed else "signal")
-        self.output_closed = output_closed
-        """Every rank stopped because rank 0's reader went away, not because of a signal."""
-
-
-class CollectiveFailed(Exception):
-    """A collective raised: a peer died, hung past the timeout, or the backend failed."""
-
-    def __init__(self, phase: str, cause: BaseException) -> None:
-        super().__init__(phase)
-        self.phase = phase
-        self.cause = cause
-
-
-class StopFlag:
-    """A request to stop: read after every row (all ranks agree), and, when ``now``, every iteration.
-
-    A signal reaches every rank (the terminal, a launcher and a scheduler all
-    signal them all), so each can leave mid-row; a closed stdout is rank 0's
-    alone, so it waits for the row to end and the others to agree.
-    """
-
-    __slots__ = ("is_set", "now")
-
-    def __init__(self) -> None:
-        self.is_set = False
-        self.now = False
-
-    def set(self, *, now: bool = False) -> None:
-        self.is_set = True
-        self.now = self.now or now
+__all__ = ["Sweep"]
 
 
 class Sweep:
@@ -208,11 +172,11 @@ class Sweep:
 
     def _guarded(self, phase: str, calls: int, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn(*args)`` as one watched phase of ``calls`` collectives."""
-        self.heartbeat.enter(phase, self.config.timeout_s * max(calls, 1) + 10.0)
+        self.heartbeat.enter(phase, self.config.launch.timeout_s * max(calls, 1) + 10.0)
         try:
             result = fn(*args)
         except RuntimeError as exc:  # the backend's way to report a dead peer or a timeout
-            raise CollectiveFailed(phase, exc) from exc
+            raise PeerCallFailed(phase, exc) from exc
         self.heartbeat.leave()
         return result
 
@@ -352,7 +316,7 @@ class Sweep:
         step = plan.step
         # A signal ends the row at once (a row can take minutes): every rank got
         # it, and a peer's collective failing as one leaves first is read as the
-        # clean stop it is (see the worker's handling of CollectiveFailed).
+        # clean stop it is (see :func:`~fabricscope.launch.lifecycle.classify`).
         stop = self.stop
         plan.load(0)
         step()

@@ -13,7 +13,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from fabricscope.errors import UsageError
-from fabricscope.store.save import add_save_options, check_save_options, save_result
+from fabricscope.store.save import add_save_options, check_save_options, save_request, save_result
 
 if TYPE_CHECKING:
     from fabricscope.dataload.dataset import DataSet
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     _print(measurement, lines, verdict)
     if args.json:  # after the report: --json /dev/stdout is appended to it
         result.save(args.json)
-    save_result(args, result, what="the measurement")
+    save_result(save_request(args), result, what="the measurement")
     if measurement.interrupted:
         return 128 + (stopped_by[0] if stopped_by else signal.SIGINT)
     if measurement.error_count or (verdict is not None and verdict.starves):

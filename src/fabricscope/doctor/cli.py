@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from fabricscope import options
 from fabricscope.doctor.invocation import DEFAULT_TIMEOUT_S
-from fabricscope.store.save import add_save_options, check_save_options, save_result, wants_save
+from fabricscope.store.save import add_save_options, check_save_options, save_request, save_result, wants_save
 
 if TYPE_CHECKING:
     from fabricscope.doctor.expect import Expectations
@@ -215,7 +215,7 @@ def _run_single(args: argparse.Namespace, expect: Expectations | None) -> int:
         try:
             if args.json:
                 result.save(args.json)
-            save_result(args, result, what="the findings")
+            save_result(save_request(args), result, what="the findings")
         except FabricscopeError as exc:
             problem = DoctorIncomplete(f"--json {args.json}: {exc}; no verdict" if args.json else f"{exc}; no verdict")
     console = make_console()  # with --json - stdout is the JSON's: sys.stdout is stderr (claim_stdout)

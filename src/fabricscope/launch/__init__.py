@@ -5,6 +5,9 @@
 - :mod:`fabricscope.launch.spawn`: start ``nproc`` local ranks and supervise them.
 - :mod:`fabricscope.launch.heartbeat`: each rank's heartbeat through the
   rendezvous store, so survivors name a dead or frozen peer.
+- :mod:`fabricscope.launch.config`: the typed launch settings every such command embeds.
+- :mod:`fabricscope.launch.lifecycle`: one rank's life (join, fit to memory, stop,
+  classify a failure), ending by the one exit policy of :mod:`fabricscope.launch.outcome`.
 """
 
 from __future__ import annotations

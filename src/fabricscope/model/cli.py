@@ -16,7 +16,7 @@ from typing import Any
 from fabricscope import options
 from fabricscope.errors import UsageError
 from fabricscope.model import hw_cli
-from fabricscope.store.save import add_save_options, check_save_options, save_result, wants_save
+from fabricscope.store.save import add_save_options, check_save_options, save_request, save_result, wants_save
 
 __all__ = ["add_parser", "run_calibrate", "run_estimate", "run_plan", "run_predict", "run_validate"]
 
@@ -98,7 +98,7 @@ def _save(
         result.save(path)
         say_written(path)
     if args is not None:
-        save_result(args, result, what=f"the {kind} result")
+        save_result(save_request(args), result, what=f"the {kind} result")
 
 
 # --- predict ------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from fabricscope.monitor.session import Monitor
 from fabricscope.monitor.summary import RETRANS_RATIO
 from fabricscope.monitor.view import live_table, plain_lines, summary_lines
 from fabricscope.results import Result
-from fabricscope.store.save import save_result, wants_save
+from fabricscope.store.save import save_request, save_result, wants_save
 
 __all__ = ["Outputs"]
 
@@ -136,7 +136,7 @@ class Outputs:
                 except FabricscopeError as exc:
                     problem = RunError(f"--json {self.json_path}: {exc}")
             try:
-                save_result(self.args, result, what="the monitor result")
+                save_result(save_request(self.args), result, what="the monitor result")
             except FabricscopeError as exc:
                 problem = problem or exc
         self._record(lambda recorder: recorder.finish(summary, status))

@@ -72,6 +72,7 @@ def add_parser(subparsers: Any) -> None:
 
 def build_config(args: argparse.Namespace) -> Any:
     """The :class:`PairsConfig` the flags describe."""
+    from fabricscope.outputs import OutputConfig
     from fabricscope.pairs.config import PairsConfig
 
     return PairsConfig(
@@ -79,11 +80,8 @@ def build_config(args: argparse.Namespace) -> Any:
         iters=args.iters,
         warmup_iters=args.warmup_iters,
         by=args.by,
-        **options.launch_fields(args),
-        json_path=args.json,
-        save=wants_save(args),
-        label=args.label,
-        argv=list(sys.argv),
+        launch=options.launch_config(args),
+        output=OutputConfig(json_path=args.json, save=wants_save(args), label=args.label, argv=list(sys.argv)),
     )
 
 
@@ -93,29 +91,29 @@ def run(args: argparse.Namespace) -> int:
 
     check_save_options(args)
     config = build_config(args)
-    world = launch.detect(master_addr=config.master_addr, master_port=config.master_port)
-    if (world is None or world.rank == 0) and config.json_path is not None:
+    world = launch.detect(master_addr=config.launch.master_addr, master_port=config.launch.master_port)
+    if (world is None or world.rank == 0) and config.output.json_path is not None:
         from fabricscope.outputs import check_output_path
 
-        check_output_path("--json", config.json_path)
+        check_output_path("--json", config.output.json_path)
     if world is not None:
         from fabricscope.pairs.worker import run_rank
 
-        config.nproc = world.world_size
+        config.launch.nproc = world.world_size
         return run_rank(config, world)
     if importlib.util.find_spec("torch") is None:
         raise MissingDependencyError("fabricscope pairs needs torch: pip install 'fabricscope[torch]'")
     from fabricscope.pairs.worker import CONFIG_VARIABLE
 
-    master_addr = config.master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
+    master_addr = config.launch.master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
     return launch.spawn(
-        config.nproc,
+        config.launch.nproc,
         ["fabricscope.pairs.worker"],
         {CONFIG_VARIABLE: json.dumps(config.to_dict())},
-        grace_s=config.timeout_s + 15.0,
+        grace_s=config.launch.timeout_s + 15.0,
         master_addr=master_addr,
-        master_port=config.master_port,
-        on_rank_killed=lambda message: _mark_failed(config.json_path, message),
+        master_port=config.launch.master_port,
+        on_rank_killed=lambda message: _mark_failed(config.output.json_path, message),
     )
 
 

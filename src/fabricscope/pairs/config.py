@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fabricscope.errors import UsageError
+from fabricscope.launch.config import LaunchConfig, flat_config, nested_config
 from fabricscope.launch.world import MAX_TIMEOUT_S, MIN_TIMEOUT_S
+from fabricscope.outputs import OutputConfig
 
 __all__ = [
     "BY",
+    "DEFAULT_TIMEOUT_S",
     "LATENCY_BYTES",
     "MAX_ITERS",
     "MAX_SIZE",
@@ -27,6 +30,10 @@ MAX_SIZE = 16 << 30
 """``--size`` bound: one buffer of this size per rank; larger is a typo."""
 MAX_ITERS = 100_000
 """``-n`` and ``-w`` bound."""
+DEFAULT_TIMEOUT_S = 120.0
+"""``-T``'s default: the longest one message may take before its peer is declared failed."""
+_NO_SUCH_OUTPUT = ("csv_path", "nccl_json_path")
+"""Outputs that pairs does not write, left out of its Result's config."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -39,17 +46,10 @@ class PairsConfig:
     """``-w``: untimed messages before each timed series."""
     by: By = "rank"
     """``--by``: test every pair of ranks, or every pair of nodes (one rank per node)."""
-    nproc: int = 2
-    backend: Literal["auto", "gloo", "nccl"] = "auto"
-    timeout_s: float = 120.0
-    """Bound on every exchange; a dead or hung rank ends the run after this."""
-    json_path: str | None = None
-    save: bool = False
-    """``--save``/``--label``: rank 0 adds the Result to the history when the run ends."""
-    label: str | None = None
-    master_addr: str | None = None
-    master_port: int | None = None
-    argv: list[str] = field(default_factory=list)
+    launch: LaunchConfig = field(default_factory=lambda: LaunchConfig(timeout_s=DEFAULT_TIMEOUT_S))
+    """How the ranks are started and bounded; ``-T`` bounds every exchange (default 120 s)."""
+    output: OutputConfig = field(default_factory=OutputConfig)
+    """``--json`` (rewritten after every round), ``--save``/``--label`` and the command line."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.size_bytes <= MAX_SIZE:
@@ -58,15 +58,16 @@ class PairsConfig:
             raise UsageError(f"iterations must be from 1 (warmup 0) to {MAX_ITERS}")
         if self.by not in BY:
             raise UsageError(f"pairs are formed by {' or '.join(BY)}, got {self.by!r}")
-        if not MIN_TIMEOUT_S <= self.timeout_s <= MAX_TIMEOUT_S:
-            raise UsageError(f"the timeout must be from {MIN_TIMEOUT_S:g} s to {MAX_TIMEOUT_S:g} s")
+        if self.output.csv_path is not None or self.output.nccl_json_path is not None:
+            raise UsageError("pairs writes its Result with --json only: it has no CSV or nccl-tests JSON output")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The flat dict a Result keeps as its ``config`` (and a spawned rank is handed)."""
+        return flat_config(self, omit=_NO_SUCH_OUTPUT)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PairsConfig:
-        return cls(**data)
+        return cls(**nested_config({"timeout_s": DEFAULT_TIMEOUT_S, **data}))
 
     def check_world(self, world_size: int, hosts: int) -> None:
         """Refuse a world that has no pair to test (raises UsageError)."""

@@ -12,7 +12,7 @@ lower rank sends first):
   times; ``time_us`` is half the mean round trip.
 
 ``warmup`` untimed messages precede each series.  ``stopped`` is asked before
-every message: a stop request ends the exchange at once (:class:`Stopped`);
+every message: a stop request ends the exchange at once (:class:`~fabricscope.launch.lifecycle.Interrupted`);
 the partner, which got the same request or sees this rank leave, stops too.  The sender's clock is the
 only one used, so clocks of different nodes never meet.  On GPUs the stream
 is synchronized before the clock is read.
@@ -25,22 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fabricscope.launch.lifecycle import Interrupted, PeerCallFailed
 from fabricscope.pairs.config import LATENCY_BYTES
 
-__all__ = ["Buffers", "ExchangeFailed", "Stopped", "measure_pair"]
-
-
-class Stopped(Exception):
-    """A stop was requested (Ctrl-C, SIGTERM) in the middle of an exchange."""
-
-
-class ExchangeFailed(Exception):
-    """A send or receive with the partner failed (it died, or the backend's timeout fired)."""
-
-    def __init__(self, phase: str, cause: BaseException) -> None:
-        super().__init__(f"{phase}: {cause}")
-        self.phase = phase
-        self.cause = cause
+__all__ = ["Buffers", "measure_pair"]
 
 
 @dataclass(slots=True)
@@ -80,7 +68,7 @@ def measure_pair(
 
     def check() -> None:
         if stopped():
-            raise Stopped
+            raise Interrupted
 
     series = _Series(dist=dist, peer=peer, iters=iters, warmup=warmup, sync=sync, check=check)
     tests = (("bandwidth", _bandwidth, int(buffers.big.numel())), ("latency", _latency, LATENCY_BYTES))
@@ -91,7 +79,7 @@ def measure_pair(
             try:
                 seconds = run(series, buffers, sending)
             except RuntimeError as exc:
-                raise ExchangeFailed(f"the {src}->{dst} {test} test", exc) from None
+                raise PeerCallFailed(f"the {src}->{dst} {test} test", exc) from None
             if sending:
                 timed.append((src, dst, test, size, seconds))
     return timed

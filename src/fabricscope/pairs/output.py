@@ -11,9 +11,11 @@ import contextlib
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, TextIO
 
 from fabricscope.launch.heartbeat import Peer, host_record
+from fabricscope.launch.outcome import Ending
 from fabricscope.outputs import claim_stdout
 from fabricscope.pairs.analysis import analyse
 from fabricscope.pairs.config import PairsConfig
@@ -40,7 +42,7 @@ class Output:
         stdout: TextIO | None = None,
     ) -> None:
         self.config = config
-        claim_stdout("--json", config.json_path)  # a rank 0 that a launcher started did not run the output check
+        claim_stdout("--json", config.output.json_path)  # a rank 0 that a launcher started did not run the output check
         self.out = stdout or sys.stdout
         self.result = Result(
             kind="pairs",
@@ -58,9 +60,18 @@ class Output:
         self.save()
 
     def save(self, *, final: bool = False) -> None:
-        problem = self.result.save_during_run(self.config.json_path, final=final)
+        problem = self.result.save_during_run(self.config.output.json_path, final=final)
         if problem and not self.write_errors:
             self.write_errors.append(problem)
+
+    def judged(self, ending: Ending) -> Ending:
+        """``ending`` with the records kept and where; what is left when a file fails is the report."""
+        return replace(
+            ending,
+            records=len(self.result.records),
+            json_path=self.config.output.json_path,
+            shown="the report above holds every pair measured",
+        )
 
     def finish(self, status: str, error: str | None) -> None:
         """Judge the records, print the report when complete, and save the final status."""
@@ -68,12 +79,12 @@ class Output:
         self.result.summary["findings"] = findings.to_dict()
         self.result.status, self.result.error = status, error
         self.save(final=True)
-        if self.config.save:
+        if self.config.output.save_request() is not None:
             from fabricscope.errors import FabricscopeError
             from fabricscope.store.save import save_result
 
             try:
-                save_result(self.config, self.result, what=f"the {status} pairs result")
+                save_result(self.config.output.save_request(), self.result, what=f"the {status} pairs result")
             except FabricscopeError as exc:
                 self.write_errors.append(str(exc))
         if status == "complete" and self.result.records:

@@ -362,7 +362,7 @@ def run_import(args: argparse.Namespace) -> int:
     from fabricscope.ops import COLLECTIVES
     from fabricscope.store import nccl_tests
     from fabricscope.store.history import describe
-    from fabricscope.store.save import check_save_options, save_result
+    from fabricscope.store.save import check_save_options, save_request, save_result
     from fabricscope.userfiles import read_text
 
     if args.tool is None:
@@ -395,7 +395,7 @@ def run_import(args: argparse.Namespace) -> int:
     if args.json:
         results[0][1].save(args.json)
     for path, result in results:
-        save_result(args, result, what=path)
+        save_result(save_request(args), result, what=path)
     return 0
 
 

@@ -1,10 +1,10 @@
-"""The exit-code policy of bench as a table: each ending, its status, its lines, its exit code."""
+"""The exit-code policy of bench and pairs as a table: each ending, its status, its lines, its exit code."""
 
 from __future__ import annotations
 
 import pytest
 
-from fabricscope.bench.outcome import Ending, decide
+from fabricscope.launch.outcome import Ending, decide
 
 KEPT = "the 12 records"
 
@@ -22,7 +22,7 @@ KEPT = "the 12 records"
             1,
         ),
         (
-            Ending(kind="complete", write_error="cannot write r.json: No space left on device"),
+            Ending(kind="complete", write_errors=("cannot write r.json: No space left on device",)),
             "complete",
             None,
             ["cannot write r.json: No space left on device; the table above holds every row"],
@@ -68,7 +68,20 @@ def test_each_ending(ending, status, error, lines, code):
 
 def test_several_verdicts_are_all_said():
     verdict = decide(
-        Ending(kind="complete", wrong=2, below_minimum=("reduce",), min_busbw_gbps=1.0, write_error="disk full")
+        Ending(
+            kind="complete",
+            wrong=2,
+            below_minimum=("reduce",),
+            min_busbw_gbps=1.0,
+            write_errors=("disk full", "history read-only"),
+        )
     )
     assert verdict.exit_code == 1
-    assert [m.split(" ", 3)[1] for m in verdict.messages] == ["average", "disk", "the"]
+    assert [m.split(" ", 3)[1] for m in verdict.messages] == ["average", "disk", "history", "the"]
+
+
+def test_pairs_says_what_it_still_shows():
+    """pairs ends by the same policy; what is left when its file fails is the printed report."""
+    verdict = decide(Ending(kind="complete", write_errors=("cannot write p.json",), shown="the report above holds it"))
+    assert verdict.messages == ("error: cannot write p.json; the report above holds it",)
+    assert verdict.exit_code == 1

@@ -1,4 +1,4 @@
-"""How a ``bench`` run ends: which status, message and exit code each ending gets.
+"""How a run of ranks ends (``bench``, ``pairs``): which status, message and exit code each ending gets.
 
 A pure function of what happened (:class:`Ending`) to what rank 0 records and
 says (:class:`Verdict`), so the policy reads as one table and is tested as one:
@@ -13,8 +13,8 @@ peer failed         failed         <culprit>, during <phase>; N records kept   1
 run error           failed         <the error>                                 1
 ==================  =============  ==========================================  =====
 
-"0 / 1": exit 1 when the verdicts found something (wrong elements, an op's
-average busbw below ``NCCL_TESTS_MIN_BW``, a result file that could not be
+"0 / 1": exit 1 when the verdicts found something (bench's wrong elements or an
+op's average busbw below ``NCCL_TESTS_MIN_BW``; a result file that could not be
 written), else 0.  A closed stdout is not a failure of the run and never
 changes its verdict: a bounded sweep (``bench | head -1``) goes on to its end
 unread and ends ``complete`` with the same exit code as without the pipe (the
@@ -45,8 +45,10 @@ class Ending:
     below_minimum: tuple[str, ...] = ()
     """Ops whose average busbw fell below 0.9 x ``NCCL_TESTS_MIN_BW``."""
     min_busbw_gbps: float | None = None
-    write_error: str | None = None
-    """The first failure to write a result file, if any."""
+    write_errors: tuple[str, ...] = ()
+    """Each failure to write a result file (or to keep it in the history)."""
+    shown: str = "the table above holds every row measured"
+    """What the user still has when a file could not be written: the command's printed output."""
     reason: str = ""
     """For ``peer_failed`` and ``run_error``: what failed, in one line; for ``signal``, why if known."""
 
@@ -75,8 +77,7 @@ def _verdict_lines(ending: Ending) -> list[str]:
             f"error: average bus bandwidth of {', '.join(ending.below_minimum)} is below 0.9 x "
             f"NCCL_TESTS_MIN_BW ({ending.min_busbw_gbps:g} GB/s)"
         )
-    if ending.write_error:
-        lines.append(f"error: {ending.write_error}; the table above holds every row measured")
+    lines.extend(f"error: {problem}; {ending.shown}" for problem in ending.write_errors)
     if ending.wrong:
         lines.append(f"error: the correctness check found {ending.wrong} wrong element(s); see #wrong above")
     return lines
