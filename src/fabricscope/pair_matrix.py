@@ -12,9 +12,34 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypedDict
 
-__all__ = ["TESTS", "MatrixTest", "cells"]
+__all__ = ["PAIR_FIELDS", "TESTS", "MatrixTest", "PairRecord", "Test", "cells"]
+
+
+Test = Literal["bandwidth", "latency"]
+
+
+class PairRecord(TypedDict):
+    """One ``pairs`` record: one test of one direction of one pair, as its Result keeps it."""
+
+    test: Test
+    src: int
+    """The sending rank."""
+    dst: int
+    src_host: str
+    dst_host: str
+    size_bytes: int
+    """The message: ``--size`` for bandwidth, 8 bytes for latency."""
+    time_us: float
+    """Bandwidth: the series' time over its messages; latency: half the mean round trip."""
+    algbw_gbps: float
+    round: int
+    """The round of the schedule the pair was tested in (from 1)."""
+
+
+PAIR_FIELDS = tuple(PairRecord.__annotations__)
+"""Fields of every ``pairs`` record, in order."""
 
 
 @dataclass(frozen=True, slots=True)

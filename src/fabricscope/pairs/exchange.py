@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fabricscope.launch.lifecycle import Interrupted, PeerCallFailed
+from fabricscope.pair_matrix import Test
 from fabricscope.pairs.config import LATENCY_BYTES
 
 __all__ = ["Buffers", "measure_pair"]
@@ -58,7 +59,7 @@ def measure_pair(
     warmup: int,
     sync: Callable[[], None],
     stopped: Callable[[], bool] = lambda: False,
-) -> list[tuple[int, int, str, int, float]]:
+) -> list[tuple[int, int, Test, int, float]]:
     """Run both directions of one link; return what this rank timed as the sender.
 
     Each item is ``(src, dst, test, size_bytes, seconds)``; ``seconds`` is one
@@ -71,8 +72,11 @@ def measure_pair(
             raise Interrupted
 
     series = _Series(dist=dist, peer=peer, iters=iters, warmup=warmup, sync=sync, check=check)
-    tests = (("bandwidth", _bandwidth, int(buffers.big.numel())), ("latency", _latency, LATENCY_BYTES))
-    timed: list[tuple[int, int, str, int, float]] = []
+    tests: tuple[tuple[Test, Callable[[_Series, Buffers, bool], float], int], ...] = (
+        ("bandwidth", _bandwidth, int(buffers.big.numel())),
+        ("latency", _latency, LATENCY_BYTES),
+    )
+    timed: list[tuple[int, int, Test, int, float]] = []
     for src, dst in ((low, high), (high, low)):
         sending = me == src
         for test, run, size in tests:

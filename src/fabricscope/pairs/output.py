@@ -17,15 +17,13 @@ from typing import Any, TextIO
 from fabricscope.launch.heartbeat import Peer, host_record
 from fabricscope.launch.outcome import Ending
 from fabricscope.outputs import claim_stdout
+from fabricscope.pair_matrix import PairRecord
 from fabricscope.pairs.analysis import analyse
 from fabricscope.pairs.config import PairsConfig
 from fabricscope.pairs.report import print_report
 from fabricscope.results import Result
 
-__all__ = ["PAIR_FIELDS", "Output"]
-
-PAIR_FIELDS = ("test", "src", "dst", "src_host", "dst_host", "size_bytes", "time_us", "algbw_gbps", "round")
-"""Fields of every ``pairs`` record (one per pair, direction and message size)."""
+__all__ = ["Output"]
 
 
 class Output:
@@ -54,8 +52,8 @@ class Output:
         )
         self.write_errors: list[str] = []
 
-    def add_round(self, records: Sequence[dict[str, Any]]) -> None:
-        self.result.records.extend(records)
+    def add_round(self, records: Sequence[PairRecord]) -> None:
+        self.result.records.extend(dict(record) for record in records)
         self.result.summary["rounds_done"] += 1
         self.save()
 

@@ -19,9 +19,10 @@ from typing import Any
 
 from fabricscope import launch
 from fabricscope.launch import lifecycle, rank
-from fabricscope.launch.heartbeat import Peer
+from fabricscope.launch.heartbeat import Heartbeat, Peer
 from fabricscope.launch.outcome import Ending
 from fabricscope.metadata import collect_env
+from fabricscope.pair_matrix import PairRecord
 from fabricscope.pairs.config import PairsConfig
 from fabricscope.pairs.exchange import Buffers, measure_pair
 from fabricscope.pairs.schedule import round_robin
@@ -52,7 +53,7 @@ def run_rank(config: PairsConfig, world: launch.World) -> int:
 
 def _run(config: PairsConfig, world: launch.World) -> int:
     group = lifecycle.join(world, config.launch, "pairs")
-    torch, dist, device, peers = group.torch, group.dist, group.device, list(group.peers)
+    dist, peers = group.dist, list(group.peers)
     lifecycle.agreed(lambda: config.check_world(world.world_size, hosts=len({p.host for p in peers})))
     lifecycle.fit_to_memory(
         world,
@@ -88,57 +89,12 @@ def _run(config: PairsConfig, world: launch.World) -> int:
     heartbeat = rank.start_heartbeat(world, peers, on_stall)
     stop = lifecycle.StopFlag()
     stop.catch_signals()
-    buffers = Buffers.allocate(torch, config.size_bytes, device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    host = {p.rank: p.host for p in peers}
-    # Each message may take the backend's whole timeout: the watchdog is only a backstop.
-    round_deadline = config.launch.timeout_s * (4 * (config.iters + config.warmup_iters + 2)) + 30.0
-    flag = torch.zeros(1, dtype=torch.int32, device=device)
+    rounds = _Rounds(config, world, group, heartbeat, stop, len(schedule))
     try:
         for number, pairs in enumerate(schedule, start=1):
-            heartbeat.enter(f"round {number} of {len(schedule)}", round_deadline)
-            flag.fill_(1 if stop.is_set or rank.orphaned() else 0)
-            try:
-                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            except RuntimeError as exc:
-                raise lifecycle.PeerCallFailed(f"the start of round {number}", exc) from None
-            if int(flag.item()):
-                raise lifecycle.Interrupted
-            partner = next((b if a == world.rank else a for a, b in pairs if world.rank in (a, b)), None)
-            timed = []
-            if partner is not None:
-                timed = measure_pair(
-                    dist,
-                    buffers,
-                    me=world.rank,
-                    peer=partner,
-                    iters=config.iters,
-                    warmup=config.warmup_iters,
-                    sync=sync,
-                    stopped=lambda: stop.is_set,
-                )
-            records = [
-                {
-                    "test": test,
-                    "src": src,
-                    "dst": dst,
-                    "src_host": host[src],
-                    "dst_host": host[dst],
-                    "size_bytes": size,
-                    "time_us": seconds * 1e6,
-                    "algbw_gbps": size / seconds / 1e9 if seconds > 0 else 0.0,
-                    "round": number,
-                }
-                for src, dst, test, size, seconds in timed
-            ]
-            gathered: list[Any] | None = [None] * world.world_size if world.rank == 0 else None
-            try:
-                dist.gather_object(records, gathered, dst=0)
-            except RuntimeError as exc:
-                raise lifecycle.PeerCallFailed(f"the end of round {number}", exc) from None
-            heartbeat.leave()
+            gathered = rounds.run(number, pairs)
             if output is not None and gathered is not None:
-                output.add_round(sorted((r for part in gathered for r in part), key=_order))
+                output.add_round(gathered)
     except lifecycle.Interrupted:
         return lifecycle.stop_interrupted(world, output, heartbeat, Ending(kind="signal"))
     except lifecycle.PeerCallFailed as failure:
@@ -153,8 +109,90 @@ def _run(config: PairsConfig, world: launch.World) -> int:
     return code
 
 
-def _order(record: dict[str, Any]) -> tuple[int, int, str]:
-    return int(record["src"]), int(record["dst"]), str(record["test"])
+class _Rounds:
+    """What every round of one rank does: agree to go on, test the link to the round's partner, gather."""
+
+    def __init__(
+        self,
+        config: PairsConfig,
+        world: launch.World,
+        group: rank.Group,
+        heartbeat: Heartbeat,
+        stop: lifecycle.StopFlag,
+        count: int,
+    ) -> None:
+        self.config, self.world, self.dist, self.heartbeat, self.stop, self.count = (
+            config,
+            world,
+            group.dist,
+            heartbeat,
+            stop,
+            count,
+        )
+        torch, device = group.torch, group.device
+        self.buffers = Buffers.allocate(torch, config.size_bytes, device)
+        self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        self.host = {p.rank: p.host for p in group.peers}
+        # Each message may take the backend's whole timeout: the watchdog is only a backstop.
+        self.deadline = config.launch.timeout_s * (4 * (config.iters + config.warmup_iters + 2)) + 30.0
+        self.flag = torch.zeros(1, dtype=torch.int32, device=device)
+
+    def run(self, number: int, pairs: list[tuple[int, int]]) -> list[PairRecord] | None:
+        """Round ``number``: every rank's records, sorted, on rank 0 (None elsewhere).
+
+        Raises :class:`~fabricscope.launch.lifecycle.Interrupted` when any rank was asked to stop,
+        :class:`~fabricscope.launch.lifecycle.PeerCallFailed` when a call with a peer failed.
+        """
+        me, dist = self.world.rank, self.dist
+        self.heartbeat.enter(f"round {number} of {self.count}", self.deadline)
+        self.flag.fill_(1 if self.stop.is_set or rank.orphaned() else 0)
+        try:
+            dist.all_reduce(self.flag, op=dist.ReduceOp.MAX)
+        except RuntimeError as exc:
+            raise lifecycle.PeerCallFailed(f"the start of round {number}", exc) from None
+        if int(self.flag.item()):
+            raise lifecycle.Interrupted
+        partner = next((b if a == me else a for a, b in pairs if me in (a, b)), None)
+        records = [] if partner is None else self._measure(partner, number)
+        gathered: list[Any] | None = [None] * self.world.world_size if me == 0 else None
+        try:
+            dist.gather_object(records, gathered, dst=0)
+        except RuntimeError as exc:
+            raise lifecycle.PeerCallFailed(f"the end of round {number}", exc) from None
+        self.heartbeat.leave()
+        if gathered is None:
+            return None
+        return sorted((r for part in gathered for r in part), key=_order)
+
+    def _measure(self, partner: int, number: int) -> list[PairRecord]:
+        timed = measure_pair(
+            self.dist,
+            self.buffers,
+            me=self.world.rank,
+            peer=partner,
+            iters=self.config.iters,
+            warmup=self.config.warmup_iters,
+            sync=self.sync,
+            stopped=lambda: self.stop.is_set,
+        )
+        return [
+            PairRecord(
+                test=test,
+                src=src,
+                dst=dst,
+                src_host=self.host[src],
+                dst_host=self.host[dst],
+                size_bytes=size,
+                time_us=seconds * 1e6,
+                algbw_gbps=size / seconds / 1e9 if seconds > 0 else 0.0,
+                round=number,
+            )
+            for src, dst, test, size, seconds in timed
+        ]
+
+
+def _order(record: PairRecord) -> tuple[int, int, str]:
+    return record["src"], record["dst"], record["test"]
 
 
 def main() -> None:
