@@ -23,15 +23,21 @@ def test_a_command_line_from_a_public_log_runs_with_one_note_per_letter_that_dif
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     notes = [line for line in done.stderr.splitlines() if line.startswith("note: -")]
-    # -g 1 is ours; -z and -u are run for real (nothing to note).
-    assert [n.split(":")[1].strip().split()[0] for n in notes] == ["-t", "-m", "-G"]
-    assert "graph: 0 unalign: 1" in done.stdout
+    # -g 1 is ours; -z, -m and -u are run for real (nothing to note).
+    assert [n.split(":")[1].strip().split()[0] for n in notes] == ["-t", "-G"]
+    assert "agg iters: 4 validation: 1 graph: 0 unalign: 1" in done.stdout
+    assert "mean of 2 iterations of 4 collectives each (per collective)" in done.stdout
     assert "Traceback" not in done.stderr and "unrecognized" not in done.stderr
     data = json.loads(out.read_text())
     assert {"version", "args", "env", "config", "results", "out_of_bounds", "average_bus_bandwidth"} <= set(data)
     assert [r["size"] for r in data["results"]] == [1024, 2048, 4096]
     assert all({"out_of_place", "in_place"} <= set(r) for r in data["results"])
     assert len(data["config"]["devices"]) == 2
+    # nccl-tests' own config keys (src/util.cu), as its -J writes them
+    config = data["config"]
+    assert (config["minimum_bytes"], config["maximum_bytes"], config["step_factor"]) == (1024, 4096, 2)
+    assert (config["iterations"], config["aggregated_iterations"], config["validation"]) == (2, 4, 1)
+    assert config["blocking_collectives"] == "true" and config["graph"] == 0
 
 
 def test_the_nccl_tests_json_reads_back_through_import(tmp_path) -> None:
@@ -105,3 +111,30 @@ def test_blocking_waits_for_each_collective_before_the_next(blocking) -> None:
     timed = events[events.index("barrier") + 1 :]
     assert timed == (["call", "sync"] * 4 if blocking else ["call"] * 4)
     assert len(samples) == 4 and mean >= 0
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+def test_agg_iters_launches_m_collectives_per_timed_iteration_and_times_one(blocking, monkeypatch) -> None:
+    # nccl-tests' -m M: each of the -n timed iterations launches M collectives; every time it reports
+    # (the row's and each iteration's) is the iteration's over M.
+    from types import SimpleNamespace
+
+    import fabricscope.bench.runner as runner_module
+    from fabricscope.bench.config import BenchConfig
+    from fabricscope.bench.runner import Sweep
+    from fabricscope.ops import Call
+
+    events: list[str] = []
+    sweep = Sweep.__new__(Sweep)
+    sweep.config = BenchConfig(ops=["all_reduce"], iters=2, agg_iters=3, blocking=blocking)
+    sweep.cuda = False
+    sweep.stop = SimpleNamespace(now=False)
+    sweep.dist = SimpleNamespace(barrier=lambda: events.append("barrier"))
+    sweep._sync = lambda: events.append("sync")  # type: ignore[method-assign]
+    ticks = iter(range(1000))
+    monkeypatch.setattr(runner_module.time, "perf_counter", lambda: float(next(ticks) * 3))  # 3 units a stamp
+    plan = Call(step=lambda: events.append("call"), load=lambda seed: None, expected=None, output=None)
+    mean, samples = sweep._time(plan)
+    timed = events[events.index("barrier") + 1 :]
+    assert timed == (["call", "sync"] * 6 if blocking else ["call"] * 6)
+    assert samples == [1.0, 1.0] and mean == 1.0  # 3 units per iteration of 3 collectives

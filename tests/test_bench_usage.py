@@ -34,6 +34,8 @@ from helpers import imported_by_help, run_cli
         (["bench", "all", "-N", "0"], ["-N 0 repeats one sweep", "got 11 op(s)", "give -N a count"]),
         (["bench", "-d", "all", "-N", "0"], ["-N 0 repeats one sweep", "8 datatype(s)"]),
         (["bench", "-z", "1", "--streams", "2"], ["-z 1 waits for each collective", "give one of them"]),
+        (["bench", "-m", "2", "--streams", "2"], ["-m launches several collectives per iteration", "give one"]),
+        (["bench", "-m", "0"], ["-m/--agg_iters must be a whole number from 1 to 1024, got '0'"]),
         (["bench", "hypercube", "--nproc", "3"], ["hypercube runs on a power-of-two number of ranks", "has 3"]),
         (["bench", "--json", "/tmp/x.out", "--csv", "/tmp/x.out"], ["--csv names the same file as the JSON output"]),
         (["bench", "--json", ""], ["--json needs a file name"]),

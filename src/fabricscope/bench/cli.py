@@ -18,6 +18,7 @@ from typing import Any
 from fabricscope import options
 from fabricscope.bench.config import (
     AVERAGE_MODES,
+    MAX_AGG_ITERS,
     MAX_CHECK_ITERS,
     MAX_DURATION_S,
     MAX_ITERS,
@@ -90,6 +91,14 @@ def add_parser(subparsers: Any) -> None:
         type=options.choice({0: "back to back", 1: "blocking"}),
         default="0",
         help="1: wait for each collective before launching the next, as nccl-tests' -z 1 (default 0: back to back)",
+    )
+    timing.add_argument(
+        "-m",
+        "--agg_iters",
+        type=options.whole(minimum=1, maximum=MAX_AGG_ITERS),
+        default="1",
+        help="collectives per timed iteration, launched back to back; times are per collective, as nccl-tests' -m "
+        "(default 1; launched one by one, not in one NCCL group)",
     )
     timing.add_argument(
         "-u",
@@ -169,7 +178,6 @@ _LETTERS: tuple[tuple[str, str, str, str], ...] = (
         "1",
         "fabricscope runs one GPU per rank: start one rank per GPU (--nproc N, torchrun --nproc-per-node N)",
     ),
-    ("-m", "--agg_iters", "1", "fabricscope times one collective per iteration (no grouped launches): taken as 1"),
     ("-p", "--parallel_init", "0", "torch.distributed creates the communicator: nothing to parallelise"),
     ("-y", "--stream_null", "0", "collectives run on torch's current stream"),
     ("-G", "--cudagraph", "0", "no CUDA graph capture: each iteration is launched"),
@@ -237,6 +245,11 @@ def build_config(args: argparse.Namespace) -> Any:
         raise UsageError(
             "-z 1 waits for each collective before the next, and --streams runs several at once: give one of them"
         )
+    if args.agg_iters > 1 and args.streams > 1:
+        raise UsageError(
+            "-m launches several collectives per iteration on one stream, and --streams runs one per stream at "
+            "once: give one of them"
+        )
     if args.duration is not None and args.run_cycles is not None:
         raise UsageError("-N/--run_cycles and --duration both say how long to repeat the sweep: give one of them")
     return BenchConfig(
@@ -246,6 +259,7 @@ def build_config(args: argparse.Namespace) -> Any:
         warmup_iters=args.warmup_iters,
         check=args.check,
         unalign=args.unalign,
+        agg_iters=args.agg_iters,
         blocking=args.blocking == 1,
         average=args.average,
         run_cycles=1 if args.run_cycles is None else args.run_cycles,

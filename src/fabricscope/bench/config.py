@@ -16,6 +16,7 @@ from fabricscope.sweep import MAX_SWEEP_ROWS, SweepConfig
 __all__ = [
     "AVERAGE_MODES",
     "BACKENDS",
+    "MAX_AGG_ITERS",
     "MAX_CHECK_ITERS",
     "MAX_DURATION_S",
     "MAX_ITERS",
@@ -46,6 +47,8 @@ MAX_ITERS = 1_000_000
 """``-n``, ``-w`` and ``-N`` bound: every timed iteration keeps a sample, so a million is plenty."""
 MAX_CHECK_ITERS = 1000
 """``-c`` bound: each check iteration re-runs the collective and checks every element."""
+MAX_AGG_ITERS = 1024
+"""``-m`` bound: collectives per timed iteration (each iteration is one sample; this bounds its work)."""
 MAX_RANKS = 1 << 24
 """Largest rank number a flag may name (``-r``)."""
 MIN_DURATION_S = 1.0
@@ -66,6 +69,9 @@ class BenchConfig(SweepConfig):
     blocking: bool = False
     """``-z 1``: wait for each collective to finish before the next is launched (its time then holds
     the launch and the wait, as nccl-tests' blocking mode); else back-to-back calls (``-z 0``)."""
+    agg_iters: int = 1
+    """``-m``: collectives launched per timed iteration, back to back; a row's time is the
+    iteration's over this count, as nccl-tests divides by its ``agg_iters``."""
     unalign: int = 0
     """``-u``: start the send and receive buffers this many elements past the allocation's (aligned)
     start, as nccl-tests misaligns its buffers by ``unalign x element size`` bytes."""
@@ -92,6 +98,7 @@ class BenchConfig(SweepConfig):
         _at_least(self.iters, 1, "iters")
         _at_least(self.warmup_iters, 0, "warmup_iters")
         _at_least(self.check, 0, "check")
+        _at_least(self.agg_iters, 1, "agg_iters")
         _at_least(self.run_cycles, 0, "run_cycles")
         _at_least(self.servers, 1, "servers")
         if not 1 <= self.streams <= MAX_STREAMS:
@@ -120,6 +127,7 @@ class BenchConfig(SweepConfig):
         _at_most(self.warmup_iters, MAX_ITERS, "-w (warmup_iters)")
         _at_most(self.run_cycles, MAX_ITERS, "-N (run_cycles)")
         _at_most(self.check, MAX_CHECK_ITERS, "-c (check)")
+        _at_most(self.agg_iters, MAX_AGG_ITERS, "-m (agg_iters)")
         if self.min_busbw_gbps is not None and not self.min_busbw_gbps >= 0:
             raise UsageError(f"NCCL_TESTS_MIN_BW must be a bandwidth in GB/s, got {self.min_busbw_gbps}")
 

@@ -73,6 +73,7 @@ def to_nccl_tests_json(result: Result, *, min_busbw_gbps: float | None = None) -
     wrong = sum(int(r.get("wrong") or 0) for r in records)
     env = result.env if isinstance(result.env, dict) else {}
     given = env.get("variables")
+    config = result.config if isinstance(result.config, dict) else {}
     variables: dict[str, Any] = given if isinstance(given, dict) else {}
     return {
         "version": f"fabricscope {__version__}",
@@ -81,15 +82,27 @@ def to_nccl_tests_json(result: Result, *, min_busbw_gbps: float | None = None) -
         "env": [f"{k}={v}" for k, v in variables.items()],
         "nccl_version": env.get("nccl", ""),
         "config": {
+            # nccl-tests' keys (src/util.cu), in its order; its booleans are the strings "true"/"false".
+            "nthreads": 1,
+            "ngpus": 1,
+            "minimum_bytes": config.get("min_bytes"),
+            "maximum_bytes": config.get("max_bytes"),
+            **(
+                {"step_factor": config.get("step_factor")}
+                if (config.get("step_factor") or 1) > 1
+                else {"step_bytes": config.get("step_bytes")}
+            ),
+            "warmup_iters": config.get("warmup_iters"),
+            "iterations": config.get("iters"),
+            "aggregated_iterations": config.get("agg_iters", 1),
+            "validation": config.get("check"),
+            "graph": 0,
+            "blocking_collectives": "true" if config.get("blocking") else "false",
+            "per_iter_timing": "false",
+            "per_iter_skip": 0,
+            "parallel_init": "false",
             "backend": env.get("backend"),
             "nranks": len(ranks),
-            "min_bytes": result.config.get("min_bytes"),
-            "max_bytes": result.config.get("max_bytes"),
-            "step_factor": result.config.get("step_factor"),
-            "step_bytes": result.config.get("step_bytes"),
-            "warmup_iters": result.config.get("warmup_iters"),
-            "iters": result.config.get("iters"),
-            "check": result.config.get("check"),
             "devices": devices,
         },
         "results": list(rows.values()),

@@ -167,14 +167,16 @@ class Output:
         self._print(f"# Collective test starting: {op.program}")
         self._print(
             f"# nThread 1 nGpus 1 minBytes {cfg.min_bytes} maxBytes {cfg.max_bytes} step: {step} "
-            f"warmup iters: {cfg.warmup_iters} iters: {cfg.iters} agg iters: 1 validation: {cfg.check} "
+            f"warmup iters: {cfg.warmup_iters} iters: {cfg.iters} agg iters: {cfg.agg_iters} validation: {cfg.check} "
             f"graph: 0 unalign: {cfg.unalign}"
         )
         for note in [*self.first_notes, *self.notes]:
             self._print(note)
         self.first_notes = []
         self._print(
-            f"# {len(self.peers)} ranks launched by {self.launcher}; time = mean of {cfg.iters} iterations, "
+            f"# {len(self.peers)} ranks launched by {self.launcher}; time = mean of {cfg.iters} iterations"
+            + (f" of {cfg.agg_iters} collectives each (per collective)" if cfg.agg_iters > 1 else "")
+            + ", "
             f"combined across ranks by {AVERAGE_MODES[cfg.average]} (-a {cfg.average}); GB/s = 1e9 bytes/s"
         )
         if cfg.streams > 1:

@@ -244,7 +244,8 @@ class Sweep:
                 mean_s, samples, per_stream = times.mean_s, times.samples, times.per_stream_s
             else:
                 plan = self._plan(op, layout, send, recv, ctx, in_place)
-                mean_s, samples = self._guarded(label, self.config.iters + 2, self._time, plan)
+                calls = self.config.iters * self.config.agg_iters + 2
+                mean_s, samples = self._guarded(label, calls, self._time, plan)
             mean_s, combined = self._guarded(
                 f"{label} (combining times)", 1, self._combine, mean_s, [*samples, *per_stream]
             )
@@ -311,7 +312,8 @@ class Sweep:
             raise Interrupted from None
 
     def _time(self, plan: Call) -> tuple[float, list[float]]:
-        iters = self.config.iters
+        iters, agg = self.config.iters, self.config.agg_iters
+        calls = range(agg)
         blocking = self.config.blocking
         step = plan.step
         # A signal ends the row at once (a row can take minutes): every rank got
@@ -330,10 +332,11 @@ class Sweep:
             for i in range(1, iters + 1):
                 if stop.now:
                     raise Interrupted
-                step()
+                for _ in calls:
+                    step()
+                    if blocking:
+                        self._sync()
                 events[i].record()
-                if blocking:
-                    self._sync()
             self._sync()
             samples = [events[i - 1].elapsed_time(events[i]) * 1e-3 for i in range(1, iters + 1)]
             total = events[0].elapsed_time(events[iters]) * 1e-3
@@ -344,13 +347,15 @@ class Sweep:
             for i in range(1, iters + 1):
                 if stop.now:
                     raise Interrupted
-                step()
-                if blocking:
-                    self._sync()
+                for _ in calls:
+                    step()
+                    if blocking:
+                        self._sync()
                 stamps[i] = clock()
             samples = [stamps[i] - stamps[i - 1] for i in range(1, iters + 1)]
             total = stamps[iters] - stamps[0]
-        return total / iters, samples
+        # -m: an iteration ran ``agg`` collectives; every time is one collective's (nccl-tests divides alike).
+        return total / (iters * agg), [sample / agg for sample in samples]
 
     def _combine(self, mean_s: float, samples: list[float]) -> tuple[float, list[float]]:
         """Combine this rank's mean and samples with the other ranks' (``-a``).
