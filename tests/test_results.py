@@ -269,3 +269,17 @@ def test_a_record_without_a_time_prints_na_and_draws_nothing(tmp_path):
     assert "N/A" in line.split()[5]
     series = [Series("run", result)]
     assert busbw_plots(series) and latency_plots(series) == []
+
+
+def test_a_new_result_carries_its_environment_and_a_loaded_one_keeps_its_own(tmp_path):
+    """Every producer's Result says what made it (versions, platform, NCCL variables, command line)
+    unless it gives its own; reading a file back never replaces the environment the file holds."""
+    from fabricscope import __version__
+    from fabricscope.results import Result, load
+
+    made = Result(kind="compare")
+    assert made.env["fabricscope"] == __version__ and isinstance(made.env["argv"], list)
+    assert {"python", "platform", "hostname", "variables"} <= set(made.env)
+    path = tmp_path / "r.json"
+    Result(kind="dataload", env={"source": "elsewhere"}).save(str(path))
+    assert load(path).env == {"source": "elsewhere"}

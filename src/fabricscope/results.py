@@ -24,6 +24,7 @@ import json
 import math
 import os
 import socket
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from fabricscope.errors import ResultFormatError, RunError, UsageError
+from fabricscope.metadata import collect_env
 from fabricscope.outputs import STDOUT, atomic_write_text, data_stdout, written_through
 from fabricscope.shown import cut
 from fabricscope.userfiles import parse_json, read_text
@@ -176,7 +178,9 @@ class Result:
     records: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     host: dict[str, Any] = field(default_factory=lambda: {"hostname": socket.gethostname()})
-    env: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=lambda: collect_env(argv=list(sys.argv)))
+    """Versions, platform, the NCCL-related variables and the command line (:func:`~fabricscope.metadata.collect_env`)
+    of the process that made it, unless the producer gives its own (a loaded file keeps the one it holds)."""
     status: str = "complete"
     error: str | None = None
     created: str = field(default_factory=_now)

@@ -11,12 +11,15 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabricscope import options
 from fabricscope.errors import UsageError
 from fabricscope.model import hw_cli
-from fabricscope.store.save import add_save_options, check_save_options, save_request, save_result, wants_save
+from fabricscope.store.save import add_save_options, check_save_options, save_request, save_result
+
+if TYPE_CHECKING:
+    from fabricscope.results import Result
 
 __all__ = ["add_parser", "run_calibrate", "run_estimate", "run_plan", "run_predict", "run_validate"]
 
@@ -80,28 +83,15 @@ def _print(lines: Sequence[str]) -> None:
     sys.stdout.write("\n".join(lines) + "\n")
 
 
-def _save(
-    path: str | None,
-    kind: str,
-    config: dict[str, Any],
-    records: list[dict[str, Any]],
-    summary: dict[str, Any],
-    args: argparse.Namespace | None = None,
-) -> None:
-    if path is None and not (args is not None and wants_save(args)):
-        return
+def _save(path: str | None, result: Result, args: argparse.Namespace) -> None:
+    """Write ``--json`` and keep the Result in the history when ``--save``/``--label`` ask."""
     from fabricscope.outputs import say_written
-    from fabricscope.results import Result
 
-    result = Result(kind=kind, config=config, records=records, summary=summary, env={"argv": list(sys.argv)})
     if path is not None:
         result.save(path)
         say_written(path)
-    if args is not None:
-        save_result(save_request(args), result, what=f"the {kind} result")
+    save_result(save_request(args), result, what=f"the {result.kind} result")
 
-
-# --- predict ------------------------------------------------------------------------------
 
 _PREDICT_EPILOG = """\
 examples:
@@ -138,10 +128,9 @@ def _add_predict(subparsers: Any) -> None:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from fabricscope import ops as ops
     from fabricscope.errors import closest
     from fabricscope.model import report, uncertainty
-    from fabricscope.model.predict import ALGO_CHOICES, predict
+    from fabricscope.model.predict import ALGO_CHOICES, choose_ops, predict_sweep
     from fabricscope.sweep import SweepConfig
 
     algo = args.algo.strip().lower()
@@ -152,38 +141,20 @@ def run_predict(args: argparse.Namespace) -> int:
     cluster = _load_cluster(args)
     if args.gpus_per_node is not None:
         cluster = cluster.with_gpus_per_node(args.gpus_per_node)
-    names = [c.name for c in ops.parse_ops(args.ops)] if args.ops else ["all_reduce"]
-    named = [c.name for c in ops.parse_ops([o for o in args.ops if o.strip().lower() != "all"])]
-    unpriced = [n for n in names if not ops.get(n).modelled]
-    for name in unpriced:
-        if name in named:
-            raise UsageError(f"predict has no cost model for {name}: measure it with 'fabricscope bench {name}'")
-        names.remove(name)  # 'all' means every op the model knows, and says which it leaves out
-    if unpriced:
+    chosen = choose_ops(args.ops)
+    if chosen.left_out:
         sys.stderr.write(
-            f"note: all: {', '.join(unpriced)} left out: predict has no cost model for them (fabricscope bench "
-            "measures them)\n"
+            f"note: all: {', '.join(chosen.left_out)} left out: predict has no cost model for them (fabricscope "
+            "bench measures them)\n"
         )
-    config = SweepConfig(
-        ops=names,
-        optional_ops=[name for name in names if name not in named],
-        **options.sweep_fields(args),
-    )
+    config = SweepConfig(ops=chosen.names, optional_ops=chosen.optional, **options.sweep_fields(args))
     for note in config.fit_to_world(cluster.gpus):  # as bench: 'all' on one GPU skips sendrecv, with a note
         sys.stderr.write(note.lstrip("# ") + "\n")
-    sizes = list(config.sizes())
-    step = f"{config.step_factor}(factor)" if config.step_factor > 1 else f"{config.step_bytes}(bytes)"
     if algo != "auto" and any(name != "all_reduce" for name in config.ops):
         sys.stderr.write(f"note: --algo {algo} applies to all_reduce; other ops run as NCCL runs them\n")
     sure = uncertainty.for_collectives(cluster, config.ops)
-    prediction = predict(
-        cluster,
-        {name: sizes for name in config.ops},
-        dtypes=config.dtypes,
-        redops=config.redops,
-        root=config.root,
-        algo=algo,
-    )
+    prediction = predict_sweep(cluster, config, algo=algo)
+    step = f"{config.step_factor}(factor)" if config.step_factor > 1 else f"{config.step_bytes}(bytes)"
     for one in prediction.ops:
         _print(
             report.predict_lines(
@@ -197,28 +168,8 @@ def run_predict(args: argparse.Namespace) -> int:
             )
         )
     _print(sure.lines("these times"))
-    result = prediction.result(
-        {
-            "ops": config.ops,
-            "min_bytes": config.min_bytes,
-            "max_bytes": config.max_bytes,
-            "step_factor": config.step_factor,
-            "step_bytes": config.step_bytes,
-            "dtypes": config.dtypes,
-            "redops": config.redops,
-            "root": config.root,
-            "cluster_spec": _spec_dict(cluster),
-        },
-        {"uncertainty": sure.record()},
-    )
-    _save(args.json, "predict", result.config, result.records, result.summary, args)
+    _save(args.json, prediction.sweep_result(config, uncertainty=sure.record()), args)
     return 0
-
-
-def _spec_dict(cluster: Any) -> dict[str, Any]:
-    import dataclasses
-
-    return dataclasses.asdict(cluster.spec)
 
 
 # --- estimate --------------------------------------------------------------------------------
@@ -372,22 +323,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     _print(report.estimate_lines(result, request.framework))
     sure = uncertainty.for_training(cluster, model)
     _print(sure.lines("this step time", prefix=""))
-    record = result.record()
-    _save(
-        args.json,
-        "estimate",
-        {
-            "model": model.name,
-            "cluster": cluster.name,
-            "nodes": cluster.nodes,
-            "parallel": dataclasses.asdict(result.parallel),
-            "split_chosen_by_fabricscope": list(result.chosen),
-            "cluster_spec": _spec_dict(cluster),
-        },
-        [record],
-        {"bottleneck": record["bottleneck"], "step_time_s": record["step_time_s"], "uncertainty": sure.record()},
-        args,
-    )
+    _save(args.json, result.result(uncertainty=sure.record()), args)
     return 0
 
 
@@ -441,11 +377,10 @@ def _add_plan(subparsers: Any) -> None:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    import dataclasses
 
     from fabricscope.model import report, uncertainty
     from fabricscope.model.parallel import PRECISIONS, as_choice
-    from fabricscope.model.planner import LATENCY_PROBE_BYTES, cluster_of, plan
+    from fabricscope.model.planner import cluster_of, plan
     from fabricscope.model.workload import load_model
 
     _check_output(args.json, args.model)
@@ -473,52 +408,7 @@ def run_plan(args: argparse.Namespace) -> int:
         sure = uncertainty.for_training(chosen, model)
         _print(sure.lines("the recommended network's utilization", prefix=""))
 
-    def record(option: Any, role: str) -> dict[str, Any]:
-        net = option.network
-        return {
-            "role": role,
-            "nic": net.nic.name if net.count else None,
-            "nics_per_node": net.count,
-            "transport": net.transport.name if net.count else None,
-            "sharp": net.sharp,
-            "topology": net.topology,
-            "oversubscription": net.oversubscription,
-            "network_cost_usd": option.cost_usd,
-            "gpu_utilization": option.utilization,
-            "step_time_s": option.step_s,
-            "small_allreduce_us": option.latency_us,
-            "meets_target": option.meets,
-            "parallel": dataclasses.asdict(option.parallel) if option.parallel else None,
-        }
-
-    records = [record(o, "frontier") for o in result.frontier]
-    if result.recommended is not None:
-        records.append(record(result.recommended, "recommended"))
-    _save(
-        args.json,
-        "plan",
-        {
-            "model": model.name,
-            "gpus": result.gpus,
-            "gpu": result.gpu.name,
-            "scenario": result.scenario.name,
-            "target_util": result.target_util,
-            "max_latency_us": result.max_latency_us,
-            "latency_probe_bytes": LATENCY_PROBE_BYTES,
-            "precision": result.precision,
-            "global_batch": result.batch,
-        },
-        records,
-        {
-            "evaluated": result.evaluated,
-            "networks": len(result.options),
-            "seconds": seconds,
-            "recommended": records[-1] if result.recommended is not None else None,
-            "notes": result.notes,
-            "uncertainty": sure.record() if sure is not None else None,
-        },
-        args,
-    )
+    _save(args.json, result.result(seconds=seconds, uncertainty=sure.record() if sure is not None else None), args)
     return 0
 
 
@@ -539,17 +429,13 @@ def _add_validate(subparsers: Any) -> None:
 
 def run_validate(args: argparse.Namespace) -> int:
     from fabricscope.model import report
-    from fabricscope.model.validation import by_group, default_files, summary, validate_files
+    from fabricscope.model.validation import default_files, validate_files, validation_result
 
     _check_output(args.json, *(str(f) for f in args.files))
     files = list(args.files) or default_files()
     checks = validate_files(files)
     _print(report.validate_lines(checks))
-    per_file: dict[str, Any] = {
-        name: summary([c for c in checks if c.file == name]) for name in dict.fromkeys(c.file for c in checks)
-    }
-    per_file["groups"] = by_group(checks)
-    _save(args.json, "validate", {"files": [str(f) for f in files]}, [c.record() for c in checks], per_file)
+    _save(args.json, validation_result(files, checks), args)
     return 0
 
 
@@ -587,6 +473,7 @@ def _add_calibrate(subparsers: Any) -> None:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    from fabricscope.model import report
     from fabricscope.model.calibrate import calibrate, cluster_toml, load_runs, priced_runs
     from fabricscope.model.cluster import load_cluster
     from fabricscope.outputs import atomic_write_text, check_output_path, say_written
@@ -607,21 +494,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
             f"measured, not {cut(args.cluster)}'s {base.nodes} x {base.gpus_per_node}: give predict and estimate "
             "--nodes and --gpus-per-node for another\n"
         )
-    lines = [
-        f"{'op':<15} {'points':>6} {'base_us':>8} {'hop_us':>8} {'busbw GB/s':>11} {'net hop_us':>10} "
-        f"{'net GB/s':>9} {'fit error':>9}"
-    ]
-    for op, terms in fitted.items():
-        lines.append(
-            f"{op:<15} {terms.points:>6} {terms.base_us:>8.1f} {terms.intra_hop_us:>8.1f} "
-            f"{terms.intra_busbw_gbps:>11.3g} {terms.inter_hop_us:>10.1f} {terms.inter_busbw_gbps:>9.3g} "
-            f"{terms.residual_pct:>8.1f}%"
-        )
-    lines.append(
-        "# fit error: the median |error| of the fit against each row's median (p50) time, the time it fits "
-        "(bench's table prints the mean); predict at the measured shape shows exactly this error against those times"
-    )
-    _print(lines)
+    _print(report.calibrate_lines(fitted))
     atomic_write_text(args.output, cluster_toml(base, fitted, runs))
     say_written(args.output)
     return 0

@@ -25,6 +25,7 @@ from fabricscope.model.parallel import RECOMPUTE, ParallelConfig, SplitRequest, 
 from fabricscope.model.splits import MIN_CP_TOKENS, splits
 from fabricscope.model.training import BREAKDOWN, Device, Job, Shape, Step
 from fabricscope.model.workload import ModelSpec
+from fabricscope.results import Result
 
 __all__ = [
     "BOTTLENECKS",
@@ -257,6 +258,27 @@ class Estimate:
     @property
     def fits(self) -> bool:
         return self.value("memory_bytes") <= self.cluster.gpu.memory_bytes
+
+    def result(self, *, uncertainty: dict[str, Any] | None = None) -> Result:
+        """The Result of ``estimate --json``: this estimate's record, and the request it answers."""
+        record = self.record()
+        return Result(
+            kind="estimate",
+            config={
+                "model": self.model.name,
+                "cluster": self.cluster.name,
+                "nodes": self.cluster.nodes,
+                "parallel": dataclasses.asdict(self.parallel),
+                "split_chosen_by_fabricscope": list(self.chosen),
+                "cluster_spec": dataclasses.asdict(self.cluster.spec),
+            },
+            records=[record],
+            summary={
+                "bottleneck": record["bottleneck"],
+                "step_time_s": record["step_time_s"],
+                "uncertainty": uncertainty,
+            },
+        )
 
     def record(self) -> dict[str, Any]:
         """The JSON record of ``estimate --json``."""

@@ -29,6 +29,7 @@ __all__ = [
     "fabric_inputs",
     "fabric_of",
     "inside_node",
+    "link_peak_gbps",
     "make_fabric",
     "nodes_per_leaf",
     "staged_gbps",
@@ -293,6 +294,14 @@ def fabric_of(cluster: Cluster) -> Fabric:
     if terms is None:
         return fab
     return dataclasses.replace(fab, a2a=terms)
+
+
+def link_peak_gbps(cluster: Cluster) -> float:
+    """The bandwidth one GPU's collective traffic can reach (GB/s): its link inside the node on one node,
+    else the lesser of that and its share of the node's network."""
+    fab = fabric_of(cluster)
+    inside = float(fab.intra_gbps)
+    return inside if cluster.nodes == 1 else min(inside, float(fab.node_net_gbps) / cluster.gpus_per_node)
 
 
 def fabric_columns(clusters: Sequence[Cluster]) -> Fabric:

@@ -34,6 +34,7 @@ from fabricscope.model.hardware import GPU, NIC, Transport
 from fabricscope.model.parallel import Precision, SplitRequest
 from fabricscope.model.splits import Splits, splits
 from fabricscope.model.workload import ModelSpec
+from fabricscope.results import Result
 from fabricscope.schema import FORBID_EXTRA, build, require
 from fabricscope.shown import quoted
 from fabricscope.userfiles import read_toml
@@ -283,6 +284,55 @@ class Plan:
     """Global batch the splits were priced at."""
     precision: str = "bf16"
     notes: list[str] = field(default_factory=list)
+
+    def result(self, *, seconds: float, uncertainty: dict[str, Any] | None = None) -> Result:
+        """The Result of ``plan --json``: the frontier's options, then the recommended one."""
+        records = [option_record(o, "frontier") for o in self.frontier]
+        if self.recommended is not None:
+            records.append(option_record(self.recommended, "recommended"))
+        return Result(
+            kind="plan",
+            config={
+                "model": self.model.name,
+                "gpus": self.gpus,
+                "gpu": self.gpu.name,
+                "scenario": self.scenario.name,
+                "target_util": self.target_util,
+                "max_latency_us": self.max_latency_us,
+                "latency_probe_bytes": LATENCY_PROBE_BYTES,
+                "precision": self.precision,
+                "global_batch": self.batch,
+            },
+            records=records,
+            summary={
+                "evaluated": self.evaluated,
+                "networks": len(self.options),
+                "seconds": seconds,
+                "recommended": records[-1] if self.recommended is not None else None,
+                "notes": self.notes,
+                "uncertainty": uncertainty,
+            },
+        )
+
+
+def option_record(option: Option, role: str) -> dict[str, Any]:
+    """One network option as ``plan --json`` keeps it (``role``: ``frontier`` or ``recommended``)."""
+    net = option.network
+    return {
+        "role": role,
+        "nic": net.nic.name if net.count else None,
+        "nics_per_node": net.count,
+        "transport": net.transport.name if net.count else None,
+        "sharp": net.sharp,
+        "topology": net.topology,
+        "oversubscription": net.oversubscription,
+        "network_cost_usd": option.cost_usd,
+        "gpu_utilization": option.utilization,
+        "step_time_s": option.step_s,
+        "small_allreduce_us": option.latency_us,
+        "meets_target": option.meets,
+        "parallel": dataclasses.asdict(option.parallel) if option.parallel else None,
+    }
 
 
 def percent(share: float) -> str:

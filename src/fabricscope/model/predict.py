@@ -13,6 +13,7 @@ sizes of an op at once, or from the measured terms of a calibrated cluster
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,17 +29,22 @@ from fabricscope.model.cluster import CalibratedOp, Cluster
 from fabricscope.model.fabric import Fabric, fabric_of
 from fabricscope.ops import Collective
 from fabricscope.results import CollectiveRecord, Result
+from fabricscope.sweep import SweepConfig
 from fabricscope.table import op_summary
 
 __all__ = [
     "ALGO_CHOICES",
     "FASTER_BY",
+    "ChosenOps",
     "Faster",
     "OpPrediction",
     "Prediction",
+    "choose_ops",
     "op_seconds",
     "predict",
+    "predict_like",
     "predict_op",
+    "predict_sweep",
 ]
 
 ALGO_CHOICES = ("auto", *model.ALGORITHMS)
@@ -234,6 +240,23 @@ class Prediction:
             for one in self.ops
         }
 
+    def sweep_result(self, config: SweepConfig, *, uncertainty: Mapping[str, Any] | None = None) -> Result:
+        """The Result of ``predict --json``: the sweep asked for and the cluster it was priced on."""
+        return self.result(
+            {
+                "ops": config.ops,
+                "min_bytes": config.min_bytes,
+                "max_bytes": config.max_bytes,
+                "step_factor": config.step_factor,
+                "step_bytes": config.step_bytes,
+                "dtypes": config.dtypes,
+                "redops": config.redops,
+                "root": config.root,
+                "cluster_spec": dataclasses.asdict(self.cluster.spec),
+            },
+            {"uncertainty": uncertainty},
+        )
+
     def result(self, config: Mapping[str, Any] | None = None, summary: Mapping[str, Any] | None = None) -> Result:
         """A Result of kind ``predict``: the cluster's name and shape, then ``config``."""
         return Result(
@@ -283,6 +306,71 @@ def predict(
         for name, op_sizes in sizes.items()
     ]
     return Prediction(cluster=cluster, ops=found, algo=algo)
+
+
+@dataclass(frozen=True, slots=True)
+class ChosenOps:
+    """The ops a ``predict`` command line names, as the model can price them."""
+
+    names: list[str]
+    """The ops to price, in order."""
+    optional: list[str]
+    """Those that ``all`` added (skipped with a note where the world cannot run them)."""
+    left_out: list[str]
+    """Ops ``all`` named that the model has no cost for (``ps``, ``hypercube``)."""
+
+
+def choose_ops(requested: Sequence[str]) -> ChosenOps:
+    """The ops of ``requested`` (names, aliases, ``all``; none means all_reduce) that the model prices.
+
+    An op named outright that the model cannot price is a :class:`UsageError`; ``all`` leaves
+    such ops out and says which (:attr:`ChosenOps.left_out`).
+    """
+    names = [c.name for c in ops.parse_ops(list(requested))] if requested else ["all_reduce"]
+    named = [c.name for c in ops.parse_ops([o for o in requested if o.strip().lower() != "all"])]
+    left_out = [n for n in names if not ops.get(n).modelled]
+    for name in left_out:
+        if name in named:
+            raise UsageError(f"predict has no cost model for {name}: measure it with 'fabricscope bench {name}'")
+    priced = [n for n in names if n not in left_out]
+    return ChosenOps(names=priced, optional=[n for n in priced if n not in named], left_out=left_out)
+
+
+def predict_sweep(cluster: Cluster, config: SweepConfig, *, algo: str = "auto") -> Prediction:
+    """:func:`predict` over every size of ``config``'s sweep, for each of its ops."""
+    sizes = list(config.sizes())
+    return predict(
+        cluster,
+        {name: sizes for name in config.ops},
+        dtypes=config.dtypes,
+        redops=config.redops,
+        root=config.root,
+        algo=algo,
+    )
+
+
+def predict_like(cluster: Cluster, like: Result) -> Prediction:
+    """:func:`predict` of ``like``'s ops and sizes (those the model prices), at ``like``'s own shape
+    (its nodes and ranks per node) where the run says it and its ranks fill its nodes evenly.
+
+    One sweep's datatype, reduction and root, as the run's first rows of each kind say.  A
+    datatype the model has no size for (nccl-tests' uint32, f8e4m3...) is priced as float: the
+    prediction depends on the bytes, and a report matches rows by size.
+    """
+    world = like.world()
+    if world is not None and world[0] % world[1] == 0:
+        cluster = cluster.with_nodes(world[1]).with_gpus_per_node(world[0] // world[1])
+    rows = [r for r in like.records if isinstance(r, dict) and "op" in r and "size_bytes" in r]
+    sizes = {
+        name: sorted({int(r["size_bytes"]) for r in rows if r["op"] == name})
+        for name in dict.fromkeys(str(r["op"]) for r in rows)
+        if name in ops.COLLECTIVES and ops.get(name).modelled
+    }
+    dtype = next((str(r["dtype"]) for r in rows if r.get("dtype")), "float")
+    dtype = dtype if dtype in DTYPES else "float"
+    redop = next((str(r["redop"]) for r in rows if r.get("redop") not in (None, "none")), "sum")
+    root = next((int(r["root"]) for r in rows if isinstance(r.get("root"), int) and r["root"] >= 0), 0)
+    return predict(cluster, sizes, dtypes=[dtype], redops=[redop], root=root)
 
 
 def _why_not(algo: str, nodes: int, gpus_per_node: int) -> str:

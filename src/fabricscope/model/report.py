@@ -4,7 +4,7 @@ validate's rows, and the catalog listings of ``hw``.  Every function returns lin
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from fabricscope import __version__, table
@@ -399,4 +399,23 @@ def entry_lines(entry: Any) -> list[str]:
 def listing_lines(title: str, items: Iterable[tuple[str, str]]) -> list[str]:
     lines = [f"{title}:"]
     lines.extend(f"  {name:<22} {text}" for name, text in items)
+    return lines
+
+
+def calibrate_lines(fitted: Mapping[str, CalibratedOp]) -> list[str]:
+    """``calibrate``'s table: per op, the fitted terms and the fit error against the times fitted."""
+    lines = [
+        f"{'op':<15} {'points':>6} {'base_us':>8} {'hop_us':>8} {'busbw GB/s':>11} {'net hop_us':>10} "
+        f"{'net GB/s':>9} {'fit error':>9}"
+    ]
+    for op, terms in fitted.items():
+        lines.append(
+            f"{op:<15} {terms.points:>6} {terms.base_us:>8.1f} {terms.intra_hop_us:>8.1f} "
+            f"{terms.intra_busbw_gbps:>11.3g} {terms.inter_hop_us:>10.1f} {terms.inter_busbw_gbps:>9.3g} "
+            f"{terms.residual_pct:>8.1f}%"
+        )
+    lines.append(
+        "# fit error: the median |error| of the fit against each row's median (p50) time, the time it fits "
+        "(bench's table prints the mean); predict at the measured shape shows exactly this error against those times"
+    )
     return lines

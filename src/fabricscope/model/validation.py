@@ -57,6 +57,7 @@ from fabricscope.model.parallel import (
 from fabricscope.model.predict import predict
 from fabricscope.model.workload import PARAMS_TOLERANCE, ModelSpec, model_presets
 from fabricscope.ops import get as get_op
+from fabricscope.results import Result
 from fabricscope.shown import cut, quoted
 from fabricscope.units import is_digits
 from fabricscope.userfiles import read_text
@@ -696,3 +697,17 @@ def summary(checks: Iterable[Comparison]) -> dict[str, float]:
         "median_abs_error_pct": statistics.median(errors),
         "worst_abs_error_pct": max(errors),
     }
+
+
+def validation_result(files: Iterable[Any], checks: list[Comparison]) -> Result:
+    """The Result of ``validate --json``: every row's comparison, the summary of each file and of each group."""
+    per_file: dict[str, Any] = {
+        name: summary([c for c in checks if c.file == name]) for name in dict.fromkeys(c.file for c in checks)
+    }
+    per_file["groups"] = by_group(checks)
+    return Result(
+        kind="validate",
+        config={"files": [str(f) for f in files]},
+        records=[c.record() for c in checks],
+        summary=per_file,
+    )

@@ -54,40 +54,15 @@ def add_parser(subparsers: Any) -> None:
 
 
 def model_prediction(cluster: str, like: Any) -> tuple[Any, float]:
-    """The model's prediction of ``like``'s ops and sizes on ``cluster``, and its link peak (GB/s).
-
-    The prediction is :func:`fabricscope.model.predict.predict`'s, the one ``fabricscope predict``
-    prints (a calibrated cluster's ``[calibration]`` terms included), at ``like``'s own shape
-    (its nodes and ranks per node) where the run says it and its ranks fill its nodes evenly.
-    """
-    from fabricscope import ops
-    from fabricscope.dtypes import DTYPES
+    """The model's prediction of ``like``'s ops and sizes on ``cluster``
+    (:func:`fabricscope.model.predict.predict_like`: the prediction ``fabricscope predict`` prints,
+    a calibrated cluster's ``[calibration]`` terms included), and the priced cluster's link peak (GB/s)."""
     from fabricscope.model.cluster import load_cluster
-    from fabricscope.model.fabric import fabric_of
-    from fabricscope.model.predict import predict
+    from fabricscope.model.fabric import link_peak_gbps
+    from fabricscope.model.predict import predict_like
 
-    spec = load_cluster(cluster)
-    world = like.world()
-    if world is not None and world[0] % world[1] == 0:
-        spec = spec.with_nodes(world[1]).with_gpus_per_node(world[0] // world[1])
-    rows = [r for r in like.records if isinstance(r, dict) and "op" in r and "size_bytes" in r]
-    sizes = {
-        name: sorted({int(r["size_bytes"]) for r in rows if r["op"] == name})
-        for name in dict.fromkeys(str(r["op"]) for r in rows)
-        if name in ops.COLLECTIVES and ops.get(name).modelled
-    }
-    # One sweep's datatype, reduction and root, as the run's first rows of each kind say.
-    # A datatype the model has no size for (nccl-tests' uint32, f8e4m3...) is priced as float: the
-    # prediction depends on the bytes, and the report's rows are matched by size.
-    dtype = next((str(r["dtype"]) for r in rows if r.get("dtype")), "float")
-    dtype = dtype if dtype in DTYPES else "float"
-    redop = next((str(r["redop"]) for r in rows if r.get("redop") not in (None, "none")), "sum")
-    root = next((int(r["root"]) for r in rows if isinstance(r.get("root"), int) and r["root"] >= 0), 0)
-    prediction = predict(spec, sizes, dtypes=[dtype], redops=[redop], root=root)
-    fab = fabric_of(spec)
-    inside = float(fab.intra_gbps)
-    peak = inside if spec.nodes == 1 else min(inside, float(fab.node_net_gbps) / spec.gpus_per_node)
-    return prediction.result(), peak
+    prediction = predict_like(load_cluster(cluster), like)
+    return prediction.result(), link_peak_gbps(prediction.cluster)
 
 
 def _legend(found: Any) -> str:
