@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from fabricscope import patterns
@@ -256,7 +257,7 @@ CHUNK = 1 << 22
 """Elements generated at a time: pattern temporaries stay small whatever the size."""
 
 
-def fill(torch: Any, target: Any, values: Callable[[Any], Any], device: Any) -> None:
+def fill(torch: ModuleType, target: Any, values: Callable[[Any], Any], device: Any) -> None:
     """``target[i] = values(i)`` for every position, a chunk of int64 positions at a time."""
     total = target.numel()
     for start in range(0, total, CHUNK):
@@ -268,7 +269,7 @@ def _finish_avg(out: Any, ctx: Context) -> None:
     out.div_(ctx.avg_divisor, rounding_mode="trunc")
 
 
-def _copy_in_loader(torch: Any, send: Any, recv: Any, ctx: Context, in_place: bool, values: Any) -> Any:
+def _copy_in_loader(torch: ModuleType, send: Any, recv: Any, ctx: Context, in_place: bool, values: Any) -> Any:
     """Loader for ops torch runs in place only: out-of-place, the output starts as a copy."""
 
     def load(seed: int) -> None:
@@ -279,7 +280,7 @@ def _copy_in_loader(torch: Any, send: Any, recv: Any, ctx: Context, in_place: bo
     return load
 
 
-def _reduction(torch: Any, ctx: Context) -> tuple[Any, Any]:
+def _reduction(torch: ModuleType, ctx: Context) -> tuple[Any, Any]:
     """(inputs, expected) pattern functions of (positions, seed) for this rank's reduction."""
 
     def inputs(idx: Any, seed: int) -> Any:
@@ -291,12 +292,12 @@ def _reduction(torch: Any, ctx: Context) -> tuple[Any, Any]:
     return inputs, expected
 
 
-def _plain(torch: Any, ctx: Context, rank: Any, shift: int = 0) -> Any:
+def _plain(torch: ModuleType, ctx: Context, rank: Any, shift: int = 0) -> Any:
     return lambda idx, seed: patterns.plain_value(torch, idx, rank, ctx.dtype, seed + shift)
 
 
 def _build_all_reduce(
-    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
+    torch: ModuleType, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
 ) -> Call:
     inputs, expected = _reduction(torch, ctx)
 
@@ -314,7 +315,7 @@ def _build_all_reduce(
 
 
 def _build_reduce(
-    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
+    torch: ModuleType, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
 ) -> Call:
     inputs, expected = _reduction(torch, ctx)
     is_root = ctx.rank == ctx.root
@@ -333,7 +334,7 @@ def _build_reduce(
 
 
 def _build_broadcast(
-    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
+    torch: ModuleType, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
 ) -> Call:
     # Non-root ranks start from values that differ from the root's in every
     # element (seed + 1), so a buffer the broadcast did not overwrite is caught.
@@ -360,7 +361,7 @@ def _collective_fn(dist: Any, *names: str) -> Any:
 
 
 def _into_recv(
-    torch: Any,
+    torch: ModuleType,
     send: Any,
     recv: Any,
     ctx: Context,
@@ -381,14 +382,14 @@ def _into_recv(
     return Call(step=step, load=load, expected=expected, output=recv)
 
 
-def _gathered(torch: Any, ctx: Context, base: int) -> Any:
+def _gathered(torch: ModuleType, ctx: Context, base: int) -> Any:
     """Expected values of a gathered output: block j holds rank j's input."""
     width = max(base, 1)
     return lambda seed, idx: patterns.plain_value(torch, idx % width, idx // width, ctx.dtype, seed)
 
 
 def _build_all_gather(
-    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
+    torch: ModuleType, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
 ) -> Call:
     gather_into = _collective_fn(dist, "all_gather_single", "all_gather_into_tensor")
 
@@ -399,7 +400,7 @@ def _build_all_gather(
 
 
 def _build_reduce_scatter(
-    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
+    torch: ModuleType, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
 ) -> Call:
     inputs, expected = _reduction(torch, ctx)
     scatter_into = _collective_fn(dist, "reduce_scatter_single", "reduce_scatter_tensor")
@@ -416,7 +417,7 @@ def _build_reduce_scatter(
 
 
 def _build_alltoall(
-    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
+    torch: ModuleType, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
 ) -> Call:
     base = max(layout.count, 1)
 
@@ -431,7 +432,7 @@ def _build_alltoall(
 
 
 def _build_gather(
-    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
+    torch: ModuleType, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
 ) -> Call:
     base = layout.count
     is_root = ctx.rank == ctx.root
@@ -446,7 +447,7 @@ def _build_gather(
 
 
 def _build_scatter(
-    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
+    torch: ModuleType, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
 ) -> Call:
     base = layout.count
     is_root = ctx.rank == ctx.root
@@ -466,7 +467,7 @@ def _build_scatter(
 
 
 def _build_sendrecv(
-    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
+    torch: ModuleType, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
 ) -> Call:
     peer_next = (ctx.rank + 1) % ctx.nranks
     peer_prev = (ctx.rank - 1) % ctx.nranks
@@ -481,7 +482,7 @@ def _build_sendrecv(
 
 
 def _build_hypercube(
-    torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
+    torch: ModuleType, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
 ) -> Call:
     """nccl-tests' hypercube: an all-gather by recursive doubling, each step a send and a receive of
     the ``mask`` blocks a rank holds with rank XOR mask (src/hypercube.cu)."""
@@ -512,7 +513,7 @@ def _build_hypercube(
     )
 
 
-def _ps_reducer(torch: Any, ctx: Context) -> Callable[[Any, Any], None]:
+def _ps_reducer(torch: ModuleType, ctx: Context) -> Callable[[Any, Any], None]:
     """``acc <- acc (op) other`` in the buffer's own type (wrapping as NCCL's integer sums do)."""
     redop = ctx.redop
     if redop in ("sum", "avg"):
@@ -523,7 +524,9 @@ def _ps_reducer(torch: Any, ctx: Context) -> Callable[[Any, Any], None]:
     return lambda acc, other: pick(acc, other, out=acc)
 
 
-def _build_ps(torch: Any, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool) -> Call:
+def _build_ps(
+    torch: ModuleType, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
+) -> Call:
     """The parameter-server pattern, colocated: every rank is a worker; ranks below ``servers`` also serve.
 
     The gradient (``count`` elements, in ``recv`` after loading, as all_reduce)

@@ -21,7 +21,7 @@ import argparse
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from fabricscope.errors import UsageError
 from fabricscope.shown import quoted
@@ -30,8 +30,15 @@ from fabricscope.units import is_digits
 if TYPE_CHECKING:
     from fabricscope.launch.config import LaunchConfig
 
+SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+"""What a command's ``add_parser`` adds its sub-command to."""
+Flags: TypeAlias = "argparse._ActionsContainer"
+"""A parser or one of its argument groups: where flags are added."""
+
 __all__ = [
     "MAX_DIGITS",
+    "Flags",
+    "SubParsers",
     "SweepSteps",
     "add_iteration_options",
     "add_launch_options",
@@ -225,7 +232,9 @@ class SweepSteps:
 MAX_STEP_FACTOR = 1 << 20
 
 
-def add_sweep_options(parser: Any, *, data: Any = None, min_default: str = "8", max_default: str = "32M") -> None:
+def add_sweep_options(
+    parser: Flags, *, data: Flags | None = None, min_default: str = "8", max_default: str = "32M"
+) -> None:
     """Declare ``-b -e -i -f`` and (in ``data``, else in ``parser``) ``-d -o -r`` with nccl-tests' meanings;
     either may be an argument group.  :func:`sweep_fields` reads them back."""
     from fabricscope.launch.world import MAX_WORLD
@@ -286,7 +295,7 @@ def sweep_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_iteration_options(
-    parser: Any, *, maximum: int, iters_help: str, warmup_help: str, warmup_default: int, iters_default: int = 20
+    parser: Flags, *, maximum: int, iters_help: str, warmup_help: str, warmup_default: int, iters_default: int = 20
 ) -> None:
     """Declare ``-n/--iters`` and ``-w/--warmup_iters`` with nccl-tests' names: timed and untimed repetitions."""
     counts = (("-n", "--iters", 1, iters_default, iters_help), ("-w", "--warmup_iters", 0, warmup_default, warmup_help))
@@ -304,7 +313,7 @@ def add_iteration_options(
 
 
 def add_launch_options(
-    parser: Any,
+    parser: Flags,
     *,
     nproc_help: str,
     timeout_default: float,

@@ -26,6 +26,7 @@ Every function takes the ``torch`` module and works on the device of ``idx``.
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 from fabricscope.dtypes import DType
@@ -48,7 +49,7 @@ def reduce_modulus(dtype: DType, redop: str, nranks: int) -> int:
     return max(1, min(_CAP, modulus))
 
 
-def reduce_input(torch: Any, idx: Any, rank: int, nranks: int, redop: str, dtype: DType, seed: int) -> Any:
+def reduce_input(torch: ModuleType, idx: Any, rank: int, nranks: int, redop: str, dtype: DType, seed: int) -> Any:
     """This rank's input values at global indices ``idx`` (an int64 tensor)."""
     modulus = reduce_modulus(dtype, redop, nranks)
     a = (idx + seed) % modulus
@@ -75,7 +76,7 @@ def reduce_input(torch: Any, idx: Any, rank: int, nranks: int, redop: str, dtype
     return values.to(getattr(torch, dtype.torch_name))
 
 
-def reduce_expected(torch: Any, idx: Any, nranks: int, redop: str, dtype: DType, seed: int) -> Any:
+def reduce_expected(torch: ModuleType, idx: Any, nranks: int, redop: str, dtype: DType, seed: int) -> Any:
     """The exact reduction over all ranks at global indices ``idx``."""
     modulus = reduce_modulus(dtype, redop, nranks)
     a = (idx + seed) % modulus
@@ -110,7 +111,7 @@ def _avg_fits(dtype: DType, nranks: int) -> bool:
     return (dtype.exact_limit - 1) // max(nranks, 1) - 1 >= 1
 
 
-def plain_value(torch: Any, idx: Any, rank: Any, dtype: DType, seed: int) -> Any:
+def plain_value(torch: ModuleType, idx: Any, rank: Any, dtype: DType, seed: int) -> Any:
     """Values for ops that move data without reducing it: distinct per rank and index.
 
     ``rank`` may be an int or an int64 tensor shaped like ``idx``.

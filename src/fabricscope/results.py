@@ -252,7 +252,7 @@ class Result:
         return None
 
     @classmethod
-    def from_dict(cls, data: Any, *, source: str = "<data>") -> Result:
+    def from_dict(cls, data: object, *, source: str = "<data>") -> Result:
         if not isinstance(data, dict):
             raise ResultFormatError(f"{source}: not a fabricscope result (expected a JSON object)")
         if data.get("format") != FORMAT:
@@ -321,7 +321,7 @@ _OPTIONAL_NUMERIC = ("count", "time_us", "algbw_gbps", "min_us", "p50_us", "p99_
 """Fields that may be missing (null), but are numbers when given."""
 
 
-def _json_type(value: Any) -> str:
+def _json_type(value: object) -> str:
     """What a JSON value is, in JSON's words."""
     if value is None:
         return "null"
@@ -355,7 +355,7 @@ def _check_records(records: list[Any], source: str) -> None:
                 )
 
 
-def _json_default(value: Any) -> Any:
+def _json_default(value: object) -> Any:
     if hasattr(value, "to_dict"):
         return value.to_dict()
     if isinstance(value, Path):

@@ -58,7 +58,7 @@ def _adapter(cls: Any) -> Any:
     return _ADAPTERS[cls]
 
 
-def require(key: str, value: Any, allowed: str, ok: Callable[[float], bool]) -> None:
+def require(key: str, value: float, allowed: str, ok: Callable[[float], bool]) -> None:
     """Raise InvalidValue ``"<key> must be <allowed>, got <value>"`` unless ``value`` is a finite
     number for which ``ok`` holds (NaN and infinities are never allowed)."""
     if not (math.isfinite(value) and ok(value)):
@@ -69,7 +69,7 @@ def _is_control(char: str) -> bool:
     return (ord(char) < 0x20 and char != "\t") or 0x7F <= ord(char) < 0xA0
 
 
-def _check_plain(value: Any, key: str) -> None:
+def _check_plain(value: object, key: str) -> None:
     """Raise InvalidValue for a string with control characters, or a value JSON has no form for."""
     if isinstance(value, str):
         if any(_is_control(c) for c in value):

@@ -80,7 +80,7 @@ class Row:
     inp: Mapping[str, Any] | None
 
 
-def _figure(value: Any, width: int) -> str:
+def _figure(value: object, width: int) -> str:
     """A number as nccl-tests prints it, or N/A where a record has none (a null the format allows)."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float_str(float(value), width)

@@ -148,7 +148,7 @@ def read_text(
         ) from None
 
 
-def check_depth(value: Any, *, source: str, error: type[UsageError] = ConfigError) -> None:
+def check_depth(value: object, *, source: str, error: type[UsageError] = ConfigError) -> None:
     """Refuse data nested deeper than :data:`MAX_DEPTH` or holding integers outside 64 bits.
 
     Walks iteratively, so it cannot itself overflow the stack.

@@ -27,6 +27,7 @@ from fabricscope.bench.config import (
 )
 from fabricscope.bench.streams import MAX_STREAMS
 from fabricscope.errors import UsageError
+from fabricscope.options import Flags, SubParsers
 from fabricscope.store.save import add_save_options, check_save_options, wants_save
 
 __all__ = ["add_parser", "build_config", "nccl_tests_notes", "run"]
@@ -54,7 +55,7 @@ examples:
 """
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: SubParsers) -> None:
     parser = subparsers.add_parser(
         "bench",
         help="collective benchmark (nccl-tests compatible) over torch.distributed",
@@ -195,7 +196,7 @@ _LETTERS: tuple[tuple[str, str, str, str], ...] = (
 they change nothing; any other value prints one note of what fabricscope does instead."""
 
 
-def _add_nccl_tests_letters(group: Any) -> None:
+def _add_nccl_tests_letters(group: Flags) -> None:
     for short, long, _, _ in _LETTERS:
         group.add_argument(
             short,

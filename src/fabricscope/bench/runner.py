@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import Any
 
 from fabricscope.bench.config import Average, BenchConfig
@@ -33,7 +34,7 @@ class Sweep:
     def __init__(
         self,
         *,
-        torch: Any,
+        torch: ModuleType,
         dist: Any,
         config: BenchConfig,
         rank: int,
@@ -399,7 +400,7 @@ class Sweep:
         return wrong
 
 
-def plan_wrong(torch: Any, plan: Call, seed: int, tolerant: bool, device: Any) -> int:
+def plan_wrong(torch: ModuleType, plan: Call, seed: int, tolerant: bool, device: Any) -> int:
     """Elements of this rank's output that differ from the plan's expected values."""
     if plan.expected is None:
         return 0
@@ -413,7 +414,7 @@ def plan_wrong(torch: Any, plan: Call, seed: int, tolerant: bool, device: Any) -
     return wrong
 
 
-def count_wrong(torch: Any, output: Any, expected: Any, tolerant: bool) -> int:
+def count_wrong(torch: ModuleType, output: Any, expected: Any, tolerant: bool) -> int:
     """Elements of ``output`` that differ from ``expected`` (2 ULP allowed for float avg)."""
     if output.numel() == 0:
         return 0

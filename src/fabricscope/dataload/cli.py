@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fabricscope.errors import UsageError
 from fabricscope.store.save import add_save_options, check_save_options, save_request, save_result
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from fabricscope.dataload.dataset import DataSet
     from fabricscope.dataload.reader import Measurement, ReadConfig
     from fabricscope.dataload.verdict import Need, Verdict
+    from fabricscope.options import SubParsers
 
 __all__ = ["add_parser", "run"]
 
@@ -38,7 +39,7 @@ PASSES_PRINTED = 3
 """Pass lines printed: the first two, then the rest added together."""
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: SubParsers) -> None:
     from fabricscope import options
 
     # The bounds live with the reader and the verdict (both import only the standard library).

@@ -11,10 +11,11 @@ import contextlib
 import os
 import sys
 import traceback
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from fabricscope import options
 from fabricscope.doctor.invocation import DEFAULT_TIMEOUT_S
+from fabricscope.options import SubParsers
 from fabricscope.store.save import add_save_options, check_save_options, save_request, save_result, wants_save
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ examples:
 """
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: SubParsers) -> None:
     parser = subparsers.add_parser(
         "doctor",
         help="check NICs, RDMA ports, PCIe links, GPU-NIC affinity, GPUDirect and NCCL settings",

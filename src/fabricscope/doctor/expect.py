@@ -85,7 +85,7 @@ def _whole(key: str, value: int | None, low: int, high: int) -> None:
         raise InvalidValue(f"must be a whole number from {low} to {high}, got {value}", key=key)
 
 
-def _choice(key: str, value: Any, allowed: tuple[Any, ...]) -> Any:
+def _choice(key: str, value: object, allowed: tuple[Any, ...]) -> Any:
     """``value`` in its allowed spelling (choices are matched without regard to case), or InvalidValue."""
     if value is None:
         return None
@@ -311,7 +311,7 @@ def _out_of_range(exc: UsageError, wrong: InvalidValue) -> InvalidValue:
     return wrong if text.startswith("invalid ") else InvalidValue(text)
 
 
-def _read_rate(value: Any, key: str = "nic.rate") -> float:
+def _read_rate(value: object, key: str = "nic.rate") -> float:
     """A rate in Gb/s (bits)."""
     wrong = InvalidValue(
         f"must be {_RATE_HELP}, got {as_written(value)} (a bare number would be bits per second)", key=key
@@ -324,7 +324,7 @@ def _read_rate(value: Any, key: str = "nic.rate") -> float:
         raise _out_of_range(exc, wrong) from None
 
 
-def _read_size(value: Any, key: str = "tcp.buffer_max") -> int:
+def _read_size(value: object, key: str = "tcp.buffer_max") -> int:
     wrong = InvalidValue(f"must be {_SIZE_HELP}, got {as_written(value)}", key=key)
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise wrong
@@ -340,7 +340,7 @@ def _read_size(value: Any, key: str = "tcp.buffer_max") -> int:
         raise _out_of_range(exc, wrong) from None
 
 
-def _read_floors(value: Any) -> Any:
+def _read_floors(value: object) -> Any:
     """``[bench] busbw``'s sizes and rates read into bytes and GB/s (a malformed entry is left to the schema)."""
     if not isinstance(value, list):
         return value

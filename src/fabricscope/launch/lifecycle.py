@@ -20,7 +20,8 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Protocol, TypeVar
+from types import FrameType
+from typing import Protocol, TypeVar
 
 from fabricscope.errors import FabricscopeError, RunError, UsageError
 from fabricscope.launch import rank
@@ -92,7 +93,7 @@ class StopFlag:
     def catch_signals(self) -> None:
         """From now on Ctrl-C and SIGTERM set this flag (stop now) instead of ending the process."""
 
-        def on_signal(signum: int, frame: Any) -> None:
+        def on_signal(signum: int, frame: FrameType | None) -> None:
             self.set(now=True)
 
         signal.signal(signal.SIGINT, on_signal)

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from types import FrameType, ModuleType
 from typing import Any
 
 from fabricscope.errors import FabricscopeError, MissingDependencyError, RunError, UsageError
@@ -86,7 +87,7 @@ _startup_rank: int | None = None
 """This process's rank once known: rank 0 says it was interrupted while starting up."""
 
 
-def _leave_before_measuring(signum: int, frame: Any) -> None:
+def _leave_before_measuring(signum: int, frame: FrameType | None) -> None:
     """Ctrl-C or SIGTERM while starting up: nothing is measured yet, so say so and go."""
     for other in (signal.SIGINT, signal.SIGTERM):  # the launcher forwards the same Ctrl-C: say it once
         signal.signal(other, signal.SIG_IGN)
@@ -136,7 +137,7 @@ def stop_when_orphaned(interval_s: float = 1.0, grace_s: float = 15.0) -> None:
     threading.Thread(target=watch, name="fabricscope-parent-watch", daemon=True).start()
 
 
-def import_torch(command: str = "bench") -> tuple[Any, Any]:
+def import_torch(command: str = "bench") -> tuple[ModuleType, ModuleType]:
     """torch and torch.distributed, or a one-line MissingDependencyError naming the command."""
     # c10d logs failed store and socket calls with C++ stack traces; every
     # failure is reported once, by us, in one line.  A user's own setting wins.
@@ -151,7 +152,7 @@ def import_torch(command: str = "bench") -> tuple[Any, Any]:
     return torch, dist
 
 
-def _backend(requested: str, torch: Any) -> str:
+def _backend(requested: str, torch: ModuleType) -> str:
     has_cuda = bool(torch.cuda.is_available())
     if requested == "auto":
         return "nccl" if has_cuda else "gloo"
@@ -160,7 +161,7 @@ def _backend(requested: str, torch: Any) -> str:
     return requested
 
 
-def _device(backend: str, world: World, torch: Any) -> Any:
+def _device(backend: str, world: World, torch: ModuleType) -> Any:
     if backend != "nccl":
         return torch.device("cpu")
     count = torch.cuda.device_count()
@@ -173,7 +174,7 @@ def _device(backend: str, world: World, torch: Any) -> Any:
     return torch.device("cuda", world.local_rank)
 
 
-def _device_label(device: Any, torch: Any, local_rank: int) -> str:
+def _device_label(device: Any, torch: ModuleType, local_rank: int) -> str:
     """``device  0 [0000:18:00] NVIDIA H100 ...`` as nccl-tests prints it, or the CPU."""
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
@@ -186,8 +187,8 @@ def _device_label(device: Any, torch: Any, local_rank: int) -> str:
 class Group:
     """A formed torch.distributed world, as a command's ranks use it."""
 
-    torch: Any
-    dist: Any
+    torch: ModuleType
+    dist: ModuleType
     backend: str
     """``gloo`` or ``nccl``."""
     device: Any
@@ -210,7 +211,7 @@ def join_group(world: World, *, backend: str, timeout_s: float, command: str = "
         return _join(world, torch, dist, chosen, device, timeout_s)
 
 
-def _join(world: World, torch: Any, dist: Any, chosen: str, device: Any, timeout_s: float) -> Group:
+def _join(world: World, torch: ModuleType, dist: ModuleType, chosen: str, device: Any, timeout_s: float) -> Group:
     timeout = timedelta(seconds=timeout_s)
     hosts_store = world.rank == 0 and not world.agent_store
     try:
@@ -326,7 +327,7 @@ def start_heartbeat(world: World, peers: Sequence[Peer], on_stall: Callable[[str
     return heartbeat
 
 
-def tightest_free_bytes(world: World, torch: Any, dist: Any, device: Any) -> int:
+def tightest_free_bytes(world: World, torch: ModuleType, dist: ModuleType, device: Any) -> int:
     """The least memory free on any rank: the GPU's free memory, or on CPU ranks their share of the
     host's available memory (less in a container: its cgroup limit), since CPU ranks on one host share it."""
     if device.type == "cuda":

@@ -139,7 +139,7 @@ def _moved_bytes(op: ops.Collective, record: dict[str, Any], ranks: int, mean_us
     return _number(record.get("algbw_gbps"), "algbw_gbps") * 1e9 * mean_us * 1e-6
 
 
-def _number(value: Any, what: str) -> float:
+def _number(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{what} = {str(value)[:40]!r} is not a positive number")
     return float(value)
@@ -152,7 +152,7 @@ TIME_US_RANGE = (1e-3, 1e12)
 collective's (and a line through it would overflow)."""
 
 
-def _time_us(value: Any, what: str) -> float:
+def _time_us(value: object, what: str) -> float:
     number = _number(value, what)
     low, high = TIME_US_RANGE
     if not low <= number <= high:
@@ -310,7 +310,7 @@ def fit_seconds(terms: CalibratedOp, run: MeasuredOp) -> Any:
     return seconds
 
 
-def _toml_value(value: Any) -> str:
+def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):

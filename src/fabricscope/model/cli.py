@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from fabricscope import options
 from fabricscope.errors import UsageError
 from fabricscope.model import hw_cli
+from fabricscope.options import SubParsers
 from fabricscope.store.save import add_save_options, check_save_options, save_request, save_result
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["add_parser", "run_calibrate", "run_estimate", "run_plan", "run_predict", "run_validate"]
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: SubParsers) -> None:
     _add_predict(subparsers)
     _add_estimate(subparsers)
     _add_plan(subparsers)
@@ -101,7 +102,7 @@ examples:
 """
 
 
-def _add_predict(subparsers: Any) -> None:
+def _add_predict(subparsers: SubParsers) -> None:
     p = subparsers.add_parser(
         "predict",
         help="predicted nccl-tests table for a described cluster",
@@ -190,7 +191,7 @@ DeepSpeed, FSDP/torchtitan: catalog/frameworks.toml); the estimate names that st
 """
 
 
-def _add_estimate(subparsers: Any) -> None:
+def _add_estimate(subparsers: SubParsers) -> None:
     p = subparsers.add_parser(
         "estimate",
         help="one training step on a described cluster: breakdown and bottleneck",
@@ -339,7 +340,7 @@ examples:
 """
 
 
-def _add_plan(subparsers: Any) -> None:
+def _add_plan(subparsers: SubParsers) -> None:
     p = subparsers.add_parser(
         "plan",
         help="search NIC speed and count, transport, SHARP, topology: the cheapest network that meets a target",
@@ -415,7 +416,7 @@ def run_plan(args: argparse.Namespace) -> int:
 # --- validate -------------------------------------------------------------------------------------
 
 
-def _add_validate(subparsers: Any) -> None:
+def _add_validate(subparsers: SubParsers) -> None:
     p = subparsers.add_parser(
         "validate",
         help="compare the model with published measurements (per-row error, median, worst)",
@@ -449,7 +450,7 @@ examples:
 """
 
 
-def _add_calibrate(subparsers: Any) -> None:
+def _add_calibrate(subparsers: SubParsers) -> None:
     p = subparsers.add_parser(
         "calibrate",
         help="fit latency and bandwidth per op and hop to bench results; write a cluster file predict uses",

@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from fabricscope.errors import UsageError, closest
+from fabricscope.options import SubParsers
 
 __all__ = ["add_parser", "run_hw"]
 
@@ -36,7 +37,7 @@ _HW_KINDS = {
 }
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: SubParsers) -> None:
     p = subparsers.add_parser(
         "hw",
         help="list the hardware catalog, cluster and model presets; 'hw show NAME' for one entry",

@@ -12,10 +12,12 @@ import os
 import signal
 import sys
 import threading
+from types import FrameType
 from typing import Any
 
 from fabricscope import options
 from fabricscope.errors import UsageError
+from fabricscope.options import SubParsers
 from fabricscope.shown import cut
 from fabricscope.store.save import add_save_options, check_save_options, wants_save
 
@@ -36,7 +38,7 @@ go to stderr, and the exit status is the command's (127 not found, 126 not execu
 """
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: SubParsers) -> None:
     parser = subparsers.add_parser(
         "monitor",
         help="watch NIC, RDMA, TCP and GPU counters live, around a command, or as a Prometheus exporter",
@@ -197,7 +199,7 @@ def _run_watch(monitor: Any, out: Any, command: list[str]) -> int:
     watched: list[Any] = []
     interrupted: list[int] = []
 
-    def on_signal(signum: int, _frame: Any) -> None:
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
         interrupted.append(signum)
         if watched:
             watched[0].forward(signum)

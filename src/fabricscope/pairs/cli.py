@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from fabricscope import options
+from fabricscope.options import SubParsers
 from fabricscope.pairs.config import BY, MAX_ITERS, MAX_SIZE
 from fabricscope.store.save import add_save_options, check_save_options, wants_save
 
@@ -36,7 +37,7 @@ examples:
 """
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: SubParsers) -> None:
     parser = subparsers.add_parser(
         "pairs",
         help="bandwidth and latency between every pair of ranks or nodes: find the slow link",

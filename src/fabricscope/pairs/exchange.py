@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from fabricscope.launch.lifecycle import Interrupted, PeerCallFailed
@@ -41,7 +42,7 @@ class Buffers:
     ack: Any
 
     @classmethod
-    def allocate(cls, torch: Any, size_bytes: int, device: Any) -> Buffers:
+    def allocate(cls, torch: ModuleType, size_bytes: int, device: Any) -> Buffers:
         return cls(
             big=torch.ones(size_bytes, dtype=torch.uint8, device=device),
             small=torch.ones(LATENCY_BYTES, dtype=torch.uint8, device=device),
@@ -50,7 +51,7 @@ class Buffers:
 
 
 def measure_pair(
-    dist: Any,
+    dist: ModuleType,
     buffers: Buffers,
     *,
     me: int,
@@ -93,7 +94,7 @@ def measure_pair(
 class _Series:
     """What every series of one link needs: the partner, how many messages, and the hooks."""
 
-    dist: Any
+    dist: ModuleType
     peer: int
     iters: int
     warmup: int

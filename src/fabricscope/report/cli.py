@@ -13,6 +13,7 @@ from typing import Any
 
 from fabricscope import options
 from fabricscope.errors import UsageError
+from fabricscope.options import SubParsers
 
 __all__ = ["add_parser", "model_prediction", "run"]
 
@@ -30,7 +31,7 @@ examples:
 """
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: SubParsers) -> None:
     parser = subparsers.add_parser(
         "report",
         help="an HTML report with plots of runs, a baseline and a prediction",

@@ -187,15 +187,15 @@ def _compare_table(index: int, label: str, result: Result) -> Table:
     )
 
 
-def _number(value: Any) -> str:
+def _number(value: object) -> str:
     return f"{value:.6g}" if isinstance(value, int | float) and not isinstance(value, bool) else "-"
 
 
-def _percent(value: Any) -> float | None:
+def _percent(value: object) -> float | None:
     return 100 * value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _mb(value: Any) -> float | None:
+def _mb(value: object) -> float | None:
     return value / 1e6 if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from fabricscope import options
 from fabricscope.errors import FabricscopeError, UsageError
+from fabricscope.options import SubParsers
 from fabricscope.outputs import check_outputs
 from fabricscope.shown import quoted
 
@@ -63,7 +64,7 @@ examples:
 """
 
 
-def _add_history(subparsers: Any) -> None:
+def _add_history(subparsers: SubParsers) -> None:
     p = subparsers.add_parser(
         "history",
         help="list saved runs; show or remove one",
@@ -199,7 +200,7 @@ def _history_rm(args: argparse.Namespace) -> int:
 # --- baseline -------------------------------------------------------------------------------
 
 
-def _add_baseline(subparsers: Any) -> None:
+def _add_baseline(subparsers: SubParsers) -> None:
     p = subparsers.add_parser(
         "baseline",
         help="name a run as the reference to compare against",
@@ -262,7 +263,7 @@ examples:
 """
 
 
-def _add_compare(subparsers: Any) -> None:
+def _add_compare(subparsers: SubParsers) -> None:
     p = subparsers.add_parser(
         "compare",
         help="a run against a baseline, another run or a prediction: regressions per op and size",
@@ -334,7 +335,7 @@ examples:
 """
 
 
-def _add_import(subparsers: Any) -> None:
+def _add_import(subparsers: SubParsers) -> None:
     p = subparsers.add_parser(
         "import",
         help="read other tools' output as Results (nccl-tests)",
@@ -414,7 +415,7 @@ def _readable(result: Any, path: str) -> Any:
     return result
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: SubParsers) -> None:
     _add_history(subparsers)
     _add_baseline(subparsers)
     _add_compare(subparsers)

@@ -152,7 +152,7 @@ class _Pooled:
     all_have_samples: bool = True
 
 
-def _finite(value: Any) -> float | None:
+def _finite(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     number = float(value)

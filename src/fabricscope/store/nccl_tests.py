@@ -385,7 +385,7 @@ def _result(
 # --- -J JSON ---------------------------------------------------------------------------------------
 
 
-def _json_number(value: Any) -> float | None:
+def _json_number(value: object) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):

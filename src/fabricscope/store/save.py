@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["SaveRequest", "add_save_options", "check_save_options", "save_request", "save_result", "wants_save"]
 
 
-def add_save_options(parser: argparse.ArgumentParser) -> None:
+def add_save_options(parser: argparse._ActionsContainer) -> None:
     parser.add_argument(
         "--save", action="store_true", help="keep the Result in the history ($FABRICSCOPE_HOME; see 'history')"
     )

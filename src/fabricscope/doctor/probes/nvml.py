@@ -111,11 +111,11 @@ def _parse(text: str) -> dict[str, Any] | None:
     return data
 
 
-def _bool(value: Any) -> bool | None:
+def _bool(value: object) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
-def _count(value: Any) -> int | None:
+def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 64 else None
 
 
@@ -193,7 +193,7 @@ def _try(nvml: Any, call: Callable[..., Any] | None, *args: Any) -> Any:
         return None
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     return value.decode() if isinstance(value, bytes) else value if isinstance(value, str) else None
 
 
