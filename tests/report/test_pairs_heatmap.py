@@ -3,6 +3,8 @@
 import math
 import re
 
+import pytest
+
 from fabricscope.report import document, plots
 from fabricscope.results import Result, load
 from helpers import run_cli
@@ -131,3 +133,33 @@ def test_compare_and_dataload_results_of_the_wrong_types_are_drawn_from_what_is_
     page = document.to_html(report)
     assert {p.name for p in report.plots} == {"dataload-d", "compare-c-all_reduce"}
     assert "fail" in page and "<svg" in page
+
+
+@pytest.mark.parametrize(("test", "slow"), [("bandwidth", 0.001), ("latency", 9999.0)])
+def test_past_max_cells_a_cell_is_the_worst_link_of_its_block(monkeypatch, test, slow) -> None:
+    # 4,000 ranks are drawn at about a thousand pixels a side: averaging would hide one slow link, so
+    # each cell is a block of ranks and shows its worst link (lowest bandwidth, highest latency).
+    from fabricscope.report import plots
+    from fabricscope.results import Result
+
+    monkeypatch.setattr(plots, "MAX_CELLS", 4)
+    n, bad = 10, (7, 2)
+    key = "algbw_gbps" if test == "bandwidth" else "time_us"
+    records = [
+        {"test": test, "src": a, "dst": b, key: slow if (a, b) == bad else 5.0, "size_bytes": 8}
+        for a in range(n)
+        for b in range(n)
+        if a != b
+    ]
+    (drawn,) = plots.heatmap_plots("big", Result(kind="pairs", records=records))
+    axes = drawn.figure.axes[0]
+    image = axes.get_images()[0].get_array().filled(math.nan)
+    assert image.shape == (4, 4)  # blocks of 3 ranks: 0-2, 3-5, 6-8, 9
+    assert float(image[2][0]) == slow  # the block of sources 6-8 and destinations 0-2 holds 7 -> 2
+    others = [
+        float(v) for i, row in enumerate(image.tolist()) for j, v in enumerate(row) if (i, j) not in ((2, 0), (3, 3))
+    ]
+    assert all(v == 5.0 for v in others)  # diagonal blocks hold real links too (0 -> 1 and the like)
+    assert math.isnan(float(image[3][3]))  # rank 9 alone: no link of its own to show
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["0", "3", "6", "9"]
+    assert "worst of 3 x 3 ranks" in axes.get_xlabel()

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from fabricscope import pair_matrix
 from fabricscope.results import Result
 
@@ -41,6 +43,8 @@ MAX_RATE = 1e15
 """Highest read rate drawn, bytes/s (a petabyte a second): past it a value in a file is not a measurement."""
 MAX_TICKS = 48
 """Most rank labels a heatmap axis carries (every k-th rank beyond)."""
+MAX_CELLS = 1000
+"""Most cells a heatmap side draws: past it each cell is the worst link of a block of ranks."""
 
 _STYLES = {"run": "-", "baseline": "--", "prediction": ":"}
 
@@ -229,24 +233,45 @@ def heatmap_plots(label: str, result: Result) -> list[Plot]:
     return plots
 
 
+def _worst_of_blocks(grid: np.ndarray, k: int, *, low_is_worse: bool) -> np.ndarray:
+    """``grid`` in blocks of ``k`` x ``k`` cells, each the worst of its block (NaN where it has none)."""
+    n = grid.shape[0]
+    m = -(-n // k)
+    padded = np.full((m * k, m * k), np.nan)
+    padded[:n, :n] = grid
+    blocks = padded.reshape(m, k, m, k).transpose(0, 2, 1, 3).reshape(m, m, k * k)
+    found = ~np.isnan(blocks).all(axis=2)
+    worst = np.full((m, m), np.nan)
+    filled = np.where(np.isnan(blocks), np.inf if low_is_worse else -np.inf, blocks)
+    pick = filled.min(axis=2) if low_is_worse else filled.max(axis=2)
+    worst[found] = pick[found]
+    return worst
+
+
 def _heatmap(label: str, test: pair_matrix.MatrixTest, cells: Mapping[tuple[Any, Any], float]) -> Plot:
     names = sorted({k for pair in cells for k in pair}, key=lambda n: (str(type(n)), n))
     index = {n: i for i, n in enumerate(names)}
-    grid = [[math.nan] * len(names) for _ in names]
+    grid = np.full((len(names), len(names)), np.nan)
     for (src, dst), value in cells.items():
-        grid[index[src]][index[dst]] = value
+        grid[index[src], index[dst]] = value
+    # Past MAX_CELLS ranks a side, a cell stands for a block of ranks and shows its worst link: a picture
+    # of 4,000 ranks is drawn at about a thousand pixels, where one slow link would be averaged away.
+    block = max(1, math.ceil(len(names) / MAX_CELLS))
+    if block > 1:
+        grid = _worst_of_blocks(grid, block, low_is_worse=test.name == "bandwidth")
     size = min(10.0, 3.0 + 0.4 * len(names))
     figure, axes = _figure(size + 1.5, size)
     # Brighter is better in both: the latency matrix runs its colours the other way.
-    image = axes.imshow(grid, cmap="viridis" if test.name == "bandwidth" else "viridis_r")
+    image = axes.imshow(grid, cmap="viridis" if test.name == "bandwidth" else "viridis_r", interpolation="nearest")
     figure.colorbar(image, ax=axes, label=test.label)
     # At most MAX_TICKS labels an axis: every one of 600 (or 4,000) ranks would be unreadable, and laying
     # them out was most of the report's time on a large pairs result.
-    every = max(1, math.ceil(len(names) / MAX_TICKS))
-    ticks = range(0, len(names), every)
-    axes.set_xticks(ticks, [str(names[i]) for i in ticks], rotation=90 if len(ticks) > 8 else 0)
-    axes.set_yticks(ticks, [str(names[i]) for i in ticks])
-    axes.set_xlabel("destination")
+    every = max(1, math.ceil(grid.shape[0] / MAX_TICKS))
+    ticks = range(0, grid.shape[0], every)
+    axes.set_xticks(ticks, [str(names[i * block]) for i in ticks], rotation=90 if len(ticks) > 8 else 0)
+    axes.set_yticks(ticks, [str(names[i * block]) for i in ticks])
+    blocks = f" (each cell the worst of {block} x {block} ranks)" if block > 1 else ""
+    axes.set_xlabel("destination" + blocks)
     axes.set_ylabel("source")
     if len(names) <= 12:
         for (src, dst), value in cells.items():
