@@ -232,12 +232,14 @@ class Result:
         head = json.dumps(data, indent=1, allow_nan=False, default=_json_default)
         if not records:
             return head[:-2] + ',\n "records": []\n}'
-        lines = ",\n  ".join(json.dumps(r, allow_nan=False, default=_json_default) for r in records)
+        encode = json.JSONEncoder(allow_nan=False, default=_json_default).encode  # one encoder: dumps makes one a call
+        lines = ",\n  ".join(map(encode, records))
         return head[:-2] + ',\n "records": [\n  ' + lines + "\n ]\n}"
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write atomically: readers see the old file or the new one, never half."""
-        atomic_write_text(path, self.to_json() + "\n")
+    def save(self, path: str | os.PathLike[str], *, text: str | None = None) -> None:
+        """Write atomically: readers see the old file or the new one, never half.  ``text`` is this
+        Result's :meth:`to_json`, when the caller has it already."""
+        atomic_write_text(path, (self.to_json() if text is None else text) + "\n")
 
     def save_during_run(self, path: str | None, *, final: bool) -> str | None:
         """Rewrite ``path`` (None: no file) as a run goes, so that what is measured is on disk; a stream

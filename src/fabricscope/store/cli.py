@@ -11,13 +11,16 @@ import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fabricscope import options
 from fabricscope.errors import FabricscopeError, UsageError
 from fabricscope.options import SubParsers
 from fabricscope.outputs import check_outputs
 from fabricscope.shown import quoted
+
+if TYPE_CHECKING:
+    from fabricscope.results import Result
 
 __all__ = [
     "LOG_MAX_BYTES",
@@ -361,7 +364,6 @@ def _add_import(subparsers: SubParsers) -> None:
 def run_import(args: argparse.Namespace) -> int:
     from fabricscope.errors import closest
     from fabricscope.ops import COLLECTIVES
-    from fabricscope.store import nccl_tests
     from fabricscope.store.history import describe
     from fabricscope.store.save import check_save_options, save_request, save_result
     from fabricscope.userfiles import read_text
@@ -380,7 +382,8 @@ def run_import(args: argparse.Namespace) -> int:
             raise UsageError(f"unknown --op {quoted(args.op, 40)}{closest(op, names)}: use one of {', '.join(names)}")
     # Every file is read before anything is saved: one bad file saves none.
     texts = [(path, read_text(path, what="nccl-tests log", max_bytes=LOG_MAX_BYTES)) for path in args.files]
-    results = [(path, _readable(nccl_tests.parse(text, source=path, op=op), path)) for path, text in texts]
+    checked = [(path, _readable(text, path, op)) for path, text in texts]
+    results = [(path, result) for path, (result, _) in checked]
     lines = []
     for path, result in results:
         facts = describe(result)
@@ -394,25 +397,31 @@ def run_import(args: argparse.Namespace) -> int:
         lines.extend(f"#   note: {note}" for note in result.summary.get("notes", []))
     _print(lines)
     if args.json:
-        results[0][1].save(args.json)
+        result, text = checked[0][1]
+        result.save(args.json, text=text)  # the text just read back, not a second serialization
     for path, result in results:
         save_result(save_request(args), result, what=path)
     return 0
 
 
-def _readable(result: Any, path: str) -> Any:
-    """The imported Result, once what it would write reads back through the loader every command uses:
-    a log value fabricscope cannot keep (a 20-digit size, ``1e308`` wrong elements) is refused here,
-    not written for ``history``, ``compare`` and ``report`` to refuse later."""
+def _readable(log: str, path: str, op: str | None) -> tuple[Result, str]:
+    """The Result of one log as every command will read it, and its file's text.
+
+    The parsed Result is written out and read back through the loader every command uses: a log
+    value fabricscope cannot keep (a 20-digit size, ``1e308`` wrong elements) is refused here, not
+    written for ``history``, ``compare`` and ``report`` to refuse later.  The parsed records are let
+    go before the text is read back, so the two copies of 300,000 rows are never held at once.
+    """
     from fabricscope.errors import ResultFormatError
     from fabricscope.results import loads
     from fabricscope.shown import cut
+    from fabricscope.store import nccl_tests
 
+    text = nccl_tests.parse(log, source=path, op=op).to_json()
     try:
-        loads(result.to_json(), source=cut(path))
+        return loads(text, source=cut(path)), text
     except (ResultFormatError, ValueError) as exc:
         raise UsageError(f"{exc}; that value comes from the log, which fabricscope cannot keep as it is") from None
-    return result
 
 
 def add_parser(subparsers: SubParsers) -> None:
