@@ -186,3 +186,62 @@ def test_import_writes_nothing_fabricscope_cannot_read_back(tmp_path, old, new, 
     assert done.returncode == 2 and not out.exists()
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"error: {log}: records[") and field in lines[0]
+
+
+def _long_log(path: Path, rows: int) -> None:
+    lines = [
+        "# Collective test starting: all_reduce_perf",
+        "#  Rank  0 Group  0 Pid  12345 on node1 device  0 [0x1b] NVIDIA H100 80GB HBM3",
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   "
+        "busbw #wrong",
+    ]
+    part = "   30.00    1.00    1.75      0"
+    lines += [f"{8 * (i + 1):>12} {2 * (i + 1):>12}     float     sum      -1  {part}  {part}" for i in range(rows)]
+    path.write_text("\n".join([*lines, "# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 1.75", ""]))
+
+
+@pytest.mark.slow
+def test_a_long_import_shows_its_progress_on_a_terminal_only(tmp_path):
+    """Issue 25: long work shows progress.  A 120,000-row log takes seconds: a terminal's stderr sees
+    how far the reading is; a pipe sees nothing but the summary."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from helpers import cli_env
+
+    log = tmp_path / "long.log"
+    _long_log(log, 120_000)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fabricscope", "import", "nccl-tests", str(log), "--json", str(tmp_path / "r.json")],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        env=cli_env(),
+        text=True,
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    stdout, _ = proc.communicate(timeout=300)
+    os.close(leader)
+    terminal = b"".join(chunks).decode(errors="replace")
+    assert proc.returncode == 0, terminal
+    assert "import reading" in terminal and "/120,005 lines" in terminal, terminal[-2000:]
+    assert "all_reduce; 240000 records" in stdout, stdout  # out-of-place and in-place rows
+    piped = subprocess.run(
+        [sys.executable, "-m", "fabricscope", "import", "nccl-tests", str(log)],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=300,
+    )
+    assert piped.returncode == 0 and "import reading" not in piped.stderr and "lines" not in piped.stderr

@@ -20,6 +20,8 @@ from fabricscope.outputs import check_outputs
 from fabricscope.shown import quoted
 
 if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
     from fabricscope.results import Result
 
 __all__ = [
@@ -382,7 +384,8 @@ def run_import(args: argparse.Namespace) -> int:
             raise UsageError(f"unknown --op {quoted(args.op, 40)}{closest(op, names)}: use one of {', '.join(names)}")
     # Every file is read before anything is saved: one bad file saves none.
     texts = [(path, read_text(path, what="nccl-tests log", max_bytes=LOG_MAX_BYTES)) for path in args.files]
-    checked = [(path, _readable(text, path, op)) for path, text in texts]
+    with _Progress(sum(text.count("\n") for _, text in texts)) as progress:
+        checked = [(path, _readable(text, path, op, progress)) for path, text in texts]
     results = [(path, result) for path, (result, _) in checked]
     lines = []
     for path, result in results:
@@ -404,7 +407,54 @@ def run_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _readable(log: str, path: str, op: str | None) -> tuple[Result, str]:
+class _Progress:
+    """A bar on a terminal's stderr while a long import reads and checks its logs (nothing elsewhere,
+    nothing for a short one): the lines read, then the Result being written out and read back."""
+
+    LONG = 100_000
+    """Lines from which an import shows its progress (a log of this size takes seconds)."""
+
+    def __init__(self, lines: int) -> None:
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
+        self.done = 0
+        if lines < self.LONG or not sys.stderr.isatty():
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(
+            TextColumn("import {task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed:,.0f}/{task.total:,.0f} lines"),
+            TimeElapsedColumn(),
+            console=Console(file=sys.stderr),
+            transient=True,
+        )
+        self.task = self.bar.add_task("reading", total=lines)
+
+    def __enter__(self) -> _Progress:
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def read(self, index: int, total: int) -> None:
+        """One log's reading is at line ``index`` of ``total``."""
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, description="reading", completed=self.done + index)
+
+    def checking(self, lines: int) -> None:
+        """One log of ``lines`` lines is read; its Result is being written out and read back."""
+        self.done += lines
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, description="checking", completed=self.done)
+
+
+def _readable(log: str, path: str, op: str | None, progress: _Progress) -> tuple[Result, str]:
     """The Result of one log as every command will read it, and its file's text.
 
     The parsed Result is written out and read back through the loader every command uses: a log
@@ -417,7 +467,8 @@ def _readable(log: str, path: str, op: str | None) -> tuple[Result, str]:
     from fabricscope.shown import cut
     from fabricscope.store import nccl_tests
 
-    text = nccl_tests.parse(log, source=path, op=op).to_json()
+    text = nccl_tests.parse(log, source=path, op=op, progress=progress.read).to_json()
+    progress.checking(log.count("\n"))
     try:
         return loads(text, source=cut(path)), text
     except (ResultFormatError, ValueError) as exc:

@@ -33,7 +33,7 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -248,7 +248,13 @@ def _select_process(lines: Iterable[str]) -> tuple[list[str], list[str]]:
     return [text for tag, text in tagged if tag in (keep, "")], notes
 
 
-def parse_text(text: str, *, source: str = "<log>", op: str | None = None) -> Result:
+Progress = Callable[[int, int], None]
+"""Told ``(lines read, lines in all)`` as a long log is read."""
+PROGRESS_EVERY = 20_000
+"""Lines between two calls of a :data:`Progress` hook."""
+
+
+def parse_text(text: str, *, source: str = "<log>", op: str | None = None, progress: Progress | None = None) -> Result:
     """A Result from the text output of nccl-tests (see the module docstring)."""
     lines, notes = _select_process(text.splitlines())
     sections: list[_Section] = []
@@ -259,6 +265,8 @@ def parse_text(text: str, *, source: str = "<log>", op: str | None = None) -> Re
     settings: dict[str, Any] = {}
     last_nonblank = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     for index, raw in enumerate(lines):
+        if progress is not None and index % PROGRESS_EVERY == 0:
+            progress(index, len(lines))
         line = raw.strip()
         if not line:
             continue
@@ -529,8 +537,9 @@ def parse_json(text: str, *, source: str = "<json>", op: str | None = None) -> R
     )
 
 
-def parse(text: str, *, source: str = "<input>", op: str | None = None) -> Result:
-    """Text or ``-J`` JSON output, told apart by the first character."""
+def parse(text: str, *, source: str = "<input>", op: str | None = None, progress: Progress | None = None) -> Result:
+    """Text or ``-J`` JSON output, told apart by the first character (``progress`` hears how far a text
+    log's reading is)."""
     if text.lstrip().startswith("{"):
         return parse_json(text, source=source, op=op)
-    return parse_text(text, source=source, op=op)
+    return parse_text(text, source=source, op=op, progress=progress)
