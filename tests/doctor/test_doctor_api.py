@@ -33,7 +33,7 @@ def test_every_check_is_documented() -> None:
     text = (REPO / "docs/doctor.md").read_text(encoding="utf-8")
     for check in CHECKS:
         assert f"`{check.id}`" in text, check.id
-    assert "`fleet.report`" in text and "`fleet.consistency`" in text
+    assert "`fleet.report`" in text and "`fleet.consistency`" in text and "`fleet.pairs`" in text
 
 
 def _doctor_imports() -> dict[str, set[str]]:

@@ -65,8 +65,7 @@ def test_a_bench_that_cannot_measure_is_a_failure_that_says_why(tmp_path: Path) 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--root", str(FIXTURES / "healthy-ib-8gpu")], "--bench measures this node, not a --root tree"),
-        (["--nproc", "2"], "--bench measures this node, not fleet mode"),
+        (["--root", str(FIXTURES / "healthy-ib-8gpu")], "--bench measures this node (and in fleet mode"),
     ],
 )
 def test_bench_where_it_cannot_measure_this_node_is_refused(args: list[str], message: str) -> None:
@@ -83,8 +82,72 @@ def test_bench_where_it_cannot_measure_this_node_is_refused(args: list[str], mes
         ('{ op = "all_reduce", size = "1M", min = "150" }', "bench.busbw min must be a rate"),
         ('{ op = "all_reduce", size = "64", min = "1GB/s" }', "bench.busbw size needs a binary suffix"),
         ('{ op = "all_reduce", size = "1M", min = "1PB/s" }', "at most 100TB/s"),
+        ('{ op = "all_reduce", size = "1M", min = "1GB/s" }', "bench.nproc 1 holds a busbw floor that no run can meet"),
     ],
 )
 def test_bad_floors_are_one_line_naming_the_key(tmp_path: Path, floors: str, message: str) -> None:
+    nproc = 1 if "bench.nproc" in message else 2
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
-        load_expectations(_expect(tmp_path, floors))
+        load_expectations(_expect(tmp_path, floors, nproc=nproc))
+
+
+def test_in_fleet_mode_a_real_pairs_run_tests_the_links_between_ranks(tmp_path: Path) -> None:
+    """Issue 22: ``doctor --bench`` in fleet mode also runs ``fabricscope pairs`` across the fleet and
+    holds every link to the fleet's median; each node runs its own bench once (its lowest local rank)."""
+    out = tmp_path / "fleet.json"
+    floors = '{ op = "all_reduce", size = "64K", min = "0.0001GB/s" }'
+    done = cli("--bench", "--nproc", "3", "--expect", _expect(tmp_path, floors), "--json", str(out), timeout=600)
+    assert "Traceback" not in done.stderr and out.exists(), (done.returncode, done.stdout[-2000:], done.stderr)
+    records = json.loads(out.read_text())["records"]
+    [pairs] = [r for r in records if r["id"] == "fleet.pairs"]
+    # three ranks on one host: pairs by rank, three pairs, both directions
+    assert pairs["subject"] == "6 links between the fleet's ranks", pairs
+    assert pairs["severity"] in ("ok", "warn") and pairs["observed"].startswith("median "), pairs
+    assert len([r for r in records if r["id"] == "bench.busbw"]) == 1  # one node, one bench
+    assert "fleet.pairs" in done.stdout
+    assert _no_bench_left()
+    left = subprocess.run(["pgrep", "-f", "fabricscope pairs"], capture_output=True, text=True, check=False)
+    assert left.stdout.strip() == ""
+
+
+def _pairs_result(outlier_value: float | None) -> dict[str, object]:
+    records = [
+        {"test": "bandwidth", "src": a, "dst": b, "src_host": f"n{a}", "dst_host": f"n{b}", "algbw_gbps": 40.0}
+        for a in range(3)
+        for b in range(3)
+        if a != b
+    ]
+    outliers = []
+    if outlier_value is not None:
+        outliers = [
+            {"test": "bandwidth", "src": 2, "dst": 0, "src_host": "n2", "dst_host": "n0", "value": outlier_value,
+             "median": 40.0, "score": -9.1}
+        ]  # fmt: skip
+    findings = {"medians": {"bandwidth": 40.0}, "outliers": outliers, "slowest": records[-1]}
+    return {"status": "complete", "records": records, "summary": {"findings": findings}}
+
+
+@pytest.mark.parametrize(
+    ("value", "severity", "phrase"),
+    [
+        (None, "ok", "slowest n2 -> n1 40 GB/s"),
+        (20.0, "warn", "n2 -> n0 20 GB/s (50% of the median)"),
+        (2.0, "fail", "n2 -> n0 2 GB/s (5% of the median)"),
+    ],
+)
+def test_the_fleet_finding_names_the_slow_link(value: float | None, severity: str, phrase: str) -> None:
+    from fabricscope.doctor.fleet_pairs import pairs_findings
+
+    found = pairs_findings(_pairs_result(value), 0, "", by="node")
+    assert (found.severity.label, found.subject) == (severity, "6 links between the fleet's nodes")
+    assert phrase in found.observed and found.observed.startswith("median 40 GB/s")
+
+
+def test_a_pairs_run_that_wrote_nothing_is_a_failure_that_says_why() -> None:
+    from fabricscope.doctor.fleet_pairs import pairs_findings
+
+    found = pairs_findings(None, 1, "error: rank 2 (pid 7 on n2) stopped responding", by="node")
+    assert found.severity.label == "fail"
+    assert found.observed == "the pairs run did not complete (exit 1): error: rank 2 (pid 7 on n2) stopped responding"
+    killed = pairs_findings({"status": "failed", "error": "rank 1 died"}, None, "", by="node")
+    assert killed.observed == "the pairs run did not complete (timed out): rank 1 died"

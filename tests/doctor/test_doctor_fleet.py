@@ -271,7 +271,7 @@ class DictStore:
 
 
 def fleet_args(root: str, **more: object) -> argparse.Namespace:
-    values: dict[str, object] = {"root": root, "capture": None, "json": None, "live_env": False}
+    values: dict[str, object] = {"root": root, "capture": None, "json": None, "live_env": False, "bench": False}
     values.update(more)
     return argparse.Namespace(**values)
 

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from fabricscope.doctor.checks.base import finding
@@ -23,7 +24,7 @@ from fabricscope.doctor.expect import BenchFloor, Expectations
 from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.shown import printable
 
-__all__ = ["DEFAULT_FLOOR", "ID", "bench_findings"]
+__all__ = ["DEFAULT_FLOOR", "ID", "bench_findings", "own_world_env", "run_bounded"]
 
 ID = "bench.busbw"
 DEFAULT_ITERS = 20
@@ -32,6 +33,30 @@ DEFAULT_FLOOR = BenchFloor(op="all_reduce", size=DEFAULT_SIZE, min=0.0)
 """Measured, never judged: all_reduce at 64 MiB, when ``--expect`` sets no floor."""
 TITLE = "Collectives reach their bus bandwidth floor on this node (doctor --bench)"
 READS = "a short fabricscope bench on this node, against --expect [bench] busbw"
+
+
+_LAUNCHER_PREFIXES = ("TORCHELASTIC_", "OMPI_", "PMI_", "PMIX_", "SLURM_", "MV2_", "HYDRA_", "FABRICSCOPE_LAUNCHER")
+_WORLD_VARIABLES = {
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+}
+"""What a launcher tells its ranks: a measuring command doctor starts must not join doctor's own world."""
+
+
+def own_world_env(world: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without the launcher's world (fleet mode runs under one), plus ``world``:
+    the one a command doctor starts is to form (none: it spawns its own local ranks)."""
+    env = {k: v for k, v in os.environ.items() if k not in _WORLD_VARIABLES and not k.startswith(_LAUNCHER_PREFIXES)}
+    env.update(world or {})
+    return env
 
 
 def bench_findings(expect: Expectations, *, gpus: int, timeout_s: float) -> list[Finding]:
@@ -52,7 +77,8 @@ def _measure(floor: BenchFloor, nproc: int, iters: int, timeout_s: float) -> Fin
         argv = [sys.executable, "-m", "fabricscope", "bench", floor.op, "-b", str(floor.size), "-e", str(floor.size)]
         warmup = str(min(2, iters))
         argv += ["-n", str(iters), "-w", warmup, "--nproc", str(nproc), "--json", str(out), "-T", f"{timeout_s:g}"]
-        code, tail = _run(argv, timeout_s)
+        # The bench bounds itself with -T; this bounds one that cannot.
+        code, tail = run_bounded(argv, timeout_s + 30, env=own_world_env())
         busbw = _busbw(out)
     if busbw is None:
         why = "timed out" if code is None else f"exit {code}"
@@ -81,17 +107,19 @@ def _measure(floor: BenchFloor, nproc: int, iters: int, timeout_s: float) -> Fin
     )
 
 
-def _run(argv: list[str], timeout_s: float) -> tuple[int | None, str]:
-    """Run the bench in its own session; on timeout kill the whole group (the ranks too). (exit or None, last line)."""
-    margin = timeout_s + 30  # the bench bounds itself with -T; this bounds a bench that cannot
+def run_bounded(argv: list[str], limit_s: float, env: dict[str, str] | None = None) -> tuple[int | None, str]:
+    """Run a measuring command in its own session; past ``limit_s`` kill the whole group (its ranks too).
+
+    Returns its exit status (None when it was killed) and the last line it wrote on stderr.
+    """
     with subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env
     ) as process:
         try:
-            _, err = process.communicate(timeout=margin)
+            _, err = process.communicate(timeout=limit_s)
         except subprocess.TimeoutExpired:
             _kill_group(process)
-            return None, f"no result within {margin:g} s"
+            return None, f"no result within {limit_s:g} s"
         finally:
             _kill_group(process)  # a rank left behind by a bench that exited is a stray process
     lines = [line for line in (err or "").splitlines() if line.strip()]

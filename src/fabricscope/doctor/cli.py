@@ -80,7 +80,8 @@ def add_parser(subparsers: SubParsers) -> None:
     parser.add_argument(
         "--bench",
         action="store_true",
-        help="also run a short bench on this node and hold it to --expect's [bench] busbw floors (timeout -T)",
+        help="also run a short bench on this node and hold it to --expect's [bench] busbw floors (timeout -T); in "
+        "fleet mode also a short pairs between the nodes, held to the fleet's median",
     )
     parser.add_argument(
         "--oneline",
@@ -145,9 +146,10 @@ def _run(args: argparse.Namespace) -> int:
     world = launch.detect()
     check_save_options(args)
     fleet = (world is not None and world.world_size > 1) or (nproc or 0) > 1
-    if args.bench and (fleet or os.path.realpath(args.root) != "/"):
-        where = "fleet mode: run fabricscope pairs under the same launcher" if fleet else "a --root tree: drop --root"
-        raise UsageError(f"--bench measures this node, not {where}")
+    if args.bench and os.path.realpath(args.root) != "/":
+        raise UsageError(
+            "--bench measures this node (and in fleet mode the links between nodes), not a --root tree: drop --root"
+        )
     if fleet and (args.oneline or args.npd):
         flag = "--npd" if args.npd else "--oneline"
         raise UsageError(f"{flag} checks this node, as a health check runs on each node: drop {flag} for fleet mode")
@@ -258,11 +260,12 @@ def _leave(code: int) -> NoReturn:
 
 
 def _list_checks() -> int:
-    from fabricscope.doctor import active
+    from fabricscope.doctor import active, fleet_pairs
     from fabricscope.doctor.checks import CHECKS
 
     listed = [(check.id, check.title, check.reads) for check in CHECKS]
     listed.append((active.ID, active.TITLE, active.READS))
+    listed.append((fleet_pairs.ID, fleet_pairs.TITLE, fleet_pairs.READS))
     for check_id, title, reads in listed:
         sys.stdout.write(f"{check_id:<20} {title}\n{'':<20} reads: {reads}\n")
     return 0

@@ -211,6 +211,12 @@ class BenchSection:
                 raise InvalidValue(
                     f"min must be a busbw above 0 and at most 100TB/s, got {floor.min:g} GB/s", key="bench.busbw"
                 )
+        if self.nproc == 1 and self.busbw:
+            raise InvalidValue(
+                "1 holds a busbw floor that no run can meet: one rank moves nothing to another, and nccl-tests' "
+                "busbw of one rank is 0; use 2 or more (or leave it out: one rank per GPU)",
+                key="bench.nproc",
+            )
 
 
 @dataclass(kw_only=True, slots=True)

@@ -490,6 +490,16 @@ class Rendezvous:
             time.sleep(_POLL_S)
         return True
 
+    def share(self, key: str, value: str) -> None:
+        """Rank 0: tell every rank ``value`` under ``key`` (read with :meth:`shared`)."""
+        self._set(key, value, f"sharing {key}")
+
+    def shared(self, key: str, timeout_s: float, doing: str) -> str | None:
+        """What rank 0 shared under ``key``, once it has; None when it has not within ``timeout_s``."""
+        if not self._wait([key], timeout_s, doing):
+            return None
+        return self._get(key, doing)
+
     def announce(self, hostname: str) -> None:
         """Say which host this rank runs on, before probing (so a rank that hangs can be named)."""
         self._set(f"host/{self.world.rank}", hostname, "announcing its host")

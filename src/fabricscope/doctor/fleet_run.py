@@ -27,6 +27,7 @@ from fabricscope.doctor.fleet import (
     group_reports,
     node_facts,
 )
+from fabricscope.doctor.fleet_pairs import join_fleet_pairs, lead_fleet_pairs
 from fabricscope.doctor.invocation import child_argv, print_report
 from fabricscope.doctor.probes.node import node_env
 from fabricscope.doctor.report import STYLES, make_console, plain, verdict_line
@@ -74,6 +75,10 @@ def probe_rank(args: argparse.Namespace, world: World, expect: Expectations | No
             check_capture_target(capture)
         env = node_env(root, live=args.live_env)
         report = diagnose(root, env=env, expect=expect)
+        if args.bench and world.local_rank == 0:  # one bench a node, however many ranks run on it
+            from fabricscope.doctor.active import bench_findings
+
+            report.findings += bench_findings(report.expect, gpus=len(report.node.gpus), timeout_s=args.timeout)
         if capture:
             write_capture(root, capture, env.variables, report.node.hostname, env.home)
     except FabricscopeError as exc:
@@ -113,13 +118,19 @@ def run_rank(
     mine = probe_rank(args, world, expect, hostname)
     link.send(mine.to_json())
     if world.rank != 0:
+        if args.bench:
+            # Rank 0 shares its plan once it has gathered the reports, which may take it 2 x -T.
+            join_fleet_pairs(link, world, 2 * timeout_s + 30)
         link.await_rank0(timeout_s)
         return 0
     texts, missing = link.gather(timeout_s)
-    nodes = group_reports([NodeReport.from_json(t) for t in texts])
+    reports = [NodeReport.from_json(t) for t in texts]
+    nodes = group_reports(reports)
     probed = [n for n in nodes if not n.failed]
     differences = compare({n.label: n.facts for n in probed})
     fleet = fleet_findings(differences, missing, timeout_s)
+    if args.bench:
+        fleet.append(lead_fleet_pairs(link, world, [r.hostname for r in reports], len(missing), timeout_s))
     everything = [f for n in nodes for f in n.findings] + fleet
     problem = None
     if args.json:
@@ -214,6 +225,11 @@ def render_fleet(
     for item in fleet:
         if item.id == "fleet.report":
             console.print(plain(f"fail {item.subject}: {item.observed}", style=STYLES[Severity.FAIL]))
+        elif item.id == "fleet.pairs":  # doctor --bench: the links between the nodes, whatever their verdict
+            line = f"{item.severity.label} {item.id} [{item.subject}]: {item.observed}"
+            console.print(plain(line, style=STYLES[item.severity]))
+            if item.advice:
+                console.print(plain(f"  -> {item.advice}"))
     everything = [f for n in nodes for f in n.findings] + list(fleet)
     odd_nodes = sorted({node for d in differences if d.common is not None for node in d.odd})
     where = _nodes(len(nodes)) + (f", odd one(s) out: {', '.join(odd_nodes)}" if odd_nodes else "")

@@ -86,6 +86,8 @@ def child_argv(args: argparse.Namespace, timeout_s: float) -> list[str]:
             argv += [flag, value]
     if args.verbose:
         argv.append("--verbose")
+    if args.bench:
+        argv.append("--bench")
     if args.live_env:
         argv.append("--live-env")
     return argv
