@@ -5,13 +5,14 @@ Imported as ``from helpers import ...`` (pytest puts ``tests/`` on the path).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +161,44 @@ def assert_gone(pids: Sequence[int], within: float = 10.0) -> None:
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     raise AssertionError(f"processes still running: {left}")
+
+
+def run_with_terminal_stderr(args: Sequence[str], timeout: float = 120) -> tuple[int, str, str]:
+    """``fabricscope ARGS`` with stderr on a pseudo-terminal (where progress bars show) and stdout on a
+    pipe: (exit code, stdout, what the terminal got)."""
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fabricscope", *args], stdout=subprocess.PIPE, stderr=follower, env=cli_env(), text=True
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 4096)
+        except OSError:  # the terminal's other end closed: the command ended
+            break
+        if not data:
+            break
+        chunks.append(data)
+    stdout, _ = proc.communicate(timeout=timeout)
+    os.close(leader)
+    return proc.returncode, stdout, b"".join(chunks).decode(errors="replace")
+
+
+@contextlib.contextmanager
+def small_tmpfs(folder: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``12k``) mounted on ``folder`` (made here) for the test, unmounted after: a disk
+    that fills.  Skips (or fails where CI requires root) when mounting is not allowed."""
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True)
+    if done.returncode != 0:
+        skip_or_fail("cannot mount a small tmpfs here (needs root)")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
 def skip_or_fail(reason: str) -> None:

@@ -24,7 +24,7 @@ from helpers import (
     assert_gone,
     cli_env,
     run_cli,
-    skip_or_fail,
+    small_tmpfs,
     start_cli,
     start_measuring,
     table_rows,
@@ -173,12 +173,7 @@ def test_ranks_stop_when_the_torchrun_agent_is_killed(tmp_path):
 
 
 def test_full_disk_keeps_the_last_good_file_and_every_row_on_stdout(tmp_path):
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12k", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        skip_or_fail("cannot mount a small tmpfs here (needs root)")
-    try:
+    with small_tmpfs(tmp_path / "tiny", "12k") as mount:
         out = mount / "r.json"
         proc = start_cli(["bench", "-b", "8", "-e", "1M", "-n", "5", "--json", str(out)])
         stdout, stderr = proc.communicate(timeout=120)
@@ -190,8 +185,6 @@ def test_full_disk_keeps_the_last_good_file_and_every_row_on_stdout(tmp_path):
         kept = json.loads(out.read_text())  # the last complete version, never a torn file
         assert 0 < len(kept["records"]) < 36
         assert [p.name for p in mount.iterdir()] == ["r.json"]  # no temporary files left
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_ctrl_c_while_starting_up_is_quiet(tmp_path):

@@ -2,7 +2,6 @@
 
 import csv
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,7 +11,7 @@ import pytest
 
 from fabricscope.launch import free_port
 from fabricscope.results import load
-from helpers import cli_env, require_mpirun, run_cli, run_ranks, table_rows
+from helpers import cli_env, require_mpirun, run_cli, run_ranks, run_with_terminal_stderr, table_rows
 
 pytestmark = pytest.mark.multiprocess
 
@@ -321,30 +320,8 @@ def test_min_and_max_timing_keep_the_samples_of_the_rank_they_pick(tmp_path, mod
 
 
 def test_progress_bar_on_a_terminal_stderr_only():
-    import pty
-
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fabricscope", "bench", "-b", "1K", "-e", "4K", "-n", "2"],
-        stdout=subprocess.PIPE,
-        stderr=follower,
-        env=cli_env(),
-        text=True,
-    )
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            data = os.read(leader, 4096)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    stdout, _ = proc.communicate(timeout=120)
-    os.close(leader)
-    terminal = b"".join(chunks).decode(errors="replace")
-    assert proc.returncode == 0
+    code, stdout, terminal = run_with_terminal_stderr(["bench", "-b", "1K", "-e", "4K", "-n", "2"])
+    assert code == 0
     assert "bench" in terminal and "/3" in terminal  # the bar counts the 3 rows
     assert "━" not in stdout and len(table_rows(stdout)) == 3
 

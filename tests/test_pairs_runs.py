@@ -193,14 +193,9 @@ def test_json_to_stdout_is_written_once_at_the_end():
 def test_full_disk_ends_by_the_shared_policy_and_keeps_the_report(tmp_path):
     """A --json that stops fitting mid-run: the report is printed, the exit is 1, and the last line
     says what failed and what still holds every pair (the exit policy pairs shares with bench)."""
-    from helpers import skip_or_fail
+    from helpers import small_tmpfs
 
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        skip_or_fail("cannot mount a small tmpfs here (needs root)")
-    try:
+    with small_tmpfs(tmp_path / "tiny", "4k") as mount:
         out = mount / "p.json"
         done = run_cli(["pairs", "--nproc", "4", "--size", "1K", "-n", "2", "--json", str(out)], timeout=180)
         assert done.returncode == 1, done.stderr
@@ -211,5 +206,3 @@ def test_full_disk_ends_by_the_shared_policy_and_keeps_the_report(tmp_path):
         kept = json.loads(out.read_text())  # the last version that fitted, never a torn file
         assert kept["status"] == "partial" and len(kept["records"]) < 24
         assert "over 12 directions" in done.stdout and "slowest link:" in done.stdout, done.stdout  # every pair
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)

@@ -204,37 +204,17 @@ def _long_log(path: Path, rows: int) -> None:
 def test_a_long_import_shows_its_progress_on_a_terminal_only(tmp_path):
     """Issue 25: long work shows progress.  A 120,000-row log takes seconds: a terminal's stderr sees
     how far the reading is; a pipe sees nothing but the summary."""
-    import os
-    import pty
     import subprocess
     import sys
 
-    from helpers import cli_env
+    from helpers import cli_env, run_with_terminal_stderr
 
     log = tmp_path / "long.log"
     _long_log(log, 120_000)
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fabricscope", "import", "nccl-tests", str(log), "--json", str(tmp_path / "r.json")],
-        stdout=subprocess.PIPE,
-        stderr=follower,
-        env=cli_env(),
-        text=True,
+    code, stdout, terminal = run_with_terminal_stderr(
+        ["import", "nccl-tests", str(log), "--json", str(tmp_path / "r.json")], timeout=300
     )
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            data = os.read(leader, 4096)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    stdout, _ = proc.communicate(timeout=300)
-    os.close(leader)
-    terminal = b"".join(chunks).decode(errors="replace")
-    assert proc.returncode == 0, terminal
+    assert code == 0, terminal
     assert "import reading" in terminal and "/120,005 lines" in terminal, terminal[-2000:]
     assert "all_reduce; 240000 records" in stdout, stdout  # out-of-place and in-place rows
     piped = subprocess.run(
