@@ -119,8 +119,9 @@ def run_rank(
     link.send(mine.to_json())
     if world.rank != 0:
         if args.bench:
-            # Rank 0 shares its plan once it has gathered the reports, which may take it 2 x -T.
-            join_fleet_pairs(link, world, 2 * timeout_s + 30)
+            # Rank 0 shares its plan once its own bench is done (-T and 30 s at most) and it has gathered
+            # the reports (2 x -T at most).
+            join_fleet_pairs(link, world, 3 * timeout_s + 60)
         link.await_rank0(timeout_s)
         return 0
     texts, missing = link.gather(timeout_s)
