@@ -34,6 +34,7 @@ NEW = (
     "gpu.nvlink",
     "gpu.clocks",
     "gpu.persistence",
+    "gpu.pcie_replay",
     "nic.irq_affinity",
     "pcie.acs",
 )
@@ -69,6 +70,14 @@ def _one(check: str, subject: str) -> tuple[Severity, str, str]:
         ("gpu.ecc", "GPU 0000:3b:00.0", Severity.FAIL, "uncorrected ECC 1 since the driver loaded", "nvidia-smi -r"),
         ("gpu.clocks", "GPU 0000:4c:00.0", Severity.FAIL, "HW slowdown (0x9) at idle", "PERFORMANCE"),
         ("gpu.nvlink", "GPU 0000:9b:00.0", Severity.FAIL, "17 of 18 links up (down: 3)", "nvlink -s"),
+        (
+            "gpu.pcie_replay",
+            "GPU 0000:ac:00.0",
+            Severity.WARN,
+            "250000 PCIe replays since the driver loaded: at least 174 a minute on average (24 h up)",
+            "dcgmi health -s p",
+        ),
+        ("gpu.pcie_replay", "GPU 0000:bd:00.0", Severity.INFO, "3 PCIe replays since the driver loaded: 0.00208", ""),
         (
             "pcie.acs",
             "bridge 0000:17:01.0 (above GPU 0000:19:00.0)",
@@ -195,3 +204,31 @@ def test_acs_control_is_read_from_the_extended_capabilities() -> None:
     loop = bytearray(space)
     loop[0x180:0x184] = (0x0002 | 1 << 16 | 0x100 << 20).to_bytes(4, "little")  # a pointer back: no ACS, no hang
     assert parse_acs_control(bytes(loop)) is None
+
+
+@pytest.mark.parametrize(
+    ("uptime", "expected"),
+    [("86400.51 19202112.84\n", 86400.51), ("0.00 0.00", None), ("1e400 1", None), ("up 3 days", None), ("", None)],
+)
+def test_uptime_is_the_first_of_two_numbers_and_odd_text_is_an_anomaly(tmp_path, uptime, expected) -> None:
+    from fabricscope.doctor.diagnosis import open_root
+    from fabricscope.doctor.probes.host import probe_uptime
+
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "uptime").write_text(uptime)
+    root = open_root(str(tmp_path))
+    assert probe_uptime(root) == expected
+    if expected is None and uptime:
+        assert [a.path for a in root.anomalies] == ["proc/uptime"]
+
+
+def test_replays_without_an_uptime_are_counted_without_a_rate() -> None:
+    from dataclasses import replace
+
+    from fabricscope.doctor.checks.gpu import GpuPcieReplays
+    from fabricscope.doctor.expect import Expectations
+
+    node = run_fixture("host-faults-8gpu").node
+    found = GpuPcieReplays().run(replace(node, uptime_s=None), Expectations())
+    busy = [f for f in found if f.subject == "GPU 0000:ac:00.0"]
+    assert [(f.severity, f.observed) for f in busy] == [(Severity.INFO, "250000 PCIe replays since the driver loaded")]

@@ -216,6 +216,8 @@ class GpuHealth:
     remap_failed: bool | None = None
     clock_events: int | None = None
     """The clock event (throttle) reason mask, ``nvmlClocksEventReason*`` bits."""
+    pcie_replays: int | None = None
+    """Replays (link-level retransmissions) on the GPU's PCIe link since the driver loaded."""
     nvlinks: list[NvLink] = field(default_factory=list)
 
 
@@ -321,6 +323,8 @@ class Node:
     """Versions of the kernel modules behind NICs and GPUs (``/sys/module/<m>/version``)."""
     boot_id: str | None = None
     """``/proc/sys/kernel/random/boot_id``: with the hostname, tells one machine from another."""
+    uptime_s: float | None = None
+    """``/proc/uptime``'s first field: seconds since boot (the driver loaded later, never earlier)."""
     env_source: str = "environment"
     """Which environment supplied the NCCL variables (this process's, or the one a capture recorded)."""
     env_ignored: list[str] = field(default_factory=list)

@@ -14,6 +14,7 @@ from fabricscope.doctor.checks.gpu import (
     GpuEcc,
     GpuNicDistance,
     GpuNvLink,
+    GpuPcieReplays,
     GpuPersistence,
     GpuXid,
 )
@@ -95,6 +96,7 @@ CHECKS: tuple[Check, ...] = (
     GpuXid(),
     GpuEcc(),
     GpuNvLink(),
+    GpuPcieReplays(),
     GpuClocks(),
     GpuPersistence(),
     GpuNicDistance(),

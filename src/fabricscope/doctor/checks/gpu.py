@@ -283,6 +283,56 @@ class GpuEcc(_NvmlCheck):
         return findings
 
 
+PCIE_REPLAYS_PER_MINUTE = 8
+"""DCGM's limit on a GPU's PCIe replays, per minute (``DCGM_LIMIT_MAX_PCIREPLAY_RATE``, "the maximum
+recommended by RM", the driver's resource manager; its PCIe health watch fails a GPU above it)."""
+
+
+class GpuPcieReplays(_NvmlCheck):
+    id = "gpu.pcie_replay"
+    title = "No GPU's PCIe link retransmits more than DCGM's 8 replays a minute"
+    reads = "NVML nvmlDeviceGetPcieReplayCounter (replays since the driver loaded), proc/uptime"
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        findings = []
+        uptime_s = node.uptime_s
+        minutes = uptime_s / 60 if uptime_s else None
+        for subject, health in self.health(node):
+            count = health.pcie_replays
+            if count is None:
+                continue
+            seen = f"{count} PCIe replays since the driver loaded"
+            if count == 0:
+                findings.append(self.finding(Severity.OK, subject, seen))
+                continue
+            # The driver loaded after boot: replays over the uptime is a floor of their rate since it loaded.
+            rate = count / minutes if minutes else None
+            if rate is not None and uptime_s and rate > PCIE_REPLAYS_PER_MINUTE:
+                findings.append(
+                    self.finding(
+                        Severity.WARN,
+                        subject,
+                        f"{seen}: at least {rate:.3g} a minute on average ({uptime_s / 3600:.3g} h up)",
+                        f"at most {PCIE_REPLAYS_PER_MINUTE} a minute (DCGM)",
+                        "the GPU's PCIe link keeps retransmitting (a marginal slot, riser or retimer) and each replay "
+                        "costs link bandwidth: see pcie.aer and pcie.link for the same GPU and the switch above it, "
+                        "reseat it, and watch the rate with dcgmi health -s p",
+                    )
+                )
+                continue
+            floor = f": {rate:.3g} a minute on average since boot" if rate is not None else ""
+            findings.append(
+                self.finding(
+                    Severity.INFO,
+                    subject,
+                    seen + floor,
+                    f"at most {PCIE_REPLAYS_PER_MINUTE} a minute (DCGM)",
+                    "a few replays are retried by the link; a count that keeps growing means a marginal link",
+                )
+            )
+        return findings
+
+
 CLOCK_EVENTS = {
     0x8: ("HW slowdown", Severity.FAIL),
     0x40: ("HW thermal slowdown", Severity.FAIL),

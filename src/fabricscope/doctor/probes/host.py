@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import socket
 
 from fabricscope.doctor.inventory import GpuDirect, HostTuning, TcpTuning
@@ -31,6 +32,7 @@ __all__ = [
     "probe_libraries",
     "probe_modules",
     "probe_tcp",
+    "probe_uptime",
 ]
 
 MAX_CPUS = 4096
@@ -55,6 +57,26 @@ def probe_boot_id(root: SysRoot) -> str | None:
     """``proc/sys/kernel/random/boot_id``: one per boot of one machine (containers share their host's)."""
     text = root.text("proc/sys/kernel/random/boot_id")
     return text if text and len(text) <= 64 else None
+
+
+MAX_UPTIME_S = 100 * 365 * 86400.0
+"""A longer uptime than a century is not a machine's: the file is not ``/proc/uptime``."""
+
+
+def probe_uptime(root: SysRoot) -> float | None:
+    """``proc/uptime``: seconds since boot (its first field; the second is idle time summed over CPUs)."""
+    text = root.text("proc/uptime")
+    if text is None:
+        return None
+    fields = text.split()
+    try:
+        seconds = float(fields[0]) if len(fields) == 2 and len(fields[0]) <= 20 else math.nan
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= MAX_UPTIME_S:
+        root.garbage("proc/uptime", text, "two numbers: seconds up and seconds idle")
+        return None
+    return seconds
 
 
 def probe_gpudirect(root: SysRoot) -> GpuDirect:

@@ -17,6 +17,7 @@ from fabricscope.doctor.probes.host import (
     probe_libraries,
     probe_modules,
     probe_tcp,
+    probe_uptime,
 )
 from fabricscope.doctor.probes.kernel_log import probe_xids
 from fabricscope.doctor.probes.nccl import probe_nccl
@@ -109,6 +110,7 @@ def probe_node(root: SysRoot, env: Mapping[str, str] | NodeEnv | None = None) ->
         nccl_conf_unreadable=root.read_problem(conf_file) if conf_file else None,
         modules=probe_modules(root, drivers | ({"nvidia"} if gpus else set())),
         boot_id=probe_boot_id(root),
+        uptime_s=probe_uptime(root),
         env_source=env.source,
         env_ignored=list(env.ignored),
         host=probe_host(root),

@@ -8,7 +8,8 @@ reference): persistence mode (``nvmlDeviceGetPersistenceMode``), uncorrected
 ECC errors since the driver loaded and over the GPU's life
 (``nvmlDeviceGetTotalEccErrors``), row remapping (``nvmlDeviceGetRemappedRows``:
 pending, failed), the clock event (throttle) reason mask
-(``nvmlDeviceGetCurrentClocksEventReasons``), and per NVLink its state and
+(``nvmlDeviceGetCurrentClocksEventReasons``), the replays on its PCIe link since
+the driver loaded (``nvmlDeviceGetPcieReplayCounter``), and per NVLink its state and
 its DL replay, recovery and CRC counters (``nvmlDeviceGetNvLinkState``,
 ``nvmlDeviceGetNvLinkErrorCounter``).  A question NVML cannot answer on this
 GPU (NotSupported) is None: never a finding of its own.
@@ -80,6 +81,7 @@ def _apply(answers: dict[str, Any], gpus: list[Gpu]) -> None:
             remap_pending=_bool(item.get("remap_pending")),
             remap_failed=_bool(item.get("remap_failed")),
             clock_events=_count(item.get("clock_event_reasons")),
+            pcie_replays=_count(item.get("pcie_replays")),
             nvlinks=[
                 NvLink(
                     link=link,
@@ -160,6 +162,7 @@ def _gpu(nvml: Any, index: int) -> dict[str, Any]:
         "remap_pending": None if remap is None else bool(remap[2]),
         "remap_failed": None if remap is None else bool(remap[3]),
         "clock_event_reasons": _try(nvml, events, handle),
+        "pcie_replays": _try(nvml, getattr(nvml, "nvmlDeviceGetPcieReplayCounter", None), handle),
         "nvlink": _links(nvml, handle),
     }
 
