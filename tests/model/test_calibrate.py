@@ -241,3 +241,18 @@ def test_calibrate_on_degenerate_data_is_one_line(cli, write, tmp_path, rows, fr
     done = cli("calibrate", str(path), "-o", str(tmp_path / "cal.toml"))
     assert done.code == 2 and fragment in done.err and "Traceback" not in done.err, done.err
     assert len(done.err.strip().splitlines()) == 1 and not (tmp_path / "cal.toml").exists()
+
+
+def test_an_all_to_all_overlaps_its_peers_latencies_as_the_catalog_model_does() -> None:
+    """Every rank posts its sends and receives to all peers before it waits (gloo's alltoall.cc; NCCL
+    groups them): a calibrated all-to-all's latency is one step at any rank count, as the catalog model
+    prices it, and only its bytes grow, with busbw's (n - 1) / n; a ring collective's latency grows."""
+    from fabricscope.model.cluster import CalibratedOp
+
+    terms = CalibratedOp(base_us=5.0, inter_hop_us=20.0, inter_busbw_gbps=10.0, points=8)
+    tiny = [float(predicted_seconds(terms, "alltoall", 0, 1, nodes)) * 1e6 for nodes in (2, 4, 64)]
+    assert tiny == pytest.approx([25.0, 25.0, 25.0])
+    big = [float(predicted_seconds(terms, "alltoall", 1e9, 1, nodes)) for nodes in (2, 4)]
+    assert big[1] - big[0] == pytest.approx(1e9 * (3 / 4 - 1 / 2) / 10e9)
+    ring = [float(predicted_seconds(terms, "all_gather", 0, 1, nodes)) * 1e6 for nodes in (2, 4)]
+    assert ring == pytest.approx([25.0, 65.0])

@@ -21,10 +21,15 @@ __all__ = ["described", "inter_steps", "missing_hop", "predicted_seconds", "step
 
 def steps(op: str, members: Any) -> Any:
     """Latency steps of the ring form of ``op`` through ``members`` ranks; given the node count
-    instead, the steps that cross between nodes (the ring enters and leaves each node once)."""
+    instead, the steps that cross between nodes (the ring enters and leaves each node once).
+
+    An all-to-all is no ring: every rank posts its sends and receives to all peers before it waits
+    (gloo's ``alltoall.cc``; NCCL groups them), so its peers' latencies overlap: one step, as the
+    catalog model prices it (:func:`fabricscope.model.collective_cost.point_to_point`), as sendrecv.
+    """
     if op == "all_reduce":
         return 2 * (members - 1)
-    if op == "sendrecv":
+    if op in ("sendrecv", "alltoall"):
         return np.minimum(members - 1, 1)
     return members - 1
 
