@@ -146,7 +146,7 @@ class OutputConfig:
         for key, path in self._named():
             if path is not None and not path.strip():
                 raise InvalidValue("needs a file name, got an empty one", key=key)
-        if self.json_path and self.csv_path and os.path.realpath(self.json_path) == os.path.realpath(self.csv_path):
+        if self.json_path and self.csv_path and _same_file(self.json_path, self.csv_path):
             raise InvalidValue(
                 f"names the same file as the JSON output ({self.json_path}): give each its own", key="csv"
             )
