@@ -234,6 +234,22 @@ def test_a_closed_stdout_stops_an_endless_run(tmp_path):
         ["bench", "-N", "0", "-b", "1K", "-e", "4K", "--json", str(out)], timeout=60
     )
     assert code == 0, stderr
-    assert stderr.strip() == ""
+    assert [line for line in stderr.splitlines() if not line.startswith("note: ")] == []  # quiet: no error
     result = load(out)
     assert result.status == "interrupted" and result.error == "its output was closed"
+
+
+def test_an_interrupted_run_without_a_file_says_where_its_rows_are():
+    """Issue 24: `bench broadcast -N 0` stopped by Ctrl-C without --json/--csv said the rows "are kept"
+    (kept nowhere); they are in the table it printed, and the message says so."""
+    proc = start_cli(["bench", "broadcast", "-b", "1K", "-e", "1K", "-N", "0", "--timeout", str(TIMEOUT_S)])
+    rows = 0
+    while rows < 2:
+        line = proc.stdout.readline()
+        assert line, "the run ended before printing two rows"
+        rows += bool(table_rows(line))
+    proc.send_signal(signal.SIGINT)
+    _, _, stderr = _wait_exit(proc, TIMEOUT_S + 30)
+    assert proc.returncode == 130
+    [said] = [line for line in stderr.splitlines() if line.startswith("interrupted")]
+    assert said.endswith("measured so far are in the table above (no --json file was asked for)"), said

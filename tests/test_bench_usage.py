@@ -150,3 +150,14 @@ def test_output_folder_is_checked_by_rank_zero_only(tmp_path):
     ranks = run_ranks(cmd, env, [{"RANK": "0"}, {"RANK": "1"}], cwds=[tmp_path / "zero", tmp_path / "one"])
     assert [r.returncode for r in ranks] == [0, 0], [r.stderr for r in ranks]
     assert (tmp_path / "zero" / "res" / "x.json").exists()
+
+
+def test_the_default_run_on_cpu_says_what_its_numbers_are_and_what_to_run_on_gpus():
+    """Issue 24: the default benchmark on a machine without GPUs is two CPU processes on loopback; it says
+    so (on stderr: the table stays nccl-tests') and names the command for a GPU node and for several nodes."""
+    done = run_cli(["bench", "-b", "1K", "-e", "1K", "-n", "1"], timeout=120)
+    assert done.returncode == 0, done.stderr
+    [note] = [line for line in done.stderr.splitlines() if "CPU processes" in line]
+    assert note.startswith("note: 2 CPU processes on this host (gloo over loopback)")
+    assert "'fabricscope bench' (one NCCL rank per GPU)" in note and "torchrun --nnodes N" in note
+    assert "CPU processes" not in done.stdout

@@ -35,7 +35,13 @@ KEPT = "the 12 records"
             [f"interrupted (interrupted by a signal): {KEPT} measured so far are kept in r.json"],
             130,
         ),
-        (Ending(kind="signal", records=12), "interrupted", "interrupted by a signal", [f"{KEPT} measured so far"], 130),
+        (
+            Ending(kind="signal", records=12),
+            "interrupted",
+            "interrupted by a signal",
+            [f"{KEPT} measured so far are in the table above (no --json file was asked for)"],
+            130,
+        ),
         (Ending(kind="stdout_closed", records=12), "interrupted", "its output was closed", [], 0),
         (Ending(kind="stdout_closed", wrong=1), "interrupted", "its output was closed", ["1 wrong element"], 1),
         (

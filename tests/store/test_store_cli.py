@@ -218,3 +218,22 @@ def test_values_from_files_are_shown_escaped_in_history_and_baselines(home, tmp_
         assert done.returncode == 0, done.stderr
         assert "\x1b" not in done.stdout and "\x07" not in done.stdout, argv
     assert "evil\\x1b[2J" in cli(home, "history").stdout
+
+
+def test_a_baseline_set_from_a_file_the_history_holds_is_not_saved_twice(home, tmp_path):
+    """Issue 24: `baseline set NAME file.json` on a file that is already a saved run (import --json beside
+    --save, or history show --json) points at that run instead of storing a duplicate; another file is saved."""
+    saved = tmp_path / "saved.json"
+    done = cli(home, "import", "nccl-tests", LOG, "--save", "--json", saved)
+    assert done.returncode == 0, done.stderr
+    assert cli(home, "baseline", "set", "h100", saved).returncode == 0
+    shown = tmp_path / "shown.json"
+    assert cli(home, "history", "show", "1", "--json", shown).returncode == 0
+    assert cli(home, "baseline", "set", "again", shown).returncode == 0
+    runs, baselines = content(home)
+    assert len(runs) == 1 and sorted((b[0], b[1]) for b in baselines) == [("again", 1), ("h100", 1)]
+    other = tmp_path / "other.json"
+    assert cli(home, "import", "nccl-tests", JSON_LOG, "--json", other).returncode == 0
+    assert cli(home, "baseline", "set", "other", other).returncode == 0
+    runs, _ = content(home)
+    assert len(runs) == 2

@@ -54,6 +54,8 @@ def _run(config: BenchConfig, world: launch.World, notes: list[str]) -> int:
     )
     note = f"#  Reducing maxBytes to {limit} due to memory limitation" if limit < config.max_bytes else ""
     config.max_bytes = limit
+    if world.rank == 0 and backend == "gloo" and len({p.host for p in peers}) == 1:
+        rank.say(0, _cpu_note(len(peers)))
 
     stop = lifecycle.StopFlag()
     output = None
@@ -125,6 +127,16 @@ def _run(config: BenchConfig, world: launch.World, notes: list[str]) -> int:
     with contextlib.suppress(Exception):
         dist.destroy_process_group()
     return code
+
+
+def _cpu_note(ranks: int) -> str:
+    """What a run of CPU ranks on one host measures, and what to run for the fabric (the default benchmark on
+    a machine without GPUs is one); said once the run is sure to start, so a usage error stays one line."""
+    return (
+        f"note: {ranks} CPU processes on this host (gloo over loopback): the GB/s are this machine's memory and "
+        "loopback, not a network; on a GPU node run 'fabricscope bench' (one NCCL rank per GPU), across nodes "
+        "'torchrun --nnodes N --nproc-per-node G -m fabricscope bench'"
+    )
 
 
 def _row_count(config: BenchConfig) -> int:

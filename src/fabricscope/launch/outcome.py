@@ -49,6 +49,8 @@ class Ending:
     """Each failure to write a result file (or to keep it in the history)."""
     shown: str = "the table above holds every row measured"
     """What the user still has when a file could not be written: the command's printed output."""
+    without_file: str = "are in the table above (no --json file was asked for)"
+    """Where the records measured are when the run ends early without a ``--json`` file."""
     reason: str = ""
     """For ``peer_failed`` and ``run_error``: what failed, in one line; for ``signal``, why if known."""
 
@@ -66,8 +68,9 @@ class Verdict:
 
 
 def _kept(ending: Ending, what: str) -> str:
-    where = f" in {ending.json_path}" if ending.json_path else ""
-    return f"the {ending.records} records {what} are kept{where}"
+    if ending.json_path:
+        return f"the {ending.records} records {what} are kept in {ending.json_path}"
+    return f"the {ending.records} records {what} {ending.without_file}"
 
 
 def _verdict_lines(ending: Ending) -> list[str]:

@@ -69,6 +69,7 @@ class Output:
             records=len(self.result.records),
             json_path=self.config.output.json_path,
             shown="the report above holds every pair measured",
+            without_file="were not written: give --json FILE to keep the pairs of an unfinished run",
         )
 
     def finish(self, status: str, error: str | None) -> None:

@@ -41,9 +41,12 @@ def check_name(name: str) -> str:
 
 
 def set_baseline(history: History, name: str, run: Run) -> int:
-    """Make ``name`` point at ``run`` (saved first when it came from a file); returns the run id."""
+    """Make ``name`` point at ``run`` (saved first when it came from a file the history does not already
+    hold); returns the run id."""
     check_name(name)
-    run_id = run.run_id if run.run_id is not None else history.add(run.result, label=f"baseline {name}")
+    run_id = run.run_id if run.run_id is not None else history.find(run.result)
+    if run_id is None:
+        run_id = history.add(run.result, label=f"baseline {name}")
     now = datetime.now(UTC).isoformat(timespec="seconds")
     with history.transaction() as conn:
         conn.execute(

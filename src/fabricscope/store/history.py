@@ -347,6 +347,15 @@ class History:
         assert run_id is not None
         return int(run_id)
 
+    def find(self, result: Result) -> int | None:
+        """The id of a saved run that is ``result`` (the same document), or None: a file that came from
+        the history (``--json`` beside ``--save``, or ``history show --json``) is not saved twice."""
+        rows = self.query(
+            "SELECT id FROM runs WHERE kind = ? AND created = ? AND document = ? ORDER BY id LIMIT 1",
+            (result.kind, result.created, result.to_json()),
+        )
+        return int(rows[0][0]) if rows else None
+
     def entries(
         self,
         *,
