@@ -103,8 +103,9 @@ def test_rising_loopback_byte_rate_shows_in_the_exporter(exporter: tuple[int, su
     assert before is not None, text
     assert "# TYPE fabricscope_net_receive_bytes_total counter" in text
     with LoopbackTraffic() as traffic:
+        receive = "fabricscope_net_receive_bytes_per_second"
         rate = wait_for(
-            lambda: (v := scrape_value(get(url), "fabricscope_net_receive_bits_per_second", '{device="lo"}')) and v > 0,
+            lambda: (v := scrape_value(get(url), receive, '{device="lo"}')) and v > 0,
             30,
             "a loopback receive rate",
         )
@@ -120,6 +121,19 @@ def metric_types(text: str) -> dict[str, str]:
     return {line.split()[2]: line.split()[3] for line in text.splitlines() if line.startswith("# TYPE ")}
 
 
+def test_promtool_check_metrics_finds_nothing_to_say(exporter: tuple[int, subprocess.Popen[str]]) -> None:
+    """Issue 24: promtool's lint of a live scrape is silent (rates in bytes per second: Prometheus' base
+    unit is the byte; it flagged ``_bits_per_second``)."""
+    promtool = need("promtool")
+    port, _ = exporter
+    url = f"http://127.0.0.1:{port}/metrics"
+    text = wait_for(lambda: t if "_bytes_per_second" in (t := get(url)) else None, 30, "a rate in the scrape")
+    done = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0 and done.stdout == "" and done.stderr == "", (done.stdout, done.stderr)
+
+
 def test_names_follow_the_conventions_and_do_not_clash_with_node_exporter(
     exporter: tuple[int, subprocess.Popen[str]],
 ) -> None:
@@ -130,7 +144,7 @@ def test_names_follow_the_conventions_and_do_not_clash_with_node_exporter(
         if kind == "counter":
             assert name.endswith("_total"), name
         else:
-            assert name.endswith(("_bits_per_second", "_ratio", "_seconds", "_up", "_bytes_per_second")), name
+            assert name.endswith(("_ratio", "_seconds", "_up", "_bytes_per_second")), name
     node_exporter = need("prometheus-node-exporter")
     node_port = free_port()
     proc = subprocess.Popen(
@@ -161,7 +175,7 @@ def test_rdma_metrics_from_a_fixture_tree(exporter: tuple[int, subprocess.Popen[
     labels = '{device="mlx5_0",port="1"}'
     assert scrape_value(text, "fabricscope_rdma_transmit_bytes_total", labels) == 5_249_000_000 * 4
     assert scrape_value(text, "fabricscope_rdma_port_up", labels) == 1.0
-    assert scrape_value(text, "fabricscope_rdma_link_speed_bits_per_second", labels) == 200e9
+    assert scrape_value(text, "fabricscope_rdma_link_speed_bytes_per_second", labels) == 200e9 / 8
     errors = '{counter="symbol_error",device="mlx5_0",port="1"}'
     assert scrape_value(text, "fabricscope_rdma_port_errors_total", errors) == 5.0
     pause = '{device="ens1f0np0",stat="rx_prio3_pause"}'

@@ -252,3 +252,23 @@ def test_compare_and_dataload_results_are_drawn(tmp_path):
     shot = tmp_path / "shot.png"
     chromium(tmp_path, out.as_uri(), f"--screenshot={shot}", "--window-size=1200,2400", "--hide-scrollbars")
     assert_not_blank(shot)
+
+
+def test_a_baseline_or_prediction_of_one_small_size_is_drawn_as_a_point():
+    """A sweep from 64K has one point on the small-message plot: the run's, the baseline's and the
+    prediction's are each drawn with a marker (a one-point line with no marker draws nothing)."""
+    from fabricscope.report import plots
+
+    def one(time_us: float) -> Result:
+        record = {"op": "all_reduce", "size_bytes": 65536, "placement": "out", "time_us": time_us, "busbw_gbps": 1.0}
+        return Result(kind="bench", records=[record, {**record, "size_bytes": 1 << 20}])
+
+    series = [
+        plots.Series("run", one(300.0)),
+        plots.Series("base", one(3000.0), role="baseline"),
+        plots.Series("model", one(250.0), role="prediction"),
+    ]
+    [latency] = plots.latency_plots(series)
+    lines = latency.figure.axes[0].get_lines()
+    assert [line.get_marker() for line in lines] == ["o", "o", "o"]
+    assert [float(line.get_ydata()[0]) for line in lines] == [300.0, 3000.0, 250.0]

@@ -2,7 +2,8 @@
 
 Names never clash with node_exporter's: every one starts with
 ``fabricscope_``, counters end in ``_total``, units are in the names
-(``_bytes_total``, ``_bits_per_second``, ``_ratio``), and labels carry the
+(``_bytes_total``, ``_bytes_per_second``, ``_ratio``: Prometheus' base unit is the byte, so
+``promtool check metrics`` has nothing to say), and labels carry the
 device and port (``device="mlx5_0", port="1"``).  Counters are the monitor's
 running totals (:attr:`~fabricscope.monitor.deltas.Tracker.totals`), so a
 kernel counter that wraps or resets still only grows here.  The gauges the
@@ -114,9 +115,9 @@ def _families(state: Reading, notes: int) -> list[Any]:
     for port, link in sorted(state.links.items()):
         labels, values = _labels(port)
         if link.speed_bps:
-            family(GaugeMetricFamily, f"{port.kind}_link_speed_bits_per_second", "Line rate.", labels).add_metric(
-                values, link.speed_bps
-            )
+            family(
+                GaugeMetricFamily, f"{port.kind}_link_speed_bytes_per_second", "Line rate in bytes per second.", labels
+            ).add_metric(values, link.speed_bps / 8)
         if link.up is not None:
             name = "rdma_port_up" if port.kind == "rdma" else "net_link_up"
             doc = "1 when the port is ACTIVE and LinkUp." if port.kind == "rdma" else "1 when the link is up."
@@ -198,8 +199,8 @@ def _interval_gauges(family: Any, kind: type, interval: Interval) -> None:
         for direction, bps in (("receive", rates.rx_bps), ("transmit", rates.tx_bps)):
             if bps is not None:
                 family(
-                    kind, f"{port.kind}_{direction}_bits_per_second", "Rate over the last interval.", labels
-                ).add_metric(values, bps)
+                    kind, f"{port.kind}_{direction}_bytes_per_second", "Rate over the last interval (bytes/s).", labels
+                ).add_metric(values, bps / 8)
         if rates.utilization is not None:
             family(
                 kind, f"{port.kind}_utilization_ratio", "Busier direction's share of line rate, last interval.", labels

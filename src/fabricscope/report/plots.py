@@ -136,7 +136,8 @@ def _size_axis(axes: Any) -> None:
 
 
 def _draw(axes: Any, series: Series, sizes: Sequence[int], values: Sequence[float]) -> None:
-    marker = "." if series.role == "run" else None
+    # A series of one size is a point: a marker, or a baseline or prediction line would not show at all.
+    marker = "o" if len(sizes) == 1 else ("." if series.role == "run" else None)
     axes.plot(sizes, values, _STYLES.get(series.role, "-"), marker=marker, label=series.label)
 
 
