@@ -111,3 +111,14 @@ def test_the_comparison_skips_and_elides_and_still_fails_on_a_changed_line() -> 
     assert check_shown(["searched ... networks", "step time   4.577 s"], actual) is None
     assert check_shown(["step time   4.578 s"], actual) == "step time   4.578 s"
     assert check_shown(["step time   4.577 s", "searched 72 networks in 0.07 s"], actual) is not None  # order
+
+
+def test_the_documented_exporter_port_is_outside_the_exporters_range() -> None:
+    """Issue 24: the fleet port the docs give (--serve) is not in Prometheus' exporter range 9100-9999,
+    where every port belongs to some exporter (9400 is dcgm-exporter's, which GPU nodes run)."""
+    ports = {
+        int(port)
+        for path in DOCUMENTS
+        for port in re.findall(r"--serve (?:[\w.]+:|\[[^\]]+\]:)?(\d+)", path.read_text(encoding="utf-8"))
+    }
+    assert ports and not [p for p in ports if 9100 <= p <= 9999], ports

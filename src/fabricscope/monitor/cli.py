@@ -28,8 +28,8 @@ examples:
   fabricscope monitor                                  # live view until Ctrl-C
   fabricscope monitor --interval 0.5 --duration 60 --json net.json
   fabricscope monitor --json job.json -- torchrun --nproc-per-node 8 train.py
-  fabricscope monitor --serve 9400                     # Prometheus exporter on 127.0.0.1:9400
-  fabricscope monitor --serve 0.0.0.0:9400 --record node.jsonl
+  fabricscope monitor --serve 19400                     # Prometheus exporter on 127.0.0.1:19400
+  fabricscope monitor --serve 0.0.0.0:19400 --record node.jsonl
   fabricscope monitor --alert-rules --utilization 85% > fabricscope-rules.yml
 
 With a command after '--' the command's output passes through, the summary and verdict

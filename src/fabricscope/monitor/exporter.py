@@ -70,10 +70,10 @@ def parse_serve(text: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
-        raise InvalidValue(f"{text!r}: write an IPv6 address in brackets, e.g. [::1]:9400", key="serve")
+        raise InvalidValue(f"{text!r}: write an IPv6 address in brackets, e.g. [::1]:19400", key="serve")
     if not is_digits(port_text) or len(port_text) > 5 or int(port_text) > 65535:
         raise InvalidValue(
-            f"{text!r}: the port must be a whole number from 0 to 65535 (e.g. 9400 or HOST:9400)", key="serve"
+            f"{text!r}: the port must be a whole number from 0 to 65535 (e.g. 19400 or HOST:19400)", key="serve"
         )
     return host or DEFAULT_HOST, int(port_text)
 
