@@ -163,7 +163,17 @@ def test_watch_a_fixture_tree_plainly_with_json(tmp_path: Path) -> None:
 def test_recording_is_flushed_every_interval_and_survives_a_kill(tmp_path: Path) -> None:
     path = tmp_path / "rec.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fabricscope", "monitor", "--interval", "0.1", "--record", str(path)],
+        [
+            sys.executable,
+            "-m",
+            "fabricscope",
+            "monitor",
+            "--interval",
+            "0.1",
+            "--record",
+            str(path),
+            "--all-interfaces",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env=cli_env(),

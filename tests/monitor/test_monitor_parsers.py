@@ -79,3 +79,27 @@ def test_net_speed() -> None:
     assert parse_net_speed("-1") is None  # unknown, as virtio says
     assert parse_net_speed("0") is None
     assert parse_net_speed("9" * 30) is None
+
+
+def test_loopback_and_virtual_interfaces_are_left_out_unless_asked_for(tmp_path) -> None:
+    """Issue 24: lo and the software devices of containers and bridges double-count the NIC's bytes; they
+    are left out by default (as node_exporter's netdev collector is commonly run), kept with
+    ``--all-interfaces``, and an interface named with ``--interfaces`` is always watched."""
+    from fabricscope.monitor.samplers import NetDevSampler
+    from fabricscope.monitor.samples import Notes, Snapshot
+    from fabricscope.sysroot import SysRoot
+
+    (tmp_path / "proc" / "net").mkdir(parents=True)
+    header = "Inter-|   Receive\n face |bytes    packets errs drop fifo frame compressed multicast|bytes\n"
+    counters = " 100 1 0 0 0 0 0 0 200 2 0 0 0 0 0 0\n"
+    names = ["lo", "eth0", "ib0", "veth12ab", "docker0", "br-5f2", "cni0", "enp65s0f0np0"]
+    (tmp_path / "proc" / "net" / "dev").write_text(header + "".join(f"{n:>6}:{counters}" for n in names))
+
+    def watched(**kwargs: object) -> set[str]:
+        snap = Snapshot(time_s=0.0, wall_time=0.0)
+        NetDevSampler(SysRoot(str(tmp_path)), **kwargs).sample(snap, Notes())  # type: ignore[arg-type]
+        return {port.device for port, _ in snap.counters}
+
+    assert watched() == {"eth0", "ib0", "enp65s0f0np0"}
+    assert watched(every=True) == set(names)
+    assert watched(only=["lo", "eth0"]) == {"lo", "eth0"}

@@ -95,6 +95,11 @@ def _up(port: int) -> bool:
         return False
 
 
+LOOPBACK = [["--interfaces", "lo"]]
+"""The exporter's arguments for tests that make traffic on lo (left out unless named)."""
+
+
+@pytest.mark.parametrize("exporter", LOOPBACK, indirect=True)
 def test_rising_loopback_byte_rate_shows_in_the_exporter(exporter: tuple[int, subprocess.Popen[str]]) -> None:
     port, _ = exporter
     url = f"http://127.0.0.1:{port}/metrics"
@@ -183,6 +188,7 @@ def test_rdma_metrics_from_a_fixture_tree(exporter: tuple[int, subprocess.Popen[
     assert scrape_value(text, "fabricscope_tcp_retransmitted_segments_total") == 1250.0
 
 
+@pytest.mark.parametrize("exporter", LOOPBACK, indirect=True)
 def test_a_real_prometheus_scrapes_the_exporter(exporter: tuple[int, subprocess.Popen[str]], tmp_path: Path) -> None:
     prometheus = need("prometheus")
     port, _ = exporter

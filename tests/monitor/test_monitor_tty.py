@@ -46,7 +46,7 @@ def finish(pid: int, fd: int, out: bytes) -> tuple[bytes, int]:
 
 
 def test_live_view_in_a_terminal() -> None:
-    pid, fd = spawn_in_pty(["--interval", "0.1", "--duration", "1"])
+    pid, fd = spawn_in_pty(["--interval", "0.1", "--duration", "1", "--all-interfaces"])
     out, code = finish(pid, fd, b"")
     text = out.decode(errors="replace")
     assert code == 0, text

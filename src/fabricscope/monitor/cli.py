@@ -63,7 +63,15 @@ def add_parser(subparsers: SubParsers) -> None:
         metavar="S",
         help="stop after S seconds (default: until Ctrl-C, or until the command ends)",
     )
-    parser.add_argument("--interfaces", default=None, metavar="IF,...", help="only these network interfaces")
+    parser.add_argument(
+        "--interfaces",
+        default=None,
+        metavar="IF,...",
+        help="only these network interfaces (default: all but lo and virtual ones: veth, docker, bridges, tunnels)",
+    )
+    parser.add_argument(
+        "--all-interfaces", action="store_true", help="also watch lo and virtual interfaces (veth, docker, br-, ...)"
+    )
     parser.add_argument("--no-gpu", action="store_true", help="do not sample GPUs through NVML")
     parser.add_argument("--json", default=None, metavar="FILE", help="write the summary and time series as a Result")
     parser.add_argument("--record", default=None, metavar="FILE", help="write JSON lines, flushed every interval")
@@ -181,6 +189,7 @@ def _watch(args: argparse.Namespace, command: list[str]) -> int:
         interval_s=args.interval,
         duration_s=args.duration,
         interfaces=interfaces,
+        all_interfaces=args.all_interfaces,
         gpus=not args.no_gpu,
         keep_records=bool(args.json) or wants_save(args),
     )

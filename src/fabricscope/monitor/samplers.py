@@ -108,14 +108,22 @@ def _listdir(root: SysRoot, rel: str, notes: Notes) -> list[str]:
     return good
 
 
+VIRTUAL_INTERFACES = re.compile(r"(lo|veth.*|docker.*|br-.*|virbr.*|cni.*|flannel.*|cali.*|vxlan.*|tunl.*|ifb.*)")
+"""Interfaces left out unless named (``--interfaces``) or all are asked for (``--all-interfaces``): loopback,
+and the software devices of containers, bridges and tunnels, whose bytes are also counted on the NIC they
+ride (the device exclusions node_exporter's netdev collector is commonly run with)."""
+
+
 class NetDevSampler:
     """``/proc/net/dev`` byte, packet, error and drop counters, with each interface's speed and state."""
 
-    __slots__ = ("only", "root")
+    __slots__ = ("every", "only", "root")
 
-    def __init__(self, root: SysRoot, only: Iterable[str] | None = None) -> None:
+    def __init__(self, root: SysRoot, only: Iterable[str] | None = None, *, every: bool = False) -> None:
         self.root = root
         self.only = frozenset(only) if only else None
+        self.every = every
+        """Also loopback and virtual interfaces (:data:`VIRTUAL_INTERFACES`); named ones always count."""
 
     def sample(self, snap: Snapshot, notes: Notes) -> None:
         text = _read(self.root, "proc/net/dev", notes, quiet_missing=False)
@@ -126,6 +134,8 @@ class NetDevSampler:
             notes.once(f"netdev:{line[:40]}", f"proc/net/dev: a line not understood, skipped: {quoted(line)}")
         for name, values in interfaces.items():
             if self.only is not None and name not in self.only:
+                continue
+            if self.only is None and not self.every and VIRTUAL_INTERFACES.fullmatch(name):
                 continue
             if not _SAFE_NAME.match(name):
                 notes.once(f"netdev-name:{name[:40]}", f"proc/net/dev: interface name {quoted(name, 40)} skipped")
@@ -345,9 +355,16 @@ class GpuSampler:
         return self._handles
 
 
-def default_samplers(root: SysRoot, interfaces: Iterable[str] | None = None, *, gpus: bool = True) -> list[Sampler]:
-    """Every sampler that applies; ``interfaces`` limits the NICs (``None``: all)."""
-    samplers: list[Sampler] = [NetDevSampler(root, interfaces), TcpSampler(root), RdmaSampler(root)]
+def default_samplers(
+    root: SysRoot, interfaces: Iterable[str] | None = None, *, gpus: bool = True, every_interface: bool = False
+) -> list[Sampler]:
+    """Every sampler that applies; ``interfaces`` limits the NICs (``None``: all but loopback and virtual
+    ones, or all with ``every_interface``)."""
+    samplers: list[Sampler] = [
+        NetDevSampler(root, interfaces, every=every_interface),
+        TcpSampler(root),
+        RdmaSampler(root),
+    ]
     samplers.append(EthtoolSampler(root))
     if gpus:
         samplers.append(GpuSampler(root))

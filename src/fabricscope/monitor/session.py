@@ -44,7 +44,9 @@ class MonitorConfig:
     duration_s: float | None = None
     """Stop after this many seconds; None: until stopped (or until the command ends)."""
     interfaces: tuple[str, ...] | None = None
-    """Network interfaces to watch; None: all of them."""
+    """Network interfaces to watch; None: all but loopback and virtual ones (``all_interfaces``: all)."""
+    all_interfaces: bool = False
+    """Also watch loopback and the software devices of containers, bridges and tunnels."""
     gpus: bool = True
     """Sample GPUs through NVML where it is installed."""
     keep_records: bool = True
@@ -61,6 +63,7 @@ class MonitorConfig:
             "interval_s": self.interval_s,
             "duration_s": self.duration_s,
             "interfaces": list(self.interfaces) if self.interfaces else None,
+            "all_interfaces": self.all_interfaces,
             "gpus": self.gpus,
         }
 
@@ -77,7 +80,9 @@ class Monitor:
         self.summary = Summary()
         self.records: list[dict[str, Any]] = []
         self.samplers = (
-            list(samplers) if samplers is not None else default_samplers(root, config.interfaces, gpus=config.gpus)
+            list(samplers)
+            if samplers is not None
+            else default_samplers(root, config.interfaces, gpus=config.gpus, every_interface=config.all_interfaces)
         )
         self.start_s: float | None = None
         self.last_interval: Interval | None = None
