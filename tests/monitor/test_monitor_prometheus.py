@@ -23,7 +23,7 @@ from monitor_helpers import SEQUENCE, LoopbackTraffic
 
 from fabricscope.launch import free_port
 from fabricscope.monitor.rules import AlertThresholds, alert_rules
-from helpers import cli_env
+from helpers import cli_env, run_cli
 
 
 def need(binary: str) -> str:
@@ -307,3 +307,54 @@ def test_promtool_unit_tests_the_retransmission_and_rdma_rules(tmp_path: Path) -
         [promtool, "test", "rules", "tests.yml"], capture_output=True, text=True, timeout=60, cwd=tmp_path
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_textfile_output_is_read_by_a_real_node_exporter(tmp_path: Path) -> None:
+    """Issue 24: ``--textfile DIR`` keeps DIR/fabricscope.prom, written whole every interval, which a real
+    node_exporter's textfile collector serves beside its own series (no second daemon, no second port)."""
+    node_exporter = need("prometheus-node-exporter")
+    promtool = need("promtool")
+    folder = tmp_path / "textfile"
+    folder.mkdir()
+    monitor = subprocess.Popen(
+        [sys.executable, "-m", "fabricscope", "monitor", "--interval", "0.2", "--interfaces", "lo",
+         "--no-gpu", "--textfile", str(folder)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+    )  # fmt: skip
+    node_port = free_port()
+    node = subprocess.Popen(
+        [node_exporter, f"--web.listen-address=127.0.0.1:{node_port}",
+         f"--collector.textfile.directory={folder}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        written = folder / "fabricscope.prom"
+        wait_for(lambda: written.exists() and "_bytes_per_second" in written.read_text(), 30, "the textfile")
+        text = written.read_text()
+        done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and done.stdout == "" and done.stderr == "", (done.stdout, done.stderr)
+        url = f"http://127.0.0.1:{node_port}/metrics"
+        served = wait_for(lambda: t if "fabricscope_net_receive_bytes_total" in (t := _scrape(url)) else None, 30,
+                          "node_exporter to serve the textfile")  # fmt: skip
+        assert scrape_value(served, "fabricscope_net_receive_bytes_total", '{device="lo"}') is not None
+        assert "node_textfile_scrape_error 0" in served
+        assert sorted(p.name for p in folder.iterdir()) == ["fabricscope.prom"]  # no temporary file left
+    finally:
+        stop(monitor)
+        stop(node)
+
+
+def _scrape(url: str) -> str:
+    try:
+        return get(url)
+    except OSError:
+        return ""
+
+
+def test_textfile_needs_a_folder(tmp_path: Path) -> None:
+    done = run_cli(["monitor", "--textfile", str(tmp_path / "nope"), "--duration", "1"], timeout=60)
+    assert done.returncode == 2 and done.stderr.startswith("error: --textfile ") and "is not a folder" in done.stderr

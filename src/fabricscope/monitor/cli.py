@@ -76,6 +76,12 @@ def add_parser(subparsers: SubParsers) -> None:
     parser.add_argument("--json", default=None, metavar="FILE", help="write the summary and time series as a Result")
     parser.add_argument("--record", default=None, metavar="FILE", help="write JSON lines, flushed every interval")
     parser.add_argument("--serve", default=None, metavar="[HOST:]PORT", help="Prometheus /metrics (host 127.0.0.1)")
+    parser.add_argument(
+        "--textfile",
+        default=None,
+        metavar="DIR",
+        help="write DIR/fabricscope.prom every interval (atomically) for node_exporter's textfile collector",
+    )
     parser.add_argument("--alert-rules", action="store_true", help="print Prometheus alerting rules and exit")
     add_save_options(parser)
     rules = parser.add_argument_group("alert rules (with --alert-rules)")
@@ -142,9 +148,9 @@ def run(args: argparse.Namespace) -> int:
 def _print_rules(args: argparse.Namespace, command: list[str]) -> int:
     from fabricscope.monitor.rules import AlertThresholds, alert_rules
 
-    if command or args.json or args.record or args.serve or wants_save(args):
+    if command or args.json or args.record or args.serve or args.textfile or wants_save(args):
         raise UsageError(
-            "--alert-rules only prints the rules: it takes no command, --json, --record, --serve or --save"
+            "--alert-rules only prints the rules: it takes no command, --json, --record, --serve, --textfile or --save"
         )
     given = {"retrans_ratio": args.retrans_ratio, "utilization": args.utilization}
     given.update(for_s=args.for_, window_s=args.window)
@@ -174,6 +180,8 @@ def _watch(args: argparse.Namespace, command: list[str]) -> int:
         raise UsageError("--interfaces needs at least one interface name, e.g. eth0,ib0")
     inputs = [args.root] if os.path.realpath(args.root) != "/" else []
     check_outputs([("--json", args.json), ("--record", args.record)], inputs=inputs)
+    if args.textfile is not None:
+        _check_textfile_folder(args.textfile)
     serve = None
     if args.serve is not None:
         from fabricscope.monitor.exporter import parse_serve
@@ -243,3 +251,19 @@ def _run_watch(monitor: Any, out: Any, command: list[str]) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _check_textfile_folder(folder: str) -> None:
+    """``--textfile DIR`` names a folder that exists and can be written (the collector's directory)."""
+    import os
+
+    from fabricscope.shown import cut
+
+    if not folder.strip():
+        raise UsageError("--textfile needs a folder name, got an empty one")
+    if not os.path.isdir(folder):
+        raise UsageError(
+            f"--textfile {cut(folder)} is not a folder: give node_exporter's --collector.textfile.directory"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"--textfile {cut(folder)}: this user cannot write in it")

@@ -15,6 +15,7 @@ sample, so scraping often costs little and never races the sampler.
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from fabricscope.errors import InvalidValue
 from fabricscope.monitor.deltas import RDMA_BYTES_PER_UNIT, Interval, Reading
 from fabricscope.monitor.samplers import RDMA_SATURATING_BITS
 from fabricscope.monitor.samples import Counter, CounterSource, Port
+from fabricscope.outputs import atomic_write_text
 from fabricscope.units import is_digits
 
 __all__ = ["DEFAULT_HOST", "Exporter", "parse_serve"]
@@ -228,6 +230,34 @@ def _make_server(host: str, port: int, family: int, app: Any) -> Any:
             """No line on stderr per scrape."""
 
     return make_server(host, port, app, Server, handler_class=Quiet)
+
+
+TEXTFILE_NAME = "fabricscope.prom"
+"""The file ``--textfile DIR`` keeps in DIR, for node_exporter's textfile collector (it reads ``*.prom``)."""
+
+
+class TextfileWriter:
+    """``--textfile DIR``: the metric families of each interval written to ``DIR/fabricscope.prom`` for
+    node_exporter's textfile collector (``--collector.textfile.directory``), atomically (a temporary file in
+    DIR renamed over it, so the collector never reads half a file): sites that run node_exporter add the
+    RDMA, ethtool and TCP series without a second daemon or port."""
+
+    __slots__ = ("_collector", "_registry", "path")
+
+    def __init__(self, folder: str) -> None:
+        from prometheus_client import CollectorRegistry
+
+        self.path = os.path.join(folder, TEXTFILE_NAME)
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._collector = _Collector()
+        self._registry.register(self._collector)
+
+    def update(self, reading: Reading, notes: int) -> None:
+        """Write ``reading`` (raises RunError when the file cannot be written)."""
+        from prometheus_client import generate_latest
+
+        self._collector.set_state(reading, notes)
+        atomic_write_text(self.path, generate_latest(self._registry).decode("utf-8"))
 
 
 class Exporter:

@@ -52,10 +52,12 @@ class Outputs:
             "root": args.root,
             "command": command or None,
             "serve": args.serve,
+            "textfile": getattr(args, "textfile", None),
             "record": args.record,
         }
         self.broken = False
         self.exporter: Any = None
+        self.textfile: Any = None
         self.recorder: Any = None
         self.record_error: str | None = None
         """Why ``--record`` stopped mid-run (a full disk): said once; the watching goes on."""
@@ -66,6 +68,10 @@ class Outputs:
             self.exporter = Exporter(*serve)
             sys.stderr.write(f"fabricscope monitor: serving {self.exporter.url}\n")
             sys.stderr.flush()
+        if getattr(args, "textfile", None):
+            from fabricscope.monitor.exporter import TextfileWriter
+
+            self.textfile = TextfileWriter(args.textfile)
         if args.record:
             from fabricscope.monitor.recording import Recorder
 
@@ -190,8 +196,17 @@ class Outputs:
 
     def _export(self) -> None:
         reading = self.monitor.tracker.reading(self.monitor.last_interval)
-        if self.exporter is not None and reading is not None:
+        if reading is None:
+            return
+        if self.exporter is not None:
             self.exporter.update(reading, len(self.monitor.notes.said))
+        if self.textfile is not None:
+            try:
+                self.textfile.update(reading, len(self.monitor.notes.said))
+            except FabricscopeError as exc:  # a full disk must not end the watching (or the job)
+                self.textfile = None
+                sys.stderr.write(f"fabricscope monitor: error: {exc}; --textfile stops here, the watching goes on\n")
+                sys.stderr.flush()
 
     def _result(self, records: list[dict[str, Any]], summary: dict[str, Any], status: str) -> Result:
         from fabricscope.metadata import collect_env
