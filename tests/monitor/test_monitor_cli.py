@@ -335,3 +335,27 @@ def test_a_json_that_cannot_be_written_never_changes_the_commands_status(tmp_pat
     assert result.returncode == 4, result.stderr
     said = [line for line in result.stderr.splitlines() if "error:" in line]
     assert len(said) == 1 and "/dev/full" in said[0] and "Traceback" not in result.stderr
+
+
+def test_a_link_speed_given_for_an_interface_without_one_gives_its_utilization(tmp_path: Path) -> None:
+    """Issue 24: where the kernel reports no speed (lo, virtio), --link-speed IF=RATE gives utilization."""
+    out = tmp_path / "job.json"
+    result = monitor(
+        "--interval", "0.2", "--interfaces", "lo", "--link-speed", "lo=10G", "--json", str(out),
+        "--", sys.executable, "-c", LOOPBACK_SCRIPT, "30", "1.0",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lo = next(p for p in load(out).summary["ports"] if p["label"] == "lo")
+    assert lo["link_speed_gbit_per_s"] == 10.0
+    assert lo["utilization_peak"] is not None and lo["utilization_peak"] > 0
+    assert "line rate is unknown" not in load(out).summary["verdict"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("eth0", "--link-speed takes IF=RATE items"), ("eth0=400", "give a rate with its decimal prefix"),
+     ("=25G", "--link-speed takes IF=RATE items"), ("eth0=-5G", "--link-speed")],
+)  # fmt: skip
+def test_a_bad_link_speed_is_one_line(value: str, message: str) -> None:
+    result = monitor("--link-speed", value, "--duration", "1")
+    assert result.returncode == 2 and message in result.stderr and result.stderr.count("\n") == 1, result.stderr

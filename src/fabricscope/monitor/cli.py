@@ -72,6 +72,12 @@ def add_parser(subparsers: SubParsers) -> None:
     parser.add_argument(
         "--all-interfaces", action="store_true", help="also watch lo and virtual interfaces (veth, docker, br-, ...)"
     )
+    parser.add_argument(
+        "--link-speed",
+        default=None,
+        metavar="IF=RATE,...",
+        help="line rates for utilization where the kernel reports none (virtio, some VMs): eth0=25G,eth1=100Gb/s",
+    )
     parser.add_argument("--no-gpu", action="store_true", help="do not sample GPUs through NVML")
     parser.add_argument("--json", default=None, metavar="FILE", help="write the summary and time series as a Result")
     parser.add_argument("--record", default=None, metavar="FILE", help="write JSON lines, flushed every interval")
@@ -198,6 +204,7 @@ def _watch(args: argparse.Namespace, command: list[str]) -> int:
         duration_s=args.duration,
         interfaces=interfaces,
         all_interfaces=args.all_interfaces,
+        link_speeds=_link_speeds(args.link_speed),
         gpus=not args.no_gpu,
         keep_records=bool(args.json) or wants_save(args),
     )
@@ -267,3 +274,19 @@ def _check_textfile_folder(folder: str) -> None:
         )
     if not os.access(folder, os.W_OK | os.X_OK):
         raise UsageError(f"--textfile {cut(folder)}: this user cannot write in it")
+
+
+def _link_speeds(text: str | None) -> dict[str, float]:
+    """``--link-speed eth0=25G,eth1=100Gb/s`` -> {interface: bits per second}."""
+    from fabricscope.shown import quoted
+    from fabricscope.units import parse_rate
+
+    if text is None:
+        return {}
+    speeds: dict[str, float] = {}
+    for item in text.split(","):
+        name, sign, rate = item.partition("=")
+        if not sign or not name.strip() or not rate.strip():
+            raise UsageError(f"--link-speed takes IF=RATE items, like eth0=25G or ib0=200Gb/s; got {quoted(item, 40)}")
+        speeds[name.strip()] = parse_rate(rate.strip(), what=f"--link-speed {quoted(name.strip(), 40)}")
+    return speeds

@@ -17,7 +17,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from fabricscope.kernel_text import (
@@ -117,13 +117,22 @@ ride (the device exclusions node_exporter's netdev collector is commonly run wit
 class NetDevSampler:
     """``/proc/net/dev`` byte, packet, error and drop counters, with each interface's speed and state."""
 
-    __slots__ = ("every", "only", "root")
+    __slots__ = ("every", "only", "root", "speeds")
 
-    def __init__(self, root: SysRoot, only: Iterable[str] | None = None, *, every: bool = False) -> None:
+    def __init__(
+        self,
+        root: SysRoot,
+        only: Iterable[str] | None = None,
+        *,
+        every: bool = False,
+        speeds: Mapping[str, float] | None = None,
+    ) -> None:
         self.root = root
         self.only = frozenset(only) if only else None
         self.every = every
         """Also loopback and virtual interfaces (:data:`VIRTUAL_INTERFACES`); named ones always count."""
+        self.speeds = dict(speeds or {})
+        """``--link-speed``: line rates (bits/s) the user gives, where the kernel reports none (virtio's -1)."""
 
     def sample(self, snap: Snapshot, notes: Notes) -> None:
         text = _read(self.root, "proc/net/dev", notes, quiet_missing=False)
@@ -147,12 +156,14 @@ class NetDevSampler:
             flaps = _read(self.root, f"{base}/carrier_changes", notes)
             if flaps is not None and (count := parse_counter(flaps)) is not None:
                 snap.counters[(port, Counter("carrier_changes"))] = count
-            snap.links[port] = self._link(base, notes)
+            snap.links[port] = self._link(base, notes, self.speeds.get(name))
 
-    def _link(self, base: str, notes: Notes) -> Link:
+    def _link(self, base: str, notes: Notes, given_bps: float | None = None) -> Link:
         speed_text = _read(self.root, f"{base}/speed", notes)
         mbps = parse_net_speed(speed_text)
         speed = None if mbps is None else mbps * 1e6
+        if given_bps is not None:  # the user's rate wins: a kernel's figure for a virtual NIC is often a guess
+            speed = given_bps
         state = (_read(self.root, f"{base}/operstate", notes) or "").strip()
         if state == "up":
             up: bool | None = True
@@ -356,12 +367,17 @@ class GpuSampler:
 
 
 def default_samplers(
-    root: SysRoot, interfaces: Iterable[str] | None = None, *, gpus: bool = True, every_interface: bool = False
+    root: SysRoot,
+    interfaces: Iterable[str] | None = None,
+    *,
+    gpus: bool = True,
+    every_interface: bool = False,
+    link_speeds: Mapping[str, float] | None = None,
 ) -> list[Sampler]:
     """Every sampler that applies; ``interfaces`` limits the NICs (``None``: all but loopback and virtual
     ones, or all with ``every_interface``)."""
     samplers: list[Sampler] = [
-        NetDevSampler(root, interfaces, every=every_interface),
+        NetDevSampler(root, interfaces, every=every_interface, speeds=link_speeds),
         TcpSampler(root),
         RdmaSampler(root),
     ]

@@ -16,7 +16,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fabricscope.errors import UsageError
@@ -47,6 +47,8 @@ class MonitorConfig:
     """Network interfaces to watch; None: all but loopback and virtual ones (``all_interfaces``: all)."""
     all_interfaces: bool = False
     """Also watch loopback and the software devices of containers, bridges and tunnels."""
+    link_speeds: dict[str, float] = field(default_factory=dict)
+    """``--link-speed``: interface -> line rate in bits/s, for utilization where the kernel reports none."""
     gpus: bool = True
     """Sample GPUs through NVML where it is installed."""
     keep_records: bool = True
@@ -64,6 +66,7 @@ class MonitorConfig:
             "duration_s": self.duration_s,
             "interfaces": list(self.interfaces) if self.interfaces else None,
             "all_interfaces": self.all_interfaces,
+            "link_speeds": dict(self.link_speeds),
             "gpus": self.gpus,
         }
 
@@ -82,7 +85,13 @@ class Monitor:
         self.samplers = (
             list(samplers)
             if samplers is not None
-            else default_samplers(root, config.interfaces, gpus=config.gpus, every_interface=config.all_interfaces)
+            else default_samplers(
+                root,
+                config.interfaces,
+                gpus=config.gpus,
+                every_interface=config.all_interfaces,
+                link_speeds=config.link_speeds,
+            )
         )
         self.start_s: float | None = None
         self.last_interval: Interval | None = None
