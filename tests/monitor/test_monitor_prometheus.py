@@ -358,3 +358,71 @@ def _scrape(url: str) -> str:
 def test_textfile_needs_a_folder(tmp_path: Path) -> None:
     done = run_cli(["monitor", "--textfile", str(tmp_path / "nope"), "--duration", "1"], timeout=60)
     assert done.returncode == 2 and done.stderr.startswith("error: --textfile ") and "is not a folder" in done.stderr
+
+
+@pytest.mark.parametrize("exporter", [["--root", str(SEQUENCE / "t1"), "--no-gpu"]], indirect=True)
+def test_every_recording_rule_and_dashboard_query_returns_series_from_a_real_prometheus(
+    exporter: tuple[int, subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    """Issue 24: the recording rules pass promtool, and a real Prometheus scraping a real exporter (an
+    RoCE node's captured tree: NICs, an RDMA port with its line rate, TCP) evaluates every one of them and
+    every query of the Grafana dashboard to a non-empty result."""
+    from fabricscope.monitor.dashboard import grafana_dashboard
+    from fabricscope.monitor.rules import RECORDING_RULES, recording_rules
+
+    prometheus, promtool = need("prometheus"), need("promtool")
+    port, _ = exporter
+    recording, alerting = tmp_path / "recording.yml", tmp_path / "alerts.yml"
+    recording.write_text(recording_rules())
+    alerting.write_text(alert_rules())
+    done = subprocess.run([promtool, "check", "rules", str(recording), str(alerting)], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0 and f"SUCCESS: {len(RECORDING_RULES)} rules found" in done.stdout, done.stdout
+    web = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        f"rule_files:\n  - {recording}\n  - {alerting}\n"
+        "scrape_configs:\n  - job_name: fabricscope\n    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{port}']\n"
+    )
+    server = subprocess.Popen(
+        [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+         f"--web.listen-address=127.0.0.1:{web}", "--log.level=warn"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    api = f"http://127.0.0.1:{web}/api/v1"
+
+    def series(expr: str) -> list[object] | None:
+        try:
+            found = json.loads(get(f"{api}/query?query={urllib.parse.quote(expr)}"))["data"]["result"]
+        except OSError:
+            return None
+        return list(found) or None
+
+    try:
+        for name, _ in RECORDING_RULES:
+            wait_for(lambda name=name: series(name), 90, f"the recording rule {name}")
+        targets = [
+            t["expr"].replace("$instance", ".*")
+            for panel in grafana_dashboard()["panels"]
+            for t in panel.get("targets", [])
+        ]
+        assert len(targets) >= 10
+        empty = [expr for expr in targets if not series(expr)]
+        assert empty == [], empty
+    finally:
+        stop(server)
+
+
+def test_the_dashboard_plots_only_recorded_series_and_lists_the_alerts() -> None:
+    from fabricscope.monitor.dashboard import grafana_dashboard
+    from fabricscope.monitor.rules import RECORDING_RULES
+
+    dashboard = grafana_dashboard()
+    recorded = {name for name, _ in RECORDING_RULES}
+    plotted = {t["expr"].split("{")[0] for p in dashboard["panels"] for t in p.get("targets", [])}
+    assert plotted == recorded  # every recorded series is on a panel, and no panel plots anything else
+    assert [p["type"] for p in dashboard["panels"]].count("alertlist") == 1
+    assert json.loads(run_cli(["monitor", "--grafana-dashboard"]).stdout) == dashboard

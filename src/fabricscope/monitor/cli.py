@@ -31,6 +31,8 @@ examples:
   fabricscope monitor --serve 19400                     # Prometheus exporter on 127.0.0.1:19400
   fabricscope monitor --serve 0.0.0.0:19400 --record node.jsonl
   fabricscope monitor --alert-rules --utilization 85% > fabricscope-rules.yml
+  fabricscope monitor --recording-rules > fabricscope-recording.yml
+  fabricscope monitor --grafana-dashboard > fabricscope-dashboard.json   # Grafana: Dashboards > Import
 
 With a command after '--' the command's output passes through, the summary and verdict
 go to stderr, and the exit status is the command's (127 not found, 126 not executable,
@@ -89,6 +91,16 @@ def add_parser(subparsers: SubParsers) -> None:
         help="write DIR/fabricscope.prom every interval (atomically) for node_exporter's textfile collector",
     )
     parser.add_argument("--alert-rules", action="store_true", help="print Prometheus alerting rules and exit")
+    parser.add_argument(
+        "--recording-rules",
+        action="store_true",
+        help="print Prometheus recording rules (throughput, utilization, errors, congestion) and exit",
+    )
+    parser.add_argument(
+        "--grafana-dashboard",
+        action="store_true",
+        help="print a Grafana dashboard (JSON) of the recording rules' series and the alerts, and exit",
+    )
     add_save_options(parser)
     rules = parser.add_argument_group("alert rules (with --alert-rules)")
     rules.add_argument(
@@ -139,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     command = list(args.command or [])
     if command and command[0] == "--":
         command = command[1:]
-    if args.alert_rules:
+    if args.alert_rules or args.recording_rules or args.grafana_dashboard:
         return _print_rules(args, command)
     if args.command and not command:
         raise UsageError("nothing after '--': give the command to run and watch")
@@ -152,12 +164,36 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_rules(args: argparse.Namespace, command: list[str]) -> int:
-    from fabricscope.monitor.rules import AlertThresholds, alert_rules
+    from fabricscope.monitor.rules import AlertThresholds, alert_rules, recording_rules
 
+    asked = [
+        flag
+        for flag, on in (
+            ("--alert-rules", args.alert_rules),
+            ("--recording-rules", args.recording_rules),
+            ("--grafana-dashboard", args.grafana_dashboard),
+        )
+        if on
+    ]
+    if len(asked) > 1:
+        raise UsageError(f"{' and '.join(asked)} each print one file: give one of them")
     if command or args.json or args.record or args.serve or args.textfile or wants_save(args):
         raise UsageError(
-            "--alert-rules only prints the rules: it takes no command, --json, --record, --serve, --textfile or --save"
+            f"{asked[0]} only prints a file: it takes no command, --json, --record, --serve, --textfile or --save"
         )
+    if args.recording_rules or args.grafana_dashboard:
+        given_thresholds = [flag for flag, dest in _RULE_FLAGS if getattr(args, dest) is not None]
+        if given_thresholds:
+            raise UsageError(f"{', '.join(given_thresholds)} set the thresholds of --alert-rules, not of {asked[0]}")
+        if args.recording_rules:
+            sys.stdout.write(recording_rules())
+        else:
+            import json
+
+            from fabricscope.monitor.dashboard import grafana_dashboard
+
+            sys.stdout.write(json.dumps(grafana_dashboard(), indent=1) + "\n")
+        return 0
     given = {"retrans_ratio": args.retrans_ratio, "utilization": args.utilization}
     given.update(for_s=args.for_, window_s=args.window)
     thresholds = AlertThresholds(**{key: value for key, value in given.items() if value is not None})

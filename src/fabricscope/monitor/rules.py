@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from fabricscope.errors import UsageError
 
-__all__ = ["AlertThresholds", "alert_rules", "promql_duration"]
+__all__ = ["RECORDING_RULES", "AlertThresholds", "alert_rules", "promql_duration", "recording_rules"]
 
 _HW_ERRORS = "out_of_sequence|packet_seq_err|local_ack_timeout_err|rnr_nak_retry_err|out_of_buffer|roce_adp_retrans"
 
@@ -158,4 +158,71 @@ def alert_rules(t: AlertThresholds | None = None) -> str:
     ]
     for rule in rules:
         lines += rule
+    return "\n".join(lines) + "\n"
+
+
+RECORDING_RULES: tuple[tuple[str, str], ...] = (
+    # Throughput from the byte counters (rate(): every byte counts, whatever the scrape interval).
+    ("fabricscope:net_receive_bytes:rate5m", "rate(fabricscope_net_receive_bytes_total[5m])"),
+    ("fabricscope:net_transmit_bytes:rate5m", "rate(fabricscope_net_transmit_bytes_total[5m])"),
+    ("fabricscope:rdma_receive_bytes:rate5m", "rate(fabricscope_rdma_receive_bytes_total[5m])"),
+    ("fabricscope:rdma_transmit_bytes:rate5m", "rate(fabricscope_rdma_transmit_bytes_total[5m])"),
+    # Per node, both directions: NICs and RDMA ports apart (RoCE's bytes may also be in its NIC's counters).
+    (
+        "fabricscope:node_net_bytes:rate5m",
+        "sum by (instance) (rate(fabricscope_net_receive_bytes_total[5m]))"
+        " + sum by (instance) (rate(fabricscope_net_transmit_bytes_total[5m]))",
+    ),
+    (
+        "fabricscope:node_rdma_bytes:rate5m",
+        "sum by (instance) (rate(fabricscope_rdma_receive_bytes_total[5m]))"
+        " + sum by (instance) (rate(fabricscope_rdma_transmit_bytes_total[5m]))",
+    ),
+    # Utilization where the line rate is known: the busier direction (rx where it is above tx, else tx)
+    # over the line rate.
+    (
+        "fabricscope:net_utilization:ratio5m",
+        "(rate(fabricscope_net_receive_bytes_total[5m]) > rate(fabricscope_net_transmit_bytes_total[5m])"
+        " or rate(fabricscope_net_transmit_bytes_total[5m])) / on (instance, device)"
+        " fabricscope_net_link_speed_bytes_per_second",
+    ),
+    (
+        "fabricscope:rdma_utilization:ratio5m",
+        "(rate(fabricscope_rdma_receive_bytes_total[5m]) > rate(fabricscope_rdma_transmit_bytes_total[5m])"
+        " or rate(fabricscope_rdma_transmit_bytes_total[5m])) / on (instance, device, port)"
+        " fabricscope_rdma_link_speed_bytes_per_second",
+    ),
+    # Errors and congestion.
+    ("fabricscope:rdma_port_errors:increase5m", "increase(fabricscope_rdma_port_errors_total[5m])"),
+    (
+        "fabricscope:rdma_transport_events:rate5m",
+        "rate(fabricscope_rdma_hw_counter_total"
+        f'{{counter=~"{_HW_ERRORS}|np_cnp_sent|rp_cnp_handled|np_ecn_marked_roce_packets"}}[5m])',
+    ),
+    ("fabricscope:rdma_transmit_wait:rate5m", "rate(fabricscope_rdma_transmit_wait_ticks_total[5m])"),
+    (
+        "fabricscope:net_errors:increase5m",
+        "increase(fabricscope_net_receive_errors_total[5m]) + increase(fabricscope_net_transmit_errors_total[5m])"
+        " + increase(fabricscope_net_receive_drops_total[5m])",
+    ),
+    (
+        "fabricscope:tcp_retransmission:ratio5m",
+        "rate(fabricscope_tcp_retransmitted_segments_total[5m]) / rate(fabricscope_tcp_sent_segments_total[5m])",
+    ),
+)
+"""Recording rules ``level:metric:operations`` (Prometheus' naming practice), one home for the dashboard's queries."""
+
+
+def recording_rules() -> str:
+    """The recording-rules file text (``monitor --recording-rules``)."""
+    lines = [
+        "# Prometheus recording rules for fabricscope's exporter (fabricscope monitor --serve or --textfile).",
+        "# Load with rule_files: in prometheus.yml; check with: promtool check rules FILE",
+        "# The Grafana dashboard (fabricscope monitor --grafana-dashboard) plots these series.",
+        "groups:",
+        "  - name: fabricscope-recording",
+        "    rules:",
+    ]
+    for name, expr in RECORDING_RULES:
+        lines += [f"      - record: {name}", f"        expr: {json.dumps(expr)}"]
     return "\n".join(lines) + "\n"
