@@ -179,7 +179,8 @@ def _print_rules(args: argparse.Namespace, command: list[str]) -> int:
         raise UsageError(f"{' and '.join(asked)} each print one file: give one of them")
     if command or args.json or args.record or args.serve or args.textfile or wants_save(args):
         raise UsageError(
-            f"{asked[0]} only prints a file: it takes no command, --json, --record, --serve, --textfile or --save"
+            f"{asked[0]} only prints the {'dashboard' if args.grafana_dashboard else 'rules'}: it takes no command, "
+            "--json, --record, --serve, --textfile or --save"
         )
     if args.recording_rules or args.grafana_dashboard:
         given_thresholds = [flag for flag, dest in _RULE_FLAGS if getattr(args, dest) is not None]
