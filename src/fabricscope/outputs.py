@@ -31,6 +31,7 @@ __all__ = [
     "OutputConfig",
     "SaveRequest",
     "atomic_write_text",
+    "check_output_folder",
     "check_output_path",
     "check_outputs",
     "claim_stdout",
@@ -253,6 +254,42 @@ def check_output_path(flag: str, path: str, *, inputs: Iterable[str | os.PathLik
         raise UsageError(f"{flag} {shown}: cannot create a file in {folder} ({exc.strerror or exc})") from None
     with contextlib.suppress(OSError):
         os.unlink(probe)
+
+
+def check_output_folder(
+    flag: str, folder: str, *, probe: str, make: bool, what: str, others: Iterable[str] = ()
+) -> None:
+    """Refuse, before any work, an output folder that cannot take the files a command writes there.
+
+    ``folder`` must be a folder (with ``make``, one that can be made), must not hold any of ``others``
+    (the command's inputs and other outputs), and the file ``probe`` in it must pass
+    :func:`check_output_path` (so a FIFO, a folder or a read-only file of that name is refused, and the
+    folder must be writable).  ``what`` says in an error what the folder is for.
+    """
+    if not folder.strip():
+        raise UsageError(f"{flag} needs a folder name, got an empty one")
+    shown = cut(folder)
+    try:
+        info: os.stat_result | None = os.stat(folder)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise UsageError(f"{flag} {shown}: name too long ({len(folder)} characters)") from None
+        info = None
+    if (info is None and os.path.lexists(folder)) or (info is not None and not stat.S_ISDIR(info.st_mode)):
+        raise UsageError(f"{flag} {shown} exists and is not a folder: give a folder for {what}")
+    if info is None:
+        if not make:
+            raise UsageError(f"{flag} {shown} is not a folder: give an existing folder for {what}")
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"{flag} {shown}: cannot make the folder ({exc.strerror or exc})") from None
+    for other in others:
+        if other and os.path.lexists(other) and _same_file(os.path.dirname(os.path.abspath(other)), folder):
+            raise UsageError(
+                f"{flag} {shown} holds {cut(other)}, which this command reads or writes: use another folder"
+            )
+    check_output_path(flag, os.path.join(folder, probe))
 
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"

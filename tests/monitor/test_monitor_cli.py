@@ -354,7 +354,9 @@ def test_a_link_speed_given_for_an_interface_without_one_gives_its_utilization(t
 @pytest.mark.parametrize(
     ("value", "message"),
     [("eth0", "--link-speed takes IF=RATE items"), ("eth0=400", "give a rate with its decimal prefix"),
-     ("=25G", "--link-speed takes IF=RATE items"), ("eth0=-5G", "--link-speed")],
+     ("=25G", "--link-speed takes IF=RATE items"), ("eth0=-5G", "--link-speed"),
+     ("e" * 5000 + "=1G", "is not an interface name"), ("eth0=" + "9" * 400 + "G", "too many digits"),
+     ("eth0=²G", "give a rate with its decimal prefix")],
 )  # fmt: skip
 def test_a_bad_link_speed_is_one_line(value: str, message: str) -> None:
     result = monitor("--link-speed", value, "--duration", "1")

@@ -355,9 +355,25 @@ def _scrape(url: str) -> str:
         return ""
 
 
-def test_textfile_needs_a_folder(tmp_path: Path) -> None:
-    done = run_cli(["monitor", "--textfile", str(tmp_path / "nope"), "--duration", "1"], timeout=60)
-    assert done.returncode == 2 and done.stderr.startswith("error: --textfile ") and "is not a folder" in done.stderr
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [("nope", "is not a folder"), ("fifo", "exists and is not a folder"), ("zero", "exists and is not a folder"),
+     ("a" * 5000, "name too long"), ("", "needs a folder name"), ("busy", "is a FIFO"),
+     ("in", "which this command reads or writes")],
+)  # fmt: skip
+def test_textfile_needs_a_folder_it_can_write_in(tmp_path: Path, name: str, message: str) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    (tmp_path / "busy").mkdir()
+    os.mkfifo(tmp_path / "busy" / "fabricscope.prom")  # the file it would write: a FIFO
+    (tmp_path / "in").mkdir()
+    args = ["monitor", "--textfile", str(tmp_path / name) if name else "", "--duration", "1"]
+    if name == "in":
+        args += ["--json", str(tmp_path / "in" / "m.json")]
+        (tmp_path / "in" / "m.json").write_text("{}")
+    done = run_cli(args, timeout=60)
+    assert done.returncode == 2 and done.stderr.startswith("error: --textfile ") and message in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1
 
 
 @pytest.mark.parametrize("exporter", [["--root", str(SEQUENCE / "t1"), "--no-gpu"]], indirect=True)

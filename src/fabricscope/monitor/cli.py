@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -224,7 +225,17 @@ def _watch(args: argparse.Namespace, command: list[str]) -> int:
     inputs = [args.root] if os.path.realpath(args.root) != "/" else []
     check_outputs([("--json", args.json), ("--record", args.record)], inputs=inputs)
     if args.textfile is not None:
-        _check_textfile_folder(args.textfile)
+        from fabricscope.monitor.exporter import TEXTFILE_NAME
+        from fabricscope.outputs import check_output_folder
+
+        check_output_folder(
+            "--textfile",
+            args.textfile,
+            probe=TEXTFILE_NAME,
+            make=False,
+            what="node_exporter's textfile collector (its --collector.textfile.directory)",
+            others=[p for p in (args.json, args.record) if p],
+        )
     serve = None
     if args.serve is not None:
         from fabricscope.monitor.exporter import parse_serve
@@ -297,20 +308,8 @@ def _run_watch(monitor: Any, out: Any, command: list[str]) -> int:
             signal.signal(sig, handler)
 
 
-def _check_textfile_folder(folder: str) -> None:
-    """``--textfile DIR`` names a folder that exists and can be written (the collector's directory)."""
-    import os
-
-    from fabricscope.shown import cut
-
-    if not folder.strip():
-        raise UsageError("--textfile needs a folder name, got an empty one")
-    if not os.path.isdir(folder):
-        raise UsageError(
-            f"--textfile {cut(folder)} is not a folder: give node_exporter's --collector.textfile.directory"
-        )
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise UsageError(f"--textfile {cut(folder)}: this user cannot write in it")
+_INTERFACE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
+"""A Linux interface name: at most IFNAMSIZ - 1 = 15 characters."""
 
 
 def _link_speeds(text: str | None) -> dict[str, float]:
@@ -325,5 +324,10 @@ def _link_speeds(text: str | None) -> dict[str, float]:
         name, sign, rate = item.partition("=")
         if not sign or not name.strip() or not rate.strip():
             raise UsageError(f"--link-speed takes IF=RATE items, like eth0=25G or ib0=200Gb/s; got {quoted(item, 40)}")
+        if not _INTERFACE_NAME.fullmatch(name.strip()):
+            raise UsageError(
+                f"--link-speed {quoted(name.strip(), 40)} is not an interface name: Linux's are 1 to 15 letters, "
+                "digits, '.', '_', ':', '@' or '-'"
+            )
         speeds[name.strip()] = parse_rate(rate.strip(), what=f"--link-speed {quoted(name.strip(), 40)}")
     return speeds

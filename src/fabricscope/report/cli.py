@@ -7,7 +7,6 @@ import time; matplotlib and the store are imported by :func:`run`.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
@@ -78,40 +77,17 @@ def _legend(found: Any) -> str:
     return f"{found.source} ({label})" if label else str(found.source)
 
 
-def _check_png_folder(folder: str, others: list[str], check_output_path: Any) -> None:
-    """Before any work: ``--png`` names a folder that exists or can be made, holding no input or -o file."""
-    from fabricscope.shown import cut
-
-    if folder == "":
-        raise UsageError("--png needs a folder name")
-    shown = cut(folder)
-    if os.path.lexists(folder) and not os.path.isdir(folder):
-        raise UsageError(f"--png {shown} exists and is not a folder: give a folder for the PNG files")
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--png {shown}: cannot make the folder ({exc.strerror or exc})") from None
-    for other in others:
-        if (
-            other
-            and os.path.lexists(other)
-            and os.path.realpath(os.path.dirname(os.path.abspath(other))) == (os.path.realpath(folder))
-        ):
-            raise UsageError(
-                f"--png {shown} holds {cut(other)}, which this command reads or writes: use another folder"
-            )
-    check_output_path("--png", os.path.join(folder, "busbw.png"))
-
-
 def run(args: argparse.Namespace) -> int:
-    from fabricscope.outputs import check_output_path, check_outputs
+    from fabricscope.outputs import check_output_folder, check_outputs
     from fabricscope.store import baselines, runs
     from fabricscope.store.history import History
 
     inputs = list(args.runs) + ([args.predict] if args.predict else [])
     check_outputs([("-o", args.output)], inputs=inputs)
     if args.png is not None:
-        _check_png_folder(args.png, [*inputs, args.output], check_output_path)
+        check_output_folder(
+            "--png", args.png, probe="busbw.png", make=True, what="the PNG files", others=[*inputs, args.output]
+        )
     peak = args.peak / 8e9 if args.peak is not None else None
     loaded = []
     for text in args.runs:
