@@ -442,3 +442,24 @@ def test_the_dashboard_plots_only_recorded_series_and_lists_the_alerts() -> None
     assert plotted == recorded  # every recorded series is on a panel, and no panel plots anything else
     assert [p["type"] for p in dashboard["panels"]].count("alertlist") == 1
     assert json.loads(run_cli(["monitor", "--grafana-dashboard"]).stdout) == dashboard
+
+
+def test_a_textfile_that_stops_fitting_is_said_once_and_the_watching_goes_on(tmp_path: Path) -> None:
+    """A full disk under --textfile ends neither the watching nor the job: said once; without a command the
+    exit is 1 (the monitor's own output failed), with one it is the command's."""
+    from helpers import small_tmpfs
+
+    with small_tmpfs(tmp_path / "tiny", "4k") as folder:
+        (folder / "fill").write_bytes(bytes(3000))
+        alone = run_cli(["monitor", "--interval", "0.2", "--duration", "1.5", "--no-gpu", "--textfile", str(folder)])
+        assert alone.returncode == 1, alone.stderr
+        said = [line for line in alone.stderr.splitlines() if "No space left on device" in line]
+        assert len(said) == 2 and "--textfile stops here, the watching goes on" in said[0], alone.stderr
+        assert (
+            said[1]
+            == f"error: --textfile stopped early: cannot write {folder}/fabricscope.prom: No space left on device"
+        )
+        job = run_cli(["monitor", "--interval", "0.2", "--no-gpu", "--textfile", str(folder), "--",
+                       sys.executable, "-c", "import time; time.sleep(1); raise SystemExit(3)"])  # fmt: skip
+        assert job.returncode == 3, job.stderr
+        assert sorted(p.name for p in folder.iterdir()) == ["fill"]  # no torn or temporary file left

@@ -61,6 +61,8 @@ class Outputs:
         self.recorder: Any = None
         self.record_error: str | None = None
         """Why ``--record`` stopped mid-run (a full disk): said once; the watching goes on."""
+        self.textfile_error: str | None = None
+        """Why ``--textfile`` stopped mid-run: said once; the watching goes on (as for ``--record``)."""
         self.live: Any = None
         if serve is not None:
             from fabricscope.monitor.exporter import Exporter
@@ -160,9 +162,12 @@ class Outputs:
             sys.stderr.flush()
         elif problem is not None:
             raise problem
-        if self.record_error is not None and command_status is None:
+        if command_status is None:
             # No command to speak for: the monitor's own output failed, and its exit code says so.
-            raise RunError(f"--record stopped early: {self.record_error}")
+            if self.record_error is not None:
+                raise RunError(f"--record stopped early: {self.record_error}")
+            if self.textfile_error is not None:
+                raise RunError(f"--textfile stopped early: {self.textfile_error}")
 
     def _record(self, write: Any) -> None:
         """One write to the recording; a failure (a full disk) stops the recording, not the monitor
@@ -205,6 +210,7 @@ class Outputs:
                 self.textfile.update(reading, len(self.monitor.notes.said))
             except FabricscopeError as exc:  # a full disk must not end the watching (or the job)
                 self.textfile = None
+                self.textfile_error = str(exc)
                 sys.stderr.write(f"fabricscope monitor: error: {exc}; --textfile stops here, the watching goes on\n")
                 sys.stderr.flush()
 
