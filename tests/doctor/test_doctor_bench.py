@@ -147,7 +147,8 @@ def test_a_pairs_run_that_wrote_nothing_is_a_failure_that_says_why() -> None:
     from fabricscope.doctor.fleet_pairs import pairs_findings
 
     found = pairs_findings(None, 1, "error: rank 2 (pid 7 on n2) stopped responding", by="node")
-    assert found.severity.label == "fail"
+    assert found.severity.label == "fail" and found.subject == "links between the fleet's nodes"
+    assert pairs_findings(None, 1, "", by="rank").subject == "links between the fleet's ranks"
     assert found.observed == "the pairs run did not complete (exit 1): error: rank 2 (pid 7 on n2) stopped responding"
     killed = pairs_findings({"status": "failed", "error": "rank 1 died"}, None, "", by="node")
     assert killed.observed == "the pairs run did not complete (timed out): rank 1 died"

@@ -128,9 +128,9 @@ def pairs_findings(result: Mapping[str, Any] | None, code: int | None, tail: str
         return finding(
             ID,
             Severity.FAIL,
-            "links between the fleet's nodes",
+            f"links between the fleet's {'nodes' if by == 'node' else 'ranks'}",
             f"the pairs run did not complete ({why}): {detail}",
-            "every pair of nodes tested",
+            f"every pair of {'nodes' if by == 'node' else 'ranks'} tested",
             "run fabricscope pairs --by node under the same launcher to see which node fails: a node that hangs or "
             "fails here fails training's collectives the same way",
         )
