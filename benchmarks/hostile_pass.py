@@ -111,6 +111,8 @@ def _runs(tmp: Path) -> list[tuple[str, list[str], dict[str, str], str]]:
         "hw-show": lambda f: ["hw", "show", f],
         "plan-cluster": lambda f: ["plan", "--model", "llama-7b", "--gpus", "64", "--cluster", f],
         "baseline-set": lambda f: ["baseline", "set", "b", f],
+        "monitor-textfile": lambda f: ["monitor", "--textfile", f, "--duration", "0.3", "--interval", "0.1"],
+        "report-png": lambda f: ["report", str(LOG), "--png", f, "-o", str(tmp / "r.html")],
     }
     for command, make in readers.items():
         for kind, path in files.items():
@@ -143,6 +145,8 @@ def _runs(tmp: Path) -> list[tuple[str, list[str], dict[str, str], str]]:
             ["plan", "--model", "llama-7b", "--gpus", value],
             ["monitor", "--interval", value, "--duration", "0.3"],
             ["monitor", "--serve", value, "--duration", "0.3"],
+            ["monitor", "--link-speed", f"eth0={value}G", "--duration", "0.3"],
+            ["bench", "-m", value, "-e", "1K", "--nproc", "2"],
             ["doctor", "--root", str(TREE), "-T", value, "--nproc", "2"],
             ["dataload", str(LOG), "--duration", value],
             ["history", "--since", value],
