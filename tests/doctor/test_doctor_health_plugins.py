@@ -24,7 +24,7 @@ FAULTY = str(FIXTURES / "host-faults-8gpu")
     ("tree", "oneline_code", "npd_code", "start"),
     [
         ("healthy-ib-8gpu", 0, 0, "OK on gpu-node-01: "),
-        ("host-faults-8gpu", 2, 1, "FAIL (12 fail, 9 warn) "),
+        ("host-faults-8gpu", 2, 1, "FAIL (12 fail, 10 warn) "),
         ("roce-4gpu", 2, 1, "FAIL (1 fail, 8 warn) nccl.socket_ifname"),
     ],
 )

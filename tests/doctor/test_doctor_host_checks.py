@@ -37,6 +37,7 @@ NEW = (
     "gpu.pcie_replay",
     "nic.irq_affinity",
     "pcie.acs",
+    "pcie.retrain",
 )
 
 
@@ -84,6 +85,13 @@ def _one(check: str, subject: str) -> tuple[Severity, str, str]:
             Severity.WARN,
             "ACSCtl SrcValid ReqRedir CmpltRedir UpstreamFwd (0x1d)",
             "ECAP_ACS+0x6.w=0000",
+        ),
+        (
+            "pcie.retrain",
+            "switch downstream port 0000:39:00.0 (above mlx5_2 (0000:3a:00.0))",
+            Severity.WARN,
+            "LnkSta x16 at 32 GT/s, BWMgmt+: the link retrained since the bit was last cleared",
+            "setpci -s 0000:39:00.0 CAP_EXP+0x12.w=0x4000",
         ),
         (
             "nic.irq_affinity",
@@ -204,6 +212,57 @@ def test_acs_control_is_read_from_the_extended_capabilities() -> None:
     loop = bytearray(space)
     loop[0x180:0x184] = (0x0002 | 1 << 16 | 0x100 << 20).to_bytes(4, "little")  # a pointer back: no ACS, no hang
     assert parse_acs_control(bytes(loop)) is None
+
+
+def _express_space(port_type: int, control: int, status: int, size: int = 4096) -> bytes:
+    """A configuration space whose capability list holds power management at 0x40, then PCI Express at 0x68."""
+    space = bytearray(size)
+    space[0x06], space[0x34] = 0x10, 0x40
+    space[0x40:0x42] = bytes((0x01, 0x68))
+    space[0x68:0x6A] = bytes((0x10, 0x00))
+    space[0x6A:0x6C] = (0x2 | port_type << 4).to_bytes(2, "little")
+    space[0x78:0x7A] = control.to_bytes(2, "little")
+    space[0x7A:0x7C] = status.to_bytes(2, "little")
+    return bytes(space)
+
+
+def test_the_link_registers_are_read_from_the_pci_express_capability() -> None:
+    from fabricscope.doctor.probes.pci import parse_bridge_config
+
+    config = parse_bridge_config(_express_space(6, 0x0040, 0x7104))
+    assert (config.port_type, config.link_control, config.link_status, config.acs_control) == (6, 0x40, 0x7104, None)
+    assert parse_bridge_config(_express_space(6, 0x40, 0x7104)[:64]).link_status is None  # not root: 64 bytes
+    loop = bytearray(_express_space(4, 0, 0))
+    loop[0x40:0x42] = bytes((0x01, 0x40))  # a capability that points at itself: no PCI Express, no hang
+    assert parse_bridge_config(bytes(loop)).port_type is None
+    no_list = bytearray(_express_space(4, 0, 0))
+    no_list[0x06] = 0  # the Status register says there is no capability list
+    assert parse_bridge_config(bytes(no_list)).port_type is None
+
+
+@pytest.mark.parametrize(
+    ("port_type", "control", "status", "severity"),
+    [
+        (6, 0x0040, 0x7104, Severity.WARN),  # BWMgmt+ on a switch downstream port
+        (4, 0x0040, 0x3104, Severity.OK),  # BWMgmt- on a root port
+        (4, 0x0440, 0x7104, Severity.INFO),  # the kernel's bandwidth controller has the port (BWInt+)
+        (5, 0x0040, 0x7104, None),  # an upstream port: the bit is Reserved there, not judged
+    ],
+)
+def test_a_retrained_link_is_judged_by_port_type_and_owner(port_type, control, status, severity) -> None:
+    from dataclasses import replace
+
+    from fabricscope.doctor.checks.pcie import PcieRetrain
+    from fabricscope.doctor.expect import Expectations
+    from fabricscope.doctor.probes.pci import parse_bridge_config
+
+    node = run_fixture("healthy-ib-8gpu").node
+    planted = parse_bridge_config(_express_space(port_type, control, status))
+    found = PcieRetrain().run(replace(node, bridge_config={"0000:17:01.0": planted}), Expectations())
+    assert [f.severity for f in found] == ([] if severity is None else [severity])
+    if severity is not None:
+        assert found[0].subject.endswith("0000:17:01.0 (above GPU 0000:19:00.0)")
+        assert "x16 at 16 GT/s" in found[0].observed
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ __all__ = [
     "DISTANCES",
     "Aer",
     "Anomaly",
+    "BridgeConfig",
     "Gid",
     "Gpu",
     "GpuDirect",
@@ -56,6 +57,21 @@ class PcieLink:
     def capable_width(self) -> int | None:
         values = [v for v in (self.max_width, self.upstream_max_width) if v is not None]
         return min(values) if values else None
+
+
+@dataclass(frozen=True, slots=True)
+class BridgeConfig:
+    """The registers the doctor reads from a bridge's PCI configuration space (as ``lspci -vvv`` decodes them)."""
+
+    acs_control: int | None
+    """The ACS Control register (ACSCtl); None when the bridge has no ACS capability."""
+    port_type: int | None = None
+    """The PCI Express Capabilities register's Device/Port Type: 4 root port, 5 switch upstream port, 6 switch
+    downstream port; None without a PCI Express capability."""
+    link_control: int | None = None
+    """Link Control (LnkCtl)."""
+    link_status: int | None = None
+    """Link Status (LnkSta): current speed and width, and the bandwidth-management bits."""
 
 
 def _min(a: float | None, b: float | None) -> float | None:
@@ -336,9 +352,9 @@ class Node:
     """NVIDIA Xid errors in the kernel log; None when no kernel log could be read."""
     kernel_log: str = ""
     """Where the kernel log came from (``/dev/kmsg``, a capture's ``dmesg``), or why it could not be read."""
-    acs: dict[str, int | None] = field(default_factory=dict)
-    """The ACS Control register of the bridges above GPUs and NICs, by address; None where it cannot be read
-    (not root: the configuration space past 64 bytes is root's) or the bridge has no ACS."""
+    bridge_config: dict[str, BridgeConfig] = field(default_factory=dict)
+    """What the configuration space of each bridge above GPUs and NICs holds, by address; a bridge whose space
+    cannot be read (not root: the space past 64 bytes is root's) is left out."""
     numa_cpus: dict[int, frozenset[int]] = field(default_factory=dict)
     """The CPUs of each NUMA node (``/sys/devices/system/node/node<N>/cpulist``)."""
     cuda_driver: str | None = None

@@ -40,7 +40,7 @@ from fabricscope.doctor.checks.nic import (
     NicPresent,
     NicSpeed,
 )
-from fabricscope.doctor.checks.pcie import PcieAcs, PcieAer, PcieLinkCheck, PcieSlot, PcieUplink
+from fabricscope.doctor.checks.pcie import PcieAcs, PcieAer, PcieLinkCheck, PcieRetrain, PcieSlot, PcieUplink
 from fabricscope.doctor.checks.rdma import (
     RdmaDevNodes,
     RdmaEcn,
@@ -92,6 +92,7 @@ CHECKS: tuple[Check, ...] = (
     PcieUplink(),
     PcieAer(),
     PcieAcs(),
+    PcieRetrain(),
     GpuCount(),
     GpuXid(),
     GpuEcc(),

@@ -20,7 +20,17 @@ from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import Node, PciDevice, PcieLink
 from fabricscope.kernel_text import pcie_generation
 
-__all__ = ["ACS_BITS", "PcieAcs", "PcieAer", "PcieLinkCheck", "PcieSlot", "PcieUplink", "linked_devices"]
+__all__ = [
+    "ACS_BITS",
+    "PcieAcs",
+    "PcieAer",
+    "PcieLinkCheck",
+    "PcieRetrain",
+    "PcieSlot",
+    "PcieUplink",
+    "bridges_above",
+    "linked_devices",
+]
 
 _FIX = "reseat the card, check the riser or retimer, and the BIOS slot settings (lspci -vv shows LnkSta)"
 _SLOW = f"the link trained below what device and slot support: {_FIX}"
@@ -50,6 +60,18 @@ def linked_devices(node: Node, expect: Expectations) -> list[_Linked]:
         if nic.pci and nic.pci in node.pci:
             found.setdefault(nic.pci, _Linked(f"{nic.name} ({nic.pci})", node.pci[nic.pci], False, None))
     return list(found.values())
+
+
+def bridges_above(node: Node, expect: Expectations) -> dict[str, str]:
+    """Each bridge above a GPU or compute NIC, with the subject its findings name: ``bridge <addr> (above ...)``."""
+    below: dict[str, list[str]] = {}
+    for item in linked_devices(node, expect):
+        for bridge in item.device.bridges:
+            below.setdefault(bridge, []).append(item.label)
+    return {
+        bridge: f"bridge {bridge} (above {', '.join(devices[:3])}{', ...' if len(devices) > 3 else ''})"
+        for bridge, devices in below.items()
+    }
 
 
 def _below(current: float | None, best: float | None) -> bool:
@@ -208,15 +230,9 @@ class PcieAer(Check):
         return bool(node.aer)
 
     def run(self, node: Node, expect: Expectations) -> list[Finding]:
-        subjects: dict[str, str] = {}
-        below: dict[str, list[str]] = {}
-        for item in linked_devices(node, expect):
-            subjects[item.device.address] = item.label
-            for bridge in item.device.bridges:
-                below.setdefault(bridge, []).append(item.label)
-        for bridge, devices in below.items():
-            more = ", ..." if len(devices) > 3 else ""
-            subjects.setdefault(bridge, f"bridge {bridge} (above {', '.join(devices[:3])}{more})")
+        subjects = {item.device.address: item.label for item in linked_devices(node, expect)}
+        for bridge, subject in bridges_above(node, expect).items():
+            subjects.setdefault(bridge, subject)
         findings = []
         clean = 0
         for address, subject in subjects.items():
@@ -301,20 +317,16 @@ class PcieAcs(Check):
     reads = "sys/bus/pci/devices/<bridge>/config (the ACS extended capability; as root), fabricscope-capture/pci-config"
 
     def applies(self, node: Node, expect: Expectations) -> bool:
-        return any(value is not None for value in node.acs.values())
+        return any(config.acs_control is not None for config in node.bridge_config.values())
 
     def run(self, node: Node, expect: Expectations) -> list[Finding]:
-        above: dict[str, list[str]] = {}
-        for item in linked_devices(node, expect):
-            for bridge in item.device.bridges:
-                above.setdefault(bridge, []).append(item.label)
         findings = []
-        for bridge, devices in above.items():
-            control = node.acs.get(bridge)
+        for bridge, subject in bridges_above(node, expect).items():
+            config = node.bridge_config.get(bridge)
+            control = None if config is None else config.acs_control
             if control is None:
                 continue
             names = [name for bit, name in ACS_BITS.items() if control & bit] or ["off"]
-            subject = f"bridge {bridge} (above {', '.join(devices[:3])}{', ...' if len(devices) > 3 else ''})"
             if not control & _REDIRECTS:
                 findings.append(self.finding(Severity.OK, subject, f"ACSCtl {' '.join(names)}"))
                 continue
@@ -330,3 +342,73 @@ class PcieAcs(Check):
                 )
             )
         return findings
+
+
+_DOWNSTREAM_PORTS = {4: "root port", 6: "switch downstream port"}
+"""Port types whose Link Status carries the bandwidth-management bits (Reserved on endpoints and upstream ports)."""
+_LBMS = 0x4000
+"""Link Status: Link Bandwidth Management Status (``lspci``'s BWMgmt+)."""
+_LBMIE = 0x0400
+"""Link Control: Link Bandwidth Management Interrupt Enable: the kernel's bandwidth controller takes the bit."""
+
+
+class PcieRetrain(Check):
+    """Links above GPUs and NICs that retrained on their own (Link Status LBMS).
+
+    A root or switch downstream port sets Link Bandwidth Management Status
+    when its link retrained after software asked, or when the hardware changed
+    the link's speed or width "to attempt to correct unreliable link
+    operation" (PCIe base spec, Link Status register).  Since the Linux change
+    "PCI: Clear LBMS after a manual retrain" (2024, backported to 6.5+ stable
+    kernels) the kernel clears the bit after its own retrains, so a set bit is
+    the hardware's: a marginal slot, riser or retimer, the link coming back
+    slower or narrower and erroring while it trains.  Older kernels also leave it
+    set after a retrain they asked for at boot, hence the advice to clear it
+    and look again.  When the kernel's bandwidth controller has the port
+    (Link Control LBMIE on), it clears the bit as it is set: nothing to read.
+    """
+
+    id = "pcie.retrain"
+    title = "No link above a GPU or NIC retrained on its own"
+    reads = "sys/bus/pci/devices/<bridge>/config (the PCI Express capability's LnkCtl and LnkSta; as root)"
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return any(config.link_status is not None for config in node.bridge_config.values())
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        findings = []
+        for bridge, subject in bridges_above(node, expect).items():
+            config = node.bridge_config.get(bridge)
+            if config is None or config.link_status is None or config.port_type not in _DOWNSTREAM_PORTS:
+                continue
+            port = f"{_DOWNSTREAM_PORTS[config.port_type]} {subject.removeprefix('bridge ')}"
+            status = config.link_status
+            shown = f"LnkSta x{(status >> 4) & 0x3F} at {_GTS.get(status & 0xF, '?')} GT/s"
+            if config.link_control is not None and config.link_control & _LBMIE:
+                findings.append(
+                    self.finding(
+                        Severity.INFO,
+                        port,
+                        f"{shown}; the kernel's bandwidth controller clears BWMgmt as it is set (LnkCtl BWInt+)",
+                    )
+                )
+            elif status & _LBMS:
+                findings.append(
+                    self.finding(
+                        Severity.WARN,
+                        port,
+                        f"{shown}, BWMgmt+: the link retrained since the bit was last cleared",
+                        "BWMgmt-",
+                        "the hardware changed this link's speed or width to correct unreliable operation (older "
+                        "kernels also leave the bit after a retrain they asked for at boot): clear it "
+                        f"(setpci -s {bridge} CAP_EXP+0x12.w=0x4000) and run doctor again after a training job; set "
+                        f"again, the link is unstable: {_FIX}",
+                    )
+                )
+            else:
+                findings.append(self.finding(Severity.OK, port, f"{shown}, BWMgmt-"))
+        return findings
+
+
+_GTS = {1: "2.5", 2: "5", 3: "8", 4: "16", 5: "32", 6: "64"}
+"""Link speed codes of LnkSta and LnkCap (PCIe base spec: Supported Link Speeds Vector order)."""

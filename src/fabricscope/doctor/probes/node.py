@@ -22,7 +22,7 @@ from fabricscope.doctor.probes.host import (
 from fabricscope.doctor.probes.kernel_log import probe_xids
 from fabricscope.doctor.probes.nccl import probe_nccl
 from fabricscope.doctor.probes.net import probe_nics
-from fabricscope.doctor.probes.pci import probe_acs, probe_aer, probe_irqs, probe_numa_cpus
+from fabricscope.doctor.probes.pci import probe_aer, probe_bridge_config, probe_irqs, probe_numa_cpus
 from fabricscope.doctor.probes.rdma import probe_rdma
 from fabricscope.sysroot import SysRoot
 
@@ -125,7 +125,7 @@ def probe_node(root: SysRoot, env: Mapping[str, str] | NodeEnv | None = None) ->
     if any(pci[a].irqs for a in nic_functions if a in pci):
         node.numa_cpus = probe_numa_cpus(root)
     endpoints = [pci[a] for a in sorted(nic_functions | {g.pci for g in gpus}) if a in pci]
-    node.acs = probe_acs(root, sorted({b for d in endpoints for b in d.bridges}))
+    node.bridge_config = probe_bridge_config(root, sorted({b for d in endpoints for b in d.bridges}))
     node.xids, node.kernel_log = probe_xids(root)
     node.anomalies = list(root.anomalies)
     node.files_read = sum(1 for text in root.read_paths().values() if text is not None)

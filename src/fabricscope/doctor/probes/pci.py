@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from fabricscope.doctor.inventory import DISTANCES, Aer, PciDevice, PcieLink
+from fabricscope.doctor.inventory import DISTANCES, Aer, BridgeConfig, PciDevice, PcieLink
 from fabricscope.kernel_text import (
     PCI_ADDRESS,
     PCIE_SPEED_UNKNOWN,
@@ -32,9 +32,10 @@ __all__ = [
     "distance",
     "nearest",
     "parse_acs_control",
+    "parse_bridge_config",
     "pci_address_in",
-    "probe_acs",
     "probe_aer",
+    "probe_bridge_config",
     "probe_irqs",
     "probe_numa_cpus",
     "probe_pci",
@@ -250,9 +251,44 @@ def parse_acs_control(config: bytes) -> int | None:
     return None
 
 
-def probe_acs(root: SysRoot, addresses: list[str]) -> dict[str, int | None]:
-    """The ACS Control register of each bridge: read live (needs root: others see 64 bytes), or from a capture."""
-    found: dict[str, int | None] = {}
+_PCIE_ID = 0x10
+"""The PCI Express capability, in the list that starts at 0x34 (PCIe base spec 7.5.3; ``lspci -vvv``'s "Express")."""
+
+
+def _express_registers(config: bytes) -> tuple[int, int, int] | None:
+    """(Device/Port Type, Link Control, Link Status) from the PCI Express capability, or None.
+
+    The capability list is walked from the pointer at 0x34 when the Status
+    register says there is one; a loop or a pointer out of the space ends the
+    walk (a space of 64 bytes, what a reader who is not root gets, has none).
+    """
+    if len(config) < 0x40 or not config[0x06] & 0x10:
+        return None
+    pointer, seen = config[0x34] & 0xFC, set()
+    while 0x40 <= pointer <= len(config) - 0x14 and pointer not in seen:
+        seen.add(pointer)
+        if config[pointer] == _PCIE_ID:
+            capabilities, control, status = (
+                int.from_bytes(config[pointer + at : pointer + at + 2], "little") for at in (0x02, 0x10, 0x12)
+            )
+            return (capabilities >> 4) & 0xF, control, status
+        pointer = config[pointer + 1] & 0xFC
+    return None
+
+
+def parse_bridge_config(config: bytes) -> BridgeConfig:
+    """What the doctor reads of a bridge's configuration space: ACS control and the PCI Express link registers."""
+    express = _express_registers(config)
+    acs = parse_acs_control(config) if len(config) > 0x100 else None
+    if express is None:
+        return BridgeConfig(acs)
+    port_type, control, status = express
+    return BridgeConfig(acs, port_type, control, status)
+
+
+def probe_bridge_config(root: SysRoot, addresses: list[str]) -> dict[str, BridgeConfig]:
+    """The configuration space of each bridge: read live (root only: others see 64 bytes), or from a capture."""
+    found: dict[str, BridgeConfig] = {}
     for address in addresses:
         if root.is_live:
             try:
@@ -269,5 +305,6 @@ def probe_acs(root: SysRoot, addresses: list[str]) -> dict[str, int | None]:
             except ValueError:
                 root.garbage(f"{ACS_CONFIG_DIR}/{address}", text, "hex bytes of a configuration space")
                 continue
-        found[address] = parse_acs_control(data) if len(data) > 0x100 else None
+        if len(data) > 0x40:
+            found[address] = parse_bridge_config(data)
     return found
