@@ -36,9 +36,11 @@ import errno
 import json
 import os
 import stat
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fabricscope.in_root import open_in_root, open_root_dir
 from fabricscope.shown import quoted
 
 __all__ = [
@@ -49,6 +51,7 @@ __all__ = [
     "Anomaly",
     "NotAFileError",
     "SysRoot",
+    "read_open_file",
     "read_regular_file",
 ]
 
@@ -108,16 +111,25 @@ def read_regular_file(path: str, *, follow: bool = True) -> bytes:
     refuses a link as the last component (``ELOOP``).
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
-    fd = os.open(path, flags)
+    return read_open_file(os.open(path, flags), path)
+
+
+def read_open_file(fd: int, path: str) -> bytes:
+    """The bytes of the file open on ``fd`` (closed after), as :func:`read_regular_file` takes them."""
     try:
-        mode = os.fstat(fd).st_mode
+        info = os.fstat(fd)
+        mode = info.st_mode
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         if not stat.S_ISREG(mode):
             raise NotAFileError(next((name for test, name in _KINDS if test(mode)), "not a regular file"))
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_READ:
+        # A file's size, one more byte to see its end; sysfs says 4096 and holds less, /proc says 0.
+        first = os.read(fd, info.st_size + 1 if 0 < info.st_size <= MAX_READ else 1 << 16)
+        if len(first) == info.st_size:
+            return first
+        chunks = [first]
+        size = len(first)
+        while first and size <= MAX_READ:
             chunk = os.read(fd, MAX_READ + 1 - size)
             if not chunk:
                 break
@@ -142,12 +154,26 @@ class _Record:
 class SysRoot:
     """Reads files under ``root`` by paths relative to it (``sys/class/net``)."""
 
-    __slots__ = ("_dirs", "_live", "_manifest_errors", "_real_base", "_record", "anomalies", "manifest", "path")
+    __slots__ = (
+        "__weakref__",
+        "_dirs",
+        "_live",
+        "_manifest_errors",
+        "_real_base",
+        "_record",
+        "_root_fd",
+        "anomalies",
+        "manifest",
+        "path",
+    )
 
     def __init__(self, root: str | os.PathLike[str] = "/") -> None:
         self.path = Path(root)
         self._real_base = os.path.realpath(self.path)
         self._live = self._real_base == "/"
+        self._root_fd = None if self._live else open_root_dir(self._real_base)
+        if self._root_fd is not None:
+            weakref.finalize(self, os.close, self._root_fd)
         self.anomalies: list[Anomaly] = []
         self._record = _Record()
         self._dirs: dict[str, tuple[str, int]] = {}
@@ -290,7 +316,7 @@ class SysRoot:
             self._fail(rel, injected, required)
             return None
         try:
-            data = read_regular_file(self._host(self.resolve(rel)), follow=self._live)
+            data = self._read_file(rel)
         except NotAFileError as exc:
             self._fail(rel, exc.name, required)
             return None
@@ -305,6 +331,31 @@ class SysRoot:
         except UnicodeDecodeError:
             self._fail(rel, _NOT_TEXT, required)
             return None
+
+    def _read_file(self, rel: str) -> bytes:
+        """The bytes of the normalized path ``rel``, resolved inside the root (see :func:`read_regular_file`).
+
+        A file in a folder already resolved is opened there directly, refusing a
+        link as its last component; only when it is one is the path walked again.
+        """
+        if self._root_fd is not None:
+            fd = open_in_root(self._root_fd, rel)
+            if fd is not None:
+                return read_open_file(fd, rel)
+        if not self._live:
+            cut = rel.rfind("/")
+            folder = self._dirs.get(rel[:cut]) if cut > 0 else None
+            if folder is not None:
+                base = folder[0]
+                path = f"{self._real_base}/{base}/{rel[cut + 1 :]}" if base else f"{self._real_base}/{rel[cut + 1 :]}"
+                try:
+                    return read_regular_file(path, follow=False)
+                except NotAFileError:
+                    raise
+                except OSError as exc:
+                    if exc.errno != errno.ELOOP:  # ELOOP: the file is a link, resolved below
+                        raise
+        return read_regular_file(self._host(self.resolve(rel)), follow=self._live)
 
     def read_now(self, rel: str) -> str:
         """The text of ``rel`` read again now, for counters sampled every interval.
@@ -489,4 +540,6 @@ def _manifest_shape_problem(data: object) -> str | None:
 
 def _norm(rel: str) -> str:
     """``/sys/./class//net/`` -> ``sys/class/net``; ``..`` never climbs above the root (as in a chroot)."""
+    if rel and rel[0] not in "./" and rel[-1] != "/" and "//" not in rel and "/." not in rel:
+        return rel  # already normal: the common case, without normpath's cost
     return os.path.normpath("/" + rel).lstrip("/")

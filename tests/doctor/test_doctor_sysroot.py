@@ -12,6 +12,15 @@ from doctor_helpers import FIXTURES
 from fabricscope.sysroot import MANIFEST, SysRoot
 
 
+@pytest.fixture(autouse=True, params=["openat2", "walk"])
+def resolution(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test twice: paths resolved by the kernel (openat2 RESOLVE_IN_ROOT), and walked one link at a time
+    (where openat2 cannot be used: an old kernel, a seccomp filter)."""
+    if request.param == "walk":
+        monkeypatch.setattr("fabricscope.in_root._call", False)
+    return str(request.param)
+
+
 def make_tree(tmp_path: Path) -> Path:
     (tmp_path / "sys/class/net/eth0").mkdir(parents=True)
     (tmp_path / "sys/class/net/eth0/mtu").write_text("9000\n")

@@ -1,0 +1,94 @@
+"""Opening a file inside a root directory in one system call: ``openat2(2)`` with ``RESOLVE_IN_ROOT``.
+
+The kernel then resolves the path as if the process had ``chroot(2)``-ed
+into the root: an absolute link starts again at the root, ``..`` stops
+there, and more than 40 links is ``ELOOP`` (Linux 5.6+, ``man 2 openat2``).
+That is the confinement :class:`fabricscope.sysroot.SysRoot` gives a captured
+tree, without an ``lstat`` per path component, so reading a captured node
+costs what reading its files costs.
+
+Python has no binding for ``openat2``; it is called through libc's
+``syscall``.  Where it cannot be used (not Linux, an older kernel, a seccomp
+filter that refuses it, an architecture whose number differs),
+:func:`open_in_root` answers None once and for good, and the caller walks the
+path itself.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import platform
+import sys
+from typing import Any
+
+__all__ = ["open_in_root", "open_root_dir"]
+
+_NUMBER = 437
+"""``__NR_openat2`` in the table every architecture shares for system calls added since Linux 5.1."""
+_MACHINES = {"x86_64", "aarch64", "arm64", "riscv64", "ppc64le", "s390x", "loongarch64"}
+"""Machines whose kernels number it 437 (alpha, ia64 and mips do not)."""
+_RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_IN_ROOT = 0x10
+_UNUSABLE = {errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG, errno.EOPNOTSUPP}
+"""What a kernel or a seccomp filter answers when ``openat2`` or its flags are not there."""
+_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+
+_call: Any = None
+"""The bound system call once it has worked, False when it cannot be used, None before the first try."""
+
+
+def open_root_dir(path: str) -> int | None:
+    """A descriptor of the root directory to resolve inside, or None (then paths are walked)."""
+    if sys.platform != "linux" or _call is False:
+        return None
+    try:
+        return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def open_in_root(root_fd: int, rel: str) -> int | None:
+    """A read-only, non-blocking descriptor of ``rel`` resolved inside ``root_fd``; None when ``openat2`` cannot
+    be used here.  Raises :class:`OSError` as ``open`` would (``ENOENT``, ``ELOOP``, ``EACCES``...), and
+    :class:`ValueError` for a path holding a NUL byte."""
+    global _call
+    if _call is False:
+        return None
+    if "\0" in rel:
+        raise ValueError("embedded null byte")
+    if _call is None:
+        _call = _bind()
+        if _call is False:
+            return None
+    call, number, how, size, _ = _call
+    fd: int = call(number, root_fd, rel.encode("utf-8", "surrogateescape"), how, size)
+    if fd >= 0:
+        return fd
+    import ctypes
+
+    code = ctypes.get_errno()
+    if code in _UNUSABLE or code == errno.EAGAIN:
+        if code != errno.EAGAIN:  # EAGAIN: the tree moved while it was resolved; walk this one path
+            _call = False
+        return None
+    raise OSError(code, os.strerror(code), rel)
+
+
+def _bind() -> Any:
+    if platform.machine().lower() not in _MACHINES:
+        return False
+    try:
+        import ctypes
+
+        class OpenHow(ctypes.Structure):
+            _fields_ = (("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64))
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        call = libc.syscall
+        call.restype = ctypes.c_long
+        how = OpenHow(_FLAGS, 0, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
+        # Arguments of a variadic call are typed: a size_t must not go as a 32-bit int.
+        return call, ctypes.c_long(_NUMBER), ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)), how
+    except (OSError, AttributeError):
+        return False
