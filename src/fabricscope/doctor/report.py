@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from fabricscope.doctor.findings import AREAS, Finding, Severity, counts, exit_code, verdict, worst
+from fabricscope.doctor.table import Cell, Column, draw
 from fabricscope.shown import printable
 
 __all__ = [
@@ -124,28 +124,34 @@ def _by_area(findings: Sequence[Finding]) -> list[tuple[str, list[Finding]]]:
     return [(area, [f for f in findings if f.area == area]) for area in areas]
 
 
+_COLUMNS = (
+    Column("area", fold=False, style="bold"),
+    Column("", fold=False),
+    Column("check", fold=False),
+    Column("subject", fold=True),
+    Column("observed", fold=True),
+    Column("expected", fold=True),
+)
+
+
 def render_findings(console: Console, findings: Sequence[Finding], *, title: str, verbose: bool = False) -> None:
     """The table grouped by area, then the advice for every warning and failure."""
-    table = Table(title=plain(title), title_justify="left", show_lines=False, expand=False)
-    table.add_column("area", style="bold", no_wrap=True)
-    table.add_column("", no_wrap=True)
-    table.add_column("check", no_wrap=True)
-    table.add_column("subject", overflow="fold")
-    table.add_column("observed", overflow="fold")
-    table.add_column("expected", overflow="fold")
-    for area, items in _by_area(findings):
-        rows = _collapse(items, verbose)
-        for i, row in enumerate(rows):
-            table.add_row(
-                area if i == 0 else "",
-                Text(row.severity.label, style=STYLES[row.severity]),
-                row.id.split(".", 1)[1] if "." in row.id else row.id,
-                plain(row.subject),
-                plain(row.observed),
-                plain(row.expected),
-                end_section=i == len(rows) - 1,
+    sections = [
+        [
+            (
+                Cell(area if i == 0 else ""),
+                Cell(row.severity.label, STYLES[row.severity]),
+                Cell(row.id.split(".", 1)[1] if "." in row.id else row.id),
+                Cell(cell(row.subject)),
+                Cell(cell(row.observed)),
+                Cell(cell(row.expected)),
             )
-    console.print(table)
+            for i, row in enumerate(_collapse(items, verbose))
+        ]
+        for area, items in _by_area(findings)
+    ]
+    console.print(plain(title, "italic"))
+    console.print(draw(_COLUMNS, sections, console.width), no_wrap=True, overflow="ignore", crop=False)
     _render_advice(console, findings)
 
 

@@ -1,0 +1,138 @@
+"""The findings table of a node's report, laid out in one pass.
+
+rich's :class:`~rich.table.Table` measures every cell several times to share
+the width, which made drawing a node's report take as long as probing it.
+This draws the same table (rich's heavy-headed box, a rule between
+sections, long cells folded at spaces and, where one word is wider than its
+column, inside the word) from each cell's width measured once, and hands rich
+one :class:`~rich.text.Text` to print, so colours, ``NO_COLOR`` and a stopped
+reader behave as everywhere else.
+
+Widths are terminal cells (:func:`rich.cells.cell_len`), so wide characters
+in a firmware string keep the borders straight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.cells import cell_len, chop_cells
+from rich.text import Span, Text
+
+__all__ = ["Cell", "Column", "draw"]
+
+MIN_FOLDED = 8
+"""Narrowest a folding column is made; on a narrower terminal the table runs past the edge."""
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    header: str
+    fold: bool
+    """Long cells fold onto more lines; a column that does not fold keeps its widest cell's width."""
+    style: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    text: str
+    """One line of printable text (the report's :func:`~fabricscope.doctor.report.cell` made it so)."""
+    style: str = ""
+
+
+def draw(columns: Sequence[Column], sections: Sequence[Sequence[Sequence[Cell]]], width: int) -> Text:
+    """The table as one Text: header, then each section's rows, a rule between sections."""
+    natural = [cell_len(c.header) for c in columns]
+    for section in sections:
+        for row in section:
+            for i, item in enumerate(row):
+                natural[i] = max(natural[i], cell_len(item.text))
+    widths = _fit(natural, [c.fold for c in columns], width)
+    out = _Canvas()
+    out.add(_rule("┏", "━", "┳", "┓", widths) + "\n")
+    out.line([Cell(c.header, "bold") for c in columns], widths, "┃")
+    out.add(_rule("┡", "━", "╇", "┩", widths) + "\n")
+    for index, section in enumerate(sections):
+        if index:
+            out.add(_rule("├", "─", "┼", "┤", widths) + "\n")
+        for row in section:
+            folded = [
+                _fold(item.text, w) if c.fold else [item.text] for item, w, c in zip(row, widths, columns, strict=True)
+            ]
+            for k in range(max(len(lines) for lines in folded)):
+                cells = [
+                    Cell(lines[k] if k < len(lines) else "", item.style or c.style)
+                    for lines, item, c in zip(folded, row, columns, strict=True)
+                ]
+                out.line(cells, widths, "│")
+    out.add(_rule("└", "─", "┴", "┘", widths))
+    return Text("".join(out.parts), spans=out.spans)
+
+
+class _Canvas:
+    """The table's text in pieces, and the styled stretches of it (one Text is made at the end)."""
+
+    __slots__ = ("at", "parts", "spans")
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.spans: list[Span] = []
+        self.at = 0
+
+    def add(self, text: str, style: str = "") -> None:
+        if style and text:
+            self.spans.append(Span(self.at, self.at + len(text), style))
+        self.parts.append(text)
+        self.at += len(text)
+
+    def line(self, cells: Sequence[Cell], widths: list[int], bar: str) -> None:
+        for item, w in zip(cells, widths, strict=True):
+            self.add(f"{bar} ")
+            self.add(item.text, item.style)
+            self.add(" " * (w - cell_len(item.text) + 1))
+        self.add(bar + "\n")
+
+
+def _fit(natural: list[int], fold: list[bool], width: int) -> list[int]:
+    """Column widths: what does not fold keeps its width; folding columns share the rest, narrow ones whole."""
+    frame = 3 * len(natural) + 1  # a bar and a space each side of every cell
+    room = width - frame - sum(n for n, f in zip(natural, fold, strict=True) if not f)
+    folding = sorted((i for i, f in enumerate(fold) if f), key=lambda i: natural[i])
+    widths = list(natural)
+    if sum(natural[i] for i in folding) <= room:
+        return widths
+    room = max(room, MIN_FOLDED * len(folding))
+    while folding:
+        share, extra = divmod(room, len(folding))
+        if natural[folding[0]] <= share:
+            room -= natural[folding.pop(0)]
+            continue
+        for k, i in enumerate(folding):
+            widths[i] = max(1, share + (1 if k < extra else 0))
+        break
+    return widths
+
+
+def _fold(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` cells: broken at spaces, and inside a word wider than a line."""
+    if cell_len(text) <= width:
+        return [text]
+    lines: list[str] = []
+    line = ""
+    for word in text.split(" "):
+        joined = f"{line} {word}" if line else word
+        if cell_len(joined) <= width:
+            line = joined
+            continue
+        if line:
+            lines.append(line)
+        pieces = chop_cells(word, width) if cell_len(word) > width else [word]
+        lines.extend(pieces[:-1])
+        line = pieces[-1] if pieces else ""
+    lines.append(line)
+    return lines
+
+
+def _rule(left: str, bar: str, cross: str, right: str, widths: list[int]) -> str:
+    return left + cross.join(bar * (w + 2) for w in widths) + right
