@@ -58,9 +58,13 @@ SOCKET = """
 import socket, sys, threading, time
 role, address, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if role == "server":
-    listener = socket.create_server((address, 5299)); sock, _ = listener.accept()
+    listener = socket.create_server((address, 5299)); listener.settimeout(60); sock, _ = listener.accept()
 else:
-    sock = socket.create_connection((address, 5299))
+    for _ in range(200):  # the server may not listen yet
+        try:
+            sock = socket.create_connection((address, 5299)); break
+        except ConnectionRefusedError:
+            time.sleep(0.05)
 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 got = 0
 def receive():
@@ -120,7 +124,12 @@ def _one_run(rate: str, size: int) -> dict[str, float]:
             timeout=600,
             check=False,
         )
-        server.wait(timeout=60)
+        try:
+            server.wait(timeout=60)
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
         for line in [*done[0][0].splitlines(), *client.stdout.splitlines()]:
             name, _, value = line.partition("\t")
             rates[name] = float(value)
