@@ -16,6 +16,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -234,3 +236,13 @@ def imported_by_help(modules: Sequence[str]) -> list[str]:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), check=True)
     return done.stdout.split()
+
+
+@pytest.fixture(autouse=True, params=["openat2", "walk"])
+def resolution(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test of a module that imports this runs twice: paths under a captured root resolved by the
+    kernel (openat2 RESOLVE_IN_ROOT), and walked one link at a time (where openat2 cannot be used: an old
+    kernel, a seccomp filter)."""
+    if request.param == "walk":
+        monkeypatch.setattr("fabricscope.in_root._call", False)
+    return str(request.param)

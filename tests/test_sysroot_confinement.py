@@ -17,19 +17,10 @@ from pathlib import Path
 import pytest
 
 from fabricscope.sysroot import MAX_LINKS, SysRoot
-from helpers import REPO, run_cli
+from helpers import REPO, resolution, run_cli  # noqa: F401 (resolution: every test under both resolutions)
 
 VM = REPO / "tests/doctor/fixtures/vm-virtio"
 SECRET = "LEAKED-FROM-THE-HOST-5d1e"
-
-
-@pytest.fixture(autouse=True, params=["openat2", "walk"])
-def resolution(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test twice: paths resolved by the kernel (openat2 RESOLVE_IN_ROOT), and walked one link at a time
-    (where openat2 cannot be used: an old kernel, a seccomp filter)."""
-    if request.param == "walk":
-        monkeypatch.setattr("fabricscope.in_root._call", False)
-    return str(request.param)
 
 
 def hostile_tree(tmp_path: Path) -> tuple[Path, Path]:
@@ -147,17 +138,18 @@ def test_doctor_reads_an_in_root_absolute_link(tmp_path: Path) -> None:
     assert "NCCL_IB_HCA==mlx5_0" in result.stdout, result.stdout
 
 
-def test_the_kernel_resolves_inside_the_root_where_it_can(tmp_path: Path, resolution: str) -> None:
+def test_the_kernel_resolves_inside_the_root_where_it_can(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """On Linux 5.6+ reads of a captured tree go through openat2 (one call, no lstat per component); the walk
     is only the fallback.  Both give the same text and the same refusals (the tests above run under each)."""
     from fabricscope import in_root
 
+    way = request.node.callspec.params["resolution"]
     tree, _ = hostile_tree(tmp_path)
     root = SysRoot(tree)
     assert root.text("etc/inside.conf") == "NCCL_IB_HCA==mlx5_0"
     assert root.text("etc/nccl.conf") is None and root.text("etc/hostile.conf") is None
     release = tuple(int(part) for part in re.findall(r"\d+", os.uname().release)[:2])
-    if resolution == "openat2" and release >= (5, 6):
+    if way == "openat2" and release >= (5, 6):
         assert in_root._call not in (None, False), "openat2 was not used on a kernel that has it"
-    if resolution == "walk":
+    if way == "walk":
         assert in_root._call is False

@@ -10,15 +10,7 @@ import pytest
 from doctor_helpers import FIXTURES
 
 from fabricscope.sysroot import MANIFEST, SysRoot
-
-
-@pytest.fixture(autouse=True, params=["openat2", "walk"])
-def resolution(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test twice: paths resolved by the kernel (openat2 RESOLVE_IN_ROOT), and walked one link at a time
-    (where openat2 cannot be used: an old kernel, a seccomp filter)."""
-    if request.param == "walk":
-        monkeypatch.setattr("fabricscope.in_root._call", False)
-    return str(request.param)
+from helpers import resolution  # noqa: F401 (every test under both resolutions)
 
 
 def make_tree(tmp_path: Path) -> Path:
