@@ -219,7 +219,7 @@ def test_srun_starts_bench_ranks_for_real(slurm: Cluster, tmp_path: Path) -> Non
 def test_healthcheck_drains_a_faulty_node_and_resumes_it_when_healthy(slurm: Cluster) -> None:
     slurm.set_root("host-faults-8gpu")
     drained = slurm.wait("drained for the planted faults", lambda s: "DRAIN" in s["State"])
-    assert drained["Reason"].startswith("fabricscope: FAIL (12 fail, 10 warn) "), drained["Reason"]
+    assert drained["Reason"].startswith("fabricscope: FAIL (12 fail, 9 warn) "), drained["Reason"]
     slurm.set_root("healthy-ib-8gpu")
     resumed = slurm.wait("resumed once healthy", lambda s: "DRAIN" not in s["State"])
     assert resumed["Reason"] in ("", "(null)") or not resumed["Reason"].startswith("fabricscope:")

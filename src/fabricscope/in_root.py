@@ -53,25 +53,30 @@ def open_in_root(root_fd: int, rel: str) -> int | None:
     be used here.  Raises :class:`OSError` as ``open`` would (``ENOENT``, ``ELOOP``, ``EACCES``...), and
     :class:`ValueError` for a path holding a NUL byte."""
     global _call
-    if _call is False:
-        return None
     if "\0" in rel:
         raise ValueError("embedded null byte")
     if _call is None:
         _call = _bind()
-        if _call is False:
-            return None
-    call, number, how, size, _ = _call
-    fd: int = call(number, root_fd, rel.encode("utf-8", "surrogateescape"), how, size)
+    bound = _call
+    if bound is False:
+        return None
+    call, number, how, size, _ = bound
+    fd: int = call(number, root_fd, os.fsencode(rel), how, size)
     if fd >= 0:
         return fd
     import ctypes
 
     code = ctypes.get_errno()
-    if code in _UNUSABLE or code == errno.EAGAIN:
-        if code != errno.EAGAIN:  # EAGAIN: the tree moved while it was resolved; walk this one path
-            _call = False
+    if code == errno.EAGAIN:  # the tree moved while it was resolved: walk this one path
         return None
+    if code in _UNUSABLE:
+        # The call itself refused (no openat2, a seccomp filter), or only this file did (EPERM, EINVAL
+        # from a special file): opening the root itself tells them apart.
+        probe: int = call(number, root_fd, b".", how, size)
+        if probe < 0:
+            _call = False
+            return None
+        os.close(probe)
     raise OSError(code, os.strerror(code), rel)
 
 
@@ -90,5 +95,5 @@ def _bind() -> Any:
         how = OpenHow(_FLAGS, 0, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
         # Arguments of a variadic call are typed: a size_t must not go as a 32-bit int.
         return call, ctypes.c_long(_NUMBER), ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)), how
-    except (OSError, AttributeError):
+    except (ImportError, OSError, AttributeError):
         return False

@@ -54,6 +54,26 @@ def _one(check: str, subject: str) -> tuple[Severity, str, str]:
     return found.severity, found.observed, found.advice
 
 
+def test_a_link_that_retrained_narrower_warns_with_the_cause() -> None:
+    """The degraded node's NIC trained x8 of x16 and the switch port above it has BWMgmt+: the hardware fell
+    back, a warning that says so beside pcie.link's failure."""
+    findings = run_fixture("degraded-ib-8gpu").findings
+    [found] = [f for f in findings if f.id == "pcie.retrain" and f.severity is not Severity.OK]
+    assert found.severity is Severity.WARN
+    assert found.subject == "switch downstream port 0000:4a:00.0 (above mlx5_3 (0000:4b:00.0))"
+    assert found.observed.startswith("LnkSta x8 at 32 GT/s, BWMgmt+") and "reseat" in found.advice
+    assert any(f.id == "pcie.link" and f.subject == "mlx5_3 (0000:4b:00.0)" for f in findings)
+
+
+def test_a_pci_express_capability_listed_after_one_near_the_end_of_the_space_is_found() -> None:
+    from fabricscope.doctor.probes.pci import parse_bridge_config
+
+    space = bytearray(_express_space(6, 0x40, 0x7104))
+    space[0x40:0x42] = bytes((0x01, 0xF0))  # power management, then a capability at 0xF0, then PCI Express
+    space[0xF0:0xF2] = bytes((0x09, 0x68))
+    assert parse_bridge_config(bytes(space)).link_status == 0x7104
+
+
 @pytest.mark.parametrize(
     ("check", "subject", "severity", "seen", "remedy"),
     [
@@ -89,9 +109,10 @@ def _one(check: str, subject: str) -> tuple[Severity, str, str]:
         (
             "pcie.retrain",
             "switch downstream port 0000:39:00.0 (above mlx5_2 (0000:3a:00.0))",
-            Severity.WARN,
-            "LnkSta x16 at 32 GT/s, BWMgmt+: the link retrained since the bit was last cleared",
-            "setpci -s 0000:39:00.0 CAP_EXP+0x12.w=0x4000",
+            Severity.INFO,
+            "LnkSta x16 at 32 GT/s, BWMgmt+: retrained since the bit was cleared (a retrain at boot sets it too): "
+            "clear it (setpci -s 0000:39:00.0 CAP_EXP+0x12.w=0x4000)",
+            "",
         ),
         (
             "nic.irq_affinity",
@@ -243,9 +264,9 @@ def test_the_link_registers_are_read_from_the_pci_express_capability() -> None:
 @pytest.mark.parametrize(
     ("port_type", "control", "status", "severity"),
     [
-        (6, 0x0040, 0x7104, Severity.WARN),  # BWMgmt+ on a switch downstream port
+        (6, 0x0040, 0x7104, Severity.INFO),  # BWMgmt+ on a switch downstream port, the GPU below at its best
         (4, 0x0040, 0x3104, Severity.OK),  # BWMgmt- on a root port
-        (4, 0x0440, 0x7104, Severity.INFO),  # the kernel's bandwidth controller has the port (BWInt+)
+        (4, 0x0440, 0x7104, Severity.INFO),  # an interrupt handler owns the bit (BWInt+)
         (5, 0x0040, 0x7104, None),  # an upstream port: the bit is Reserved there, not judged
     ],
 )

@@ -353,29 +353,31 @@ _LBMIE = 0x0400
 
 
 class PcieRetrain(Check):
-    """Links above GPUs and NICs that retrained on their own (Link Status LBMS).
+    """Links above GPUs and NICs that retrained (Link Status LBMS, ``lspci``'s BWMgmt+).
 
     A root or switch downstream port sets Link Bandwidth Management Status
     when its link retrained after software asked, or when the hardware changed
-    the link's speed or width "to attempt to correct unreliable link
-    operation" (PCIe base spec, Link Status register).  Since the Linux change
-    "PCI: Clear LBMS after a manual retrain" (2024, backported to 6.5+ stable
-    kernels) the kernel clears the bit after its own retrains, so a set bit is
-    the hardware's: a marginal slot, riser or retimer, the link coming back
-    slower or narrower and erroring while it trains.  Older kernels also leave it
-    set after a retrain they asked for at boot, hence the advice to clear it
-    and look again.  When the kernel's bandwidth controller has the port
-    (Link Control LBMIE on), it clears the bit as it is set: nothing to read.
+    the link's speed or width "to attempt to correct unreliable link operation"
+    (PCIe base spec, Link Status register).  Firmware retraining at boot sets it
+    too, and so did the kernel's own retrains until "PCI: Clear the LBMS bit
+    after a link retrain" (mainline 6.12, for stable 6.5+), so the bit alone is
+    a hint: info, with how to clear it and look again.  Set on a port whose link
+    now runs narrower (or, for a NIC, slower) than device and slot support, it
+    says how the link got there: the hardware fell back to keep a marginal slot,
+    riser or retimer up, a warning.  When an interrupt handler owns the bit
+    (Link Control LBMIE on: Linux's PCIe bandwidth controller clears it as it is
+    set), it is not judged.
     """
 
     id = "pcie.retrain"
-    title = "No link above a GPU or NIC retrained on its own"
+    title = "No link above a GPU or NIC retrained to a narrower or slower link"
     reads = "sys/bus/pci/devices/<bridge>/config (the PCI Express capability's LnkCtl and LnkSta; as root)"
 
     def applies(self, node: Node, expect: Expectations) -> bool:
         return any(config.link_status is not None for config in node.bridge_config.values())
 
     def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        below = {item.device.bridges[-1]: item for item in linked_devices(node, expect) if item.device.bridges}
         findings = []
         for bridge, subject in bridges_above(node, expect).items():
             config = node.bridge_config.get(bridge)
@@ -384,30 +386,45 @@ class PcieRetrain(Check):
             port = f"{_DOWNSTREAM_PORTS[config.port_type]} {subject.removeprefix('bridge ')}"
             status = config.link_status
             shown = f"LnkSta x{(status >> 4) & 0x3F} at {_GTS.get(status & 0xF, '?')} GT/s"
+            clear = f"setpci -s {bridge} CAP_EXP+0x12.w=0x4000"
             if config.link_control is not None and config.link_control & _LBMIE:
                 findings.append(
+                    self.finding(Severity.INFO, port, f"{shown}; LnkCtl BWInt+: an interrupt handler owns BWMgmt")
+                )
+            elif status & _LBMS and _fell_back(below.get(bridge)):
+                findings.append(
                     self.finding(
-                        Severity.INFO,
+                        Severity.WARN,
                         port,
-                        f"{shown}; the kernel's bandwidth controller clears BWMgmt as it is set (LnkCtl BWInt+)",
+                        f"{shown}, BWMgmt+: the link retrained and runs below what device and slot support",
+                        "BWMgmt-",
+                        f"the hardware lowered this link's width or speed to keep an unreliable link up: {_FIX}; "
+                        f"then clear the bit ({clear}) and run doctor again after a job",
                     )
                 )
             elif status & _LBMS:
                 findings.append(
                     self.finding(
-                        Severity.WARN,
+                        Severity.INFO,
                         port,
-                        f"{shown}, BWMgmt+: the link retrained since the bit was last cleared",
-                        "BWMgmt-",
-                        "the hardware changed this link's speed or width to correct unreliable operation (older "
-                        "kernels also leave the bit after a retrain they asked for at boot): clear it "
-                        f"(setpci -s {bridge} CAP_EXP+0x12.w=0x4000) and run doctor again after a training job; set "
-                        f"again, the link is unstable: {_FIX}",
+                        f"{shown}, BWMgmt+: retrained since the bit was cleared (a retrain at boot sets it too): "
+                        f"clear it ({clear}) and look again after a job",
                     )
                 )
             else:
                 findings.append(self.finding(Severity.OK, port, f"{shown}, BWMgmt-"))
         return findings
+
+
+def _fell_back(item: _Linked | None) -> bool:
+    """Whether the device right below a port trained narrower than it and its slot can, or (not a GPU,
+    which lowers its speed when idle) slower."""
+    link = None if item is None else item.device.link
+    if item is None or link is None:
+        return False
+    current, capable = link.current_width, link.capable_width
+    narrower = current is not None and capable is not None and current < capable
+    return narrower or (not item.gpu and _below(link.current_gts, link.capable_gts))
 
 
 _GTS = {1: "2.5", 2: "5", 3: "8", 4: "16", 5: "32", 6: "64"}

@@ -265,9 +265,11 @@ def _express_registers(config: bytes) -> tuple[int, int, int] | None:
     if len(config) < 0x40 or not config[0x06] & 0x10:
         return None
     pointer, seen = config[0x34] & 0xFC, set()
-    while 0x40 <= pointer <= len(config) - 0x14 and pointer not in seen:
+    while 0x40 <= pointer <= len(config) - 2 and pointer not in seen:
         seen.add(pointer)
         if config[pointer] == _PCIE_ID:
+            if pointer + 0x14 > len(config):
+                return None
             capabilities, control, status = (
                 int.from_bytes(config[pointer + at : pointer + at + 2], "little") for at in (0x02, 0x10, 0x12)
             )
