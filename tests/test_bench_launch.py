@@ -154,3 +154,24 @@ def test_slurm_local_size_and_master_with_two_bracket_groups():
 def test_malformed_launcher_variables_are_refused_not_ignored(value):
     with pytest.raises(UsageError, match=r"the launcher's WORLD_SIZE=.* is not a whole number"):
         detect({"RANK": "0", "WORLD_SIZE": value})
+
+
+def test_a_spawned_worlds_port_is_one_the_kernel_does_not_hand_out_on_its_own(tmp_path, monkeypatch) -> None:
+    """bind(0) ports come from the ephemeral range, where any outgoing connection may take one before rank 0
+    binds it ("The server socket has failed to listen", seen under a parallel test run): free_port picks below."""
+    import socket
+
+    from fabricscope.launch import world
+
+    low = world._ephemeral_low()
+    ports = {world.free_port() for _ in range(20)}
+    for port in ports:
+        assert world.LOWEST_PORT <= port < low
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))  # still free: nothing holds what free_port hands out
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text("1024\t65535\n")  # no room below the range: bind(0) as before
+    monkeypatch.setattr(world, "EPHEMERAL_RANGE", str(ranges))
+    assert world._ephemeral_low() == 1024 and 1024 <= world.free_port() <= 65535
+    ranges.write_text("garbage")
+    assert world._ephemeral_low() == 32768

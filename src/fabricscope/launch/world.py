@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import random
 import re
 import socket
 import time
@@ -282,11 +283,43 @@ def _expand_one(expression: str, *, hosts_so_far: int) -> list[str]:
     return [host for value in values for host in _expand_one(head + value + tail, hosts_so_far=hosts_so_far)]
 
 
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+"""The ports the kernel hands out on its own: to ``bind(0)`` and as the source port of every outgoing connection."""
+LOWEST_PORT = 10000
+"""Lowest port :func:`free_port` picks (below it: well-known and registered services)."""
+
+
 def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    """A TCP port that was free on 127.0.0.1 a moment ago, for a rendezvous the launcher's ranks bind later.
+
+    Picked below the kernel's ephemeral range where there is room: a port from ``bind(0)`` can be taken,
+    before rank 0 binds it, as the source port of any connection another process opens (a busy host runs
+    many), and rank 0 then fails with "The server socket has failed to listen".  Below the range only an
+    explicit bind can take it.  Falls back to ``bind(0)`` when the range leaves no room.
+    """
+    low = _ephemeral_low()
+    rng = random.SystemRandom()
+    for _ in range(64) if low - 1 > LOWEST_PORT else ():
+        port = rng.randint(LOWEST_PORT, low - 1)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default 32768 where it cannot be read)."""
+    try:
+        with open(EPHEMERAL_RANGE, encoding="ascii") as handle:
+            first = handle.read(64).split()[0]
+    except (OSError, UnicodeDecodeError, IndexError):
+        return 32768
+    return int(first) if is_digits(first) and int(first) < 65536 else 32768
 
 
 def _is_local_address(addr: str) -> bool:
