@@ -45,7 +45,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["main"]
+__all__ = ["communicate_all", "main"]
 
 FABRICSCOPE = [sys.executable, "-m", "fabricscope"]
 PORT = 29631
@@ -149,15 +149,20 @@ def bench_netns(token: str, names: list[str], ranks: int, args: list[str], out: 
                 text=True,
             )
         )
+    errors = [err for _, err in communicate_all(procs, timeout=1800)]
+    if any(p.returncode for p in procs):
+        sys.exit(f"bench on {ranks} namespaces failed: {[e.strip()[-300:] for e in errors]}")
+
+
+def communicate_all(procs: list[subprocess.Popen[str]], *, timeout: float) -> list[tuple[str, str]]:
+    """Each process's (stdout, stderr) once all have ended; any still running after ``timeout`` is killed."""
     try:
-        errors = [p.communicate(timeout=1800)[1] for p in procs]
+        return [proc.communicate(timeout=timeout) for proc in procs]
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    if any(p.returncode for p in procs):
-        sys.exit(f"bench on {ranks} namespaces failed: {[e.strip()[-300:] for e in errors]}")
 
 
 def measure(fabric: str, rate: str, burst: str, sweep: list[str], tmp: Path) -> list[str]:

@@ -115,13 +115,7 @@ def _one_run(rate: str, size: int) -> dict[str, float]:
             )
             command = ["ip", "netns", "exec", names[rank], sys.executable, str(gloo), str(size)]
             runs.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-        try:
-            done = [run.communicate(timeout=600) for run in runs]
-        finally:
-            for run in runs:
-                if run.poll() is None:
-                    run.kill()
-                    run.wait()
+        done = bench_calibrate.communicate_all(runs, timeout=600)
         if any(run.returncode for run in runs):
             sys.exit(f"the gloo ranks failed: {[err.strip()[-300:] for _, err in done]}")
         peer = bench_calibrate._address(1)
