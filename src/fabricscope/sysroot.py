@@ -335,26 +335,13 @@ class SysRoot:
     def _read_file(self, rel: str) -> bytes:
         """The bytes of the normalized path ``rel``, resolved inside the root (see :func:`read_regular_file`).
 
-        A file in a folder already resolved is opened there directly, refusing a
-        link as its last component; only when it is one is the path walked again.
+        A captured tree is opened by the kernel, confined to the root in one call (:mod:`fabricscope.in_root`);
+        where that cannot be used, the path is walked one link at a time (:meth:`resolve`).
         """
         if self._root_fd is not None:
             fd = open_in_root(self._root_fd, rel)
             if fd is not None:
                 return read_open_file(fd, rel)
-        if not self._live:
-            cut = rel.rfind("/")
-            folder = self._dirs.get(rel[:cut]) if cut > 0 else None
-            if folder is not None:
-                base = folder[0]
-                path = f"{self._real_base}/{base}/{rel[cut + 1 :]}" if base else f"{self._real_base}/{rel[cut + 1 :]}"
-                try:
-                    return read_regular_file(path, follow=False)
-                except NotAFileError:
-                    raise
-                except OSError as exc:
-                    if exc.errno != errno.ELOOP:  # ELOOP: the file is a link, resolved below
-                        raise
         return read_regular_file(self._host(self.resolve(rel)), follow=self._live)
 
     def read_now(self, rel: str) -> str:

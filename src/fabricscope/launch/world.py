@@ -299,7 +299,7 @@ def free_port() -> int:
     """
     low = _ephemeral_low()
     rng = random.SystemRandom()
-    for _ in range(64) if low - 1 > LOWEST_PORT else ():
+    for _ in range(64 if low - 1 > LOWEST_PORT else 0):
         port = rng.randint(LOWEST_PORT, low - 1)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
