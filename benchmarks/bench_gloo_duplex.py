@@ -87,8 +87,27 @@ if role == "client":
 
 
 def _bytes(text: str) -> int:
+    """``2M`` -> 2097152: ASCII digits and an optional K/M/G, from 1 KiB to 1 GiB."""
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
-    return int(text.rstrip("KMGkmg")) * scale
+    digits = text.rstrip("KMGkmg")
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 10 and 1 << 10 <= int(digits) * scale <= 1 << 30):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a size from 1K to 1G, such as 2M")
+    return int(digits) * scale
+
+
+def _runs(text: str) -> int:
+    if not (text.isascii() and text.isdigit() and len(text) <= 3 and int(text) >= 1):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of runs from 1 to 999")
+    return int(text)
+
+
+def _rate(text: str) -> str:
+    low = text.strip().lower()
+    digits = low.removesuffix("mbit")
+    whole = digits.isascii() and digits.isdigit() and len(digits) <= 6
+    if not (low.endswith("mbit") and whole and 1 <= int(digits) <= 100000):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a rate in mbit, such as 50mbit")
+    return low
 
 
 def _one_run(rate: str, size: int) -> dict[str, float]:
@@ -144,19 +163,19 @@ def _one_run(rate: str, size: int) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rate", default="50mbit")
-    parser.add_argument("--bytes", default="2M")
-    parser.add_argument("--runs", type=int, default=3, help="fresh fabrics and processes, each printed (default 3)")
+    parser.add_argument("--rate", type=_rate, default="50mbit", help="each veth's rate, tc syntax in mbit")
+    parser.add_argument("--bytes", type=_bytes, default=_bytes("2M"), help="sent each way (default 2M)")
+    parser.add_argument("--runs", type=_runs, default=3, help="fresh fabrics and processes, each printed (default 3)")
     args = parser.parse_args()
     missing = bench_calibrate.netns_missing()
     if missing:
         sys.exit(f"cannot run here: {missing}")
-    size = _bytes(args.bytes)
+    size = args.bytes
     rates: dict[str, list[float]] = {}
     for _ in range(args.runs):
         for name, value in _one_run(args.rate, size).items():
             rates.setdefault(name, []).append(value)
-    link = float(args.rate.lower().removesuffix("mbit")) / 8 if args.rate.lower().endswith("mbit") else float("nan")
+    link = float(args.rate.removesuffix("mbit")) / 8
     print(f"# {args.rate} link ({link:.2f} MB/s each way), {size} bytes per direction, best of 3 in each run")
     for name, values in rates.items():
         print(f"{name:<22} " + " ".join(f"{value:>6.2f}" for value in values) + " MB/s")
