@@ -30,6 +30,7 @@ __all__ = [
     "STDOUT",
     "OutputConfig",
     "SaveRequest",
+    "atomic_write_bytes",
     "atomic_write_text",
     "check_output_folder",
     "check_output_path",
@@ -257,14 +258,22 @@ def check_output_path(flag: str, path: str, *, inputs: Iterable[str | os.PathLik
 
 
 def check_output_folder(
-    flag: str, folder: str, *, probe: str, make: bool, what: str, others: Iterable[str] = ()
+    flag: str,
+    folder: str,
+    *,
+    files: Iterable[str],
+    make: bool,
+    what: str,
+    inputs: Iterable[str | os.PathLike[str]] = (),
+    outputs: Sequence[tuple[str, str | None]] = (),
 ) -> None:
-    """Refuse, before any work, an output folder that cannot take the files a command writes there.
+    """Refuse, before anything is written, an output folder that cannot take the ``files`` a command writes there.
 
-    ``folder`` must be a folder (with ``make``, one that can be made), must not hold any of ``others``
-    (the command's inputs and other outputs), and the file ``probe`` in it must pass
-    :func:`check_output_path` (so a FIFO, a folder or a read-only file of that name is refused, and the
-    folder must be writable).  ``what`` says in an error what the folder is for.
+    ``folder`` must be a folder (with ``make``, one that can be made).  Each of ``files`` in it must pass
+    :func:`check_output_path` against the command's ``inputs`` (so a FIFO, a read-only file, or a link to
+    an input of that name is refused, and the folder must be writable), must not be a folder, and must not
+    be the file one of the command's other ``outputs`` (flag, path) names.  ``what`` says in an error what
+    the folder is for.
     """
     if not folder.strip():
         raise UsageError(f"{flag} needs a folder name, got an empty one")
@@ -284,12 +293,15 @@ def check_output_folder(
             os.makedirs(folder, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"{flag} {shown}: cannot make the folder ({exc.strerror or exc})") from None
-    for other in others:
-        if other and os.path.lexists(other) and _same_file(os.path.dirname(os.path.abspath(other)), folder):
-            raise UsageError(
-                f"{flag} {shown} holds {cut(other)}, which this command reads or writes: use another folder"
-            )
-    check_output_path(flag, os.path.join(folder, probe))
+    present = [i for i in inputs if os.path.lexists(i)]
+    for name in files:
+        path = os.path.join(folder, name)
+        if os.path.isdir(path):
+            raise UsageError(f"{flag} {cut(path)} is a folder, where {what} needs a file of that name: move it")
+        for other_flag, other in outputs:
+            if other and (os.path.abspath(other) == os.path.abspath(path) or _same_file(other, path)):
+                raise UsageError(f"{other_flag} and {flag} name the same file {cut(path)}: give each its own")
+        check_output_path(flag, path, inputs=present)
 
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -353,9 +365,8 @@ def _silence_stdout() -> None:
         os.close(devnull)
 
 
-def _write_stream(path: str, text: str) -> None:
+def _write_stream(path: str, data: bytes) -> None:
     """Append to a stream without ever waiting forever for its reader."""
-    data = text.encode("utf-8")
     key = os.path.realpath(path) if path != STDOUT else ""
     if path == STDOUT:
         out = data_stdout()
@@ -397,7 +408,12 @@ def _write_stream(path: str, text: str) -> None:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename.
+    """Write ``text`` to ``path`` through a temporary file and a rename (see :func:`atomic_write_bytes`)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename.
 
     A link is followed: the file it points at is replaced, the link kept.  A
     stream or device (``/dev/stdout``, a pipe) is appended to, never replaced.  On
@@ -405,7 +421,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     untouched and a :class:`RunError` says why.
     """
     if written_through(path):
-        _write_stream(os.fspath(path), text)
+        _write_stream(os.fspath(path), data)
         return
     target = Path(os.path.realpath(path))
     try:
@@ -418,8 +434,8 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
         # Not mkstemp: its file is private (0600); a result should get the umask's mode.
         tmp_name = str(directory / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         fd = os.open(tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         if mode is not None:  # a replaced file keeps its mode

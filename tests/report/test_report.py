@@ -182,6 +182,29 @@ def test_bad_output_and_input_are_one_line_exit_2(tmp_path, inputs):
     assert not (tmp_path / "home").exists()
 
 
+def test_png_files_are_checked_one_by_one_before_anything_is_written(tmp_path, inputs):
+    """The --png folder's own files: a link there to an input, or a FIFO, under a plot's name is refused before
+    the report or any PNG is written (the input survives); other files beside them, the report included, are
+    not in the way, also on a second run."""
+    source = tmp_path / "run.json"
+    source.write_bytes(Path(inputs["imported"]).read_bytes())
+    before = source.read_bytes()
+    linked, fifo, shared = tmp_path / "linked", tmp_path / "fifo", tmp_path / "shared"
+    for folder in (linked, fifo, shared):
+        folder.mkdir()
+    (linked / "busbw-all_reduce.png").symlink_to(source)
+    os.mkfifo(fifo / "busbw-all_reduce.png")
+    for folder, pattern in ((linked, "is also an input of this command"), (fifo, "no process is reading")):
+        done = cli(tmp_path, "report", source, "--png", folder, "-o", tmp_path / "r.html")
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and pattern in done.stderr, done.stderr
+        assert not (tmp_path / "r.html").exists()
+    assert source.read_bytes() == before
+    for _ in range(2):
+        done = cli(tmp_path, "report", source, "--png", shared, "-o", shared / "report.html")
+        assert done.returncode == 0, done.stderr
+    assert (shared / "busbw-all_reduce.png").read_bytes().startswith(b"\x89PNG")
+
+
 def test_the_blank_check_can_fail(tmp_path):
     import matplotlib.image
     import numpy

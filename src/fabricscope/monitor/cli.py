@@ -231,10 +231,11 @@ def _watch(args: argparse.Namespace, command: list[str]) -> int:
         check_output_folder(
             "--textfile",
             args.textfile,
-            probe=TEXTFILE_NAME,
+            files=[TEXTFILE_NAME],
             make=False,
             what="node_exporter's textfile collector (its --collector.textfile.directory)",
-            others=[p for p in (args.json, args.record) if p],
+            inputs=inputs,
+            outputs=[("--json", args.json), ("--record", args.record)],
         )
     serve = None
     if args.serve is not None:

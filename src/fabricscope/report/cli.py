@@ -84,10 +84,8 @@ def run(args: argparse.Namespace) -> int:
 
     inputs = list(args.runs) + ([args.predict] if args.predict else [])
     check_outputs([("-o", args.output)], inputs=inputs)
-    if args.png is not None:
-        check_output_folder(
-            "--png", args.png, probe="busbw.png", make=True, what="the PNG files", others=[*inputs, args.output]
-        )
+    if args.png is not None:  # the folder now; its files once the report knows its plots
+        check_output_folder("--png", args.png, files=[], make=True, what="the PNG files")
     peak = args.peak / 8e9 if args.peak is not None else None
     loaded = []
     for text in args.runs:
@@ -114,6 +112,16 @@ def run(args: argparse.Namespace) -> int:
     from fabricscope.report import document
 
     report = document.build(loaded, baseline=baseline, prediction=prediction, peak_gbps=peak)
+    if args.png is not None:
+        check_output_folder(
+            "--png",
+            args.png,
+            files=document.png_names(report),
+            make=True,
+            what="the PNG files",
+            inputs=inputs,
+            outputs=[("-o", args.output)],
+        )
     atomic_write_text(args.output, document.to_html(report))
     say_written(args.output, f"{len(report.plots)} plots, {len(report.tables)} tables")
     if args.png is not None:

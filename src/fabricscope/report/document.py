@@ -9,6 +9,7 @@ fetch.  :func:`build` decides what to show from each Result's kind;
 from __future__ import annotations
 
 import html
+import io
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from fabricscope import __version__
 from fabricscope.report import plots
 from fabricscope.results import Result
 
-__all__ = ["Report", "Table", "build", "to_html", "write_pngs"]
+__all__ = ["Report", "Table", "build", "png_names", "to_html", "write_pngs"]
 
 _COLLECTIVE_KINDS = ("bench", "nccl-tests", "predict")
 
@@ -329,12 +330,21 @@ def to_html(report: Report) -> str:
     return "\n".join(parts) + "\n"
 
 
+def png_names(report: Report) -> list[str]:
+    """The file names :func:`write_pngs` gives the report's plots."""
+    return [f"{plot.name}.png" for plot in report.plots]
+
+
 def write_pngs(report: Report, folder: str) -> list[str]:
-    """Each plot as ``folder/<name>.png``; returns the paths."""
+    """Each plot as ``folder/<name>.png``, each written whole or not at all; returns the paths."""
+    from fabricscope.outputs import atomic_write_bytes
+
     os.makedirs(folder, exist_ok=True)
     written = []
-    for plot in report.plots:
-        path = os.path.join(folder, f"{plot.name}.png")
-        plot.figure.savefig(path, format="png", dpi=110, bbox_inches="tight")
+    for plot, name in zip(report.plots, png_names(report), strict=True):
+        path = os.path.join(folder, name)
+        image = io.BytesIO()
+        plot.figure.savefig(image, format="png", dpi=110, bbox_inches="tight")
+        atomic_write_bytes(path, image.getvalue())
         written.append(path)
     return written
