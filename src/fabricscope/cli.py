@@ -9,6 +9,7 @@ stays fast; torch and numpy are imported inside ``run``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import re
@@ -125,7 +126,7 @@ def _run(argv: Sequence[str] | None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from fabricscope.outputs import release_stdout  # output flags of ``-`` move the report to stderr
+    from fabricscope.outputs import release_stdout, silence_stdout, stream_write_failed
 
     try:
         code = int(args.func(args) or 0)
@@ -140,10 +141,15 @@ def _run(argv: Sequence[str] | None) -> int:
     except BrokenPipeError:
         # The reader of our stdout went away (| head): not an error of ours.  Point
         # stdout at /dev/null so that Python's flush at exit does not fail again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        silence_stdout()
         return 0
+    except OSError as exc:
+        if not stream_write_failed(exc):
+            raise
+        silence_stdout()  # > /dev/full, a full disk: said in one line, not a traceback
+        with contextlib.suppress(OSError):
+            sys.stderr.write(f"error: cannot write the output: {exc.strerror or exc}\n")
+        return 1
     finally:
         release_stdout()
 

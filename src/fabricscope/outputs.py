@@ -39,7 +39,10 @@ __all__ = [
     "data_stdout",
     "release_stdout",
     "say_written",
+    "silence_stdout",
+    "silence_stream",
     "stdout_holds_data",
+    "stream_write_failed",
     "written_through",
 ]
 
@@ -357,11 +360,26 @@ def written_through(path: str | os.PathLike[str]) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
-def _silence_stdout() -> None:
+STREAM_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+"""Errors of a write to a standard stream that the user's redirection caused (``> /dev/full``, a full disk)."""
+
+
+def stream_write_failed(exc: OSError) -> bool:
+    """Whether ``exc`` is a write to standard output or error that failed for lack of room, not a bug: named
+    files are written through :func:`atomic_write_bytes`, which says which file failed."""
+    return exc.filename is None and exc.errno in STREAM_FULL
+
+
+def silence_stdout() -> None:
     """Point stdout at /dev/null: later writes, and Python's flush at exit, go nowhere."""
+    silence_stream(data_stdout())
+
+
+def silence_stream(stream: TextIO) -> None:
+    """Point ``stream``'s file descriptor at /dev/null (its reader went away, or it is full)."""
     with contextlib.suppress(OSError, ValueError):
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, data_stdout().fileno())
+        os.dup2(devnull, stream.fileno())
         os.close(devnull)
 
 
@@ -373,7 +391,7 @@ def _write_stream(path: str, data: bytes) -> None:
         try:
             out.flush()
         except BrokenPipeError:
-            _silence_stdout()
+            silence_stdout()
             return
         fd, own = out.fileno(), False
     elif key in _held:
@@ -397,7 +415,7 @@ def _write_stream(path: str, data: bytes) -> None:
                 continue
             except BrokenPipeError:
                 if path == STDOUT or _STREAMS.match(os.path.abspath(path)):
-                    _silence_stdout()  # our own reader went away (| head): not a failure of the run
+                    silence_stdout()  # our own reader went away (| head): not a failure of the run
                     return
                 raise RunError(f"cannot write {cut(path)}: no process reads it any more") from None
             except OSError as exc:

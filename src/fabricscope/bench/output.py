@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -26,7 +25,13 @@ from fabricscope.errors import RunError
 from fabricscope.launch.heartbeat import Peer, host_record
 from fabricscope.launch.outcome import Ending
 from fabricscope.ops import Collective
-from fabricscope.outputs import atomic_write_text, claim_stdout, written_through
+from fabricscope.outputs import (
+    atomic_write_text,
+    claim_stdout,
+    silence_stream,
+    stream_write_failed,
+    written_through,
+)
 from fabricscope.results import COLLECTIVE_FIELDS, CollectiveRecord, Result
 from fabricscope.table import op_summary
 
@@ -111,6 +116,8 @@ class Output:
         self.first_notes = list(first_notes)
         """Printed once, in the first op's header."""
         self.write_errors: list[str] = []
+        self.stream_errors: list[str] = []
+        """Standard output that could not take the table (said at the end, exit 1)."""
         self.below_minimum: list[str] = []
         """Ops whose average busbw fell below 0.9 x NCCL_TESTS_MIN_BW."""
         self._op_records: list[dict[str, Any]] = []
@@ -142,19 +149,34 @@ class Output:
                 self.out.write(line + "\n")
         except BrokenPipeError:
             self._stdout_gone()
+        except OSError as exc:
+            self._stdout_failed(exc)
 
     def _flush(self) -> None:
         try:
             self.out.flush()
         except BrokenPipeError:
             self._stdout_gone()
+        except OSError as exc:
+            self._stdout_failed(exc)
+
+    def _stdout_failed(self, exc: OSError) -> None:
+        """Standard output cannot take the table (``> /dev/full``, a full disk): said once, the run goes on
+        (a --json file keeps every row) and ends with exit 1, as a file that could not be written does."""
+        if not stream_write_failed(exc):
+            raise exc
+        json_path = self.config.output.json_path
+        kept = f"--json {json_path} keeps every row" if json_path else "no --json file keeps the rows"
+        message = f"cannot write the table to standard output ({exc.strerror or exc}); {kept}"
+        if message not in self.stream_errors:
+            self.stream_errors.append(message)
+            sys.stderr.write(f"warning: {message}; measuring goes on\n")
+        self.stdout_closed = True
+        silence_stream(self.out)
 
     def _stdout_gone(self) -> None:
         self.stdout_closed = True
-        # Later writes, and Python's own flush at exit, go nowhere instead of failing.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, self.out.fileno())
-        os.close(devnull)
+        silence_stream(self.out)  # later writes, and Python's own flush at exit, go nowhere instead of failing
         if self._on_stdout_closed is not None:
             self._on_stdout_closed()
 
@@ -298,6 +320,7 @@ class Output:
             json_path=self.config.output.json_path,
             below_minimum=tuple(self.below_minimum),
             min_busbw_gbps=self.config.min_busbw_gbps,
+            stream_errors=tuple(self.stream_errors),
         )
 
     def finish(self, status: str, error: str | None = None) -> None:

@@ -121,6 +121,12 @@ def run(args: argparse.Namespace) -> int:
         raise DoctorIncomplete(str(exc)) from None
     except BrokenPipeError:  # the reader went away before the report: no verdict to keep
         raise
+    except OSError as exc:
+        from fabricscope.outputs import stream_write_failed
+
+        if not stream_write_failed(exc):
+            raise
+        raise DoctorIncomplete(f"cannot write the report: {exc.strerror or exc}; no verdict") from None
     except Exception as exc:  # a bug: show where, and say there is no verdict
         traceback.print_exc(file=sys.stderr)
         raise DoctorIncomplete(

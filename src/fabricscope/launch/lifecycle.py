@@ -231,8 +231,8 @@ def conclude(world: World, output: RankOutput | None, ending: Ending, *, exit_no
         if ending.kind in ("complete", "stdout_closed"):
             first = decide(full)
             output.finish(first.status, first.error)
-            # The files' own last writes may have failed just now: judge with them.
-            full = replace(full, write_errors=tuple(output.write_errors))
+            # The files' own last writes (and the table's) may have failed just now: judge with them.
+            full = replace(output.judged(full), write_errors=tuple(output.write_errors))
         verdict = decide(full)
         if ending.kind not in ("complete", "stdout_closed"):
             output.finish(verdict.status, verdict.error)

@@ -47,6 +47,8 @@ class Ending:
     min_busbw_gbps: float | None = None
     write_errors: tuple[str, ...] = ()
     """Each failure to write a result file (or to keep it in the history)."""
+    stream_errors: tuple[str, ...] = ()
+    """Each failure to write standard output (``> /dev/full``), said as it is: the table is what was lost."""
     shown: str = "the table above holds every row measured"
     """What the user still has when a file could not be written: the command's printed output."""
     without_file: str = "are in the table above (no --json file was asked for)"
@@ -81,6 +83,7 @@ def _verdict_lines(ending: Ending) -> list[str]:
             f"NCCL_TESTS_MIN_BW ({ending.min_busbw_gbps:g} GB/s)"
         )
     lines.extend(f"error: {problem}; {ending.shown}" for problem in ending.write_errors)
+    lines.extend(f"error: {problem}" for problem in ending.stream_errors)
     if ending.wrong:
         lines.append(f"error: the correctness check found {ending.wrong} wrong element(s); see #wrong above")
     return lines

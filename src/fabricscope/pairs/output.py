@@ -7,16 +7,14 @@ stop the measurement: it is reported once and the run exits 1.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TextIO
 
 from fabricscope.launch.heartbeat import Peer, host_record
 from fabricscope.launch.outcome import Ending
-from fabricscope.outputs import claim_stdout
+from fabricscope.outputs import claim_stdout, silence_stream, stream_write_failed
 from fabricscope.pair_matrix import PairRecord
 from fabricscope.pairs.analysis import analyse
 from fabricscope.pairs.config import PairsConfig
@@ -51,6 +49,30 @@ class Output:
             status="partial",
         )
         self.write_errors: list[str] = []
+        self.stream_errors: list[str] = []
+        """Standard output that could not take the report (said at the end, exit 1)."""
+
+    def say(self, text: str) -> None:
+        """A line of the printed report."""
+        self._print(lambda out: out.write(text + "\n"))
+
+    def _print(self, emit: Callable[[TextIO], object]) -> None:
+        """Print on standard output: a reader that went away (| head) leaves the verdict as it is; an output
+        that is full (> /dev/full) is said at the end (exit 1), and the run goes on."""
+        try:
+            emit(self.out)
+            self.out.flush()
+        except BrokenPipeError:
+            silence_stream(self.out)
+        except OSError as exc:
+            if not stream_write_failed(exc):
+                raise
+            silence_stream(self.out)
+            json_path = self.config.output.json_path
+            kept = f"--json {json_path} keeps every pair" if json_path else "no --json file keeps the pairs"
+            message = f"cannot write the report to standard output ({exc.strerror or exc}); {kept}"
+            if message not in self.stream_errors:
+                self.stream_errors.append(message)
 
     def add_round(self, records: Sequence[PairRecord]) -> None:
         self.result.records.extend(dict(record) for record in records)
@@ -69,6 +91,7 @@ class Output:
             records=len(self.result.records),
             json_path=self.config.output.json_path,
             shown="the report above holds every pair measured",
+            stream_errors=tuple(self.stream_errors),
             without_file="were not written: give --json FILE to keep the pairs of an unfinished run",
         )
 
@@ -87,12 +110,4 @@ class Output:
             except FabricscopeError as exc:
                 self.write_errors.append(str(exc))
         if status == "complete" and self.result.records:
-            try:
-                print_report(self.result.records, findings, self.config.by, self.out)
-                self.out.flush()
-            except BrokenPipeError:
-                # Nobody reads the report any more (| head): the verdict's exit code stands.
-                with contextlib.suppress(OSError):
-                    devnull = os.open(os.devnull, os.O_WRONLY)
-                    os.dup2(devnull, self.out.fileno())
-                    os.close(devnull)
+            self._print(lambda out: print_report(self.result.records, findings, self.config.by, out))

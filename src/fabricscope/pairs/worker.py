@@ -74,11 +74,10 @@ def _run(config: PairsConfig, world: launch.World) -> int:
         output = Output(config=config, peers=peers, backend=group.backend, env=env, rounds=len(schedule))
         output.save()
         hosts = len({p.host for p in peers})
-        print(
+        output.say(
             f"# pairs by {config.by}: {len(ends)} endpoints ({world.world_size} ranks on {hosts} host(s)), "
             f"{len(schedule)} rounds; {config.size_bytes} B and 8 B messages, both directions, "
-            f"{config.iters} timed + {config.warmup_iters} warmup each; backend {group.backend}",
-            flush=True,
+            f"{config.iters} timed + {config.warmup_iters} warmup each; backend {group.backend}"
         )
 
     def on_stall(message: str) -> None:
