@@ -356,8 +356,27 @@ def test_a_link_speed_given_for_an_interface_without_one_gives_its_utilization(t
     [("eth0", "--link-speed takes IF=RATE items"), ("eth0=400", "give a rate with its decimal prefix"),
      ("=25G", "--link-speed takes IF=RATE items"), ("eth0=-5G", "--link-speed"),
      ("e" * 5000 + "=1G", "is not an interface name"), ("eth0=" + "9" * 400 + "G", "too many digits"),
-     ("eth0=²G", "give a rate with its decimal prefix")],
+     ("eth0=²G", "give a rate with its decimal prefix"), ("eth0=10G,eth0=25G", "two rates: give each interface one")],
 )  # fmt: skip
 def test_a_bad_link_speed_is_one_line(value: str, message: str) -> None:
     result = monitor("--link-speed", value, "--duration", "1")
     assert result.returncode == 2 and message in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_repeated_link_speeds_add_up_and_one_for_an_unwatched_interface_is_said(tmp_path: Path) -> None:
+    """--link-speed may be given more than once (every rate is kept; the same interface twice is refused above);
+    a rate for an interface that is not watched is said in a note, not dropped in silence."""
+    out = tmp_path / "m.json"
+    result = monitor(
+        "--interval", "0.2", "--duration", "0.6", "--interfaces", "lo", "--link-speed", "lo=10G",
+        "--link-speed", "nosuch0=25G", "--json", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert load(out).config["link_speeds"] == {"lo": 10e9, "nosuch0": 25e9}
+    assert "--link-speed nosuch0: no such interface is watched (watched: lo)" in result.stdout + result.stderr
+
+
+def test_a_bad_interfaces_name_is_one_line() -> None:
+    result = monitor("--interfaces", "eth0," + "a" * 5000, "--duration", "1")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "--interfaces" in result.stderr and "is not an interface name" in result.stderr

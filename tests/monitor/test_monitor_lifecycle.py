@@ -66,5 +66,5 @@ def test_an_interface_that_is_not_there_is_said(tmp_path):
         ["monitor", "--interfaces", "nosuch0,lo", "--duration", "0.3", "--interval", "0.1", "--json", str(out)]
     )
     assert done.returncode == 0, done.stderr
-    assert "interface nosuch0 was not found (present: " in done.stdout + done.stderr
+    assert "interface nosuch0 was not found (watched: " in done.stdout + done.stderr
     assert any("nosuch0" in note for note in load(out).summary["notes"])

@@ -77,9 +77,11 @@ def add_parser(subparsers: SubParsers) -> None:
     )
     parser.add_argument(
         "--link-speed",
+        action="append",
         default=None,
         metavar="IF=RATE,...",
-        help="line rates for utilization where the kernel reports none (virtio, some VMs): eth0=25G,eth1=100Gb/s",
+        help="line rates for utilization where the kernel reports none (virtio, some VMs): eth0=25G,eth1=100Gb/s "
+        "(may be repeated)",
     )
     parser.add_argument("--no-gpu", action="store_true", help="do not sample GPUs through NVML")
     parser.add_argument("--json", default=None, metavar="FILE", help="write the summary and time series as a Result")
@@ -219,7 +221,11 @@ def _watch(args: argparse.Namespace, command: list[str]) -> int:
     from fabricscope.monitor.session import Monitor, MonitorConfig
     from fabricscope.outputs import check_outputs
 
-    interfaces = tuple(n for n in args.interfaces.split(",") if n) if args.interfaces is not None else None
+    interfaces = (
+        tuple(_interface_name("--interfaces", n) for n in args.interfaces.split(",") if n)
+        if args.interfaces is not None
+        else None
+    )
     if interfaces is not None and not interfaces:
         raise UsageError("--interfaces needs at least one interface name, e.g. eth0,ib0")
     inputs = [args.root] if os.path.realpath(args.root) != "/" else []
@@ -313,22 +319,31 @@ _INTERFACE_NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
 """A Linux interface name: at most IFNAMSIZ - 1 = 15 characters."""
 
 
-def _link_speeds(text: str | None) -> dict[str, float]:
-    """``--link-speed eth0=25G,eth1=100Gb/s`` -> {interface: bits per second}."""
+def _interface_name(flag: str, text: str) -> str:
+    """``text`` as a Linux interface name, or one line saying what one is."""
+    from fabricscope.shown import quoted
+
+    name = text.strip()
+    if not _INTERFACE_NAME.fullmatch(name):
+        raise UsageError(
+            f"{flag} {quoted(name, 40)} is not an interface name: Linux's are 1 to 15 letters, "
+            "digits, '.', '_', ':', '@' or '-'"
+        )
+    return name
+
+
+def _link_speeds(texts: list[str] | None) -> dict[str, float]:
+    """``--link-speed eth0=25G,eth1=100Gb/s`` (the flag may be repeated) -> {interface: bits per second}."""
     from fabricscope.shown import quoted
     from fabricscope.units import parse_rate
 
-    if text is None:
-        return {}
     speeds: dict[str, float] = {}
-    for item in text.split(","):
+    for item in ",".join(texts or ()).split(",") if texts else ():
         name, sign, rate = item.partition("=")
         if not sign or not name.strip() or not rate.strip():
             raise UsageError(f"--link-speed takes IF=RATE items, like eth0=25G or ib0=200Gb/s; got {quoted(item, 40)}")
-        if not _INTERFACE_NAME.fullmatch(name.strip()):
-            raise UsageError(
-                f"--link-speed {quoted(name.strip(), 40)} is not an interface name: Linux's are 1 to 15 letters, "
-                "digits, '.', '_', ':', '@' or '-'"
-            )
-        speeds[name.strip()] = parse_rate(rate.strip(), what=f"--link-speed {quoted(name.strip(), 40)}")
+        name = _interface_name("--link-speed", name)
+        if name in speeds:
+            raise UsageError(f"--link-speed gives {quoted(name, 40)} two rates: give each interface one")
+        speeds[name] = parse_rate(rate.strip(), what=f"--link-speed {quoted(name, 40)}")
     return speeds

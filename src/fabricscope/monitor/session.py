@@ -97,14 +97,18 @@ class Monitor:
         self.last_interval: Interval | None = None
 
     def _note_missing_interfaces(self, snap: Snapshot) -> None:
-        """``--interfaces`` naming one that is not there is said (once), with the ones that are."""
-        if not self.config.interfaces:
-            return
+        """``--interfaces`` or ``--link-speed`` naming one that is not watched is said (once), with the ones
+        that are."""
         seen = _seen_devices(snap)
-        for name in self.config.interfaces:
+        present = ", ".join(sorted(d for d in seen if d)) or "none"
+        for name in self.config.interfaces or ():
             if name not in seen:
-                present = ", ".join(sorted(d for d in seen if d)) or "none"
-                self.notes.once(f"missing:{name}", f"interface {name} was not found (present: {present})")
+                self.notes.once(f"missing:{name}", f"interface {name} was not found (watched: {present})")
+        for name in self.config.link_speeds:
+            if name not in seen:
+                self.notes.once(
+                    f"speed:{name}", f"--link-speed {name}: no such interface is watched (watched: {present})"
+                )
 
     def sample(self) -> list[dict[str, Any]]:
         """Take one sample; the records of the interval it closes ([] for the first)."""
