@@ -30,6 +30,7 @@ from fabricscope.doctor.checks.base import finding
 from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.fleet import Rendezvous
 from fabricscope.launch import World, free_port
+from fabricscope.pairs.analysis import FACTOR
 from fabricscope.shown import printable
 
 __all__ = ["ID", "READS", "TITLE", "join_fleet_pairs", "lead_fleet_pairs", "pairs_findings"]
@@ -41,8 +42,6 @@ SIZE_BYTES = 64 << 20
 """The bandwidth test's message (pairs' default)."""
 ITERS = 5
 WARMUP = 2
-BROKEN_FACTOR = 10.0
-"""A link this many times slower than the median is broken, not just slow (pairs' own rule)."""
 _KEY = "pairs/plan"
 _SKIP = "skip"
 
@@ -61,12 +60,14 @@ def lead_fleet_pairs(link: Rendezvous, world: World, hosts: Sequence[str], silen
             "every rank reports",
             "bring the silent ranks back (see the fleet findings), then run doctor --bench again",
         )
-    by = "node" if len(set(hosts)) > 1 else "rank"
+    nodes = len(set(hosts))
+    by = "node" if nodes > 1 else "rank"
+    endpoints = nodes if by == "node" else world.world_size
     port = free_port()
-    link.share(_KEY, json.dumps({"port": port, "by": by}))
+    link.share(_KEY, json.dumps({"port": port, "by": by, "endpoints": endpoints}))
     with tempfile.TemporaryDirectory(prefix="fabricscope-doctor-pairs-") as folder:
         out = Path(folder) / "pairs.json"
-        code, tail = _run_pairs(world, port, by, timeout_s, out)
+        code, tail = _run_pairs(world, port, by, endpoints, timeout_s, out)
         return pairs_findings(_read(out), code, tail, by=by)
 
 
@@ -77,13 +78,15 @@ def join_fleet_pairs(link: Rendezvous, world: World, timeout_s: float) -> None:
         return
     try:
         values = json.loads(plan)
-        port, by = int(values["port"]), str(values["by"])
+        port, by, endpoints = int(values["port"]), str(values["by"]), int(values["endpoints"])
     except (ValueError, KeyError, TypeError):
         return
-    _run_pairs(world, port, by, timeout_s, None)
+    _run_pairs(world, port, by, max(2, min(endpoints, world.world_size)), timeout_s, None)
 
 
-def _run_pairs(world: World, port: int, by: str, timeout_s: float, out: Path | None) -> tuple[int | None, str]:
+def _run_pairs(
+    world: World, port: int, by: str, endpoints: int, timeout_s: float, out: Path | None
+) -> tuple[int | None, str]:
     env = own_world_env(
         {
             "RANK": str(world.rank),
@@ -98,7 +101,7 @@ def _run_pairs(world: World, port: int, by: str, timeout_s: float, out: Path | N
     argv += ["-n", str(ITERS), "-w", str(WARMUP), "-T", f"{timeout_s:g}"]
     if out is not None:
         argv += ["--json", str(out)]
-    rounds = world.world_size  # at most: n - 1 rounds, n when n is odd
+    rounds = endpoints  # pairs' rounds over its endpoints (nodes or ranks): n - 1, n when n is odd
     # pairs bounds itself (-T per message, a heartbeat per round); this bounds one that cannot.
     return run_bounded(argv, timeout_s * (rounds + 2) + 60, env=env)
 
@@ -157,7 +160,7 @@ def pairs_findings(result: Mapping[str, Any] | None, code: int | None, tail: str
         value, middle = _number(outlier.get("value")), _number(outlier.get("median"))
         if value is None or middle is None:
             continue
-        broken = broken or value * BROKEN_FACTOR <= middle
+        broken = broken or value * FACTOR <= middle
         named.append(
             f"{printable(str(outlier.get('src_host')), 60)} -> {printable(str(outlier.get('dst_host')), 60)} "
             f"{value:.3g} GB/s ({value / middle:.0%} of the median)"
