@@ -14,10 +14,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
-__all__ = ["PAIR_FIELDS", "TESTS", "MatrixTest", "PairRecord", "Test", "cells"]
+__all__ = ["PAIR_FIELDS", "SLOW_LINK_FACTOR", "TESTS", "MatrixTest", "PairRecord", "Test", "cells"]
 
 
 Test = Literal["bandwidth", "latency"]
+
+SLOW_LINK_FACTOR = 10.0
+"""A link this many times slower than the median is broken whatever the scores say (``pairs`` and doctor's
+fleet pairs judge by it)."""
 
 
 class PairRecord(TypedDict):

@@ -30,7 +30,7 @@ from fabricscope.doctor.checks.base import finding
 from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.fleet import Rendezvous
 from fabricscope.launch import World, free_port
-from fabricscope.pairs.analysis import FACTOR
+from fabricscope.pair_matrix import SLOW_LINK_FACTOR
 from fabricscope.shown import printable
 
 __all__ = ["ID", "READS", "TITLE", "join_fleet_pairs", "lead_fleet_pairs", "pairs_findings"]
@@ -160,7 +160,7 @@ def pairs_findings(result: Mapping[str, Any] | None, code: int | None, tail: str
         value, middle = _number(outlier.get("value")), _number(outlier.get("median"))
         if value is None or middle is None:
             continue
-        broken = broken or value * FACTOR <= middle
+        broken = broken or value * SLOW_LINK_FACTOR <= middle
         named.append(
             f"{printable(str(outlier.get('src_host')), 60)} -> {printable(str(outlier.get('dst_host')), 60)} "
             f"{value:.3g} GB/s ({value / middle:.0%} of the median)"

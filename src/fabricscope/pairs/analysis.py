@@ -35,6 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
+from fabricscope.pair_matrix import SLOW_LINK_FACTOR
+
 __all__ = ["FACTOR", "MAD_FLOOR", "MIN_LINKS", "THRESHOLD", "Findings", "Outlier", "analyse", "robust_scores"]
 
 THRESHOLD = 3.5
@@ -43,7 +45,7 @@ MAD_FLOOR = 0.01
 """The MAD is at least this share of the median (identical links are not outliers of each other)."""
 _TINY = 1e-300
 """A zero (nothing measurable) counts as this, so its logarithm exists."""
-FACTOR = 10.0
+FACTOR = SLOW_LINK_FACTOR
 """A link this many times slower than the median is an outlier whatever the scores say."""
 MIN_LINKS = 3
 """Fewest measured links (per test) that are judged for outliers."""
