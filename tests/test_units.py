@@ -82,3 +82,11 @@ def test_gbps_uses_1e9():
     assert gbps(1e9, 1.0) == 1.0
     assert gbps(2**30, 1.0) == pytest.approx(1.073741824)
     assert gbps(100, 0) == 0.0
+
+
+@pytest.mark.parametrize("digits", ["١٠", "²", "१०", "１０"])  # Arabic-Indic, superscript, Devanagari, full-width
+def test_numbers_with_units_take_ascii_digits_only(digits):
+    """int() and regex \\d accept every script's digits; a size, rate or duration on the command line does not."""
+    for parse, text in ((parse_size, f"{digits}K"), (parse_rate, f"{digits}G"), (parse_duration, f"{digits}s")):
+        with pytest.raises(UsageError):
+            parse(text)

@@ -41,9 +41,11 @@ _MAX_DIGITS = 30
 # One grammar for every number with a unit: a decimal number (an exponent only where
 # the caller allows it), an optional prefix, an optional unit.
 _NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
-_SIZE_RE = re.compile(rf"^\s*{_NUMBER}\s*([KMGTP]?)(i?[Bb])?\s*$", re.IGNORECASE)
-_RATE_RE = re.compile(rf"^\s*{_NUMBER}\s*([KMGTPkmgtp])(bit/s|bits/s|bit|bps|b/s|b|Bps|B/s|B)?\s*$")
-_DURATION_RE = re.compile(r"^\s*((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(rf"^\s*{_NUMBER}\s*([KMGTP]?)(i?[Bb])?\s*$", re.IGNORECASE | re.ASCII)
+_RATE_RE = re.compile(rf"^\s*{_NUMBER}\s*([KMGTPkmgtp])(bit/s|bits/s|bit|bps|b/s|b|Bps|B/s|B)?\s*$", re.ASCII)
+_DURATION_RE = re.compile(
+    r"^\s*((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE | re.ASCII
+)
 _SECONDS = {"ms": Fraction(1, 1000), "s": Fraction(1), "m": Fraction(60), "h": Fraction(3600), "d": Fraction(86400)}
 
 MAX_SIZE = 1 << 60
