@@ -120,8 +120,10 @@ def _collapse(findings: Sequence[Finding], verbose: bool) -> list[_Row]:
 
 def _by_area(findings: Sequence[Finding]) -> list[tuple[str, list[Finding]]]:
     order = {area: i for i, area in enumerate(AREAS)}
-    areas = sorted({f.area for f in findings}, key=lambda a: (order.get(a, len(order)), a))
-    return [(area, [f for f in findings if f.area == area]) for area in areas]
+    by_area: dict[str, list[Finding]] = {}
+    for finding in findings:
+        by_area.setdefault(finding.area, []).append(finding)
+    return sorted(by_area.items(), key=lambda item: (order.get(item[0], len(order)), item[0]))
 
 
 _COLUMNS = (

@@ -4,9 +4,10 @@ rich's :class:`~rich.table.Table` measures every cell several times to share
 the width, which made drawing a node's report take as long as probing it.
 This draws the same table (rich's heavy-headed box, a rule between
 sections, long cells folded at spaces and, where one word is wider than its
-column, inside the word) from each cell's width measured once, and hands rich
-one :class:`~rich.text.Text` to print, so colours, ``NO_COLOR`` and a stopped
-reader behave as everywhere else.
+column, inside the word) from each cell's width measured once.  The drawn
+table hands rich its segments, one per styled stretch, so rich neither
+re-measures nor re-splits it, while colours, ``NO_COLOR`` and a stopped reader
+behave as everywhere else.
 
 Widths are terminal cells (:func:`rich.cells.cell_len`), so wide characters
 in a firmware string keep the borders straight.
@@ -14,13 +15,14 @@ in a firmware string keep the borders straight.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from rich.cells import cell_len, chop_cells
-from rich.text import Span, Text
+from rich.console import Console, ConsoleOptions
+from rich.segment import Segment
 
-__all__ = ["Cell", "Column", "draw"]
+__all__ = ["Cell", "Column", "Drawn", "draw"]
 
 MIN_FOLDED = 8
 """Narrowest a folding column is made; on a narrower terminal the table runs past the edge."""
@@ -41,15 +43,15 @@ class Cell:
     style: str = ""
 
 
-def draw(columns: Sequence[Column], sections: Sequence[Sequence[Sequence[Cell]]], width: int) -> Text:
-    """The table as one Text: header, then each section's rows, a rule between sections."""
+def draw(columns: Sequence[Column], sections: Sequence[Sequence[Sequence[Cell]]], width: int) -> Drawn:
+    """The table, drawn: header, then each section's rows, a rule between sections."""
     natural = [cell_len(c.header) for c in columns]
     for section in sections:
         for row in section:
             for i, item in enumerate(row):
                 natural[i] = max(natural[i], cell_len(item.text))
     widths = _fit(natural, [c.fold for c in columns], width)
-    out = _Canvas()
+    out = Drawn()
     out.add(_rule("┏", "━", "┳", "┓", widths) + "\n")
     out.line([Cell(c.header, "bold") for c in columns], widths, "┃")
     out.add(_rule("┡", "━", "╇", "┩", widths) + "\n")
@@ -66,32 +68,49 @@ def draw(columns: Sequence[Column], sections: Sequence[Sequence[Sequence[Cell]]]
                     for lines, item, c in zip(folded, row, columns, strict=True)
                 ]
                 out.line(cells, widths, "│")
-    out.add(_rule("└", "─", "┴", "┘", widths))
-    return Text("".join(out.parts), spans=out.spans)
+    out.add(_rule("└", "─", "┴", "┘", widths) + "\n")
+    return out
 
 
-class _Canvas:
-    """The table's text in pieces, and the styled stretches of it (one Text is made at the end)."""
+class Drawn:
+    """A drawn table: its text in pieces, each with its style (or none); print it with ``crop=False``."""
 
-    __slots__ = ("at", "parts", "spans")
+    __slots__ = ("parts",)
 
     def __init__(self) -> None:
-        self.parts: list[str] = []
-        self.spans: list[Span] = []
-        self.at = 0
+        self.parts: list[tuple[str, str]] = []
+
+    @property
+    def plain(self) -> str:
+        return "".join(text for text, _ in self.parts)
 
     def add(self, text: str, style: str = "") -> None:
-        if style and text:
-            self.spans.append(Span(self.at, self.at + len(text), style))
-        self.parts.append(text)
-        self.at += len(text)
+        if not text:
+            return
+        if self.parts and self.parts[-1][1] == style:
+            self.parts[-1] = (self.parts[-1][0] + text, style)
+        else:
+            self.parts.append((text, style))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
+        style_of = console.get_style
+        styles = {style: style_of(style) for style in {style for _, style in self.parts if style}}
+        for text, style in self.parts:
+            yield Segment(text, styles[style] if style else None)
 
     def line(self, cells: Sequence[Cell], widths: list[int], bar: str) -> None:
+        plain: list[str] = []  # the unstyled run so far, added as one piece
         for item, w in zip(cells, widths, strict=True):
-            self.add(f"{bar} ")
-            self.add(item.text, item.style)
-            self.add(" " * (w - cell_len(item.text) + 1))
-        self.add(bar + "\n")
+            pad = " " * (w - cell_len(item.text) + 1)
+            if item.style and item.text:
+                plain.append(f"{bar} ")
+                self.add("".join(plain))
+                self.add(item.text, item.style)
+                plain = [pad]
+            else:
+                plain.append(f"{bar} {item.text}{pad}")
+        plain.append(bar + "\n")
+        self.add("".join(plain))
 
 
 def _fit(natural: list[int], fold: list[bool], width: int) -> list[int]:
