@@ -153,3 +153,36 @@ def test_the_kernel_resolves_inside_the_root_where_it_can(tmp_path: Path, reques
         assert in_root._call not in (None, False), "openat2 was not used on a kernel that has it"
     if way == "walk":
         assert in_root._call is False
+
+
+def test_the_kernels_resolution_of_a_path_is_the_walks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``resolve`` asks the kernel (openat2 with O_PATH, read back from /proc/self/fd) and walks only where it
+    cannot say; for links in and out of the root, ``..``, loops and missing parts both give the same path."""
+    from fabricscope import in_root, sysroot
+
+    tree, _ = hostile_tree(tmp_path)
+    paths = [
+        ("etc/inside.conf", True),
+        ("etc/inside.conf", False),  # the link itself
+        ("etc/climb.conf", True),  # re-rooted target, missing in the root: the walk keeps it
+        ("etc/hostile.conf", False),
+        ("sys/class/net/eth0/../../../../../../etc/real", True),
+        ("sys/class/net/eth0" + "/.." * 12 + "/etc/real", True),
+        ("sys/class/net/eth0/mtu6", True),
+        ("sys/class/net/eth0/device/driver", False),
+        ("sys/class/net/eth0/no/such/file", True),
+        ("", True),
+    ]
+    kernel = SysRoot(tree)
+    said = [kernel.resolve(rel, last=last) for rel, last in paths]
+    if in_root._call not in (None, False):  # openat2 works here: the kernel answered for what exists
+        assert in_root.resolve_in_root(kernel._root_fd, kernel._real_base, "etc/inside.conf") == "etc/real/site.conf"
+        assert in_root.resolve_in_root(kernel._root_fd, kernel._real_base, "etc/climb.conf") is None
+    monkeypatch.setattr(sysroot, "resolve_in_root", lambda *args, **kwargs: None)
+    walked = SysRoot(tree)
+    assert said == [walked.resolve(rel, last=last) for rel, last in paths]
+    for rel in ("sys/class/net/eth0/operstate", "sys/class/net/eth0/mtu"):
+        with pytest.raises(OSError, match="Too many levels"):
+            walked.resolve(rel)
+        with pytest.raises(OSError, match="Too many levels"):
+            kernel.resolve(rel)

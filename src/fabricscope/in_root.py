@@ -22,7 +22,7 @@ import platform
 import sys
 from typing import Any
 
-__all__ = ["open_in_root", "open_root_dir"]
+__all__ = ["open_in_root", "open_root_dir", "resolve_in_root"]
 
 _NUMBER = 437
 """``__NR_openat2`` in the table every architecture shares for system calls added since Linux 5.1."""
@@ -33,6 +33,8 @@ _RESOLVE_IN_ROOT = 0x10
 _UNUSABLE = {errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG, errno.EOPNOTSUPP}
 """What a kernel or a seccomp filter answers when ``openat2`` or its flags are not there."""
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+_PATH_FLAGS = os.O_PATH | os.O_CLOEXEC if sys.platform == "linux" else 0
+"""A descriptor that only names the file (``O_PATH``): what resolving a path needs, whatever the file is."""
 
 _call: Any = None
 """The bound system call once it has worked, False when it cannot be used, None before the first try."""
@@ -60,8 +62,8 @@ def open_in_root(root_fd: int, rel: str) -> int | None:
     bound = _call
     if bound is False:
         return None
-    call, number, how, size, _ = bound
-    fd: int = call(number, root_fd, os.fsencode(rel), how, size)
+    call, number, hows, size, _ = bound
+    fd: int = call(number, root_fd, os.fsencode(rel), hows[_FLAGS], size)
     if fd >= 0:
         return fd
     import ctypes
@@ -72,12 +74,41 @@ def open_in_root(root_fd: int, rel: str) -> int | None:
     if code in _UNUSABLE:
         # The call itself refused (no openat2, a seccomp filter), or only this file did (EPERM, EINVAL
         # from a special file): opening the root itself tells them apart.
-        probe: int = call(number, root_fd, b".", how, size)
+        probe: int = call(number, root_fd, b".", hows[_FLAGS], size)
         if probe < 0:
             _call = False
             return None
         os.close(probe)
     raise OSError(code, os.strerror(code), rel)
+
+
+def resolve_in_root(root_fd: int, base: str, rel: str, *, follow: bool = True) -> str | None:
+    """``rel`` resolved inside the root ``base`` (open on ``root_fd``) by the kernel, relative to it (``""``
+    for the root); ``follow=False`` leaves a link in the last place as it is.
+
+    The path is opened with ``O_PATH`` and read back from ``/proc/self/fd``.
+    None whenever the kernel cannot say it all: ``openat2`` unusable here, a
+    component missing (the caller keeps the rest of the path as it is), a
+    loop, ``/proc`` not mounted; the caller then walks the path itself.
+    """
+    global _call
+    if _call is None:
+        _call = _bind()
+    if _call is False or "\0" in rel:
+        return None
+    call, number, hows, size, _ = _call
+    fd: int = call(number, root_fd, os.fsencode(rel), hows[_PATH_FLAGS | (0 if follow else os.O_NOFOLLOW)], size)
+    if fd < 0:
+        return None
+    try:
+        host = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if host == base:
+        return ""
+    return host[len(base) + 1 :] if host.startswith(base + "/") else None
 
 
 def _bind() -> Any:
@@ -92,8 +123,12 @@ def _bind() -> Any:
         libc = ctypes.CDLL(None, use_errno=True)
         call = libc.syscall
         call.restype = ctypes.c_long
-        how = OpenHow(_FLAGS, 0, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
+        structs = {
+            flags: OpenHow(flags, 0, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
+            for flags in (_FLAGS, _PATH_FLAGS, _PATH_FLAGS | os.O_NOFOLLOW)
+        }
+        hows = {flags: ctypes.byref(how) for flags, how in structs.items()}
         # Arguments of a variadic call are typed: a size_t must not go as a 32-bit int.
-        return call, ctypes.c_long(_NUMBER), ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)), how
+        return call, ctypes.c_long(_NUMBER), hows, ctypes.c_size_t(ctypes.sizeof(OpenHow)), structs
     except (ImportError, OSError, AttributeError):
         return False

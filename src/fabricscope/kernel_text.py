@@ -104,6 +104,8 @@ _IB_STATE = re.compile(r"^\s*(\d{1,3})\s*:\s*(\S.*?)\s*$")
 _IB_RATE = re.compile(r"^\s*(\d{1,6}(?:\.\d{1,3})?)\s*Gb/sec\s*(?:\((.*)\))?\s*$")
 _PCIE_SPEED = re.compile(r"^\s*(\d{1,4}(?:\.\d{1,3})?)\s*GT/s(?:\s+PCIe)?\s*$")
 _NV_DRIVER = re.compile(r"Kernel Module(?: for \w+)?\s+([0-9][0-9.]*)")
+_AER_LINE = re.compile(r"^[ \t]*(\S+)[ \t]+([0-9]{1,20})[ \t\r]*$", re.MULTILINE | re.ASCII)
+"""A line of an ``aer_dev_*`` file: a name and a count (the file is read in one ``findall``: a device has 3)."""
 _LINK_MODE = re.compile(r"^(\d{1,9})base\S*/(Full|Half)$")
 
 # Transfer rate per lane (GT/s) -> PCIe generation.
@@ -459,8 +461,8 @@ def parse_aer(text: str | None) -> dict[str, int] | None:
     if text is None:
         return None
     counts: dict[str, int] = {}
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) == 2 and (value := parse_counter(fields[1])) is not None:
-            counts["TOTAL" if fields[0].startswith("TOTAL_ERR_") else fields[0][:40]] = value
+    for name, digits in _AER_LINE.findall(text):
+        value = int(digits)
+        if value <= _MAX_COUNTER:
+            counts["TOTAL" if name.startswith("TOTAL_ERR_") else name[:40]] = value
     return counts if "TOTAL" in counts else None

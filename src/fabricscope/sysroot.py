@@ -40,7 +40,7 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fabricscope.in_root import open_in_root, open_root_dir
+from fabricscope.in_root import open_in_root, open_root_dir, resolve_in_root
 from fabricscope.shown import quoted
 
 __all__ = [
@@ -223,6 +223,10 @@ class SysRoot:
         """
         if self._live:
             return _norm(rel)
+        if self._root_fd is not None:
+            resolved = resolve_in_root(self._root_fd, self._real_base, rel, follow=last)
+            if resolved is not None:
+                return resolved
         parts = [p for p in rel.split("/") if p not in ("", ".")]
         if len(parts) < 2 or ".." in parts:
             return self._walk(parts, [], 0, last, rel)[0]
