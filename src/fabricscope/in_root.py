@@ -36,6 +36,9 @@ _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 _PATH_FLAGS = os.O_PATH | os.O_CLOEXEC if sys.platform == "linux" else 0
 """A descriptor that only names the file (``O_PATH``): what resolving a path needs, whatever the file is."""
 
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+"""How :func:`os.fsencode` turns a path into bytes, without its call per path."""
+
 _call: Any = None
 """The bound system call once it has worked, False when it cannot be used, None before the first try."""
 
@@ -63,7 +66,7 @@ def open_in_root(root_fd: int, rel: str) -> int | None:
     if bound is False:
         return None
     call, number, hows, size, _ = bound
-    fd: int = call(number, root_fd, os.fsencode(rel), hows[_FLAGS], size)
+    fd: int = call(number, root_fd, rel.encode(_FS_ENCODING, _FS_ERRORS), hows[_FLAGS], size)
     if fd >= 0:
         return fd
     import ctypes
@@ -97,7 +100,8 @@ def resolve_in_root(root_fd: int, base: str, rel: str, *, follow: bool = True) -
     if _call is False or "\0" in rel:
         return None
     call, number, hows, size, _ = _call
-    fd: int = call(number, root_fd, os.fsencode(rel), hows[_PATH_FLAGS | (0 if follow else os.O_NOFOLLOW)], size)
+    how = hows[_PATH_FLAGS | (0 if follow else os.O_NOFOLLOW)]
+    fd: int = call(number, root_fd, rel.encode(_FS_ENCODING, _FS_ERRORS), how, size)
     if fd < 0:
         return None
     try:

@@ -286,3 +286,18 @@ def test_tcp_buffers_scale_with_the_fastest_compute_nic() -> None:
     assert only(run_checks(vm), "tcp.buffers", Severity.WARN) == []
     expected = only(run_checks(vm, Expectations(tcp_buffer_bytes=64 << 20)), "tcp.buffers", Severity.WARN)
     assert {f.expected for f in expected} == {">= 64M (--expect tcp.buffer_max)"}
+
+
+def test_the_compute_choice_is_made_once_per_run_and_anew_after_it() -> None:
+    from fabricscope.doctor.checks.base import compute, one_run
+
+    healthy, expect = node("healthy-ib-8gpu"), Expectations()
+    with one_run():
+        first = compute(healthy, expect)
+        assert compute(healthy, expect) is first  # every check of the run shares one choice
+        assert compute(healthy, Expectations(link_layer="Ethernet")) is not first  # other expectations, other choice
+    assert compute(healthy, expect) is not first  # outside a run each call decides anew
+    healthy.nccl.pop("NCCL_IB_HCA", None)
+    healthy.rdma = healthy.rdma[:2]
+    with one_run():
+        assert len(compute(healthy, expect).ports) < len(first.ports)  # a later run sees the changed node

@@ -6,7 +6,7 @@ subclass to a module of its area and one entry to :data:`CHECKS`.
 
 from __future__ import annotations
 
-from fabricscope.doctor.checks.base import Check
+from fabricscope.doctor.checks.base import Check, one_run
 from fabricscope.doctor.checks.gpu import (
     GpuClocks,
     GpuCount,
@@ -127,7 +127,8 @@ def run_checks(node: Node, expect: Expectations | None = None) -> list[Finding]:
     """Every finding of every check that applies to ``node``, in report order."""
     expect = expect or Expectations()
     findings: list[Finding] = []
-    for check in CHECKS:
-        if check.applies(node, expect):
-            findings.extend(check.run(node, expect))
+    with one_run():
+        for check in CHECKS:
+            if check.applies(node, expect):
+                findings.extend(check.run(node, expect))
     return findings

@@ -9,12 +9,16 @@ decided here, once for every check: the names ``--expect nic.devices`` lists;
 else the ports ``NCCL_IB_HCA`` lets NCCL use (its ``=``, ``^`` and ``:port``
 syntax, as NCCL matches it); else the ports of ``--expect nic.link_layer``;
 else every RDMA port.  Without RDMA ports, the physical NICs that are up.
+Within one :func:`one_run` (every check over one node) the choice is made once
+and shared; outside it, each call decides anew.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -38,6 +42,7 @@ __all__ = [
     "is_active",
     "majority",
     "more_than_expected",
+    "one_run",
     "rate_finding",
 ]
 
@@ -110,8 +115,32 @@ class Compute:
     """Names ``--expect nic.devices`` lists that the node does not have."""
 
 
+_CHOSEN: ContextVar[dict[tuple[int, int], Compute] | None] = ContextVar("compute_chosen", default=None)
+"""The compute choice of each (node, expectations) inside :func:`one_run`; None outside one."""
+
+
+@contextmanager
+def one_run() -> Iterator[None]:
+    """Every check of one run over a node that does not change meanwhile: :func:`compute` decides once."""
+    token = _CHOSEN.set({})
+    try:
+        yield
+    finally:
+        _CHOSEN.reset(token)
+
+
 def compute(node: Node, expect: Expectations) -> Compute:
     """The RDMA ports and NICs that carry training traffic (see the module docstring)."""
+    chosen = _CHOSEN.get()
+    if chosen is None:
+        return _compute(node, expect)
+    key = (id(node), id(expect))
+    if key not in chosen:
+        chosen[key] = _compute(node, expect)
+    return chosen[key]
+
+
+def _compute(node: Node, expect: Expectations) -> Compute:
     ports = node.ports
     hca = node.nccl.get("NCCL_IB_HCA")
     if expect.compute_devices:
