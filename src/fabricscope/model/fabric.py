@@ -46,7 +46,7 @@ every formula.  Defined once; the cost modules import it."""
 REFERENCE_TRANSPORT = "rdma-gdr"
 """NCCL's network latency constants were measured on InfiniBand with GPUDirect RDMA."""
 
-NCCL_ARCH = {"volta": 0, "turing": 0, "ampere": 1, "ada": 1, "cdna3": 1, "hopper": 2, "blackwell": 3}
+NCCL_ARCH = {"pascal": 0, "volta": 0, "turing": 0, "ampere": 1, "ada": 1, "cdna3": 1, "hopper": 2, "blackwell": 3}
 """Row of NCCL's per-architecture tuning tables (Volta, Ampere, Hopper, Blackwell) for each GPU
 architecture: Ada (sm89) counts as Ampere, as NCCL's ``minCompCap >= 80`` test does, and Turing
 (sm75) as Volta, below it."""

@@ -47,7 +47,7 @@ class GPU:
     __pydantic_config__: ClassVar[dict[str, Any]] = FORBID_EXTRA
     name: str
     description: str
-    arch: Literal["volta", "turing", "ampere", "hopper", "blackwell", "ada", "cdna3"]
+    arch: Literal["pascal", "volta", "turing", "ampere", "hopper", "blackwell", "ada", "cdna3"]
     tflops_fp32: float
     tflops_tf32: float
     tflops_fp16: float

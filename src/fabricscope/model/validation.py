@@ -164,6 +164,7 @@ def default_files() -> list[Any]:
 
 
 _GPU_FAMILIES = (
+    "p100",
     "v100",
     "a100",
     "a800",
