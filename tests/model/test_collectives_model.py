@@ -158,6 +158,20 @@ def test_roce_loses_bandwidth_as_nodes_are_added_and_infiniband_does_not() -> No
     assert roce_bw[0] == pytest.approx(70, rel=0.1) and roce_bw[1] == pytest.approx(40, rel=0.2)
 
 
+def test_efa_pays_its_own_latency_per_step_and_sprays_instead_of_hashing() -> None:
+    # AWS's plugin prices an 8-byte RDMA write between two p5 nodes at 20 us (transports.toml efa), against
+    # 1.5 us for InfiniBand verbs: every network step of an EFA collective costs 18.5 us more.
+    ib = net(load_cluster("dgx-h100-ndr").with_nodes(2), nic="eth-100g", nics_per_node=32)
+    efa = net(ib, transport="efa")
+    fab_ib, fab_efa = fabric_of(ib), fabric_of(efa)
+    assert float(fab_efa.net_extra_us) - float(fab_ib.net_extra_us) == pytest.approx(18.5)
+    assert best(efa, 64 << 10)[0] > best(ib, 64 << 10)[0] + 2 * 18e-6  # a tree crosses the network twice
+    # SRD spreads each flow over many paths: unlike RoCE, no bandwidth lost to hashing as nodes are added.
+    efa_bw = [busbw(efa.with_nodes(n), 8 << 30, "ring") for n in (3, 6, 12)]
+    roce_bw = [busbw(ib.with_nodes(n), 8 << 30, "ring") for n in (3, 6, 12)]
+    assert max(efa_bw) / min(efa_bw) < 1.03 and roce_bw[0] > roce_bw[2] * 1.5  # (2%: more steps, each 20 us)
+
+
 def test_nvls_beats_ring_on_h100_and_is_absent_on_a100() -> None:
     h100 = load_cluster("dgx-h100-ndr").with_nodes(1)
     assert busbw(h100, 8 << 30) > busbw(h100, 8 << 30, "ring") * 1.2

@@ -29,6 +29,20 @@ def test_each_kind_of_system_gets_its_group(preset: str, nodes: int, group: str)
     assert sure.group == group and sure.rows >= 2 and 0 <= sure.median_abs_error_pct <= sure.worst_abs_error_pct
 
 
+def test_efa_gets_the_group_of_awss_published_runs_and_says_what_it_misses() -> None:
+    import dataclasses
+
+    from fabricscope.model.cluster import resolve
+
+    base = load_cluster("research-10g-roce").with_nodes(2)
+    network = dataclasses.replace(base.spec.network, nic="eth-100g", nics_per_node=4, transport="efa")
+    efa = resolve(dataclasses.replace(base.spec, network=network), name="p4de-like", source="test")
+    sure = for_collectives(efa)
+    assert collective_group(efa) == "mid-size" == sure.group
+    assert any("on EFA the model prices AWS's 20 us per network step" in w for w in sure.warnings)
+    assert not any("EFA" in w for w in for_collectives(base).warnings)
+
+
 def test_roce_beyond_the_validated_node_count_is_flagged() -> None:
     roce = load_cluster("research-10g-roce")
     assert not any("beyond" in w for w in for_collectives(roce.with_nodes(6)).warnings)

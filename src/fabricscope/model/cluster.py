@@ -14,7 +14,7 @@ files, so each is also an example of the format::
     [network]
     nic = "ib-hdr"
     nics_per_node = 8
-    transport = "rdma-gdr"        # tcp-socket | rdma | rdma-gdr
+    transport = "rdma-gdr"        # tcp-socket | rdma | rdma-gdr | efa
     sharp = false                 # in-network reduction on the switches
     topology = "rail-optimized"   # rail-optimized | fat-tree
     oversubscription = 1.0        # leaf downlinks : uplinks
@@ -66,9 +66,9 @@ __all__ = [
 ]
 
 IntraFabric = Literal["nvswitch", "nvlink-mesh", "xgmi", "pcie"]
-TransportName = Literal["tcp-socket", "rdma", "rdma-gdr"]
+TransportName = Literal["tcp-socket", "rdma", "rdma-gdr", "efa"]
 Topology = Literal["fat-tree", "rail-optimized"]
-TRANSPORTS: tuple[TransportName, ...] = ("tcp-socket", "rdma", "rdma-gdr")
+TRANSPORTS: tuple[TransportName, ...] = ("tcp-socket", "rdma", "rdma-gdr", "efa")
 
 MAX_LATENCY_US = 1e6
 """Largest calibrated latency (call or hop) a cluster file may give, microseconds."""

@@ -23,6 +23,7 @@ from fabricscope.model.cluster import CalibratedOp, Cluster
 from fabricscope.model.hardware import PCIe, Transport
 
 __all__ = [
+    "HASHED_TRANSPORTS",
     "NCCL_ARCH",
     "Fabric",
     "fabric_columns",
@@ -44,6 +45,10 @@ float arrays and boolean masks (``np.where`` over both), and a union here only m
 every formula.  Defined once; the cost modules import it."""
 
 REFERENCE_TRANSPORT = "rdma-gdr"
+HASHED_TRANSPORTS = ("rdma", "rdma-gdr")
+"""Transports whose flows an Ethernet fabric hashes onto one path each (RoCE, ECMP): they lose bandwidth
+with scale (:func:`~fabricscope.model.collective_cost.roce_efficiency`).  TCP is not RoCE; AWS's SRD
+(``efa``) sprays each flow over many paths."""
 """NCCL's network latency constants were measured on InfiniBand with GPUDirect RDMA."""
 
 NCCL_ARCH = {"pascal": 0, "volta": 0, "turing": 0, "ampere": 1, "ada": 1, "cdna3": 1, "hopper": 2, "blackwell": 3}
@@ -280,7 +285,7 @@ def fabric_inputs(cluster: Cluster) -> dict[str, float]:
         "sharp": 1.0 if net.sharp else 0.0,
         "extra_latency_us": net.extra_latency_us,
         "gpu_pcie_gbps": min(cluster.pcie.effective_gbps, gpu_pcie.effective_gbps),
-        "hashed": 1.0 if (cluster.nic.link == "ethernet" and cluster.transport.name != "tcp-socket") else 0.0,
+        "hashed": 1.0 if (cluster.nic.link == "ethernet" and cluster.transport.name in HASHED_TRANSPORTS) else 0.0,
         "mesh_links": float(cluster.gpu.xgmi_links) if cluster.intra == "xgmi" else 0.0,
         "host_gbps": _host_gbps(cluster),
     }

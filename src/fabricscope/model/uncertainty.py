@@ -108,6 +108,8 @@ def collective_group(cluster: Cluster) -> str:
         return "pcie-node" if cluster.intra == "pcie" else "nvlink-node"
     if net.transport == "tcp-socket":
         return "tcp"
+    if net.transport == "efa":
+        return "mid-size"  # AWS's published EFA runs (2 x p4de, 2 x p5) are rows of this group
     if cluster.nic.link == "ethernet":
         return "roce-multinode"
     if net.nics_per_node < cluster.gpus_per_node:
@@ -134,6 +136,11 @@ def _coverage(cluster: Cluster, group: str, rows: list[_Row], every: tuple[_Row,
         warnings.append(
             f"RoCE's loss with scale was measured on nodes with {ROCE_SCALE_LOSS_NICS} NICs; with {nics} per node "
             "it is unmeasured, and the predicted loss may be pessimistic"
+        )
+    if cluster.spec.network.transport == "efa":
+        warnings.append(
+            "on EFA the model prices AWS's 20 us per network step, not the plugin's rendezvous above 8 KiB nor its "
+            "flushes: AWS's published 2-node runs (validation rows d37-d46) are slower than predicted below 64 MiB"
         )
     if cluster.gpu.name not in {r.gpu for r in every}:
         warnings.append(f"no published row measured a {cluster.gpu.name}: its numbers are the catalog's alone")

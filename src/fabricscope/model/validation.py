@@ -254,6 +254,8 @@ TRANSPORTS: dict[str, TransportName] = {
     "ib-rdma-gdr": "rdma-gdr",
     "roce-gdr": "rdma-gdr",
     "gdr": "rdma-gdr",
+    "efa": "efa",
+    "efa-srd": "efa",
 }
 """How a row may write its ``transport`` (a comment in parentheses may follow: ``ib-rdma
 (host-staged)``); empty means GPUDirect RDMA on an RDMA-capable NIC, else TCP sockets."""
