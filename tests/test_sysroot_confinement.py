@@ -161,7 +161,11 @@ def test_the_kernels_resolution_of_a_path_is_the_walks(tmp_path: Path, monkeypat
     from fabricscope import in_root, sysroot
 
     tree, _ = hostile_tree(tmp_path)
+    os.symlink("real", tree / "etc/realdir")  # a link to a folder: a trailing slash makes the kernel follow it
     paths = [
+        ("etc/realdir/", False),
+        ("etc/realdir/.", False),
+        ("etc/realdir/", True),
         ("etc/inside.conf", True),
         ("etc/inside.conf", False),  # the link itself
         ("etc/climb.conf", True),  # re-rooted target, missing in the root: the walk keeps it

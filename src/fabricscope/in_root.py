@@ -97,8 +97,8 @@ def resolve_in_root(root_fd: int, base: str, rel: str, *, follow: bool = True) -
     global _call
     if _call is None:
         _call = _bind()
-    if _call is False or "\0" in rel:
-        return None
+    if _call is False or "\0" in rel or (not follow and rel.endswith(("/", "/.", "/.."))):
+        return None  # a trailing slash makes the kernel follow a last link, O_NOFOLLOW or not: walk it
     call, number, hows, size, _ = _call
     how = hows[_PATH_FLAGS | (0 if follow else os.O_NOFOLLOW)]
     fd: int = call(number, root_fd, rel.encode(_FS_ENCODING, _FS_ERRORS), how, size)

@@ -172,6 +172,16 @@ def test_efa_pays_its_own_latency_per_step_and_sprays_instead_of_hashing() -> No
     assert max(efa_bw) / min(efa_bw) < 1.03 and roce_bw[0] > roce_bw[2] * 1.5  # (2%: more steps, each 20 us)
 
 
+def test_efa_is_an_ethernet_adapter_and_has_no_sharp(cli, write) -> None:  # type: ignore[no-untyped-def]
+    base = 'nodes = 2\ngpus_per_node = 8\ngpu = "h100-sxm"\n[network]\ntransport = "efa"\n'
+    for extra, said in (
+        ('nic = "ib-ndr"\n', "network.transport = 'efa' is AWS's Elastic Fabric Adapter, an Ethernet NIC"),
+        ('nic = "eth-400g"\nsharp = true\n', "network.sharp = true needs an InfiniBand NIC and an RDMA transport"),
+    ):
+        done = cli("predict", "all_reduce", "--cluster", str(write("efa.toml", base + extra)), "-b", "1M", "-e", "1M")
+        assert done.code == 2 and said in done.err and "Traceback" not in done.err, done.err
+
+
 def test_nvls_beats_ring_on_h100_and_is_absent_on_a100() -> None:
     h100 = load_cluster("dgx-h100-ndr").with_nodes(1)
     assert busbw(h100, 8 << 30) > busbw(h100, 8 << 30, "ring") * 1.2

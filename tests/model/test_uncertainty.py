@@ -39,6 +39,7 @@ def test_efa_gets_the_group_of_awss_published_runs_and_says_what_it_misses() -> 
     efa = resolve(dataclasses.replace(base.spec, network=network), name="p4de-like", source="test")
     sure = for_collectives(efa)
     assert collective_group(efa) == "mid-size" == sure.group
+    assert sure.rows == 10 and sure.median_abs_error_pct > 25  # the group's EFA rows alone, not all 46
     assert any("on EFA the model prices AWS's 20 us per network step" in w for w in sure.warnings)
     assert not any("EFA" in w for w in for_collectives(base).warnings)
 
@@ -148,3 +149,15 @@ def test_estimate_does_not_warn_about_a_calibration_it_does_not_use(cli, write) 
     assert done.code == 0, done.err
     assert "hops inside a node" not in done.out + done.err
     assert "its communication carries the collectives' uncertainty" in done.out
+
+
+def test_a_gpu_the_training_rows_measured_is_not_called_unmeasured() -> None:
+    import dataclasses
+
+    from fabricscope.model.cluster import resolve
+
+    base = load_cluster("lab-8gpu-1gbe-hdd")
+    p100 = resolve(dataclasses.replace(base.spec, gpu="p100-pcie-16gb", gpus_per_node=4), name="p100", source="test")
+    unmeasured = "no published row measured a p100-pcie-16gb"
+    assert any(unmeasured in w for w in for_collectives(p100).warnings)  # no collectives row has one
+    assert not any(unmeasured in w for w in for_training(p100).warnings)  # Horovod's rows t60-t69 do

@@ -283,8 +283,15 @@ def resolve(spec: ClusterSpec, *, name: str, source: str) -> Cluster:
             f"{source}: network.transport = '{net.transport}' needs an RDMA-capable NIC and {nic.name} "
             "is not: use transport = 'tcp-socket' or another NIC"
         )
-    if net.sharp and (nic.link != "infiniband" or net.transport == "tcp-socket"):
-        raise ConfigError(f"{source}: network.sharp = true needs an InfiniBand NIC and an RDMA transport")
+    if net.transport == "efa" and nic.link != "ethernet":
+        raise ConfigError(
+            f"{source}: network.transport = 'efa' is AWS's Elastic Fabric Adapter, an Ethernet NIC, and {nic.name} "
+            f"is {nic.link}: use an Ethernet NIC of the EFA's speed (eth-100g, eth-200g, eth-400g) or another transport"
+        )
+    if net.sharp and (nic.link != "infiniband" or net.transport not in ("rdma", "rdma-gdr")):
+        raise ConfigError(
+            f"{source}: network.sharp = true needs an InfiniBand NIC and an RDMA transport (rdma, rdma-gdr)"
+        )
     if spec.nodes > 1 and net.nics_per_node < 1:
         raise ConfigError(f"{source}: {spec.nodes} nodes need network.nics_per_node of at least 1")
     storage = _entry("storage", spec.storage.kind, Storage, source, "storage.kind")

@@ -45,11 +45,11 @@ float arrays and boolean masks (``np.where`` over both), and a union here only m
 every formula.  Defined once; the cost modules import it."""
 
 REFERENCE_TRANSPORT = "rdma-gdr"
+"""NCCL's network latency constants were measured on InfiniBand with GPUDirect RDMA."""
 HASHED_TRANSPORTS = ("rdma", "rdma-gdr")
 """Transports whose flows an Ethernet fabric hashes onto one path each (RoCE, ECMP): they lose bandwidth
 with scale (:func:`~fabricscope.model.collective_cost.roce_efficiency`).  TCP is not RoCE; AWS's SRD
 (``efa``) sprays each flow over many paths."""
-"""NCCL's network latency constants were measured on InfiniBand with GPUDirect RDMA."""
 
 NCCL_ARCH = {"pascal": 0, "volta": 0, "turing": 0, "ampere": 1, "ada": 1, "cdna3": 1, "hopper": 2, "blackwell": 3}
 """Row of NCCL's per-architecture tuning tables (Volta, Ampere, Hopper, Blackwell) for each GPU

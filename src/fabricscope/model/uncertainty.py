@@ -75,6 +75,8 @@ class _Row:
     gpu: str
     nodes: int
     error: float
+    system: str = ""
+    """The row's description of what it measured (the collectives' ``system`` column)."""
 
 
 @functools.cache
@@ -97,8 +99,14 @@ def _rows(kind: str) -> tuple[_Row, ...]:
                 gpu = rest.split(":")[0]
             elif "x " in detail:  # "64x a100-sxm-80gb tp8 ..."
                 gpu = detail.split("x ", 1)[1].split(" ")[0]
-            found.append(_Row(check.id, check.group, gpu, nodes, abs(check.error_pct)))
+            found.append(_Row(check.id, check.group, gpu, nodes, abs(check.error_pct), check.description))
     return tuple(found)
+
+
+UNMEASURED_GPU = "no published row measured a"
+EFA_SYSTEM = "EFA"
+"""What the ``system`` of a collectives row measured on AWS EFA says: an EFA cluster is priced with
+those rows' errors, not the whole group's."""
 
 
 def collective_group(cluster: Cluster) -> str:
@@ -140,10 +148,11 @@ def _coverage(cluster: Cluster, group: str, rows: list[_Row], every: tuple[_Row,
     if cluster.spec.network.transport == "efa":
         warnings.append(
             "on EFA the model prices AWS's 20 us per network step, not the plugin's rendezvous above 8 KiB nor its "
-            "flushes: AWS's published 2-node runs (validation rows d37-d46) are slower than predicted below 64 MiB"
+            "flushes; the figures above are the group's rows measured on EFA (AWS's 2-node p4de and p5 runs), slower "
+            "than predicted below 64 MiB"
         )
     if cluster.gpu.name not in {r.gpu for r in every}:
-        warnings.append(f"no published row measured a {cluster.gpu.name}: its numbers are the catalog's alone")
+        warnings.append(f"{UNMEASURED_GPU} {cluster.gpu.name}: its numbers are the catalog's alone")
     return warnings
 
 
@@ -152,6 +161,8 @@ def _catalog(cluster: Cluster) -> Uncertainty:
     every = _rows("collectives")
     group = collective_group(cluster)
     rows = [r for r in every if r.group == group] or list(every)
+    if cluster.spec.network.transport == "efa":
+        rows = [r for r in rows if EFA_SYSTEM in r.system] or rows  # the group's rows measured on EFA
     median, worst = _stats(rows)
     return Uncertainty("validation", group, len(rows), median, worst, tuple(_coverage(cluster, group, rows, every)))
 
@@ -232,7 +243,8 @@ def for_training(cluster: Cluster, model: Any = None) -> Uncertainty:
     # A training step prices its collectives from the catalog (only the MoE all-to-all reads a
     # [calibration.alltoall] table, and says so itself): the catalog's error, not a fit's.
     network = _catalog(cluster)
-    warnings = list(network.warnings)
+    measured = {r.gpu for r in every}  # a GPU the training rows measured is not unmeasured
+    warnings = [w for w in network.warnings if not (w.startswith(UNMEASURED_GPU) and cluster.gpu.name in measured)]
     unused = [op for op in cluster.spec.calibration if op != "alltoall"]
     if unused:
         warnings.insert(

@@ -195,7 +195,10 @@ def match_gpu(text: str) -> str:
     if form is not None and any(form in n for n in names):
         names = [n for n in names if form in n]
     elif form is None or form == "sxm":
-        names = [n for n in names if "pcie" not in n and "nvl" not in n] or names
+        socketed = [n for n in names if "pcie" not in n and "nvl" not in n]
+        if form == "sxm" and not socketed:
+            raise UsageError(f"cannot match GPU {text!r}: the catalog has no SXM {family} ({', '.join(names)})")
+        names = socketed or names
     memory = re.search(r"(\d+)\s*gb", low)
     for name in names:
         if memory and f"{memory.group(1)}gb" in name:
