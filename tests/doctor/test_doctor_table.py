@@ -41,3 +41,12 @@ def test_a_terminal_too_narrow_runs_past_the_edge_rather_than_losing_text() -> N
     lines = lines_of(10, [(Cell("probe"), Cell("abcdefghijklmnop"), Cell("q"))])
     assert len({cell_len(line) for line in lines}) == 1
     assert "abcdefgh" in "".join(lines) and "ijklmnop" in "".join(lines)
+
+
+def test_cell_widths_are_richs_for_every_kind_of_text() -> None:
+    from rich.cells import cell_len as rich_cell_len
+
+    from fabricscope.doctor.table import cell_len
+
+    for text in ("", "mlx5_0/1", "GPU 0000:19:00.0", "网卡固件", "é", "bell\x07", "tab\there", "🙂 ok"):
+        assert cell_len(text) == rich_cell_len(text), text

@@ -45,11 +45,15 @@ class Severity(enum.IntEnum):
 
     @property
     def label(self) -> str:
-        return self.name.lower()
+        return _LABELS[self]
 
     @classmethod
     def parse(cls, text: str) -> Severity:
         return cls[text.upper()]
+
+
+_LABELS = {severity: severity.name.lower() for severity in Severity}
+"""Each severity's word (``warn``), made once: the report asks for it per row."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -18,11 +18,18 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from rich.cells import cell_len, chop_cells
+from rich.cells import cell_len as _rich_cell_len
+from rich.cells import chop_cells
 from rich.console import Console, ConsoleOptions
 from rich.segment import Segment
 
 __all__ = ["Cell", "Column", "Drawn", "draw"]
+
+
+def cell_len(text: str) -> int:
+    """Terminal cells of one line of text: its length where it is printable ASCII, else rich's count."""
+    return len(text) if text.isascii() and text.isprintable() else _rich_cell_len(text)
+
 
 MIN_FOLDED = 8
 """Narrowest a folding column is made; on a narrower terminal the table runs past the edge."""
