@@ -175,6 +175,8 @@ def test_the_kernels_resolution_of_a_path_is_the_walks(tmp_path: Path, monkeypat
         ("sys/class/net/eth0/mtu6", True),
         ("sys/class/net/eth0/device/driver", False),
         ("sys/class/net/eth0/no/such/file", True),
+        ("sys/\ud800x", True),  # a lone surrogate (a name read as text from a file): no such file
+        ("sys/\ud800x", False),
         ("", True),
     ]
     kernel = SysRoot(tree)

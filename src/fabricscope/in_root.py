@@ -100,8 +100,11 @@ def resolve_in_root(root_fd: int, base: str, rel: str, *, follow: bool = True) -
     if _call is False or "\0" in rel or (not follow and rel.endswith(("/", "/.", "/.."))):
         return None  # a trailing slash makes the kernel follow a last link, O_NOFOLLOW or not: walk it
     call, number, hows, size, _ = _call
-    how = hows[_PATH_FLAGS | (0 if follow else os.O_NOFOLLOW)]
-    fd: int = call(number, root_fd, rel.encode(_FS_ENCODING, _FS_ERRORS), how, size)
+    try:
+        path = rel.encode(_FS_ENCODING, _FS_ERRORS)
+    except UnicodeEncodeError:  # a lone surrogate: no file has that name, and the walk says so
+        return None
+    fd: int = call(number, root_fd, path, hows[_PATH_FLAGS | (0 if follow else os.O_NOFOLLOW)], size)
     if fd < 0:
         return None
     try:
