@@ -104,6 +104,7 @@ def _rows(kind: str) -> tuple[_Row, ...]:
 
 
 UNMEASURED_GPU = "no published row measured a"
+"""How the warning about a GPU no row measured begins (training estimates drop it where theirs did)."""
 EFA_SYSTEM = "EFA"
 """What the ``system`` of a collectives row measured on AWS EFA says: an EFA cluster is priced with
 those rows' errors, not the whole group's."""
@@ -147,9 +148,9 @@ def _coverage(cluster: Cluster, group: str, rows: list[_Row], every: tuple[_Row,
         )
     if cluster.spec.network.transport == "efa":
         warnings.append(
-            "on EFA the model prices AWS's 20 us per network step, not the plugin's rendezvous above 8 KiB nor its "
-            "flushes; the figures above are the group's rows measured on EFA (AWS's 2-node p4de and p5 runs), slower "
-            "than predicted below 64 MiB"
+            f"on EFA the model prices AWS's {cluster.transport.latency_us:g} us per network step, not the plugin's "
+            "rendezvous above 8 KiB nor its flushes; the figures above are the group's rows measured on EFA (AWS's "
+            "2-node p4de and p5 runs), slower than predicted below 64 MiB"
         )
     if cluster.gpu.name not in {r.gpu for r in every}:
         warnings.append(f"{UNMEASURED_GPU} {cluster.gpu.name}: its numbers are the catalog's alone")
