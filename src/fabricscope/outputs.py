@@ -42,6 +42,7 @@ __all__ = [
     "silence_stdout",
     "silence_stream",
     "stdout_holds_data",
+    "stream_failure",
     "stream_write_failed",
     "written_through",
 ]
@@ -368,6 +369,14 @@ def stream_write_failed(exc: OSError) -> bool:
     """Whether ``exc`` is a write to standard output or error that failed for lack of room, not a bug: named
     files are written through :func:`atomic_write_bytes`, which says which file failed."""
     return exc.filename is None and exc.errno in STREAM_FULL
+
+
+def stream_failure(exc: OSError, what: str, json_path: str | None, items: str) -> str:
+    """The one line saying that standard output could not take ``what`` (a full output), and whether the
+    ``--json`` file keeps the measured ``items``: ``cannot write the table to standard output (No space
+    left on device); --json run.json keeps every row``."""
+    kept = f"--json {json_path} keeps every {items}" if json_path else f"no --json file keeps the {items}s"
+    return f"cannot write the {what} to standard output ({exc.strerror or exc}); {kept}"
 
 
 def silence_stdout() -> None:

@@ -29,6 +29,7 @@ from fabricscope.outputs import (
     atomic_write_text,
     claim_stdout,
     silence_stream,
+    stream_failure,
     stream_write_failed,
     written_through,
 )
@@ -165,9 +166,7 @@ class Output:
         (a --json file keeps every row) and ends with exit 1, as a file that could not be written does."""
         if not stream_write_failed(exc):
             raise exc
-        json_path = self.config.output.json_path
-        kept = f"--json {json_path} keeps every row" if json_path else "no --json file keeps the rows"
-        message = f"cannot write the table to standard output ({exc.strerror or exc}); {kept}"
+        message = stream_failure(exc, "table", self.config.output.json_path, "row")
         if message not in self.stream_errors:
             self.stream_errors.append(message)
             sys.stderr.write(f"warning: {message}; measuring goes on\n")

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from fabricscope.launch.heartbeat import Peer, host_record
 from fabricscope.launch.outcome import Ending
-from fabricscope.outputs import claim_stdout, silence_stream, stream_write_failed
+from fabricscope.outputs import claim_stdout, silence_stream, stream_failure, stream_write_failed
 from fabricscope.pair_matrix import PairRecord
 from fabricscope.pairs.analysis import analyse
 from fabricscope.pairs.config import PairsConfig
@@ -68,9 +68,7 @@ class Output:
             if not stream_write_failed(exc):
                 raise
             silence_stream(self.out)
-            json_path = self.config.output.json_path
-            kept = f"--json {json_path} keeps every pair" if json_path else "no --json file keeps the pairs"
-            message = f"cannot write the report to standard output ({exc.strerror or exc}); {kept}"
+            message = stream_failure(exc, "report", self.config.output.json_path, "pair")
             if message not in self.stream_errors:
                 self.stream_errors.append(message)
 
