@@ -87,10 +87,6 @@ class Drawn:
     def __init__(self) -> None:
         self.parts: list[tuple[str, str]] = []
 
-    @property
-    def plain(self) -> str:
-        return "".join(text for text, _ in self.parts)
-
     def add(self, text: str, style: str = "") -> None:
         if not text:
             return
