@@ -304,3 +304,64 @@ def test_plan_names_the_stack_of_every_frontier_split(cli, tmp_path: Path) -> No
         assert f"({par['stack']})" in done.out
         assert table[par["stack"]].runs(tp=par["tp"], pp=par["pp"], cp=par["cp"], ep=par["ep"], zero=par["zero"],
                                         interleave=par["interleave"], ps_servers=0)  # fmt: skip
+
+
+def test_grouped_gemm_efficiency_follows_deepgemm_table_between_its_points() -> None:
+    for tokens, share in training.GROUPED_GEMM_EFFICIENCY:
+        assert float(training.grouped_gemm_efficiency(tokens)) == pytest.approx(share)
+    # Between two points on log2 of the tokens; outside them, the nearest point's share.
+    assert float(training.grouped_gemm_efficiency(2048.0)) == pytest.approx((0.83 + 1.0) / 2)
+    assert float(training.grouped_gemm_efficiency(16.0)) == pytest.approx(0.68)
+    assert float(training.grouped_gemm_efficiency(1e6)) == pytest.approx(1.0)
+    many = training.grouped_gemm_efficiency(np.geomspace(1, 1e5, 50))
+    assert np.all(np.diff(many) >= 0)
+
+
+def test_tokens_per_expert_of_the_qwen3_splits() -> None:
+    qwen = shape_of(load_model("qwen3-235b-a22b"))
+    # 256 H100, seq 4096, top 8 of 128 experts, TP 2, ETP 1 (Megatron-MoE-ModelZoo's table):
+    # EP 32 spreads 32 x 2048 x 8 routed tokens over 128 experts, EP 8 a quarter of that.
+    for ep, per_expert in ((32, 4096.0), (8, 1024.0)):
+        job = job_of(ParallelConfig(tp=2, pp=8, dp=16, ep=ep, etp=1), 2048)
+        assert float(training.expert_tokens(qwen, job, 4096.0)) == pytest.approx(per_expert)
+    # Experts split over their own tensor ranks each see all of their tokens.
+    job = job_of(ParallelConfig(tp=2, pp=8, dp=16, ep=8, etp=2), 2048)
+    assert float(training.expert_tokens(qwen, job, 4096.0)) == pytest.approx(2048.0)
+
+
+def test_fewer_tokens_per_expert_slow_the_expert_gemms_only() -> None:
+    qwen = load_model("qwen3-235b-a22b")
+    cluster = "dgx-h100-ndr"
+    wide = _est("qwen3-235b-a22b", cluster, 32, tp=2, pp=8, dp=16, ep=32, etp=1)
+    narrow = _est("qwen3-235b-a22b", cluster, 32, tp=2, pp=8, dp=16, ep=8, etp=1)
+    assert narrow.value("compute") > wide.value("compute")  # type: ignore[attr-defined]
+    # With the table's grouped GEMMs as fast as dense ones the two computes are equal.
+    flat = ((1.0, 1.0), (2.0, 1.0))
+    original = training.GROUPED_GEMM_EFFICIENCY
+    try:
+        training.GROUPED_GEMM_EFFICIENCY = flat  # type: ignore[misc]
+        same = _est("qwen3-235b-a22b", cluster, 32, tp=2, pp=8, dp=16, ep=8, etp=1)
+    finally:
+        training.GROUPED_GEMM_EFFICIENCY = original  # type: ignore[misc]
+    assert same.value("compute") == pytest.approx(wide.value("compute"), rel=1e-9)  # type: ignore[attr-defined]
+    assert qwen.experts == 128
+    # A dense model has no grouped GEMM: its compute does not depend on the table.
+    dense = _est("llama3-8b", cluster, 1, tp=1, pp=1, dp=8)
+    try:
+        training.GROUPED_GEMM_EFFICIENCY = ((1.0, 0.1), (2.0, 0.1))  # type: ignore[misc]
+        slowed = _est("llama3-8b", cluster, 1, tp=1, pp=1, dp=8)
+    finally:
+        training.GROUPED_GEMM_EFFICIENCY = original  # type: ignore[misc]
+    assert slowed.value("compute") == dense.value("compute")  # type: ignore[attr-defined]
+
+
+def test_estimate_prints_and_records_the_tokens_per_expert(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "qwen.json"
+    args = ["--model", "qwen3-235b-a22b", "--cluster", "dgx-h100-ndr", "--nodes", "32"]
+    done = cli("estimate", *args, "--tp", "2", "--pp", "8", "--dp", "16", "--ep", "8", "--etp", "1", "--json", str(out))
+    assert done.code == 0, done.err
+    assert "1,024 tokens per expert per micro-batch: grouped GEMMs at 0.83 of the dense rate" in done.out
+    record = json.loads(out.read_text())["records"][0]
+    assert record["tokens_per_expert"] == pytest.approx(1024.0)
+    dense = cli("estimate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--nodes", "1")
+    assert dense.code == 0 and "tokens per expert" not in dense.out

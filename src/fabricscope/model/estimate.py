@@ -122,6 +122,7 @@ def shape_of(model: ModelSpec) -> Shape:
         moe_share=model.moe_layers / model.layers,
         top_k=model.top_k,
         routed_ffn=model.top_k * model.expert_width if model.is_moe else 0,
+        experts=model.experts,
         shared_ffn=model.shared_width,
         capacity=model.capacity_factor,
         expert_params=model.expert_params,
@@ -209,6 +210,15 @@ class Estimate:
 
     def value(self, name: str) -> float:
         return float(getattr(self.step, name))
+
+    @property
+    def tokens_per_expert(self) -> float:
+        """Tokens one routed expert computes per micro-batch (0 for a dense model)."""
+        if not self.model.is_moe:
+            return 0.0
+        par = self.parallel
+        tokens = par.micro_batch * self.model.seq / par.cp
+        return float(training.expert_tokens(shape_of(self.model), job_of(par, self.batch), tokens))
 
     @property
     def step_s(self) -> float:
@@ -305,6 +315,7 @@ class Estimate:
             "data_bps_per_node": self.data.bps_per_node,
             "data_limit": self.data.limit,
             "dp_comm_before_overlap_s": self.value("dp_comm_total"),
+            "tokens_per_expert": self.tokens_per_expert,
             "sensitivities_pct": self.sensitivities,
         }
 

@@ -15,7 +15,7 @@ from fabricscope.model.fabric import fabric_of, transport_extra_us
 from fabricscope.model.parallel import KNOBS
 from fabricscope.model.planner import Option, Plan, percent
 from fabricscope.model.predict import FASTER_BY, Faster
-from fabricscope.model.training import BREAKDOWN
+from fabricscope.model.training import BREAKDOWN, grouped_gemm_efficiency
 from fabricscope.model.validation import Comparison, by_group, summary
 from fabricscope.ops import Collective
 from fabricscope.results import CollectiveRecord
@@ -222,6 +222,11 @@ def _stack_lines(est: Estimate, framework: str | None = None) -> list[str]:
             + f", {m.active_params / 1e9:.1f}B of {m.param_count / 1e9:.1f}B parameters active, {load}"
             + (f", tokens to at most {m.route_nodes} nodes" if m.route_nodes else "")
             + (", all-to-alls overlapped with compute" if est.parallel.ep_overlap else "")
+        )
+        per_expert = est.tokens_per_expert
+        lines.append(
+            f"  {per_expert:,.0f} tokens per expert per micro-batch: grouped GEMMs at "
+            f"{float(grouped_gemm_efficiency(per_expert)):.2f} of the dense rate (1.00 from 4,096 tokens)"
         )
         terms = est.cluster.spec.calibration.get("alltoall")
         if terms is not None and est.parallel.ep > 1:

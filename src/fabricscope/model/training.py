@@ -26,7 +26,9 @@ __all__ = [
     "Shape",
     "Step",
     "expert_load",
+    "expert_tokens",
     "expert_tp",
+    "grouped_gemm_efficiency",
     "mlp_width",
     "step",
 ]
@@ -73,6 +75,15 @@ MOE_KERNELS_FWD = 10
 """Kernels an MoE layer adds forward: router GEMM, score function, top-k, permute, dispatch, two
 grouped GEMMs and the activation, combine, unpermute (Megatron-Core's MoELayer with the all-to-all
 dispatcher)."""
+GROUPED_GEMM_EFFICIENCY = ((256.0, 0.68), (512.0, 0.76), (1024.0, 0.83), (4096.0, 1.0))
+"""(tokens per expert, throughput of the experts' grouped GEMM over a dense GEMM of the same N and K):
+DeepGEMM's README at 989c9e3 (H800 SXM5, NVCC 12.8), 'Grouped GEMMs for MoE models (masked layout)'
+with 256, 512 and 1024 tokens per group against the dense M = 4096 rows of the same N and K (mean of
+N, K = 4096, 7168: 932, 1040, 1233 of 1410 TFLOPS, and 7168, 2048: 815, 916, 925 of 1168), and its
+contiguous layout with 4096-8192 tokens per group at the dense rows' rate (1346 and 1214).  Between
+the points the efficiency follows log2 of the tokens; below 256 it stays at 0.68 and above 4096 at 1.
+Measured in FP8; BF16's torch._grouped_mm on H100 at 512 tokens per expert on average (pytorch/ao
+PR 2490: 525-545 TFLOP/s, 0.66-0.69 of the best dense rate) is no faster."""
 OVERLAP_SM_SHARE = 20.0 / 132.0
 """Share of the GPU's SMs an all-to-all running beside compute takes from it: 'only 20 SMs are
 sufficient to fully utilize the bandwidths of IB and NVLink' of an H800's 132 (DeepSeek-V3
@@ -131,6 +142,8 @@ class Shape:
     """MLP width a token multiplies with in its routed experts: top_k x one expert's width."""
     shared_ffn: Num = 0
     """MLP width of the shared experts together."""
+    experts: Num = 0
+    """Routed experts of one MoE layer (0: a dense model)."""
     capacity: Num = 0
     """Capacity factor (0: dropless, the busiest expert takes what it is routed)."""
     expert_params: Num = 0
@@ -287,6 +300,20 @@ def mlp_width(w: Shape, job: Job) -> Num:
     return (1.0 - w.moe_share) * w.ffn + w.moe_share * (w.shared_ffn + w.routed_ffn * expert_load(w, job))
 
 
+def expert_tokens(w: Shape, job: Job, tokens: Num) -> Num:
+    """Tokens one routed expert computes per micro-batch, on average: the ``ep`` ranks of its group
+    each route ``top_k`` copies of their ``tokens / tp`` (with experts split over ``expert_tp``
+    ranks each of those sees all of the expert's tokens), spread over the experts."""
+    routed = job.ep * expert_tp(job) * tokens * w.top_k / job.tp
+    return routed / np.maximum(w.experts, 1)
+
+
+def grouped_gemm_efficiency(per_expert: Num) -> Num:
+    """Throughput of the experts' grouped GEMM over a dense GEMM's (:data:`GROUPED_GEMM_EFFICIENCY`)."""
+    points, shares = zip(*GROUPED_GEMM_EFFICIENCY, strict=True)
+    return np.interp(np.log2(np.maximum(per_expert, 1.0)), np.log2(points), shares)
+
+
 def _gemm(m: Num, n: Num, k: Num, dev: Device, batch: Num = 1) -> Num:
     flops = 2.0 * m * n * k * batch
     moved = dev.act_bytes * (m * k + k * n + m * n) * batch
@@ -313,11 +340,14 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
     h = w.hidden
     q = np.where(w.q_width > 0, w.q_width, h)
     ffn = mlp_width(w, job)
+    # The routed experts' share of the MLP width runs as a grouped GEMM, slower with fewer tokens each.
+    experts = w.moe_share * w.routed_ffn * expert_load(w, job)
+    grouped = experts / grouped_gemm_efficiency(expert_tokens(w, job, tokens))
+    mlp_scale = np.where(ffn > 0, (ffn - experts + grouped) / np.where(ffn > 0, ffn, 1.0), 1.0)
     linear = (
         _gemm(tokens, (q + 2 * w.kv_width) / t, h, dev)
         + _gemm(tokens, h, q / t, dev)
-        + _gemm(tokens, np.where(w.gated, 2, 1) * ffn / t, h, dev)
-        + _gemm(tokens, h, ffn / t, dev)
+        + (_gemm(tokens, np.where(w.gated, 2, 1) * ffn / t, h, dev) + _gemm(tokens, h, ffn / t, dev)) * mlp_scale
     )
     head_dim = q / w.heads
     batch_heads = b * w.heads / t
