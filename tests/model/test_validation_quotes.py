@@ -4,10 +4,17 @@ count, batch and parallel sizes wherever the quote states them."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
+
+from fabricscope.model.cluster import load_cluster
+from fabricscope.model.estimate import estimate
+from fabricscope.model.parallel import ParallelConfig
+from fabricscope.model.validation import megatron_flops
+from fabricscope.model.workload import load_model
 
 DATA = Path(__file__).resolve().parents[2] / "src" / "fabricscope" / "model" / "data" / "validation"
 TRAINING = [
@@ -80,3 +87,44 @@ def test_the_patterns_can_fail() -> None:
     row.update(gpus="768", global_batch="1536")
     with pytest.raises(AssertionError):
         test_the_quote_and_the_row_agree_on_gpus_batch_and_splits(row)
+
+
+MEGATRON_TABLE = [row for row in TRAINING if row["metric"] == "megatron_tflops_per_gpu" and row["id"].startswith("q")]
+
+
+def _megatron_count(row: dict[str, str], *, causal: bool) -> float:
+    """num_floating_point_operations of Megatron-LM (training.py after 8873b55) for a row of
+    Megatron-MoE-ModelZoo's Qwen3-235B-A22B table, written out here from that code."""
+    b, s, layers, h = int(row["global_batch"]), int(row["seq_len"]), int(row["layers"]), int(row["hidden"])
+    heads, groups, head_dim = int(row["heads"]), int(row["kv_heads"]), 128  # Qwen3-235B-A22B config
+    q_ratio = heads * head_dim / h
+    attention = (1 + groups / heads + s / h / (2 if causal else 1)) * q_ratio
+    routed = 8 * 1536 * layers  # top 8 of experts 1536 wide, every layer an MoE layer
+    mlp = routed * 1.5 / (layers * h)  # SwiGLU: three projections
+    logit = int(row["vocab"]) / (2 * layers * h)
+    return 12.0 * b * s * layers * h * h * (attention + mlp + logit)
+
+
+@pytest.mark.parametrize("row", MEGATRON_TABLE, ids=[row["id"] for row in MEGATRON_TABLE])
+def test_the_table_counts_flops_as_megatron_lm_does_since_2025(row: dict[str, str]) -> None:
+    # The table prints step time and TFLOP/s per GPU side by side: they agree under Megatron-LM's
+    # causal count (half the attention scores) and not under the whole count the model's own
+    # model_tflops_per_gpu uses, so the rows compare Megatron's count.
+    cells = [cell.strip() for cell in row["quote"].split("|")]
+    step = float(cells[cells.index(row["value"]) - 1])
+    gpus, published = int(row["gpus"]), float(row["value"])
+    assert _megatron_count(row, causal=True) / step / gpus / 1e12 == pytest.approx(published, rel=0.01)
+    assert _megatron_count(row, causal=False) / step / gpus / 1e12 > published * 1.1
+
+
+def test_the_validation_metric_is_megatron_lms_count() -> None:
+    row = MEGATRON_TABLE[0]
+    model = load_model("qwen3-235b-a22b")
+    assert (model.seq, model.layers, model.heads, model.kv_heads) == (4096, 94, 64, 4)
+    batch = int(row["global_batch"])
+    model = dataclasses.replace(model, global_batch=batch)
+    split = ParallelConfig(tp=2, pp=8, dp=16, ep=32, etp=1)
+    est = estimate(model, load_cluster("dgx-h100-ndr").with_nodes(32), split, what_ifs=False)
+    counted = megatron_flops(model, batch, est.value("model_flops"))
+    # The preset's vocabulary and widths are the table's model's: within 1% of Megatron's count.
+    assert counted == pytest.approx(_megatron_count(row, causal=True), rel=0.01)

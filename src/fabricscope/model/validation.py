@@ -69,6 +69,7 @@ __all__ = [
     "default_files",
     "match_gpu",
     "match_nic",
+    "megatron_flops",
     "summary",
     "validate_file",
     "validate_files",
@@ -439,13 +440,16 @@ TRAINING_METRICS = (
     "scaling_efficiency",
     "memory_gib",
     "neox_tflops_per_gpu",
+    "megatron_tflops_per_gpu",
 )
 """What a training row may publish: TFLOP/s as Narayanan et al. count them (eq. 3, recomputation
 included when it ran), model TFLOP/s (6 x matmul parameters + attention per token, the MFU
 numerator of PaLM and Llama 3), seconds per step, tokens per second per GPU, images per second
 (all GPUs), scaling efficiency (throughput over GPUs x the throughput of one GPU), the memory
 in use on the busiest GPU as nvidia-smi shows it (GiB), and TFLOP/s as GPT-NeoX's logger of 2021-22
-counted them (6 x parameters + 60 s h l per token)."""
+counted them (6 x parameters + 60 s h l per token), and TFLOP/s as Megatron-LM's logger counts them
+since March 2025 (``num_floating_point_operations`` after NVIDIA/Megatron-LM 8873b55, "Only half of
+the attention matrix is non-zero": model FLOPs with causal attention counted half)."""
 
 
 def _framework(row: Mapping[str, str]) -> Framework:
@@ -554,6 +558,8 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         predicted = batch * model.seq * per_token / gpus / step / 1e12
     elif metric == "model_tflops_per_gpu":
         predicted = result.tflops_per_gpu
+    elif metric == "megatron_tflops_per_gpu":
+        predicted = megatron_flops(model, batch, result.value("model_flops")) / step / gpus / 1e12
     elif metric == "tokens_per_s_per_gpu":
         predicted = batch * model.seq / step / gpus
     elif metric == "memory_gib" and not model.is_transformer:
@@ -581,6 +587,13 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         + f" {par.recompute}: {result.bottleneck}"
     )
     return _compared(row, where, "training", metric, published, predicted, detail)
+
+
+def megatron_flops(model: ModelSpec, batch: int, model_flops: float) -> float:
+    """FLOPs of a step as Megatron-LM's logger counts them since 8873b55 (2025-03): the model's
+    count, which takes attention whole (3 x 4 s q per token and layer), with the scores a causal
+    mask leaves out taken back (half of them)."""
+    return model_flops - 6.0 * batch * model.seq**2 * model.layers * model.q_width
 
 
 def _anchored(model: ModelSpec, row: Mapping[str, str], par: ParallelConfig, per_gpu: int) -> ModelSpec:
