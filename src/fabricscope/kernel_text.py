@@ -106,6 +106,8 @@ _PCIE_SPEED = re.compile(r"^\s*(\d{1,4}(?:\.\d{1,3})?)\s*GT/s(?:\s+PCIe)?\s*$")
 _NV_DRIVER = re.compile(r"Kernel Module(?: for \w+)?\s+([0-9][0-9.]*)")
 _AER_LINE = re.compile(r"^[ \t]*(\S+)[ \t]+([0-9]{1,20})[ \t\r]*$", re.MULTILINE | re.ASCII)
 """A line of an ``aer_dev_*`` file: a name and a count (the file is read in one ``findall``: a device has 3)."""
+_AER_SEEN: dict[str, dict[str, int]] = {}
+"""Texts of ``aer_dev_*`` files already parsed (a node's devices mostly hold the same all-zero text)."""
 _LINK_MODE = re.compile(r"^(\d{1,9})base\S*/(Full|Half)$")
 
 # Transfer rate per lane (GT/s) -> PCIe generation.
@@ -460,9 +462,16 @@ def parse_aer(text: str | None) -> dict[str, int] | None:
     """
     if text is None:
         return None
+    known = _AER_SEEN.get(text)
+    if known is not None:
+        return dict(known)
     counts: dict[str, int] = {}
     for name, digits in _AER_LINE.findall(text):
         value = int(digits)
         if value <= _MAX_COUNTER:
             counts["TOTAL" if name.startswith("TOTAL_ERR_") else name[:40]] = value
-    return counts if "TOTAL" in counts else None
+    if "TOTAL" not in counts:
+        return None
+    if len(_AER_SEEN) < 64:
+        _AER_SEEN[text] = counts
+    return dict(counts)

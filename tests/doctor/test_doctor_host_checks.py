@@ -219,6 +219,12 @@ def test_kernel_text_parsers_on_the_kernels_formats() -> None:
     aer = parse_aer((FIXTURES / "host-faults-8gpu/sys/bus/pci/devices/0000:49:00.0/aer_dev_correctable").read_text())
     assert aer is not None and aer["TOTAL"] == 322 and aer["BadTLP"] == 310
     assert parse_aer("RxErr 0\n") is None  # no TOTAL line: not the kernel's file
+    # A text parsed again gives the same counts, in a dict of its own (a caller's change stays its own).
+    zero = "RxErr 0\nBadTLP 0\nTOTAL_ERR_COR 0\n"
+    first = parse_aer(zero)
+    assert first == {"RxErr": 0, "BadTLP": 0, "TOTAL": 0}
+    first["TOTAL"] = 99
+    assert parse_aer(zero) == {"RxErr": 0, "BadTLP": 0, "TOTAL": 0}
 
 
 def test_acs_control_is_read_from_the_extended_capabilities() -> None:
