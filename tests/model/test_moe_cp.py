@@ -365,3 +365,47 @@ def test_estimate_prints_and_records_the_tokens_per_expert(cli, tmp_path: Path) 
     assert record["tokens_per_expert"] == pytest.approx(1024.0)
     dense = cli("estimate", "--model", "llama3-8b", "--cluster", "dgx-h100-ndr", "--nodes", "1")
     assert dense.code == 0 and "tokens per expert" not in dense.out
+
+
+def test_deepseek_v3_has_its_latent_attention() -> None:
+    model = load_model("deepseek-v3")
+    # DeepSeek-V3 report 4.2: 128 heads of 128, rotary 64, latents of 512 (keys, values) and 1536 (queries).
+    assert model.is_mla and (model.q_width, model.v_width) == (128 * 192, 128 * 128)
+    h = 7168
+    by_hand = h * 1536 + 1536 * 128 * 192 + h * (512 + 64) + 512 * 128 * 128 * 2 + 128 * 128 * h + 1536 + 512
+    assert model.attention_params == by_hand
+    # With it the preset holds the report's 671B parameters and 37B active without a tolerance's help.
+    assert model.param_count == pytest.approx(671e9, rel=0.002)
+    assert model.active_params == pytest.approx(37e9, rel=0.02)
+    assert ("kv_lora_rank", "512") in model.shown()
+
+
+def test_latent_attention_prices_its_wider_heads() -> None:
+    mla = load_model("deepseek-v3")
+    # The same model read as 128 full heads of hidden / heads = 56: its scores are 192 wide, not 56.
+    plain = dataclasses.replace(mla, head_dim=0, rope_dim=0, v_head_dim=0, q_lora_rank=0, kv_lora_rank=0)
+    cluster = load_cluster("dgx-h100-ndr").with_nodes(32)
+    split = ParallelConfig(tp=1, pp=8, dp=32, ep=32, recompute="full", global_batch=1024)
+    wide, narrow = estimate(mla, cluster, split, what_ifs=False), estimate(plain, cluster, split, what_ifs=False)
+    assert wide.value("compute") > narrow.value("compute")
+    # Model FLOPs: 2 s (q + v) per token and layer for attention, forward.
+    tokens = 1024 * mla.seq
+    extra = 3.0 * 2.0 * mla.layers * ((24576 + 16384) - 2 * 7168) * mla.seq * tokens
+    params = 6.0 * (mla.layers * (mla.active_layer_params - plain.active_layer_params)) * tokens
+    assert wide.value("model_flops") - narrow.value("model_flops") == pytest.approx(extra + params, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ("kv_lora_rank = 512\n", "needs head_dim"),
+        ("kv_lora_rank = 512\nhead_dim = 64\nkv_heads = 2\n", "kv_heads is 2 but kv_lora_rank is set"),
+        ("rope_dim = 64\n", "rope_dim is 64 but kv_lora_rank is 0"),
+        ("kv_lora_rank = 99999999\nhead_dim = 64\n", "kv_lora_rank must be from 0 to"),
+    ],
+)
+def test_bad_latent_attention_fields_are_one_error_line(cli, write, extra: str, needle: str) -> None:  # type: ignore[no-untyped-def]
+    text = 'kind = "transformer"\nlayers = 4\nhidden = 512\nheads = 8\nseq = 1024\nvocab = 1000\nglobal_batch = 8\n'
+    path = write("mla.toml", text + extra)
+    line = one_error_line(cli("estimate", "--model", str(path), "--cluster", "dgx-h100-ndr", "--nodes", "1"))
+    assert needle in line

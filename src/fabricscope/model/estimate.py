@@ -111,6 +111,8 @@ def shape_of(model: ModelSpec) -> Shape:
         heads=model.heads,
         kv_width=model.kv_width,
         q_width=model.q_width,
+        v_width=model.v_width,
+        attention_params=model.attention_params if model.is_mla else 0,
         seq=model.seq,
         vocab=model.vocab,
         ffn=model.ffn_width,

@@ -117,6 +117,11 @@ class Shape:
     kv_width: Num = 0
     q_width: Num = 0
     """Width of the query projection: heads x head width (0: hidden)."""
+    v_width: Num = 0
+    """Width of the values, all heads (0: q_width)."""
+    attention_params: Num = 0
+    """Weights of one layer's attention projections when they are not Q, K, V and O of ``q_width``
+    and ``kv_width`` (multi-head latent attention; 0: those)."""
     seq: Num = 1
     vocab: Num = 0
     ffn: Num = 0
@@ -339,23 +344,28 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
     tokens = b * chunk
     h = w.hidden
     q = np.where(w.q_width > 0, w.q_width, h)
+    v = np.where(w.v_width > 0, w.v_width, q)
     ffn = mlp_width(w, job)
     # The routed experts' share of the MLP width runs as a grouped GEMM, slower with fewer tokens each.
     experts = w.moe_share * w.routed_ffn * expert_load(w, job)
     grouped = experts / grouped_gemm_efficiency(expert_tokens(w, job, tokens))
     mlp_scale = np.where(ffn > 0, (ffn - experts + grouped) / np.where(ffn > 0, ffn, 1.0), 1.0)
+    projections = np.where(
+        w.attention_params > 0,
+        _gemm(tokens, w.attention_params / (h * t), h, dev),
+        _gemm(tokens, (q + 2 * w.kv_width) / t, h, dev) + _gemm(tokens, h, q / t, dev),
+    )
     linear = (
-        _gemm(tokens, (q + 2 * w.kv_width) / t, h, dev)
-        + _gemm(tokens, h, q / t, dev)
+        projections
         + (_gemm(tokens, np.where(w.gated, 2, 1) * ffn / t, h, dev) + _gemm(tokens, h, ffn / t, dev)) * mlp_scale
     )
-    head_dim = q / w.heads
+    head_dim, v_head = q / w.heads, v / w.heads
     batch_heads = b * w.heads / t
     # With context parallelism each rank's queries (seq / cp of them) meet every key.
-    dense_attention = _gemm(chunk, w.seq, head_dim, dev, batch_heads) + _gemm(chunk, head_dim, w.seq, dev, batch_heads)
+    dense_attention = _gemm(chunk, w.seq, head_dim, dev, batch_heads) + _gemm(chunk, v_head, w.seq, dev, batch_heads)
     attention_eff = np.where(dev.attention_eff > 0, dev.attention_eff, dev.matmul_eff)
     attention_peak: Num = np.where(dev.attention_peak > 0, dev.attention_peak, dev.peak_flops)
-    flash_attention = 0.5 * 4.0 * chunk * w.seq * head_dim * batch_heads / (attention_peak * attention_eff)
+    flash_attention = 0.5 * 2.0 * chunk * w.seq * (head_dim + v_head) * batch_heads / (attention_peak * attention_eff)
     flash = w.flash * dev.flash
     attention = np.where(flash, flash_attention, dense_attention)
     attention_bwd = np.where(flash, FLASH_BWD_FACTOR, 2.0) * attention
@@ -705,7 +715,8 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
 
     tokens = job.global_batch * w.seq
     if w.transformer:
-        attention_forward = 4.0 * w.layers * np.where(w.q_width > 0, w.q_width, w.hidden) * w.seq * tokens
+        q = np.where(w.q_width > 0, w.q_width, w.hidden)
+        attention_forward = 2.0 * w.layers * (q + np.where(w.v_width > 0, w.v_width, q)) * w.seq * tokens
         layers_forward = 2.0 * (w.matmul_params - w.vocab * w.hidden) * tokens + attention_forward
         model_flops = 6.0 * w.matmul_params * tokens + 3.0 * attention_forward
         replayed = np.where(job.recompute >= 2, layers_forward, np.where(job.recompute >= 1, attention_forward, 0.0))

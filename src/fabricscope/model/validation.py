@@ -591,9 +591,9 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
 
 def megatron_flops(model: ModelSpec, batch: int, model_flops: float) -> float:
     """FLOPs of a step as Megatron-LM's logger counts them since 8873b55 (2025-03): the model's
-    count, which takes attention whole (3 x 4 s q per token and layer), with the scores a causal
+    count, which takes attention whole (3 x 2 s (q + v) per token and layer), with the scores a causal
     mask leaves out taken back (half of them)."""
-    return model_flops - 6.0 * batch * model.seq**2 * model.layers * model.q_width
+    return model_flops - 3.0 * batch * model.seq**2 * model.layers * (model.q_width + model.v_width)
 
 
 def _anchored(model: ModelSpec, row: Mapping[str, str], par: ParallelConfig, per_gpu: int) -> ModelSpec:

@@ -25,6 +25,10 @@ SHAPE_KEYS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "seq", "vocab
 """What describes a transformer."""
 MOE_KEYS = ("experts", "top_k", "expert_ffn", "shared_experts", "shared_ffn", "dense_layers", "route_nodes")
 """What describes the mixture-of-experts layers of a transformer (whole numbers)."""
+MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "rope_dim", "v_head_dim")
+"""What describes multi-head latent attention (DeepSeek-V2/V3): keys and values made from a
+compressed latent of ``kv_lora_rank``, queries from one of ``q_lora_rank``; ``head_dim`` is then
+each head's non-rotary query/key width."""
 VISION_KEYS = (
     "gflops_per_sample",
     "traffic_mb_per_sample",
@@ -57,6 +61,10 @@ LIMITS: dict[str, tuple[float, str]] = {
     "shared_ffn": (1 << 22, "shared expert MLP width"),
     "dense_layers": (1 << 16, "dense layers"),
     "route_nodes": (1 << 20, "nodes a token's experts lie on"),
+    "q_lora_rank": (1 << 20, "width of the compressed query"),
+    "kv_lora_rank": (1 << 20, "width of the compressed keys and values"),
+    "rope_dim": (1 << 16, "rotary query/key width per head"),
+    "v_head_dim": (1 << 16, "value width per head"),
 }
 """Upper bounds of the size keys, far beyond any model built (the largest preset has 128 layers,
 a width of 25600, 256 experts and 131072-token sequences), so that absurd values are refused in
@@ -126,6 +134,14 @@ class ModelSpec:
     """Tokens an expert takes, as a multiple of its even share (padded to it, the rest dropped); 0: dropless."""
     route_nodes: int = 0
     """Node-limited routing: a token's routed experts lie on at most this many nodes; 0: no limit."""
+    q_lora_rank: int = 0
+    """Multi-head latent attention: width of the compressed query (0: queries projected directly)."""
+    kv_lora_rank: int = 0
+    """Multi-head latent attention: width of the compressed keys and values (0: standard attention)."""
+    rope_dim: int = 0
+    """Multi-head latent attention: rotary width added to each head's query and key."""
+    v_head_dim: int = 0
+    """Multi-head latent attention: each head's value width (0: head_dim)."""
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -147,6 +163,7 @@ class ModelSpec:
                 raise InvalidValue(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
             if self.kv_heads and self.heads % self.kv_heads:
                 raise InvalidValue(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+            self._check_mla()
             self._check_experts()
             shaped = self.shape_params
             if self.params and abs(self.params / shaped - 1) > PARAMS_TOLERANCE:
@@ -163,6 +180,33 @@ class ModelSpec:
             ):
                 if getattr(self, key) <= 0:
                     raise InvalidValue(f"a vision model needs {key} > 0 ({what}; got {getattr(self, key)})")
+
+    def _check_mla(self) -> None:
+        if self.kv_lora_rank:
+            if not self.head_dim:
+                raise InvalidValue(
+                    "multi-head latent attention (kv_lora_rank) needs head_dim, each head's non-rotary "
+                    "query/key width (DeepSeek-V3: 128)",
+                    key="head_dim",
+                )
+            if self.kv_heads:
+                raise InvalidValue(
+                    f"is {self.kv_heads} but kv_lora_rank is set: latent attention gives every head its "
+                    "own keys and values, leave kv_heads out",
+                    key="kv_heads",
+                )
+            return
+        for key in ("q_lora_rank", "rope_dim", "v_head_dim"):
+            if getattr(self, key):
+                raise InvalidValue(
+                    f"is {getattr(self, key)} but kv_lora_rank is 0: it describes multi-head latent "
+                    "attention, which kv_lora_rank turns on",
+                    key=key,
+                )
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
 
     def _check_experts(self) -> None:
         require(
@@ -245,23 +289,45 @@ class ModelSpec:
 
     @property
     def kv_width(self) -> int:
-        """Width of the K (and of the V) projection."""
+        """Width of the K (and of the V) projection (latent attention: of the keys, made per head)."""
+        if self.is_mla:
+            return self.q_width
         if self.head_dim:
             return self.head_dim * (self.kv_heads or self.heads)
         return self.hidden * (self.kv_heads or self.heads) // self.heads
 
     @property
     def q_width(self) -> int:
-        """Width of the query projection (and of the attention output): heads x head width."""
-        return self.heads * self.head_dim if self.head_dim else self.hidden
+        """Width of the queries (and keys) all heads together: heads x head width (latent attention:
+        with the rotary part)."""
+        return self.heads * (self.head_dim + self.rope_dim) if self.head_dim else self.hidden
+
+    @property
+    def v_width(self) -> int:
+        """Width of the values all heads together (and of the attention output before its projection)."""
+        if self.v_head_dim:
+            return self.heads * self.v_head_dim
+        return self.heads * self.head_dim if self.is_mla else self.q_width
+
+    @property
+    def attention_params(self) -> int:
+        """Weights of one layer's attention projections."""
+        h = self.hidden
+        if not self.is_mla:
+            return h * (self.q_width + 2 * self.kv_width) + self.q_width * h
+        # DeepSeek-V2 (arXiv 2405.04434) section 2.1.2: W^DQ, W^UQ (with the rotary W^QR), W^DKV with
+        # the shared rotary key W^KR, W^UK and W^UV, W^O; the latents' own norms.
+        queries = h * self.q_lora_rank + self.q_lora_rank * self.q_width if self.q_lora_rank else h * self.q_width
+        latent = h * (self.kv_lora_rank + self.rope_dim)
+        keys_values = self.kv_lora_rank * self.heads * self.head_dim + self.kv_lora_rank * self.v_width
+        return queries + latent + keys_values + self.v_width * h + self.q_lora_rank + self.kv_lora_rank
 
     @property
     def layer_params(self) -> int:
         """Weights of one transformer layer (attention, MLP, two norms)."""
         h = self.hidden
-        attention = h * (self.q_width + 2 * self.kv_width) + self.q_width * h
         mlp = (3 if self.gated_mlp else 2) * h * self.ffn_width
-        return attention + mlp + 2 * h
+        return self.attention_params + mlp + 2 * h
 
     @property
     def shape_params(self) -> float:
@@ -295,7 +361,8 @@ class ModelSpec:
         """(field, value) pairs that describe this model, for ``hw show``: the kind's own fields,
         and the derived ones (parameter count, MLP width, KV heads) as they are used."""
         moe = (*MOE_KEYS, "capacity_factor") if self.is_moe else ()
-        transformer = (*SHAPE_KEYS, *moe, "gated_mlp", "tied_embeddings", "flash_attention", "global_batch")
+        mla = MLA_KEYS if self.is_mla else ()
+        transformer = (*SHAPE_KEYS, *moe, *mla, "gated_mlp", "tied_embeddings", "flash_attention", "global_batch")
         keys = ("kind", "description", *(transformer if self.is_transformer else (*VISION_KEYS, "global_batch")))
         derived = {"kv_heads": self.kv_heads or self.heads, "ffn": self.ffn_width}
         rows = [("params", f"{self.param_count:.4g}" + ("" if self.params else " (from the shape)"))]
