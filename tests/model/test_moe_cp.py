@@ -12,7 +12,7 @@ from model_helpers import one_error_line
 
 from fabricscope.model import training
 from fabricscope.model.cluster import load_cluster
-from fabricscope.model.estimate import best_split, estimate, job_of, shape_of
+from fabricscope.model.estimate import best_split, device_for, estimate, job_of, shape_of
 from fabricscope.model.fabric import fabric_of
 from fabricscope.model.parallel import ParallelConfig, SplitRequest
 from fabricscope.model.splits import splits
@@ -398,7 +398,7 @@ def test_latent_attention_prices_its_wider_heads() -> None:
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
-        ("kv_lora_rank = 512\n", "needs head_dim"),
+        ("kv_lora_rank = 512\n", "head_dim must be given with kv_lora_rank"),
         ("kv_lora_rank = 512\nhead_dim = 64\nkv_heads = 2\n", "kv_heads is 2 but kv_lora_rank is set"),
         ("rope_dim = 64\n", "rope_dim is 64 but kv_lora_rank is 0"),
         ("kv_lora_rank = 99999999\nhead_dim = 64\n", "kv_lora_rank must be from 0 to"),
@@ -409,3 +409,40 @@ def test_bad_latent_attention_fields_are_one_error_line(cli, write, extra: str, 
     path = write("mla.toml", text + extra)
     line = one_error_line(cli("estimate", "--model", str(path), "--cluster", "dgx-h100-ndr", "--nodes", "1"))
     assert needle in line
+
+
+def test_only_the_routed_experts_run_as_a_grouped_gemm() -> None:
+    # DeepSeek-V3 has three dense layers and a shared expert: those stay dense GEMMs.
+    shape = shape_of(load_model("deepseek-v3"))
+    job = job_of(ParallelConfig(tp=1, pp=8, dp=8, ep=8), 64)
+    original = training.GROUPED_GEMM_EFFICIENCY
+    try:
+        training.GROUPED_GEMM_EFFICIENCY = ((1.0, 0.5), (2.0, 0.5))  # type: ignore[misc]
+        scale = float(training.grouped_mlp_scale(shape, job, 4096.0))
+    finally:
+        training.GROUPED_GEMM_EFFICIENCY = original  # type: ignore[misc]
+    routed = float(shape.moe_share * shape.routed_ffn)
+    width = float(training.mlp_width(shape, job))
+    assert scale == pytest.approx(1.0 + routed / width)  # the routed share at half speed, the rest as it was
+    assert 1.5 < scale < 2.0
+
+
+def test_latent_attention_time_follows_its_flops() -> None:
+    # One micro-batch per GPU, no recomputation: the compute the MLA widths add over 128 plain heads of
+    # 56 is their attention FLOPs at the attention rate (forward and FlashAttention's 2.5x backward),
+    # their projections' FLOPs at the matmul rate (forward and twice backward) and the wider keys and
+    # values stored, layer by layer.
+    mla = load_model("deepseek-v3")
+    plain = dataclasses.replace(mla, head_dim=0, rope_dim=0, v_head_dim=0, q_lora_rank=0, kv_lora_rank=0)
+    cluster = load_cluster("dgx-h100-ndr").with_nodes(8)
+    split = ParallelConfig(tp=1, pp=8, dp=8, ep=8, recompute="none", micro_batch=1, global_batch=8)
+    wide, narrow = estimate(mla, cluster, split, what_ifs=False), estimate(plain, cluster, split, what_ifs=False)
+    dev = device_for(cluster.gpu, "bf16")
+    s, h, layers = mla.seq, mla.hidden, 8  # ceil(61 / 8) layers on the busiest stage
+    attention = 0.5 * 2.0 * s * s * ((24576 + 16384) - 2 * 7168) / (dev.peak_flops * dev.attention_eff)
+    projections = 2.0 * s * (mla.attention_params - 4 * h * h) / (dev.peak_flops * dev.matmul_eff)
+    # Keys and values stored for the backward are wider too: written and read forward and backward.
+    stored = 4.0 * s * (mla.kv_width - 7168) * dev.act_bytes / 2.0
+    touched = (training.TOUCH_FWD + training.TOUCH_BWD) * stored / dev.hbm_bps
+    expected = layers * (attention * (1 + training.FLASH_BWD_FACTOR) + projections * 3 + touched)
+    assert wide.value("compute") - narrow.value("compute") == pytest.approx(expected, rel=0.03)

@@ -16,9 +16,9 @@ GROUP_MEDIAN_CEILING = {"pipeline-engine": 13.0, "moe": 11.0, "memory": 8.0, "mi
 8%).  On DeepSpeed's pipeline engine the production runs of 2021-22 other than BLOOM (MT-NLG 530B,
 GPT-NeoX-20B, GLM-130B) are 10-22% fast while BLOOM's run and topology benchmarks fall within -7% and
 +16% (median 12.8% over ten rows; training.csv notes: no source found for what those runs spent
-beyond the model).  The kept MoE rows: Qwen3-235B's three splits 6-12% fast, DeepSeek-V3 10% fast
+beyond the model).  The kept MoE rows: Qwen3-235B's three splits 6-12% fast, DeepSeek-V3 11% fast
 (its multi-token-prediction module and DualPipe's schedule are not modelled), Mixtral 3% slow: median
-10.3% (training-moe.csv notes, docs/model.md, section 2).  mid-size: see
+10.7% (training-moe.csv notes, docs/model.md, section 2).  mid-size: see
 docs/model.md, "Mid-size collectives"."""
 GROUP_WORST_CEILING: dict[str, float] = {}
 """Groups whose kept rows may miss the 25% worst (none now)."""

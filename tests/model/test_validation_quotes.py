@@ -128,3 +128,20 @@ def test_the_validation_metric_is_megatron_lms_count() -> None:
     counted = megatron_flops(model, batch, est.value("model_flops"))
     # The preset's vocabulary and widths are the table's model's: within 1% of Megatron's count.
     assert counted == pytest.approx(_megatron_count(row, causal=True), rel=0.01)
+
+
+def test_the_megatron_count_of_latent_attention() -> None:
+    # Megatron-LM's num_floating_point_operations for MLA (d4f9a6f, 2025-04), written out for DeepSeek-V3:
+    # per token 6 x layers x (projection weights + s x heads x (192 + 128) / 2), the MLP and the logits.
+    model = load_model("deepseek-v3")
+    b, s, layers, h, heads, vocab = 64, model.seq, model.layers, model.hidden, model.heads, model.vocab
+    q_term = 1536 * (h + heads * (128 + 64) + 1)
+    kv_term = 512 * (h + heads * (128 + 128) + 1) + h * 64
+    attention = 6 * layers * (q_term + kv_term + heads * 128 * h + s * heads * 192 / 2 + s * heads * 128 / 2)
+    widths = 18432 * 3 + (2048 * 8 + 2048) * 58  # dense layers, then routed and shared experts
+    per_token = attention + 12 * h * widths * 1.5 + 6 * h * vocab
+    model = dataclasses.replace(model, global_batch=b)
+    split = ParallelConfig(tp=1, pp=8, dp=8, ep=8, recompute="full")
+    est = estimate(model, load_cluster("dgx-h100-ndr").with_nodes(8), split, what_ifs=False)
+    # The model's count also holds the routers' weights (7168 x 256 per MoE layer): 0.2% more.
+    assert megatron_flops(model, b, est.value("model_flops")) == pytest.approx(b * s * per_token, rel=0.005)

@@ -29,6 +29,7 @@ __all__ = [
     "expert_tokens",
     "expert_tp",
     "grouped_gemm_efficiency",
+    "grouped_mlp_scale",
     "mlp_width",
     "step",
 ]
@@ -83,7 +84,8 @@ N, K = 4096, 7168: 932, 1040, 1233 of 1410 TFLOPS, and 7168, 2048: 815, 916, 925
 contiguous layout with 4096-8192 tokens per group at the dense rows' rate (1346 and 1214).  Between
 the points the efficiency follows log2 of the tokens; below 256 it stays at 0.68 and above 4096 at 1.
 Measured in FP8; BF16's torch._grouped_mm on H100 at 512 tokens per expert on average (pytorch/ao
-PR 2490: 525-545 TFLOP/s, 0.66-0.69 of the best dense rate) is no faster."""
+PR 2490: 525-545 TFLOP/s) reaches 0.66-0.69 of the best-shape dense rate (MAMF), where this table with
+the model's dense rate (GEMM_DERATE of MAMF) gives 0.61."""
 OVERLAP_SM_SHARE = 20.0 / 132.0
 """Share of the GPU's SMs an all-to-all running beside compute takes from it: 'only 20 SMs are
 sufficient to fully utilize the bandwidths of IB and NVLink' of an H800's 132 (DeepSeek-V3
@@ -319,6 +321,16 @@ def grouped_gemm_efficiency(per_expert: Num) -> Num:
     return np.interp(np.log2(np.maximum(per_expert, 1.0)), np.log2(points), shares)
 
 
+def grouped_mlp_scale(w: Shape, job: Job, tokens: Num) -> Num:
+    """Time of the MLP's GEMMs over what dense GEMMs of the same width take: the routed experts' share
+    of :func:`mlp_width` runs as a grouped GEMM (:func:`grouped_gemm_efficiency`), slower with fewer
+    tokens per expert; dense layers and shared experts run as dense GEMMs."""
+    ffn = mlp_width(w, job)
+    experts = w.moe_share * w.routed_ffn * expert_load(w, job)
+    grouped = experts / grouped_gemm_efficiency(expert_tokens(w, job, tokens))
+    return np.where(ffn > 0, (ffn - experts + grouped) / np.where(ffn > 0, ffn, 1.0), 1.0)
+
+
 def _gemm(m: Num, n: Num, k: Num, dev: Device, batch: Num = 1) -> Num:
     flops = 2.0 * m * n * k * batch
     moved = dev.act_bytes * (m * k + k * n + m * n) * batch
@@ -346,10 +358,7 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
     q = np.where(w.q_width > 0, w.q_width, h)
     v = np.where(w.v_width > 0, w.v_width, q)
     ffn = mlp_width(w, job)
-    # The routed experts' share of the MLP width runs as a grouped GEMM, slower with fewer tokens each.
-    experts = w.moe_share * w.routed_ffn * expert_load(w, job)
-    grouped = experts / grouped_gemm_efficiency(expert_tokens(w, job, tokens))
-    mlp_scale = np.where(ffn > 0, (ffn - experts + grouped) / np.where(ffn > 0, ffn, 1.0), 1.0)
+    mlp_scale = grouped_mlp_scale(w, job, tokens)
     projections = np.where(
         w.attention_params > 0,
         _gemm(tokens, w.attention_params / (h * t), h, dev),

@@ -185,7 +185,7 @@ class ModelSpec:
         if self.kv_lora_rank:
             if not self.head_dim:
                 raise InvalidValue(
-                    "multi-head latent attention (kv_lora_rank) needs head_dim, each head's non-rotary "
+                    "must be given with kv_lora_rank (multi-head latent attention): each head's non-rotary "
                     "query/key width (DeepSeek-V3: 128)",
                     key="head_dim",
                 )
@@ -289,9 +289,10 @@ class ModelSpec:
 
     @property
     def kv_width(self) -> int:
-        """Width of the K (and of the V) projection (latent attention: of the keys, made per head)."""
+        """Width of the K (and of the V) projection (latent attention, whose keys are wider than its
+        values: their mean, so that K and V together are ``2 x kv_width``)."""
         if self.is_mla:
-            return self.q_width
+            return (self.q_width + self.v_width) // 2
         if self.head_dim:
             return self.head_dim * (self.kv_heads or self.heads)
         return self.hidden * (self.kv_heads or self.heads) // self.heads
