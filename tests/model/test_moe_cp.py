@@ -261,9 +261,13 @@ def test_a_calibrated_all_to_all_prices_the_expert_dispatch(cli, write) -> None:
         ("experts = -8\ntop_k = 2\n", "experts must be from 0 to 65536"),
         ("experts = 8\ntop_k = 2.5\n", "top_k"),
         ("route_nodes = 4\n", "route_nodes is 4 but experts is 0"),
+        ("kv_lora_rank = 512\n", "head_dim must be given with kv_lora_rank"),
+        ("kv_lora_rank = 512\nhead_dim = 64\nkv_heads = 2\n", "kv_heads is 2 but kv_lora_rank is set"),
+        ("rope_dim = 64\n", "rope_dim is 64 but kv_lora_rank is 0"),
+        ("kv_lora_rank = 99999999\nhead_dim = 64\n", "kv_lora_rank must be from 0 to"),
     ],
 )
-def test_bad_expert_fields_of_a_model_file_are_one_error_line(cli, write, extra: str, needle: str) -> None:  # type: ignore[no-untyped-def]
+def test_bad_expert_and_attention_fields_are_one_error_line(cli, write, extra: str, needle: str) -> None:  # type: ignore[no-untyped-def]
     text = 'kind = "transformer"\nlayers = 4\nhidden = 512\nheads = 8\nseq = 1024\nvocab = 1000\nglobal_batch = 8\n'
     path = write("moe.toml", text + extra)
     line = one_error_line(cli("estimate", "--model", str(path), "--cluster", "dgx-h100-ndr", "--nodes", "1"))
@@ -393,22 +397,6 @@ def test_latent_attention_prices_its_wider_heads() -> None:
     extra = 3.0 * 2.0 * mla.layers * ((24576 + 16384) - 2 * 7168) * mla.seq * tokens
     params = 6.0 * (mla.layers * (mla.active_layer_params - plain.active_layer_params)) * tokens
     assert wide.value("model_flops") - narrow.value("model_flops") == pytest.approx(extra + params, rel=1e-9)
-
-
-@pytest.mark.parametrize(
-    ("extra", "needle"),
-    [
-        ("kv_lora_rank = 512\n", "head_dim must be given with kv_lora_rank"),
-        ("kv_lora_rank = 512\nhead_dim = 64\nkv_heads = 2\n", "kv_heads is 2 but kv_lora_rank is set"),
-        ("rope_dim = 64\n", "rope_dim is 64 but kv_lora_rank is 0"),
-        ("kv_lora_rank = 99999999\nhead_dim = 64\n", "kv_lora_rank must be from 0 to"),
-    ],
-)
-def test_bad_latent_attention_fields_are_one_error_line(cli, write, extra: str, needle: str) -> None:  # type: ignore[no-untyped-def]
-    text = 'kind = "transformer"\nlayers = 4\nhidden = 512\nheads = 8\nseq = 1024\nvocab = 1000\nglobal_batch = 8\n'
-    path = write("mla.toml", text + extra)
-    line = one_error_line(cli("estimate", "--model", str(path), "--cluster", "dgx-h100-ndr", "--nodes", "1"))
-    assert needle in line
 
 
 def test_only_the_routed_experts_run_as_a_grouped_gemm() -> None:
