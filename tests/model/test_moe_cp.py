@@ -434,3 +434,18 @@ def test_latent_attention_time_follows_its_flops() -> None:
     touched = (training.TOUCH_FWD + training.TOUCH_BWD) * stored / dev.hbm_bps
     expected = layers * (attention * (1 + training.FLASH_BWD_FACTOR) + projections * 3 + touched)
     assert wide.value("compute") - narrow.value("compute") == pytest.approx(expected, rel=0.03)
+
+
+def test_latent_attention_down_projections_run_whole_on_every_tensor_rank() -> None:
+    # Megatron-Core builds W^DQ and W^DKV 'duplicated': tensor parallelism does not split them.
+    model = load_model("deepseek-v3")
+    assert model.whole_attention_params == 7168 * (1536 + 512 + 64)
+    split = ParallelConfig(tp=2, pp=8, dp=4, ep=4, recompute="none", micro_batch=1, global_batch=4)
+    cluster = load_cluster("dgx-h100-ndr").with_nodes(8)
+    fab, dev = fabric_of(cluster), device_for(cluster.gpu, "bf16")
+    job, shape = job_of(split, 4), shape_of(model)
+    whole = training.step(shape, job, dev, fab)
+    split_too = training.step(dataclasses.replace(shape, whole_attention_params=0), job, dev, fab)
+    # 8 layers on the busiest stage, forward and twice backward, half of those FLOPs more per rank.
+    extra = 8 * 3 * 2.0 * model.seq * model.whole_attention_params / 2 / (dev.peak_flops * dev.matmul_eff)
+    assert float(whole.compute - split_too.compute) == pytest.approx(extra, rel=0.02)

@@ -113,6 +113,7 @@ def shape_of(model: ModelSpec) -> Shape:
         q_width=model.q_width,
         v_width=model.v_width,
         attention_params=model.attention_params if model.is_mla else 0,
+        whole_attention_params=model.whole_attention_params,
         seq=model.seq,
         vocab=model.vocab,
         ffn=model.ffn_width,

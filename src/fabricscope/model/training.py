@@ -124,6 +124,8 @@ class Shape:
     attention_params: Num = 0
     """Weights of one layer's attention projections when they are not Q, K, V and O of ``q_width``
     and ``kv_width`` (multi-head latent attention; 0: those)."""
+    whole_attention_params: Num = 0
+    """Of those, the weights every tensor-parallel rank runs whole (latent attention's down-projections)."""
     seq: Num = 1
     vocab: Num = 0
     ffn: Num = 0
@@ -361,7 +363,8 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
     mlp_scale = grouped_mlp_scale(w, job, tokens)
     projections = np.where(
         w.attention_params > 0,
-        _gemm(tokens, w.attention_params / (h * t), h, dev),
+        _gemm(tokens, (w.attention_params - w.whole_attention_params) / (h * t), h, dev)
+        + np.where(w.whole_attention_params > 0, _gemm(tokens, w.whole_attention_params / h, h, dev), 0.0),
         _gemm(tokens, (q + 2 * w.kv_width) / t, h, dev) + _gemm(tokens, h, q / t, dev),
     )
     linear = (

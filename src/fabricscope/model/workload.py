@@ -324,6 +324,14 @@ class ModelSpec:
         return queries + latent + keys_values + self.v_width * h + self.q_lora_rank + self.kv_lora_rank
 
     @property
+    def whole_attention_params(self) -> int:
+        """Weights of the attention projections every tensor-parallel rank runs whole: latent attention's
+        down-projections (W^DQ, W^DKV with the rotary key; Megatron-Core builds them ``duplicated``)."""
+        if not self.is_mla:
+            return 0
+        return self.hidden * (self.q_lora_rank + self.kv_lora_rank + self.rope_dim)
+
+    @property
     def layer_params(self) -> int:
         """Weights of one transformer layer (attention, MLP, two norms)."""
         h = self.hidden
