@@ -191,3 +191,35 @@ def test_bf16_optimizer_accumulates_in_fp32_unsharded_and_only_in_bf16() -> None
     fp16_plain, fp16_stack = runs["deepspeed-pipeline", "fp16"], runs["megatron-deepspeed-bf16", "fp16"]
     assert fp16_stack.value("memory_bytes") == fp16_plain.value("memory_bytes")
     assert fp16_stack.step_s == fp16_plain.step_s
+
+
+def test_tensor_parallel_overlap_exposes_one_chunk_and_what_the_gemms_do_not_cover() -> None:
+    # NeMo's TP overlap: each collective in t ring-exchange chunks beside its GEMM; only with sequence
+    # parallelism (NeMo turns it off without), and nothing to overlap at TP 1.
+    split = dict(tp=4, pp=4, interleave=5, dp=2, micro_batch=1, global_batch=64, precision="fp8")
+    plain = _step("llama-70b", "dgx-h100-ndr", 4, sequence_parallel=True, **split)
+    chunked = _step("llama-70b", "dgx-h100-ndr", 4, sequence_parallel=True, tp_comm_overlap=True, **split)
+    assert float(chunked.compute) == pytest.approx(float(plain.compute))
+    # The layer's GEMMs (forward and twice backward) cover the collectives on NVLink: one chunk of 4 waits.
+    assert float(chunked.tp_comm) == pytest.approx(float(plain.tp_comm) / 4)
+    no_sp = _step("llama-70b", "dgx-h100-ndr", 4, sequence_parallel=False, tp_comm_overlap=True, **split)
+    assert float(no_sp.tp_comm) == pytest.approx(float(_step("llama-70b", "dgx-h100-ndr", 4, **split).tp_comm))
+    one = dict(split, tp=1, dp=8)
+    assert float(_step("llama-70b", "dgx-h100-ndr", 4, tp_comm_overlap=True, **one).tp_comm) == 0.0
+
+
+def test_pipeline_overlap_hides_the_steady_state_transfers_of_an_interleaved_schedule() -> None:
+    # NeMo: 'overlap of the PP communications with non-dependant computations in the 1F1B stage', 'the
+    # PP communications in pipeline fill and flush are still exposed', only with virtual pipelining.
+    split = dict(tp=4, pp=4, dp=2, micro_batch=1, global_batch=64, precision="fp8")
+    waited = _step("llama-70b", "dgx-h100-ndr", 4, interleave=5, **split)
+    hidden = _step("llama-70b", "dgx-h100-ndr", 4, interleave=5, pp_comm_overlap=True, **split)
+    assert float(waited.pp_comm) > 0 and float(hidden.pp_comm) == 0.0
+    assert float(hidden.bubble) == pytest.approx(float(waited.bubble))  # the fill and flush still wait
+    assert float(hidden.step) < float(waited.step)
+    flat = _step("llama-70b", "dgx-h100-ndr", 4, interleave=1, pp_comm_overlap=True, **split)
+    assert float(flat.pp_comm) == pytest.approx(
+        float(_step("llama-70b", "dgx-h100-ndr", 4, interleave=1, **split).pp_comm)
+    )
+    assert FRAMEWORKS["nemo"].tp_comm_overlap and FRAMEWORKS["nemo"].pp_comm_overlap
+    assert not FRAMEWORKS["megatron-core"].tp_comm_overlap

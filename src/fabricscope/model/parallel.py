@@ -134,6 +134,12 @@ class StackParameters:
     ``allreduce_bucket`` runs ``tensor.to(self.communication_data_type)``: deepspeed/runtime/engine.py),
     so 2 bytes per gradient cross the network and a transient copy of 2 bytes per parameter held
     stays reserved by PyTorch's caching allocator; else the fp32 buffer is reduced as it is."""
+    tp_comm_overlap: bool = False
+    """Tensor-parallel all-gathers and reduce-scatters run in chunks beside the GEMMs that take or make
+    them (Transformer Engine's userbuffers: ``tp_comm_overlap``, with sequence parallelism)."""
+    pp_comm_overlap: bool = False
+    """An interleaved pipeline's sends and receives run beside compute in the 1F1B steady state
+    (Megatron-Core's ``overlap_p2p_comm``)."""
     cuda_context_gib: float = CONTEXT_GIB
     """GPU memory CUDA takes when PyTorch uses a GPU, which no tensor accounts for (``training.CONTEXT_GIB``
     for today's PyTorch, ``training.EAGER_CONTEXT_GIB`` for the 2021-22 stacks, with their source)."""
@@ -249,6 +255,20 @@ FRAMEWORKS: dict[str, Framework] = {
 """Training stacks the validation rows name (``framework`` column); each field may be overridden."""
 
 
+FRAMEWORKS["nemo"] = replace(
+    FRAMEWORKS["megatron-core"],
+    tp_comm_overlap=True,
+    pp_comm_overlap=True,
+    source="NeMo's performance recipes on Megatron-Core (NVIDIA/NeMo "
+    "docs/source/features/optimizations/communication_overlap.rst): the distributed optimizer's "
+    "gathers and reduce-scatters beside compute; tensor-parallel communication 'chunked and the chunks "
+    "are overlapped in pipeline' with the GEMMs (Transformer Engine's userbuffers, tp_comm_overlap, "
+    "which needs sequence parallelism), exposing one chunk; with virtual pipelining 'the overlap of the "
+    "PP communications with non-dependant computations in the 1F1B stage', while 'the PP "
+    "communications in pipeline fill and flush are still exposed'",
+)
+
+
 FRAMEWORKS["megatron-deepspeed-bf16"] = replace(
     FRAMEWORKS["deepspeed-pipeline"],
     bf16_fp32_accumulation=True,
@@ -290,6 +310,8 @@ def stack_numbers(source: _Settings) -> dict[str, float]:
         "fp32_accum": 1.0 if source.bf16_fp32_accumulation and source.precision == "bf16" else 0.0,
         "grad_cast": 1.0 if source.bf16_grad_comm and source.precision == "bf16" else 0.0,
         "context_bytes": float(source.cuda_context_gib) * 2**30,
+        "tp_overlap": 1.0 if source.tp_comm_overlap else 0.0,
+        "pp_overlap": 1.0 if source.pp_comm_overlap else 0.0,
     }
 
 

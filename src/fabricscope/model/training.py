@@ -226,6 +226,12 @@ class Job:
     """Tensor-parallel ranks of the experts (0: ``tp``, expert groups made of data- and
     context-parallel ranks); another value folds the expert groups over the attention's ranks
     (Megatron-Core's MoE parallel folding, ``--expert-tensor-parallel-size``)."""
+    tp_overlap: Num = 0
+    """1 where tensor-parallel all-gathers and reduce-scatters run in chunks beside the GEMMs that
+    take or make them (Transformer Engine's userbuffers, with sequence parallelism), 0 in turn."""
+    pp_overlap: Num = 0
+    """1 where an interleaved pipeline's sends and receives run beside the other micro-batch's compute
+    in the 1F1B steady state (``overlap_p2p_comm``); the fill and the flush still wait for them."""
 
 
 def expert_tp(job: Job) -> Num:
@@ -395,6 +401,11 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
     act_message = tokens * h * dev.act_bytes
     all_reduce = coll.fastest(coll.all_reduce(inside_node(fab), act_message, t, 1.0))
     tp_comm = (4.0 + np.where(job.recompute >= 2, 2.0, 0.0)) * all_reduce
+    # Overlapped, each collective runs in t ring-exchange chunks beside the GEMM that takes or makes its
+    # activations: one chunk waits, and what the layer's GEMMs do not cover.
+    overlapped = (job.tp_overlap > 0) & (job.sequence_parallel > 0) & (t > 1)
+    covered = (3.0 + np.where(job.recompute >= 2, 1.0, 0.0)) * linear
+    tp_comm = np.where(overlapped, np.maximum(tp_comm - covered, 0.0) + tp_comm / t, tp_comm)
 
     layers = stage_layers(w, job)
     replays = np.where(job.recompute >= 2, 1.0, 0.0)
@@ -672,8 +683,13 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
     microbatches = job.global_batch / (job.dp * job.micro_batch)
     mb = _transformer_microbatch(w, job, dev, fab) if w.transformer else _vision_microbatch(w, job, dev)
     p2p = _pp_comm(w, job, dev, fab) if w.transformer else 0.0
-    per_mb = mb["compute"] + mb["recompute"] + mb["tp_comm"] + mb["ep_comm"] + mb["cp_comm"] + p2p
+    busy_mb = mb["compute"] + mb["recompute"] + mb["tp_comm"] + mb["ep_comm"] + mb["cp_comm"]
+    per_mb = busy_mb + p2p
     bubble = (job.pp - 1) / job.interleave * per_mb
+    # Overlapped (interleaved schedules only), the steady state's transfers hide behind the other
+    # micro-batch's compute; the fill and the flush (the bubble) still wait for theirs.
+    p2p = np.where((job.pp_overlap > 0) & (job.interleave > 1), np.maximum(p2p - busy_mb, 0.0), p2p)
+    per_mb = busy_mb + p2p
 
     # Data parallelism: what each ZeRO stage sends once per step and every micro-batch, and
     # the compute each part runs beside (see _beside): gradients beside the backward of the

@@ -110,7 +110,7 @@ OPTIONAL_COLUMNS = (
     *("virtualized", "flow_gbps", "flows", "params_b", "kv_heads", "ffn", "gated_mlp", "seq_len", "vocab", "model"),
     *("one_gpu_images_per_s", "cp", "ep", "etp", "zero_stage", "micro_batch", "interleave", "framework"),
     *("flash_attention", "hopper_attention", "dp_overlap", "ep_overlap", "node_dedup", "moe_imbalance"),
-    *("regather_on_recompute", "ps_servers", "precision"),
+    *("regather_on_recompute", "ps_servers", "precision", "tp_comm_overlap", "pp_comm_overlap"),
 )
 """Columns read where a row has them (docs/model.md, section Validation)."""
 
@@ -454,8 +454,8 @@ the attention matrix is non-zero": model FLOPs with causal attention counted hal
 
 def _framework(row: Mapping[str, str]) -> Framework:
     """The ``framework`` column's named parameters (:data:`FRAMEWORKS`, megatron-lm-2021 when
-    empty), with ``flash_attention``, ``dp_overlap`` and ``regather_on_recompute`` overridden by
-    their own columns."""
+    empty), with ``flash_attention``, ``dp_overlap``, ``regather_on_recompute``, ``hopper_attention``,
+    ``tp_comm_overlap`` and ``pp_comm_overlap`` overridden by their own columns."""
     name = (row.get("framework") or "").strip().lower() or "megatron-lm-2021"
     if name not in FRAMEWORKS:
         raise UsageError(f"framework = {name!r} is not one of {', '.join(FRAMEWORKS)}{closest(name, FRAMEWORKS)}")
@@ -466,6 +466,8 @@ def _framework(row: Mapping[str, str]) -> Framework:
         dp_overlap=_flag(row, "dp_overlap", stack.dp_overlap),
         regather_on_recompute=_flag(row, "regather_on_recompute", stack.regather_on_recompute),
         hopper_attention=_flag(row, "hopper_attention", stack.hopper_attention),
+        tp_comm_overlap=_flag(row, "tp_comm_overlap", stack.tp_comm_overlap),
+        pp_comm_overlap=_flag(row, "pp_comm_overlap", stack.pp_comm_overlap),
     )
 
 
