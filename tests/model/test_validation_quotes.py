@@ -19,8 +19,8 @@ from fabricscope.model.workload import load_model
 DATA = Path(__file__).resolve().parents[2] / "src" / "fabricscope" / "model" / "data" / "validation"
 TRAINING = [
     row
-    for name in ("training.csv", "training-moe.csv", "training-memory.csv")
-    for row in csv.DictReader((DATA / name).read_text(encoding="utf-8").splitlines())
+    for path in sorted(DATA.glob("training*.csv"))
+    for row in csv.DictReader(path.read_text(encoding="utf-8").splitlines())
 ]
 QUOTED = [row for row in TRAINING if row["quote"].strip()]
 
@@ -145,3 +145,28 @@ def test_the_megatron_count_of_latent_attention() -> None:
     est = estimate(model, load_cluster("dgx-h100-ndr").with_nodes(8), split, what_ifs=False)
     # The model's count also holds the routers' weights (7168 x 256 per MoE layer): 0.2% more.
     assert megatron_flops(model, b, est.value("model_flops")) == pytest.approx(b * s * per_token, rel=0.005)
+
+
+TABLE_QUOTES = [row for row in TRAINING if " || " in row["quote"]]
+"""Rows that quote a table as its header line, ' || ', and their line (NeMo's performance summary)."""
+TABLE_COLUMNS = {
+    "#-GPUs": "gpus",
+    "GBS": "global_batch",
+    "MBS": "micro_batch",
+    "Sequence Length": "seq_len",
+    "TP": "tp",
+    "PP": "pp",
+    "CP": "cp",
+    "VP": "interleave",
+    "Tokens / sec / GPU": "value",
+}
+
+
+@pytest.mark.parametrize("row", TABLE_QUOTES, ids=[row["id"] for row in TABLE_QUOTES])
+def test_a_quoted_table_line_holds_the_rows_configuration(row: dict[str, str]) -> None:
+    head, line = row["quote"].split(" || ")
+    cells = dict(zip([c.strip() for c in head.split("|")], [c.strip() for c in line.split("|")], strict=True))
+    for column, key in TABLE_COLUMNS.items():
+        if column in cells:
+            assert _number(cells[column]) == _number(row[key] or "1"), (column, cells[column], row[key])
+    assert int(row["gpus"]) == _product(row, "tp", "pp", "cp", "dp")
