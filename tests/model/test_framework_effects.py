@@ -204,8 +204,15 @@ def test_tensor_parallel_overlap_exposes_one_chunk_and_what_the_gemms_do_not_cov
     assert float(chunked.tp_comm) == pytest.approx(float(plain.tp_comm) / 4)
     no_sp = _step("llama-70b", "dgx-h100-ndr", 4, sequence_parallel=False, tp_comm_overlap=True, **split)
     assert float(no_sp.tp_comm) == pytest.approx(float(_step("llama-70b", "dgx-h100-ndr", 4, **split).tp_comm))
-    one = dict(split, tp=1, dp=8)
-    assert float(_step("llama-70b", "dgx-h100-ndr", 4, tp_comm_overlap=True, **one).tp_comm) == 0.0
+    # A narrow model over PCIe: its GEMMs cover less than the collectives take, so each later chunk waits
+    # for the rest, and the layer waits longer than one chunk but never longer than without the overlap.
+    narrow = dataclasses.replace(load_model("llama-7b"), hidden=512, heads=8, ffn=1408, params=0)
+    cluster = load_cluster("lab-8gpu-100g-nvme").with_nodes(1)
+    pcie = dict(tp=4, pp=2, dp=1, micro_batch=1, global_batch=8, sequence_parallel=True)
+    slow = estimate(narrow, cluster, ParallelConfig(**pcie), what_ifs=False).step  # type: ignore[arg-type]
+    hidden = estimate(narrow, cluster, ParallelConfig(tp_comm_overlap=True, **pcie), what_ifs=False).step  # type: ignore[arg-type]
+    assert float(slow.tp_comm) > 3 * float(slow.compute) / 2  # the GEMMs (all of compute here) cover less
+    assert float(slow.tp_comm) / 4 < float(hidden.tp_comm) < float(slow.tp_comm)
 
 
 def test_pipeline_overlap_hides_the_steady_state_transfers_of_an_interleaved_schedule() -> None:
@@ -216,6 +223,10 @@ def test_pipeline_overlap_hides_the_steady_state_transfers_of_an_interleaved_sch
     hidden = _step("llama-70b", "dgx-h100-ndr", 4, interleave=5, pp_comm_overlap=True, **split)
     assert float(waited.pp_comm) > 0 and float(hidden.pp_comm) == 0.0
     assert float(hidden.bubble) == pytest.approx(float(waited.bubble))  # the fill and flush still wait
+    # ... for the whole micro-batch's time, its transfers included: (pp - 1) / v of it.
+    micro = 64 / (2 * 1)
+    busy = sum(float(getattr(waited, part)) for part in ("compute", "recompute", "tp_comm", "ep_comm", "cp_comm"))
+    assert float(hidden.bubble) == pytest.approx(3 / 5 * (busy + float(waited.pp_comm)) / micro)
     assert float(hidden.step) < float(waited.step)
     flat = _step("llama-70b", "dgx-h100-ndr", 4, interleave=1, pp_comm_overlap=True, **split)
     assert float(flat.pp_comm) == pytest.approx(

@@ -437,15 +437,22 @@ def test_latent_attention_time_follows_its_flops() -> None:
 
 
 def test_latent_attention_down_projections_run_whole_on_every_tensor_rank() -> None:
-    # Megatron-Core builds W^DQ and W^DKV 'duplicated': tensor parallelism does not split them.
+    # Megatron-Core builds W^DQ and W^DKV 'duplicated': tensor parallelism does not split them, and each
+    # rank feeds them all of the tokens unless sequence parallelism gives it 1/t of them.
     model = load_model("deepseek-v3")
     assert model.whole_attention_params == 7168 * (1536 + 512 + 64)
-    split = ParallelConfig(tp=2, pp=8, dp=4, ep=4, recompute="none", micro_batch=1, global_batch=4)
     cluster = load_cluster("dgx-h100-ndr").with_nodes(8)
     fab, dev = fabric_of(cluster), device_for(cluster.gpu, "bf16")
-    job, shape = job_of(split, 4), shape_of(model)
-    whole = training.step(shape, job, dev, fab)
-    split_too = training.step(dataclasses.replace(shape, whole_attention_params=0), job, dev, fab)
-    # 8 layers on the busiest stage, forward and twice backward, half of those FLOPs more per rank.
-    extra = 8 * 3 * 2.0 * model.seq * model.whole_attention_params / 2 / (dev.peak_flops * dev.matmul_eff)
-    assert float(whole.compute - split_too.compute) == pytest.approx(extra, rel=0.02)
+    shape = shape_of(model)
+    for sequence_parallel, share in ((False, 0.5), (True, 0.0)):
+        split = ParallelConfig(
+            tp=2, pp=8, dp=4, ep=4, recompute="none", micro_batch=1, global_batch=4, sequence_parallel=sequence_parallel
+        )
+        job = job_of(split, 4)
+        whole = training.step(shape, job, dev, fab)
+        split_too = training.step(dataclasses.replace(shape, whole_attention_params=0), job, dev, fab)
+        # 8 layers on the busiest stage, forward and twice backward: half of those FLOPs more per rank
+        # without sequence parallelism, none with it.
+        flops = 8 * 3 * 2.0 * model.seq * model.whole_attention_params * share
+        extra = flops / (dev.peak_flops * dev.matmul_eff)
+        assert float(whole.compute - split_too.compute) == pytest.approx(extra, rel=0.02, abs=1e-9)

@@ -13,7 +13,7 @@ import pytest
 from fabricscope.model.cluster import load_cluster
 from fabricscope.model.estimate import estimate
 from fabricscope.model.parallel import ParallelConfig
-from fabricscope.model.validation import megatron_flops
+from fabricscope.model.validation import check_training, megatron_flops
 from fabricscope.model.workload import load_model
 
 DATA = Path(__file__).resolve().parents[2] / "src" / "fabricscope" / "model" / "data" / "validation"
@@ -147,7 +147,7 @@ def test_the_megatron_count_of_latent_attention() -> None:
     assert megatron_flops(model, b, est.value("model_flops")) == pytest.approx(b * s * per_token, rel=0.005)
 
 
-TABLE_QUOTES = [row for row in TRAINING if " || " in row["quote"]]
+TABLE_QUOTES = [row for row in TRAINING if "performance_summary.md" in row["source"]]
 """Rows that quote a table as its header line, ' || ', and their line (NeMo's performance summary)."""
 TABLE_COLUMNS = {
     "#-GPUs": "gpus",
@@ -164,9 +164,24 @@ TABLE_COLUMNS = {
 
 @pytest.mark.parametrize("row", TABLE_QUOTES, ids=[row["id"] for row in TABLE_QUOTES])
 def test_a_quoted_table_line_holds_the_rows_configuration(row: dict[str, str]) -> None:
+    assert row["quote"].count(" || ") == 1, "quote the table's header line, ' || ', and the row's line"
     head, line = row["quote"].split(" || ")
     cells = dict(zip([c.strip() for c in head.split("|")], [c.strip() for c in line.split("|")], strict=True))
     for column, key in TABLE_COLUMNS.items():
         if column in cells:
             assert _number(cells[column]) == _number(row[key] or "1"), (column, cells[column], row[key])
     assert int(row["gpus"]) == _product(row, "tp", "pp", "cp", "dp")
+
+
+@pytest.mark.parametrize("row", TABLE_QUOTES, ids=[row["id"] for row in TABLE_QUOTES])
+def test_a_rows_overlap_columns_are_the_ones_priced(row: dict[str, str]) -> None:
+    # The row's own tp_comm_overlap and pp_comm_overlap, not its framework's defaults, price it: the
+    # same row with both flipped gives another prediction wherever one of them can act.
+    flipped = {
+        **row,
+        "tp_comm_overlap": "false" if row["tp_comm_overlap"] == "true" else "true",
+        "pp_comm_overlap": "false" if row["pp_comm_overlap"] == "true" else "true",
+    }
+    acts = (int(row["tp"]) > 1 and "sequence-parallel" in row["recompute"]) or int(row["interleave"]) > 1
+    same = check_training(flipped, "x.csv").predicted == pytest.approx(check_training(row, "x.csv").predicted)
+    assert same != acts

@@ -83,10 +83,10 @@ instructions: on Hopper 'FlashAttention-2 achieves only 35% utilization on the H
 FP8_MATMUL_SHARE = 0.71
 """FP8 training's GEMMs reach this share of the 16-bit GEMMs' efficiency (as a share of the FP8 peak):
 per-tensor scaling, casts and transposes of every operand, shapes that fill FP8 tensor cores less.
-The one constant fitted here, to one published row kept out of the validation rows: NeMo 24.09's
-performance summary, LLAMA2-7B on 8 H100 at FP8, GBS 128, MBS 1, seq 4096, TP/PP/CP 1: '16934'
-tokens/s/GPU, '780' model TFLOP/s/GPU (the model gives 16,925 and 780 at 0.707; FP8 then runs GEMMs
-1.42x as fast as BF16)."""
+The one constant fitted here, to one published row kept out of the validation rows: NeMo's
+performance summary for the NeMo 24.07 container (NVIDIA/NeMo 9c5c5e9, DGX-H100), LLAMA2-7B on 8
+H100 at FP8, GBS 128, MBS 1, seq 4096, TP/PP/CP 1: '16934' tokens/s/GPU, '780' model TFLOP/s/GPU
+(the model gives 16,925 and 780 at 0.707; FP8 then runs GEMMs 1.42x as fast as BF16)."""
 FLASH_HOPPER_EFFICIENCY = 0.75
 """FlashAttention-3 (or cuDNN's fused attention) on Hopper: 'FP16 reaching up to 740 TFLOPs/s (75%
 utilization)' (Shah et al. 2024, abstract)."""

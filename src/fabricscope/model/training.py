@@ -125,7 +125,8 @@ class Shape:
     """Weights of one layer's attention projections when they are not Q, K, V and O of ``q_width``
     and ``kv_width`` (multi-head latent attention; 0: those)."""
     whole_attention_params: Num = 0
-    """Of those, the weights every tensor-parallel rank runs whole (latent attention's down-projections)."""
+    """Of those, the weights every tensor-parallel rank runs whole (latent attention's down-projections),
+    on all of the tokens unless sequence parallelism gives each rank its 1/t."""
     seq: Num = 1
     vocab: Num = 0
     ffn: Num = 0
@@ -367,10 +368,13 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
     v = np.where(w.v_width > 0, w.v_width, q)
     ffn = mlp_width(w, job)
     mlp_scale = grouped_mlp_scale(w, job, tokens)
+    # Latent attention's down-projections run whole on every tensor rank; with sequence parallelism
+    # each rank feeds them only its 1/t of the tokens, so they split like the rest.
+    whole = np.where(job.sequence_parallel > 0, 0.0, w.whole_attention_params)
     projections = np.where(
         w.attention_params > 0,
-        _gemm(tokens, (w.attention_params - w.whole_attention_params) / (h * t), h, dev)
-        + np.where(w.whole_attention_params > 0, _gemm(tokens, w.whole_attention_params / h, h, dev), 0.0),
+        _gemm(tokens, (w.attention_params - whole) / (h * t), h, dev)
+        + np.where(whole > 0, _gemm(tokens, whole / h, h, dev), 0.0),
         _gemm(tokens, (q + 2 * w.kv_width) / t, h, dev) + _gemm(tokens, h, q / t, dev),
     )
     linear = (
@@ -401,11 +405,11 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
     act_message = tokens * h * dev.act_bytes
     all_reduce = coll.fastest(coll.all_reduce(inside_node(fab), act_message, t, 1.0))
     tp_comm = (4.0 + np.where(job.recompute >= 2, 2.0, 0.0)) * all_reduce
-    # Overlapped, each collective runs in t ring-exchange chunks beside the GEMM that takes or makes its
-    # activations: one chunk waits, and what the layer's GEMMs do not cover.
-    overlapped = (job.tp_overlap > 0) & (job.sequence_parallel > 0) & (t > 1)
+    # Overlapped, each collective runs in t ring-exchange chunks, chunk i's transfer beside chunk i-1's
+    # GEMM: the first chunk waits, and each later one for what its GEMM chunk does not cover.
+    overlapped = (job.tp_overlap > 0) & (job.sequence_parallel > 0)
     covered = (3.0 + np.where(job.recompute >= 2, 1.0, 0.0)) * linear
-    tp_comm = np.where(overlapped, np.maximum(tp_comm - covered, 0.0) + tp_comm / t, tp_comm)
+    tp_comm = np.where(overlapped, np.maximum(tp_comm - covered * (t - 1) / t, tp_comm / t), tp_comm)
 
     layers = stage_layers(w, job)
     replays = np.where(job.recompute >= 2, 1.0, 0.0)

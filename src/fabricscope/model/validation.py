@@ -66,6 +66,7 @@ __all__ = [
     "KNOWN_OFF",
     "Comparison",
     "by_group",
+    "check_training",
     "default_files",
     "match_gpu",
     "match_nic",
