@@ -203,3 +203,32 @@ def test_bad_values_in_a_validation_file(cli, write, old: str, new: str, fragmen
     line = one_error_line(cli("validate", str(path)))
     assert fragment in line
     assert line.count(str(path)) == 1  # the file is named once
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "fragment"),
+    [
+        (",true,true\n", ",maybe,true\n", "tp_comm_overlap = 'maybe' is not a yes/no value: use true or false"),
+        (",true,true\n", ",true,\u00b2\n", "pp_comm_overlap = '\u00b2' is not a yes/no value"),
+    ],
+)
+def test_a_yes_no_column_holds_yes_or_no(cli, write, old: str, new: str, fragment: str) -> None:
+    # Anything but true/false (yes/no, 1/0) is one error line naming the column, not a silent false.
+    shipped = next(p for p in default_files() if p.name == "training-megatron-core.csv").read_text(encoding="utf-8")
+    assert old in shipped
+    line = one_error_line(cli("validate", str(write("bad.csv", shipped.replace(old, new, 1)))))
+    assert fragment in line
+
+
+def test_megatrons_count_is_a_transformers(cli, write) -> None:
+    shipped = next(p for p in default_files() if p.name == "training-megatron-core.csv").read_text(encoding="utf-8")
+    row = next(csv.DictReader(io.StringIO(shipped)))
+    blank = ("layers", "hidden", "heads", "kv_heads", "ffn", "seq_len", "vocab")
+    row.update({key: "" for key in blank}, model="resnet50", tp="1", pp="1", cp="1", dp="64", interleave="1")
+    row.update(recompute="none", metric="megatron_tflops_per_gpu")
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(row), lineterminator="\n")
+    writer.writeheader()
+    writer.writerow(row)
+    line = one_error_line(cli("validate", str(write("vision.csv", out.getvalue()))))
+    assert "megatron_tflops_per_gpu applies to transformer rows" in line

@@ -397,9 +397,17 @@ def _group(row: Mapping[str, str], kind: str) -> str:
     return text
 
 
+FLAG_WORDS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+"""What a yes/no column may hold (case-insensitive); empty keeps the default."""
+
+
 def _flag(row: Mapping[str, str], key: str, default: bool) -> bool:
     text = (row.get(key) or "").strip().lower()
-    return default if not text else text in ("1", "true", "yes")
+    if not text:
+        return default
+    if text not in FLAG_WORDS:
+        raise UsageError(f"{key} = {quoted(text)} is not a yes/no value: use true or false (or leave it empty)")
+    return FLAG_WORDS[text]
 
 
 SEQUENCE_PARALLEL = "+sequence-parallel"
@@ -561,6 +569,10 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
         predicted = batch * model.seq * per_token / gpus / step / 1e12
     elif metric == "model_tflops_per_gpu":
         predicted = result.tflops_per_gpu
+    elif metric == "megatron_tflops_per_gpu" and not model.is_transformer:
+        raise UsageError(
+            "metric megatron_tflops_per_gpu applies to transformer rows (Megatron-LM counts a transformer)"
+        )
     elif metric == "megatron_tflops_per_gpu":
         predicted = megatron_flops(model, batch, result.value("model_flops")) / step / gpus / 1e12
     elif metric == "tokens_per_s_per_gpu":
