@@ -234,3 +234,15 @@ def test_pipeline_overlap_hides_the_steady_state_transfers_of_an_interleaved_sch
     )
     assert FRAMEWORKS["nemo"].tp_comm_overlap and FRAMEWORKS["nemo"].pp_comm_overlap
     assert not FRAMEWORKS["megatron-core"].tp_comm_overlap
+
+
+def test_estimate_says_which_overlaps_it_priced(cli) -> None:  # type: ignore[no-untyped-def]
+    args = ["estimate", "--model", "llama-70b", "--cluster", "dgx-h100-ndr", "--nodes", "8"]
+    split = ["--tp", "4", "--pp", "4", "--interleave", "5", "--precision", "fp8"]
+    nemo = cli(*args, *split, "--framework", "nemo")
+    assert nemo.code == 0, nemo.err
+    assert "overlapped: tensor-parallel collectives in chunks beside their GEMMs; pipeline transfers" in nemo.out
+    plain = cli(*args, *split, "--framework", "megatron-core")
+    assert plain.code == 0 and "overlapped:" not in plain.out
+    flat = cli(*args, "--tp", "4", "--pp", "4", "--interleave", "1", "--precision", "fp8", "--framework", "nemo")
+    assert "pipeline transfers beside compute" not in flat.out

@@ -209,6 +209,13 @@ def _stack_lines(est: Estimate, framework: str | None = None) -> list[str]:
     elif par.bf16_fp32_accumulation and framework:
         why = f"ZeRO {par.zero} partitions the gradients" if par.zero >= 2 else f"the run is in {par.precision}"
         lines.append(f"  no fp32 gradient buffer: the BF16 optimizer runs in bf16 at ZeRO 0 and 1 only ({why})")
+    overlaps = []
+    if par.tp_comm_overlap and par.sequence_parallel and par.tp > 1:
+        overlaps.append("tensor-parallel collectives in chunks beside their GEMMs")
+    if par.pp_comm_overlap and par.pp > 1 and par.interleave > 1:
+        overlaps.append("pipeline transfers beside compute outside the fill and flush")
+    if overlaps:
+        lines.append("  overlapped: " + "; ".join(overlaps))
     m = est.model
     if m.is_moe:
         load = (

@@ -688,10 +688,9 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
     mb = _transformer_microbatch(w, job, dev, fab) if w.transformer else _vision_microbatch(w, job, dev)
     p2p = _pp_comm(w, job, dev, fab) if w.transformer else 0.0
     busy_mb = mb["compute"] + mb["recompute"] + mb["tp_comm"] + mb["ep_comm"] + mb["cp_comm"]
-    per_mb = busy_mb + p2p
-    bubble = (job.pp - 1) / job.interleave * per_mb
-    # Overlapped (interleaved schedules only), the steady state's transfers hide behind the other
-    # micro-batch's compute; the fill and the flush (the bubble) still wait for theirs.
+    # The fill and the flush (the bubble) wait for their transfers; overlapped (interleaved schedules
+    # only), the steady state's hide behind the other micro-batch's compute.
+    bubble = (job.pp - 1) / job.interleave * (busy_mb + p2p)
     p2p = np.where((job.pp_overlap > 0) & (job.interleave > 1), np.maximum(p2p - busy_mb, 0.0), p2p)
     per_mb = busy_mb + p2p
 
