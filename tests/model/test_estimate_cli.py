@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from model_helpers import one_error_line
@@ -247,3 +249,26 @@ topology = "fat-tree"
 kind = "nfs-1g"
 devices = 12
 """
+
+
+@pytest.mark.parametrize("command", ["estimate", "plan", "predict", "validate"])
+def test_a_reader_that_goes_away_does_not_lose_the_json(tmp_path, command: str) -> None:  # type: ignore[no-untyped-def]
+    # `fabricscope estimate ... --json e.json | head -1`: the table stops, the result file does not.
+    out = tmp_path / "result.json"
+    args = {
+        "estimate": ["--model", "llama-70b", "--cluster", "dgx-h100-ndr", "--nodes", "8"],
+        "plan": ["--model", "llama-7b", "--gpus", "64"],
+        "predict": ["--cluster", "dgx-h100-ndr"],
+        "validate": [],
+    }[command]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fabricscope", command, *args, "--json", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()  # the reader is gone before the command prints
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode in (0, 1), err
+    assert b"Traceback" not in err
+    assert json.loads(out.read_text())["records"]

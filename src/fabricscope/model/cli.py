@@ -81,7 +81,15 @@ def _precision_option(p: argparse.ArgumentParser) -> None:
 
 
 def _print(lines: Sequence[str]) -> None:
-    sys.stdout.write("\n".join(lines) + "\n")
+    """Print ``lines``; a reader that went away (``| head``) stops the printing, not the command, so
+    ``--json`` and ``--save`` that follow still keep the result."""
+    from fabricscope.outputs import silence_stdout
+
+    try:
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
 
 
 def _save(path: str | None, result: Result, args: argparse.Namespace) -> None:
