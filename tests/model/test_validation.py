@@ -184,40 +184,51 @@ def test_names_as_papers_write_them() -> None:
     assert match_nic("400G NDR InfiniBand") == "ib-ndr"
 
 
+COLLECTIVES, MEGATRON = "collectives.csv", "training-megatron-core.csv"
+
+
 @pytest.mark.parametrize(
-    ("old", "new", "fragment"),
+    ("name", "old", "new", "fragment"),
     [
-        (",busbw_GBps,480.0,", ",busbw_GBps,0,", "value = '0' must be a positive number"),
-        (",busbw_GBps,480.0,", ",busbw_GBps,nan,", "value = 'nan' must be a finite number"),
-        (",busbw_GBps,480.0,", ",busbw_GBps,inf,", "value = 'inf' must be a finite number"),
-        (",busbw_GBps,480.0,", ",busbw_GBps,-5,", "value = '-5' must be a positive number"),
-        (",nvlstree,8,latency_us,", ",nvlstree,0,latency_us,", "size_bytes = '0' must be a positive number"),
-        ("A100-SXM4-80GB,8,1,NVSwitch", "A100-SXM4-80GB,8,0,NVSwitch", "nodes = '0' must be a positive number"),
-        ("c01,nvlink-node,DGX A100,A100-SXM4-80GB", "c01,nvlink-node,DGX A100,Z999", "cannot match GPU 'Z999'"),
+        (COLLECTIVES, ",busbw_GBps,480.0,", ",busbw_GBps,0,", "value = '0' must be a positive number"),
+        (COLLECTIVES, ",busbw_GBps,480.0,", ",busbw_GBps,nan,", "value = 'nan' must be a finite number"),
+        (COLLECTIVES, ",busbw_GBps,480.0,", ",busbw_GBps,inf,", "value = 'inf' must be a finite number"),
+        (COLLECTIVES, ",busbw_GBps,480.0,", ",busbw_GBps,-5,", "value = '-5' must be a positive number"),
+        (
+            COLLECTIVES,
+            ",nvlstree,8,latency_us,",
+            ",nvlstree,0,latency_us,",
+            "size_bytes = '0' must be a positive number",
+        ),
+        (
+            COLLECTIVES,
+            "A100-SXM4-80GB,8,1,NVSwitch",
+            "A100-SXM4-80GB,8,0,NVSwitch",
+            "nodes = '0' must be a positive number",
+        ),
+        (
+            COLLECTIVES,
+            "c01,nvlink-node,DGX A100,A100-SXM4-80GB",
+            "c01,nvlink-node,DGX A100,Z999",
+            "cannot match GPU 'Z999'",
+        ),
+        # A yes/no column holding anything but true/false (yes/no, 1/0) names the column, not a silent false.
+        (
+            MEGATRON,
+            ",true,true\n",
+            ",maybe,true\n",
+            "tp_comm_overlap = 'maybe' is not a yes/no value: use true or false",
+        ),
+        (MEGATRON, ",true,true\n", ",true,\u00b2\n", "pp_comm_overlap = '\u00b2' is not a yes/no value"),
     ],
 )
-def test_bad_values_in_a_validation_file(cli, write, old: str, new: str, fragment: str) -> None:
-    shipped = next(p for p in default_files() if p.name == "collectives.csv").read_text(encoding="utf-8")
+def test_bad_values_in_a_validation_file(cli, write, name: str, old: str, new: str, fragment: str) -> None:
+    shipped = next(p for p in default_files() if p.name == name).read_text(encoding="utf-8")
     assert old in shipped
     path = write("bad.csv", shipped.replace(old, new, 1))
     line = one_error_line(cli("validate", str(path)))
     assert fragment in line
     assert line.count(str(path)) == 1  # the file is named once
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "fragment"),
-    [
-        (",true,true\n", ",maybe,true\n", "tp_comm_overlap = 'maybe' is not a yes/no value: use true or false"),
-        (",true,true\n", ",true,\u00b2\n", "pp_comm_overlap = '\u00b2' is not a yes/no value"),
-    ],
-)
-def test_a_yes_no_column_holds_yes_or_no(cli, write, old: str, new: str, fragment: str) -> None:
-    # Anything but true/false (yes/no, 1/0) is one error line naming the column, not a silent false.
-    shipped = next(p for p in default_files() if p.name == "training-megatron-core.csv").read_text(encoding="utf-8")
-    assert old in shipped
-    line = one_error_line(cli("validate", str(write("bad.csv", shipped.replace(old, new, 1)))))
-    assert fragment in line
 
 
 def test_megatrons_count_is_a_transformers(cli, write) -> None:
