@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from helpers import run_cli
+import importlib
+import subprocess
+import sys
+
+from fabricscope.cli import COMMAND_MODULES, COMMANDS, Parser
+from helpers import cli_env, run_cli
 
 
 def _line(done):
@@ -29,3 +34,30 @@ def test_library_errors_are_reworded_with_the_flag_that_set_the_value():
     )
     line = _line(run_cli(["estimate", "--model", "llama-7b", "--cluster", "dgx-a100-hdr", "--precision", "fp8"]))
     assert line.startswith("error: --precision fp8: a100-sxm-80gb has no fp8 tensor cores")
+
+
+def test_each_command_is_registered_by_the_module_its_entry_names():
+    registered = {}
+    for module in COMMAND_MODULES:
+        parser = Parser(prog="fabricscope")
+        subparsers = parser.add_subparsers(dest="command", parser_class=Parser)
+        importlib.import_module(module).add_parser(subparsers)
+        registered.update(dict.fromkeys(subparsers.choices, module))
+    assert registered == COMMANDS
+
+
+def test_a_command_line_that_names_a_command_imports_no_other_command_module():
+    code = (
+        "import sys, fabricscope.cli as c; p = c.build_parser(sys.argv[1:]); "
+        f"print(' '.join(m for m in {list(COMMAND_MODULES)!r} if m in sys.modules)); "
+        "p.parse_known_args(sys.argv[1:])"
+    )
+    for argv, loaded in (
+        (["doctor", "--list"], ["fabricscope.doctor.cli"]),
+        (["validate", "--help"], ["fabricscope.model.cli"]),
+        (["--help"], list(COMMAND_MODULES)),
+        (["doctr"], list(COMMAND_MODULES)),  # an unknown command: the error lists every command
+    ):
+        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=cli_env())
+        assert done.stdout.splitlines()[0].split() == loaded, argv
+    assert "invalid choice: 'doctr'" in run_cli(["doctr"]).stderr

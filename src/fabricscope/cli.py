@@ -1,9 +1,11 @@
 """The ``fabricscope`` command line: parse, call the library, print.
 
 Each command lives in a small module with two functions: ``add_parser``
-registers its sub-parser, ``run(args) -> int`` does the work.  Command modules
-import only the standard library at import time, so ``fabricscope --help``
-stays fast; torch and numpy are imported inside ``run``.
+registers its sub-parser, ``run(args) -> int`` does the work.  torch and numpy
+are imported inside ``run``.  A command line that names a command imports only
+the module that registers it (:data:`COMMANDS`), so ``fabricscope doctor`` does
+not pay for the typed configs of ``bench`` or ``plan``; ``--help``, no command or
+an unknown one registers them all.
 """
 
 from __future__ import annotations
@@ -35,6 +37,26 @@ COMMAND_MODULES = (
 )
 """Modules that each register one or more sub-commands, in help order."""
 
+COMMANDS = {
+    "bench": "fabricscope.bench.cli",
+    "pairs": "fabricscope.pairs.cli",
+    "dataload": "fabricscope.dataload.cli",
+    "hw": "fabricscope.model.cli",
+    "predict": "fabricscope.model.cli",
+    "estimate": "fabricscope.model.cli",
+    "plan": "fabricscope.model.cli",
+    "calibrate": "fabricscope.model.cli",
+    "validate": "fabricscope.model.cli",
+    "doctor": "fabricscope.doctor.cli",
+    "monitor": "fabricscope.monitor.cli",
+    "history": "fabricscope.store.cli",
+    "baseline": "fabricscope.store.cli",
+    "compare": "fabricscope.store.cli",
+    "import": "fabricscope.store.cli",
+    "report": "fabricscope.report.cli",
+}
+"""The module that registers each command (a test holds it to what :data:`COMMAND_MODULES` register)."""
+
 
 _ARGUMENT = re.compile(r"^argument (?P<flag>[^:\s]+): (?P<rest>.*)$", re.DOTALL)
 
@@ -57,7 +79,8 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser() -> Parser:
+def build_parser(argv: Sequence[str] | None = None) -> Parser:
+    """The parser of every command, or only of the one that ``argv`` names first (see :data:`COMMANDS`)."""
     parser = Parser(
         prog="fabricscope",
         description=(
@@ -66,7 +89,8 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--version", action="version", version=f"fabricscope {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for name in COMMAND_MODULES:
+    named = COMMANDS.get(argv[0]) if argv else None
+    for name in (named,) if named else COMMAND_MODULES:
         importlib.import_module(name).add_parser(subparsers)
     _remember_parsers(parser)
     return parser
@@ -119,7 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     _open_standard_streams()
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
     if extra:
         getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
