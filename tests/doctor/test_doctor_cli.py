@@ -14,7 +14,7 @@ import pytest
 from doctor_helpers import FIXTURES, REPO, cli
 
 from fabricscope.results import load
-from helpers import imported_by_help, skip_or_fail
+from helpers import cli_env, imported_by_help, skip_or_fail
 
 HEALTHY = str(FIXTURES / "healthy-ib-8gpu")
 DEGRADED = str(FIXTURES / "degraded-ib-8gpu")
@@ -181,6 +181,24 @@ def test_list_names_every_check() -> None:
 
 def test_command_module_imports_only_the_standard_library() -> None:
     assert imported_by_help(("rich", "torch", "numpy", "pydantic", "fabricscope.doctor.checks")) == []
+
+
+def test_a_run_without_expectations_does_not_import_the_config_validator() -> None:
+    """pydantic's validator of an --expect file costs a plain run a third of its time (HealthCheckProgram and
+    prologs run it on every node): built only when something is expected."""
+    code = (
+        "import sys; from fabricscope.cli import main; code = main(sys.argv[1:]); "
+        "print('pydantic' in sys.modules, file=sys.stderr); raise SystemExit(code)"
+    )
+    for extra, loaded in (([], False), (["--expect", EXPECT], True)):
+        done = subprocess.run(
+            [sys.executable, "-c", code, "doctor", "--root", HEALTHY, *extra],
+            capture_output=True,
+            text=True,
+            env=cli_env(),
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.splitlines()[-1] == str(loaded)
 
 
 @pytest.mark.skipif(not Path("/sys/class/net").is_dir(), reason="needs a Linux /sys")
