@@ -246,3 +246,28 @@ def test_estimate_says_which_overlaps_it_priced(cli) -> None:  # type: ignore[no
     assert plain.code == 0 and "overlapped:" not in plain.out
     flat = cli(*args, "--tp", "4", "--pp", "4", "--interleave", "1", "--precision", "fp8", "--framework", "nemo")
     assert "pipeline transfers beside compute" not in flat.out
+
+
+def test_fp8_training_runs_its_output_layer_at_the_16_bit_rate() -> None:
+    # Megatron-Core's output layer is a plain ColumnParallelLinear, outside Transformer Engine's FP8
+    # autocast, and DeepSeek-V3 keeps its output head in BF16: a larger vocabulary adds the same time at
+    # FP8 as at BF16, where the layers' GEMMs run 1.42x as fast.
+    cluster = load_cluster("dgx-h100-ndr").with_nodes(1)
+    split = ParallelConfig(tp=2, pp=1, dp=4, micro_batch=1, global_batch=32)
+
+    def compute(vocab: int, precision: str) -> float:
+        model = dataclasses.replace(load_model("llama-7b"), vocab=vocab, params=0)
+        par = dataclasses.replace(split, precision=precision)
+        return float(estimate(model, cluster, par, what_ifs=False).step.compute)
+
+    head_fp8 = compute(256000, "fp8") - compute(32000, "fp8")
+    head_bf16 = compute(256000, "bf16") - compute(32000, "bf16")
+    assert head_fp8 == pytest.approx(head_bf16, rel=1e-9)
+    # ... its three GEMMs (forward, two backward) of the extra vocabulary over the 16-bit matmul rate,
+    # with the FP32 logits read and written three times.
+    gpu = cluster.gpu
+    tokens = 1 * 4096 * (32 // 4)  # micro-batch x sequence x micro-batches of one data-parallel rank
+    extra = (256000 - 32000) / 2
+    gemms = 3 * 2.0 * tokens * extra * 4096 / (gpu.peak_flops("bf16") * gpu.mamf * training.GEMM_DERATE)
+    assert head_bf16 == pytest.approx(gemms + 3 * tokens * extra * 4.0 / (gpu.hbm_tbps * 1e12), rel=1e-6)
+    assert compute(32000, "fp8") < compute(32000, "bf16") / 1.2  # the layers do run in FP8

@@ -86,7 +86,8 @@ per-tensor scaling, casts and transposes of every operand, shapes that fill FP8 
 The one constant fitted here, to one published row kept out of the validation rows: NeMo's
 performance summary for the NeMo 24.07 container (NVIDIA/NeMo 9c5c5e9, DGX-H100), LLAMA2-7B on 8
 H100 at FP8, GBS 128, MBS 1, seq 4096, TP/PP/CP 1: '16934' tokens/s/GPU, '780' model TFLOP/s/GPU
-(the model gives 16,925 and 780 at 0.707; FP8 then runs GEMMs 1.42x as fast as BF16)."""
+(the model gives 16,880 at 0.71, its output layer in BF16 as Megatron-Core runs it; FP8 then runs the
+layers' GEMMs 1.42x as fast as BF16)."""
 FLASH_HOPPER_EFFICIENCY = 0.75
 """FlashAttention-3 (or cuDNN's fused attention) on Hopper: 'FP16 reaching up to 740 TFLOPs/s (75%
 utilization)' (Shah et al. 2024, abstract)."""
@@ -174,6 +175,10 @@ def device_for(
         # attention takes FP8 only with NVTE_FP8_DPA=1 (off by default), and DeepSeek-V3 keeps
         # "the attention operators" in BF16 (technical report, section 3.3.1).
         attention_peak=gpu.peak_flops("bf16") if precision == "fp8" else 0.0,
+        # And its output layer: Megatron-Core builds it as a plain ColumnParallelLinear, not a Transformer
+        # Engine layer, so FP8 autocast leaves it in BF16 (megatron/core/models/gpt/gpt_model.py, core_v0.8.0
+        # and later unless fp8_output_proj with MXFP8); DeepSeek-V3 keeps "the output head" in BF16 or FP32 (3.3.1).
+        head_flops=gpu.peak_flops("bf16") * gpu.mamf * training.GEMM_DERATE if precision == "fp8" else 0.0,
     )
 
 

@@ -261,6 +261,8 @@ class Device:
     """Share of peak FLOP/s FlashAttention's kernels reach (0: the matmul efficiency)."""
     attention_peak: Num = 0.0
     """Peak FLOP/s attention runs at (0: ``peak_flops``): FP8 training keeps attention in 16 bits."""
+    head_flops: Num = 0.0
+    """FLOP/s the output layer's GEMM reaches (0: the other GEMMs' rate): FP8 training keeps it in 16 bits."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -340,10 +342,12 @@ def grouped_mlp_scale(w: Shape, job: Job, tokens: Num) -> Num:
     return np.where(ffn > 0, (ffn - experts + grouped) / np.where(ffn > 0, ffn, 1.0), 1.0)
 
 
-def _gemm(m: Num, n: Num, k: Num, dev: Device, batch: Num = 1) -> Num:
+def _gemm(m: Num, n: Num, k: Num, dev: Device, batch: Num = 1, rate: Num | None = None) -> Num:
+    """Seconds of an (m x k) by (k x n) GEMM, ``batch`` of them: its FLOPs at ``rate`` (None: the device's
+    matmul rate) or its operands through memory, whichever is longer."""
     flops = 2.0 * m * n * k * batch
     moved = dev.act_bytes * (m * k + k * n + m * n) * batch
-    return np.maximum(flops / (dev.peak_flops * dev.matmul_eff), moved / dev.hbm_bps)
+    return np.maximum(flops / (dev.peak_flops * dev.matmul_eff if rate is None else rate), moved / dev.hbm_bps)
 
 
 def _activation_bytes(w: Shape, job: Job, dev: Device, tokens: Num, flash: Num) -> tuple[Num, Num]:
@@ -420,7 +424,8 @@ def _transformer_microbatch(w: Shape, job: Job, dev: Device, fab: Fabric) -> dic
     cp_comm = layers * (
         (1.0 + replays) * np.maximum(ring - attention, 0.0) + np.maximum(2.0 * ring - attention_bwd, 0.0)
     )
-    logits = 3.0 * _gemm(tokens, w.vocab / t, h, dev) + 3.0 * tokens * w.vocab / t * 4.0 / dev.hbm_bps
+    head_rate = np.where(dev.head_flops > 0, dev.head_flops, dev.peak_flops * dev.matmul_eff)
+    logits = 3.0 * _gemm(tokens, w.vocab / t, h, dev, rate=head_rate) + 3.0 * tokens * w.vocab / t * 4.0 / dev.hbm_bps
     work = layers * (fwd + bwd + recompute)
     return {
         "compute": layers * (fwd + bwd) + logits,
