@@ -20,6 +20,8 @@ from fabricscope.model.uncertainty import collective_group, for_collectives, for
         ("v100-100gbe-tcp", 4, "tcp"),
         ("hgx-a100-4x200g", 4, "shared-nic"),
         ("lab-8gpu-1gbe-hdd", 1, "pcie-node"),
+        ("gb200-nvl72", 1, "nvlink-domain"),  # one rack: one NVLink domain of 72 GPUs
+        ("gb200-nvl72", 2, "nvlink-domain"),  # racks joined by InfiniBand
     ],
 )
 def test_each_kind_of_system_gets_its_group(preset: str, nodes: int, group: str) -> None:

@@ -38,6 +38,9 @@ GOOD = 'gpu = "h100-sxm"\nnodes = 2\n[network]\nnic = "ib-ndr"\nnics_per_node = 
         # More GPUs per node than the intra-node fabric is built for.
         ('gpu = "mi300x"\ngpus_per_node = 16\n', ["gpus_per_node = 16 is more than a full mesh of xgmi", "8"]),
         ('gpu = "h100-sxm"\ngpus_per_node = 1000\n', ["more than an NVSwitch board of nvlink4 connects (8"]),
+        ('gpu = "b200"\ngpus_per_node = 72\n', ["more than an NVSwitch board of nvlink5 connects (8"]),
+        ('gpu = "gb200"\ngpus_per_node = 73\n', ["more than an NVSwitch board of nvlink5-switch connects (72"]),
+        ('gpu = "gb200"\n[network]\nnics_per_node = 1025\n', ["nics_per_node must be from 0 to 1024"]),
         ('gpu = "h100-sxm"\n[network]\nnics = 8\n', ["unknown key 'network.nics'", "nics_per_node"]),
         ('gpu = "h100-sxm"\nnodes = 2\n[network]\nnic = "eth-1g"\n', ["needs an RDMA-capable NIC", "eth-1g"]),
         (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 from model_helpers import one_error_line
@@ -15,12 +16,15 @@ GROUP_MEDIAN_CEILING = {
     "pipeline-engine": 13.0,
     "memory": 8.0,
     "mid-size": 15.0,
+    "nvlink-domain": 12.0,
 }
 """Groups whose kept rows are held to another median than 10% (memory's and mid-size's targets are 8% and
 15%).  On DeepSpeed's pipeline engine the production runs of 2021-22 other than BLOOM (MT-NLG 530B,
 GPT-NeoX-20B, GLM-130B) are 10-22% fast while BLOOM's run and topology benchmarks fall within -7% and
 +16% (median 12.3% over ten rows; training.csv notes: no source found for what those runs spent
-beyond the model).  mid-size: see docs/model.md, "Mid-size collectives"."""
+beyond the model).  mid-size: see docs/model.md, "Mid-size collectives".  nvlink-domain (GB200 NVL72
+racks, g01-g11): NVLink 5's measured ring reaches 839 GB/s where the model credits NCCL's own 40.1 GB/s per
+link (722), so the largest sizes are 10-17% slow: median 11.6%."""
 GROUP_WORST_CEILING: dict[str, float] = {}
 """Groups whose kept rows may miss the 25% worst (none now)."""
 OVERALL_CEILING: dict[str, tuple[float, float]] = {}
@@ -41,10 +45,11 @@ def test_shipped_files_meet_the_accuracy_target_in_every_group(path) -> None:
             assert abs(check.error_pct) > 25.0, check.id
 
 
-GROUPS_WITH_ROWS_LEFT_OFF = {"nvlink-node", "roce-multinode", "mid-size"}
+GROUPS_WITH_ROWS_LEFT_OFF = {"nvlink-node", "roce-multinode", "mid-size", "nvlink-domain"}
 """Collective groups that hold rows the model is known to miss (notes: ``stays off:``): n05 (H100 PCIe
 on NVLink bridges), n15, n16 (RoCE platforms below their wire in their own threads), n21 (2 MiB on
-RoCE). Every other group meets the issue's target counting every row, which the test below enforces."""
+RoCE), g12-g17 (20 GB200 NVL72 racks: NCCL's algorithm there). Every other group meets the issue's
+target counting every row, which the test below enforces."""
 
 
 def test_collective_groups_meet_the_target_counting_every_row() -> None:
@@ -172,6 +177,11 @@ def test_names_as_papers_write_them() -> None:
     assert match_gpu("H100-SXM5-80GB") == "h100-sxm"
     assert match_gpu("GeForce RTX 2080 Ti") == "rtx-2080-ti"
     assert match_gpu("V100-SXM2") == "v100-sxm2-32gb"
+    # A family is a word of the name: GB200 is not a B200, an H20 not an H200.
+    assert match_gpu("GB200") == "gb200"
+    assert match_gpu("NVIDIA B200") == "b200"
+    assert match_gpu("H20") == "h20"
+    assert match_gpu("H200") == "h200-sxm"
     assert match_nic("200G HDR InfiniBand") == "ib-hdr"
     assert match_nic("100G Ethernet") == "eth-100g"
     assert match_nic("400G NDR InfiniBand") == "ib-ndr"
@@ -236,3 +246,17 @@ def test_megatrons_count_is_a_transformers(cli, write) -> None:
     writer.writerow(row)
     line = one_error_line(cli("validate", str(write("vision.csv", out.getvalue()))))
     assert "megatron_tflops_per_gpu applies to transformer rows" in line
+
+
+def test_a_row_run_with_nvls_disabled_is_priced_without_it(tmp_path: Path) -> None:
+    """``NCCL_NVLS_ENABLE=0`` in a row's algorithm: NCCL chooses among the rest, and so does the model."""
+    path = next(p for p in default_files() if p.name == "collectives.csv")
+    header, *rows = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    g05 = next(r for r in rows if r.startswith("g05,"))
+    assert "NCCL_NVLS_ENABLE=0" in g05
+    (tmp_path / "off.csv").write_text(header + g05, encoding="utf-8")
+    (tmp_path / "on.csv").write_text(header + g05.replace("NCCL_NVLS_ENABLE=0", "NCCL_NVLS_ENABLE=1"), encoding="utf-8")
+    [off] = validate_file(tmp_path / "off.csv")
+    [on] = validate_file(tmp_path / "on.csv")
+    assert off.detail.endswith("ring/Simple") and on.detail.endswith("nvls/Simple")
+    assert on.predicted > 1.3 * off.predicted  # NVLink SHARP reduces in the switch

@@ -106,7 +106,7 @@ class NetworkSpec:
     NCCL_NSOCKS_PERTHREAD per channel."""
 
     def __post_init__(self) -> None:
-        require("nics_per_node", self.nics_per_node, "from 0 to 64", lambda v: 0 <= v <= 64)
+        require("nics_per_node", self.nics_per_node, "from 0 to 1024", lambda v: 0 <= v <= 1024)
         require("oversubscription", self.oversubscription, "from 1 (non-blocking) to 1000", lambda v: 1 <= v <= 1e3)
         require("extra_latency_us", self.extra_latency_us, "from 0 to 1e6 (microseconds)", lambda v: 0 <= v <= 1e6)
         require(

@@ -122,6 +122,9 @@ class GPULink:
     """Most GPUs a direct mesh of these links connects (one link per peer); 0 where none is built."""
     max_gpus_source: str
     source: str
+    multi_node: bool = False
+    """The NVLink domain spans compute trays (GB200 NVL72's NVLink Switch trays): a cluster "node" over this
+    link is the whole domain, as NCCL's multi-node NVLink (MNNVL) fuses it into one node."""
 
     def __post_init__(self) -> None:
         _positive(self, "raw_gbps", "nccl_gbps")

@@ -113,6 +113,8 @@ those rows' errors, not the whole group's."""
 def collective_group(cluster: Cluster) -> str:
     """The validation group whose rows measured this kind of system."""
     net = cluster.spec.network
+    if cluster.gpulink is not None and cluster.gpulink.multi_node and cluster.intra == "nvswitch":
+        return "nvlink-domain"  # GB200 NVL72 racks, one or many
     if cluster.nodes <= 1:
         return "pcie-node" if cluster.intra == "pcie" else "nvlink-node"
     if net.transport == "tcp-socket":

@@ -175,6 +175,7 @@ _GPU_FAMILIES = (
     "h800",
     "h20",
     "b200",
+    "gb200",
     "l40s",
     "mi300x",
     "2080-ti",
@@ -184,15 +185,21 @@ _GPU_FAMILIES = (
 _FORM_FACTORS = ("pcie", "sxm", "nvl")
 
 
+def _family_word(family: str) -> str:
+    """A GPU family as a word of a name: ``b200`` in ``NVIDIA B200`` and ``b200``, not in ``gb200``; ``h20``
+    not in ``h200``."""
+    return rf"(^|[^a-z0-9]){re.escape(family)}($|[^0-9])"
+
+
 def match_gpu(text: str) -> str:
     """Catalog name of a GPU as nvidia-smi or a paper writes it (``A100-SXM4-80GB``)."""
     low = text.lower().replace(" ", "-")
     if low in ("", "any"):
         return "a100-sxm-80gb"
-    family = next((f for f in _GPU_FAMILIES if re.search(rf"(^|[^a-z0-9]){f}($|[^0-9])", low)), None)
+    family = next((f for f in _GPU_FAMILIES if re.search(_family_word(f), low)), None)
     if family is None:
         raise UsageError(f"cannot match GPU {text!r} to the catalog ({', '.join(hardware.entries('gpu'))})")
-    names = [n for n in hardware.entries("gpu") if family in n]
+    names = [n for n in hardware.entries("gpu") if re.search(_family_word(family), n)]
     form = next((f for f in _FORM_FACTORS if f in low), None)
     if form is not None and any(form in n for n in names):
         names = [n for n in names if form in n]
@@ -291,6 +298,10 @@ def _intra(text: str) -> IntraFabric | None:
     return None
 
 
+_NVLS_OFF = re.compile(r"nccl_nvls_enable\s*=\s*0")
+"""An algorithm column that names ``NCCL_NVLS_ENABLE=0``: NCCL chooses without NVLink SHARP."""
+
+
 def _algorithm(text: str) -> str:
     low = text.lower().strip()
     if not low or "default" in low:
@@ -341,7 +352,10 @@ def _cluster(row: Mapping[str, str], nodes: int, gpus_per_node: int | None = Non
             flows=_optional_whole(row, "flows", 1),
         ),
     )
-    return resolve(spec, name=row["id"], source="its hardware")
+    cluster = resolve(spec, name=row["id"], source="its hardware")
+    if _NVLS_OFF.search((row.get("algorithm") or "").lower()) and cluster.gpu.nvls:
+        cluster = dataclasses.replace(cluster, gpu=dataclasses.replace(cluster.gpu, nvls=False))
+    return cluster
 
 
 def check_collective(row: Mapping[str, str], where: str) -> Comparison:
