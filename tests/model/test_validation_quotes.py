@@ -185,3 +185,35 @@ def test_a_rows_overlap_columns_are_the_ones_priced(row: dict[str, str]) -> None
     acts = (int(row["tp"]) > 1 and "sequence-parallel" in row["recompute"]) or int(row["interleave"]) > 1
     same = check_training(flipped, "x.csv").predicted == pytest.approx(check_training(row, "x.csv").predicted)
     assert same != acts
+
+
+COLLECTIVES = list(csv.DictReader((DATA / "collectives.csv").read_text(encoding="utf-8").splitlines()))
+_RESULT_LINE = re.compile(
+    r"'\s*(\d+)\s+\d+\s+(?:float|half|bfloat16|double|int8|uint8|int32)\s+\S+\s+(?:-?\d+\s+)?([\d.\s]+)'"
+)
+"""An nccl-tests result line quoted in a collectives row's notes: size, count, type, op, [root,] numbers."""
+
+
+def _result_line_agrees(row: dict[str, str]) -> bool | None:
+    """Whether the first quoted result line holds the row's size and value; None without one."""
+    line = _RESULT_LINE.search(row["notes"])
+    if line is None:
+        return None
+    value = float(row["value"])
+    numbers = [float(n) for n in line.group(2).split()]
+    return int(line.group(1)) == int(row["size_bytes"]) and any(abs(n - value) < 0.005 for n in numbers)
+
+
+QUOTED_LINES = [row for row in COLLECTIVES if _result_line_agrees(row) is not None]
+
+
+@pytest.mark.parametrize("row", QUOTED_LINES, ids=[row["id"] for row in QUOTED_LINES])
+def test_a_quoted_nccl_tests_line_holds_the_rows_size_and_value(row: dict[str, str]) -> None:
+    assert _result_line_agrees(row), (row["id"], row["size_bytes"], row["value"])
+
+
+def test_the_nccl_tests_line_check_can_fail() -> None:
+    assert len(QUOTED_LINES) >= 60
+    row = next(r for r in QUOTED_LINES if r["id"] == "g04")
+    assert _result_line_agrees({**row, "value": "835.32"}) is False  # the in-place busbw, not the row's
+    assert _result_line_agrees({**row, "size_bytes": "8589934592"}) is False
