@@ -437,10 +437,28 @@ def parse_choice(text: str | None) -> str | None:
 def parse_cpu_list(text: str | None) -> frozenset[int] | None:
     """A CPU list (``cpulist``, ``smp_affinity_list``): ``0-3,8,10-11`` -> {0,1,2,3,8,10,11}; None if garbage.
 
-    At most 65,536 CPUs: a crafted range cannot make a huge set.
+    At most 65,536 CPUs: a crafted range cannot make a huge set.  A short list is parsed once (a node's
+    NIC interrupts mostly share a handful of affinity lists), a long one each time.
     """
     if text is None:
         return None
+    known = _CPU_LISTS.get(text, _UNSEEN)
+    if known is not _UNSEEN:
+        return known
+    value = _cpu_list(text)
+    if len(_CPU_LISTS) < _CPU_LISTS_KEPT and len(text) <= 64 and (value is None or len(value) <= 1024):
+        _CPU_LISTS[text] = value
+    return value
+
+
+_CPU_LISTS: dict[str, frozenset[int] | None] = {}
+"""Short CPU lists already parsed, a few dozen at most (:data:`_CPU_LISTS_KEPT`) of up to 1,024 CPUs each,
+so that a hostile tree cannot make them large."""
+_CPU_LISTS_KEPT = 64
+_UNSEEN = frozenset({-1})
+
+
+def _cpu_list(text: str) -> frozenset[int] | None:
     cpus: set[int] = set()
     for part in text.strip().split(","):
         match = re.fullmatch(r"([0-9]{1,6})(?:-([0-9]{1,6}))?", part.strip())

@@ -52,29 +52,43 @@ class Cell:
 
 def draw(columns: Sequence[Column], sections: Sequence[Sequence[Sequence[Cell]]], width: int) -> Drawn:
     """The table, drawn: header, then each section's rows, a rule between sections."""
-    natural = [cell_len(c.header) for c in columns]
-    for section in sections:
+    headers = [cell_len(c.header) for c in columns]
+    natural = list(headers)
+    # Each cell measured once: (text, style, cells), the style the cell's or else its column's.
+    measured = [
+        [
+            [(item.text, item.style or c.style, cell_len(item.text)) for item, c in zip(row, columns, strict=True)]
+            for row in section
+        ]
+        for section in sections
+    ]
+    for section in measured:
         for row in section:
-            for i, item in enumerate(row):
-                natural[i] = max(natural[i], cell_len(item.text))
+            for i, cell in enumerate(row):
+                natural[i] = max(natural[i], cell[2])
     widths = _fit(natural, [c.fold for c in columns], width)
     out = Drawn()
     out.add(_rule("┏", "━", "┳", "┓", widths) + "\n")
-    out.line([Cell(c.header, "bold") for c in columns], widths, "┃")
+    out.line([(c.header, "bold", n) for c, n in zip(columns, headers, strict=True)], widths, "┃")
     out.add(_rule("┡", "━", "╇", "┩", widths) + "\n")
-    for index, section in enumerate(sections):
+    folds = [c.fold for c in columns]
+    for index, section in enumerate(measured):
         if index:
             out.add(_rule("├", "─", "┼", "┤", widths) + "\n")
         for row in section:
+            if not any(fold and cell[2] > w for cell, w, fold in zip(row, widths, folds, strict=True)):
+                out.line(row, widths, "│")  # every cell fits on one line: the common case
+                continue
             folded = [
-                _fold(item.text, w) if c.fold else [item.text] for item, w, c in zip(row, widths, columns, strict=True)
+                _fold(text, w, style) if fold and cells > w else [(text, style, cells)]
+                for (text, style, cells), w, fold in zip(row, widths, folds, strict=True)
             ]
             for k in range(max(len(lines) for lines in folded)):
-                cells = [
-                    Cell(lines[k] if k < len(lines) else "", item.style or c.style)
-                    for lines, item, c in zip(folded, row, columns, strict=True)
-                ]
-                out.line(cells, widths, "│")
+                out.line(
+                    [lines[k] if k < len(lines) else ("", cell[1], 0) for lines, cell in zip(folded, row, strict=True)],
+                    widths,
+                    "│",
+                )
     out.add(_rule("└", "─", "┴", "┘", widths) + "\n")
     return out
 
@@ -101,17 +115,18 @@ class Drawn:
         for text, style in self.parts:
             yield Segment(text, styles[style] if style else None)
 
-    def line(self, cells: Sequence[Cell], widths: list[int], bar: str) -> None:
+    def line(self, cells: Sequence[tuple[str, str, int]], widths: list[int], bar: str) -> None:
+        """One line of the table: each cell's text, style and width in cells, padded to its column."""
         plain: list[str] = []  # the unstyled run so far, added as one piece
-        for item, w in zip(cells, widths, strict=True):
-            pad = " " * (w - cell_len(item.text) + 1)
-            if item.style and item.text:
+        for (text, style, cells_used), w in zip(cells, widths, strict=True):
+            pad = " " * (w - cells_used + 1)
+            if style and text:
                 plain.append(f"{bar} ")
                 self.add("".join(plain))
-                self.add(item.text, item.style)
+                self.add(text, style)
                 plain = [pad]
             else:
-                plain.append(f"{bar} {item.text}{pad}")
+                plain.append(f"{bar} {text}{pad}")
         plain.append(bar + "\n")
         self.add("".join(plain))
 
@@ -136,10 +151,11 @@ def _fit(natural: list[int], fold: list[bool], width: int) -> list[int]:
     return widths
 
 
-def _fold(text: str, width: int) -> list[str]:
-    """``text`` in lines of at most ``width`` cells: broken at spaces, and inside a word wider than a line."""
-    if cell_len(text) <= width:
-        return [text]
+def _fold(text: str, width: int, style: str) -> list[tuple[str, str, int]]:
+    """``text`` in lines of at most ``width`` cells, each with ``style`` and its width: broken at spaces,
+    and inside a word wider than a line."""
+    if text.isascii() and text.isprintable():
+        return [(piece, style, len(piece)) for piece in _fold_ascii(text, width)]
     lines: list[str] = []
     line = ""
     for word in text.split(" "):
@@ -152,6 +168,27 @@ def _fold(text: str, width: int) -> list[str]:
         pieces = chop_cells(word, width) if cell_len(word) > width else [word]
         lines.extend(pieces[:-1])
         line = pieces[-1] if pieces else ""
+    lines.append(line)
+    return [(piece, style, cell_len(piece)) for piece in lines]
+
+
+def _fold_ascii(text: str, width: int) -> list[str]:
+    """:func:`_fold` of printable ASCII, where a character is a cell: the same lines, measured by ``len``."""
+    lines: list[str] = []
+    line = ""
+    for word in text.split(" "):
+        joined = f"{line} {word}" if line else word
+        if len(joined) <= width:
+            line = joined
+            continue
+        if line:
+            lines.append(line)
+        if len(word) > width:
+            pieces = [word[i : i + width] for i in range(0, len(word), width)]
+            lines.extend(pieces[:-1])
+            line = pieces[-1]
+        else:
+            line = word
     lines.append(line)
     return lines
 
