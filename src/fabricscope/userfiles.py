@@ -148,6 +148,10 @@ def read_text(
         ) from None
 
 
+_PLAIN = frozenset({str, float, bool, type(None)})
+"""Scalars of parsed JSON and TOML that need no check beyond their depth (integers are checked for 64 bits)."""
+
+
 def check_depth(value: object, *, source: str, error: type[UsageError] = ConfigError) -> None:
     """Refuse data nested deeper than :data:`MAX_DEPTH` or holding integers outside 64 bits.
 
@@ -162,7 +166,11 @@ def check_depth(value: object, *, source: str, error: type[UsageError] = ConfigE
         if depth > MAX_DEPTH:
             raise error(f"{source}: nested more than {MAX_DEPTH} levels deep (at {_path(entry) or 'the top'})")
         pairs = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
+        allowed = depth + 1 <= MAX_DEPTH
         for key, child in pairs:
+            kind = type(child)
+            if allowed and (kind in _PLAIN or (kind is int and -_INT64 <= child < _INT64)):
+                continue  # a parsed file's text, number, true/false or null, at a depth allowed
             if isinstance(child, dict | list):
                 stack.append((child, depth + 1, (entry, key)))
             elif depth + 1 > MAX_DEPTH:  # a scalar counts as a level, as a container does

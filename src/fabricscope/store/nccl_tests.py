@@ -30,6 +30,7 @@ What is read (nccl-tests ``src/util.cu`` ``writeDeviceReport``,
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -181,23 +182,35 @@ def _header_columns(text: str) -> list[str] | None:
     return None
 
 
+@functools.lru_cache(maxsize=64)
+def _layout(columns: tuple[str, ...]) -> tuple[tuple[str, ...], int | None, tuple[tuple[str, int, str], ...]]:
+    """What a table's header says of every row: its columns (without ``timestamp``), where ``root`` is,
+    and each placement's first column with the name of its check column (``#wrong`` or ``error``)."""
+    known = tuple(c for c in columns if c not in ("timestamp",))
+    starts = [i for i, c in enumerate(known) if c in _TIME_COLUMNS]
+    placements = tuple(
+        (placement, start, known[start + 3] if start + 3 < len(known) else "#wrong")
+        for placement, start in zip(("out", "in"), starts, strict=False)
+    )
+    return known, known.index("root") if "root" in known else None, placements
+
+
 def _row_records(tokens: list[str], columns: list[str], op: str) -> list[dict[str, Any]] | None:
     """The records of one table row, or None when ``tokens`` is not a whole row of this table."""
-    known = [c for c in columns if c not in ("timestamp",)]
+    known, root_at, placements = _layout(tuple(columns))
     if len(tokens) < len(known):
         return None
     if not all(is_digits(t) and len(t) <= 20 for t in tokens[:2]) or is_digits(tokens[2][0]):
         return None  # a 64-bit count has at most 20 digits; longer is not a row (nor safe to convert)
     size, count, dtype, redop = int(tokens[0]), int(tokens[1]), tokens[2], tokens[3]
     root = -1
-    if "root" in known:
-        root_text = tokens[known.index("root")]
+    if root_at is not None:
+        root_text = tokens[root_at]
         if not is_digits(root_text.lstrip("-")) or len(root_text) > 12:
             return None
         root = int(root_text)
-    starts = [i for i, c in enumerate(known) if c in _TIME_COLUMNS]
     records = []
-    for placement, start in zip(("out", "in"), starts, strict=False):
+    for placement, start, column in placements:
         fields = tokens[start : start + 4]
         time_us, algbw, busbw = (_number(t) for t in fields[:3])
         if time_us is None or algbw is None or busbw is None:
@@ -205,7 +218,6 @@ def _row_records(tokens: list[str], columns: list[str], op: str) -> list[dict[st
                 continue  # a placement the op does not have
             return None
         check = fields[3] if len(fields) > 3 else "N/A"
-        column = known[start + 3] if start + 3 < len(known) else "#wrong"
         record = CollectiveRecord(
             op=op,
             size_bytes=size,
