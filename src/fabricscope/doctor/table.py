@@ -15,7 +15,7 @@ in a firmware string keep the borders straight.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from rich.cells import cell_len as _rich_cell_len
@@ -153,44 +153,29 @@ def _fit(natural: list[int], fold: list[bool], width: int) -> list[int]:
 
 def _fold(text: str, width: int, style: str) -> list[tuple[str, str, int]]:
     """``text`` in lines of at most ``width`` cells, each with ``style`` and its width: broken at spaces,
-    and inside a word wider than a line."""
-    if text.isascii() and text.isprintable():
-        return [(piece, style, len(piece)) for piece in _fold_ascii(text, width)]
+    and inside a word wider than a line.  Printable ASCII is measured by ``len`` (a character is a cell)."""
+    plain = text.isascii() and text.isprintable()
+    measure: Callable[[str], int] = len if plain else cell_len
+    chop: Callable[[str, int], list[str]] = _chop_plain if plain else chop_cells
     lines: list[str] = []
     line = ""
     for word in text.split(" "):
         joined = f"{line} {word}" if line else word
-        if cell_len(joined) <= width:
+        if measure(joined) <= width:
             line = joined
             continue
         if line:
             lines.append(line)
-        pieces = chop_cells(word, width) if cell_len(word) > width else [word]
+        pieces = chop(word, width) if measure(word) > width else [word]
         lines.extend(pieces[:-1])
         line = pieces[-1] if pieces else ""
     lines.append(line)
-    return [(piece, style, cell_len(piece)) for piece in lines]
+    return [(piece, style, measure(piece)) for piece in lines]
 
 
-def _fold_ascii(text: str, width: int) -> list[str]:
-    """:func:`_fold` of printable ASCII, where a character is a cell: the same lines, measured by ``len``."""
-    lines: list[str] = []
-    line = ""
-    for word in text.split(" "):
-        joined = f"{line} {word}" if line else word
-        if len(joined) <= width:
-            line = joined
-            continue
-        if line:
-            lines.append(line)
-        if len(word) > width:
-            pieces = [word[i : i + width] for i in range(0, len(word), width)]
-            lines.extend(pieces[:-1])
-            line = pieces[-1]
-        else:
-            line = word
-    lines.append(line)
-    return lines
+def _chop_plain(word: str, width: int) -> list[str]:
+    """:func:`rich.cells.chop_cells` of printable ASCII: pieces of ``width`` characters."""
+    return [word[i : i + width] for i in range(0, len(word), width)]
 
 
 def _rule(left: str, bar: str, cross: str, right: str, widths: list[int]) -> str:
