@@ -163,3 +163,14 @@ def test_a_gpu_the_training_rows_measured_is_not_called_unmeasured() -> None:
     unmeasured = "no published row measured a p100-pcie-16gb"
     assert any(unmeasured in w for w in for_collectives(p100).warnings)  # no collectives row has one
     assert not any(unmeasured in w for w in for_training(p100).warnings)  # Horovod's rows t60-t69 do
+
+
+def test_a_gb200_rack_described_by_its_trays_is_not_priced_as_one_nvlink_domain() -> None:
+    """Slurm sees a GB200 NVL72 rack as 18 nodes of 4 GPUs; the model's node is the NVLink domain, so that
+    description prices 18 domains joined by InfiniBand: it says so, and takes the errors of such nodes."""
+    trays = load_cluster("gb200-nvl72").with_nodes(18).with_gpus_per_node(4)
+    sure = for_collectives(trays)
+    assert collective_group(trays) == sure.group == "ib-multinode"
+    assert any("a rack is one node (gpus_per_node = 72, nodes = racks)" in w for w in sure.warnings), sure.warnings
+    racks = for_collectives(load_cluster("gb200-nvl72").with_nodes(2))
+    assert racks.group == "nvlink-domain" and not any("nvlink5-switch is its whole" in w for w in racks.warnings)

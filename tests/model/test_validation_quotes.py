@@ -189,19 +189,27 @@ def test_a_rows_overlap_columns_are_the_ones_priced(row: dict[str, str]) -> None
 
 COLLECTIVES = list(csv.DictReader((DATA / "collectives.csv").read_text(encoding="utf-8").splitlines()))
 _RESULT_LINE = re.compile(
-    r"'\s*(\d+)\s+\d+\s+(?:float|half|bfloat16|double|int8|uint8|int32)\s+\S+\s+(?:-?\d+\s+)?([\d.\s]+)'"
+    r"'\s*(\d+)\s+\d+\s+(?:float|half|bfloat16|double|int8|uint8|int32)\s+\S+\s+([-+\d.eE\s]+?)\s*'"
 )
-"""An nccl-tests result line quoted in a collectives row's notes: size, count, type, op, [root,] numbers."""
+"""An nccl-tests result line quoted in a collectives row's notes: size, count, type, op, then its numbers."""
+_COLUMN = {"busbw_GBps": 2, "latency_us": 0}
+"""Where a metric is among a placement's numbers (time, algbw, busbw, check)."""
 
 
 def _result_line_agrees(row: dict[str, str]) -> bool | None:
-    """Whether the first quoted result line holds the row's size and value; None without one."""
+    """Whether the first quoted result line holds the row's size, and its value in the out-of-place column the
+    metric names; None without such a line, or where the notes derive the value from several lines."""
     line = _RESULT_LINE.search(row["notes"])
-    if line is None:
+    if line is None or row["metric"] not in _COLUMN or "value: " in row["notes"]:
         return None
-    value = float(row["value"])
-    numbers = [float(n) for n in line.group(2).split()]
-    return int(line.group(1)) == int(row["size_bytes"]) and any(abs(n - value) < 0.005 for n in numbers)
+    numbers = line.group(2).split()
+    # nccl-tests 2.x prints a root column first (-1 where the op has none); older logs do not.  A line cut
+    # after the out-of-place busbw has four numbers with a root and three without.
+    rooted = re.fullmatch(r"-?\d+", numbers[0]) is not None and (
+        len(numbers) % 4 == 1 or (len(numbers) == 4 and "." in numbers[-1])
+    )
+    at = (1 if rooted else 0) + _COLUMN[row["metric"]]
+    return int(line.group(1)) == int(row["size_bytes"]) and abs(float(numbers[at]) - float(row["value"])) < 0.005
 
 
 QUOTED_LINES = [row for row in COLLECTIVES if _result_line_agrees(row) is not None]
@@ -213,7 +221,9 @@ def test_a_quoted_nccl_tests_line_holds_the_rows_size_and_value(row: dict[str, s
 
 
 def test_the_nccl_tests_line_check_can_fail() -> None:
-    assert len(QUOTED_LINES) >= 60
-    row = next(r for r in QUOTED_LINES if r["id"] == "g04")
-    assert _result_line_agrees({**row, "value": "835.32"}) is False  # the in-place busbw, not the row's
-    assert _result_line_agrees({**row, "size_bytes": "8589934592"}) is False
+    assert len(QUOTED_LINES) >= 70
+    # Both formats: with the root column (g04, nccl-tests 2.x) and without it (d31, NCCL 2.4's tests).
+    for row_id, other in (("g04", "297.16"), ("d31", "27668")):
+        row = next(r for r in QUOTED_LINES if r["id"] == row_id)
+        assert _result_line_agrees({**row, "value": other}) is False  # another column of the line
+        assert _result_line_agrees({**row, "size_bytes": str(2 * int(row["size_bytes"]))}) is False

@@ -110,10 +110,20 @@ EFA_SYSTEM = "EFA"
 those rows' errors, not the whole group's."""
 
 
+BOARD_GPUS = 8
+"""The most GPUs one board's NVSwitch joins (HGX): nodes of a multi-node NVLink link that hold no more are
+priced, and grouped, as such nodes joined by the network."""
+
+
+def _domain_link(cluster: Cluster) -> bool:
+    """Whether the cluster's nodes are multi-node NVLink domains (GB200 NVL72)."""
+    return cluster.gpulink is not None and cluster.gpulink.multi_node and cluster.intra == "nvswitch"
+
+
 def collective_group(cluster: Cluster) -> str:
     """The validation group whose rows measured this kind of system."""
     net = cluster.spec.network
-    if cluster.gpulink is not None and cluster.gpulink.multi_node and cluster.intra == "nvswitch":
+    if _domain_link(cluster) and (cluster.nodes <= 1 or cluster.gpus_per_node > BOARD_GPUS):
         return "nvlink-domain"  # GB200 NVL72 racks, one or many
     if cluster.nodes <= 1:
         return "pcie-node" if cluster.intra == "pcie" else "nvlink-node"
@@ -153,6 +163,18 @@ def _coverage(cluster: Cluster, group: str, rows: list[_Row], every: tuple[_Row,
             f"on EFA the model prices AWS's {cluster.transport.latency_us:g} us per network step, not the plugin's "
             "rendezvous above 8 KiB nor its flushes; the figures above are the group's rows measured on EFA (AWS's "
             "2-node p4de and p5 runs), slower than predicted below 64 MiB"
+        )
+    link = cluster.gpulink
+    if (
+        _domain_link(cluster)
+        and link is not None
+        and cluster.nodes > 1
+        and cluster.gpus_per_node < link.max_gpus_nvswitch
+    ):
+        warnings.append(
+            f"a node of {link.name} is its whole NVLink domain (up to {link.max_gpus_nvswitch} GPUs): {cluster.nodes} "
+            f"nodes of {cluster.gpus_per_node} are priced as {cluster.nodes} domains joined by the network; a rack is "
+            f"one node (gpus_per_node = {link.max_gpus_nvswitch}, nodes = racks), not its compute trays"
         )
     if cluster.gpu.name not in {r.gpu for r in every}:
         warnings.append(f"{UNMEASURED_GPU} {cluster.gpu.name}: its numbers are the catalog's alone")
