@@ -176,7 +176,7 @@ def device_for(
         # "the attention operators" in BF16 (technical report, section 3.3.1).
         attention_peak=gpu.peak_flops("bf16") if precision == "fp8" else 0.0,
         # And its output layer: Megatron-Core builds it as a plain ColumnParallelLinear, not a Transformer
-        # Engine layer, so FP8 autocast leaves it in BF16 (megatron/core/models/gpt/gpt_model.py, core_v0.8.0
+        # Engine layer, so FP8 autocast leaves it in BF16 (megatron/core/models/gpt/gpt_model.py, core_v0.7.0
         # and later unless fp8_output_proj with MXFP8); DeepSeek-V3 keeps "the output head" in BF16 or FP32 (3.3.1).
         head_flops=gpu.peak_flops("bf16") * gpu.mamf * training.GEMM_DERATE if precision == "fp8" else 0.0,
     )
