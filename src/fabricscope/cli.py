@@ -1,8 +1,9 @@
 """The ``fabricscope`` command line: parse, call the library, print.
 
 Each command lives in a small module with two functions: ``add_parser``
-registers its sub-parser, ``run(args) -> int`` does the work.  torch and numpy
-are imported inside ``run``.  A command line that names a command imports only
+registers its sub-parser, ``run(args) -> int`` does the work.  Command modules
+import no heavy library at import time (torch, numpy, rich and pydantic are
+imported inside ``run``).  A command line that names a command imports only
 the module that registers it (:data:`COMMANDS`), so ``fabricscope doctor`` does
 not pay for the typed configs of ``bench`` or ``plan``; ``--help``, no command or
 an unknown one registers them all.

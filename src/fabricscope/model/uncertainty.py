@@ -111,8 +111,8 @@ those rows' errors, not the whole group's."""
 
 
 BOARD_GPUS = 8
-"""The most GPUs one board's NVSwitch joins (HGX): nodes of a multi-node NVLink link that hold no more are
-priced, and grouped, as such nodes joined by the network."""
+"""The most GPUs one board's NVSwitch joins (HGX): nodes of a multi-node NVLink link that hold no more (a
+rack described by its trays) take the errors of such nodes joined by the network, as which they are priced."""
 
 
 def _domain_link(cluster: Cluster) -> bool:
