@@ -104,6 +104,26 @@ def test_truncated_log_at_a_line_end_is_partial_too():
     assert result.status == "partial" and "footer" in result.error and len(result.records) == 50
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "why"),
+    [
+        ("        1024           256", "1" + "0" * 400 + "           256", "at most 20 digits"),
+        ("        1024           256", "        1024           ²", "at most 20 digits"),
+        ("1024           256     float     sum      -1    32.12", "1024           256     float", "fields"),
+        ("    32.12    0.03", "    3x.12    0.03", "not a number"),
+    ],
+)
+def test_a_row_that_cannot_be_read_is_left_out_and_said(old, new, why):
+    """A corrupt row in the middle of a table (400 digits, a superscript, a cut line) is named, not dropped silently."""
+    text = (DATA / "current_all_reduce_h100x8.log").read_text()
+    assert text.count(old) == 1
+    result = nccl_tests.parse(text.replace(old, new), source="x.log")
+    assert result.status == "partial"
+    assert "all_reduce: 1 table row could not be read and was left out (line 25: " in result.error
+    assert why in result.error
+    assert 1024 not in [r["size_bytes"] for r in rows(result)] and len(rows(result)) == 24
+
+
 def test_json_output():
     result = parse("json_all_reduce_2x8.json")
     assert result.status == "complete" and result.config["ops"] == ["all_reduce"]

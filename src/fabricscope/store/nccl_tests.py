@@ -142,6 +142,8 @@ class _Section:
     avg_busbw: float | None = None
     concluded: bool = False
     truncated_row: str | None = None
+    unread_rows: list[tuple[int, str]] = field(default_factory=list)
+    """Lines inside the table that start like a row but are not one (line number, text): left out, and said."""
 
 
 def _settings(text: str) -> dict[str, Any]:
@@ -241,6 +243,22 @@ def _row_records(tokens: list[str], columns: list[str], op: str) -> list[dict[st
     return records
 
 
+def _unread_problem(section: _Section) -> str:
+    """What the rows of a table that could not be read were: how many, and the first one with why."""
+    line_number, text = section.unread_rows[0]
+    known = _layout(tuple(section.columns))[0]
+    tokens = text.split()
+    if len(tokens) < len(known):
+        why = f"{len(tokens)} fields where the header has {len(known)} columns"
+    elif not all(is_digits(t) and len(t) <= 20 for t in tokens[:2]):
+        why = "size and count must be whole numbers of at most 20 digits"
+    else:
+        why = "a root, time or bandwidth that is not a number"
+    count = len(section.unread_rows)
+    rows = "1 table row could not be read and was" if count == 1 else f"{count} table rows could not be read and were"
+    return f"{section.op}: {rows} left out (line {line_number}: {why}: {quoted(text)})"
+
+
 def _select_process(lines: Iterable[str]) -> tuple[list[str], list[str]]:
     """Lines of the one process whose table is kept; notes about the others."""
     tagged = [strip_prefix(line) for line in lines]
@@ -323,8 +341,11 @@ def parse_text(text: str, *, source: str = "<log>", op: str | None = None, progr
             if rows is not None:
                 section.records.extend(rows)
                 continue
-            if index == last_nonblank and is_digits(tokens[0]):
-                section.truncated_row = line
+            if is_digits(tokens[0]):
+                if index == last_nonblank:
+                    section.truncated_row = line
+                else:
+                    section.unread_rows.append((index + 1, line))
                 continue
         if not line.startswith("#") and (match := _PROGRAM.search(line)):
             pending_op = match.group(1)  # a command line echoed before the output
@@ -366,6 +387,8 @@ def _result(
             problems.append(f"{section.op}: the log ends inside a row ({quoted(section.truncated_row)})")
         elif section.avg_busbw is None:
             problems.append(f"{section.op}: the log ends before the table's footer")
+        if section.unread_rows:
+            problems.append(_unread_problem(section))
     records = [r for s in sections for r in s.records]
     summary: dict[str, Any] = {}
     for section in sections:
