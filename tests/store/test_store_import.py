@@ -1,5 +1,6 @@
 """The nccl-tests importer: pure parsing of the logs in tests/store/data (see its README)."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,15 @@ def test_json_output():
     assert len(result.records) == 2 * 26 and rows(result)[0]["root"] == -1 and rows(result)[0]["wrong"] == 0
     assert result.env["nccl_env"] == {"NCCL_IB_HCA": "mlx5_0,mlx5_3", "NCCL_DEBUG": "WARN"}
     assert result.host["hosts"] == ["h100-0", "h100-1"] and len(result.host["ranks"]) == 16
+
+
+def test_a_json_result_that_cannot_be_read_is_left_out_and_said():
+    data = json.loads((DATA / "json_all_reduce_2x8.json").read_text())
+    data["results"][3]["in_place"]["time"] = "fast"
+    data["results"].append(7)
+    result = nccl_tests.parse(json.dumps(data), source="x.json")
+    assert result.status == "partial" and len(result.records) == 2 * 26 - 1
+    assert result.error.startswith("2 results could not be read and were left out (results[3].in_place: a time ")
 
 
 def test_json_cut_short_is_partial_with_the_finished_rows():

@@ -484,8 +484,10 @@ def parse_json(text: str, *, source: str = "<json>", op: str | None = None) -> R
     name = op or (op_from_program(str(args[0])) if args else None) or guess_op(source)
     config: dict[str, Any] = data["config"] if isinstance(data.get("config"), dict) else {}
     records: list[dict[str, Any]] = []
-    for row in data["results"]:
+    unread: list[str] = []
+    for position, row in enumerate(data["results"]):
         if not isinstance(row, dict):
+            unread.append(f"results[{position}] is not an object")
             continue
         experiment = row.get("experiment_name")
         row_op = name or (op_from_program(str(experiment)) if experiment else None)
@@ -498,6 +500,7 @@ def parse_json(text: str, *, source: str = "<json>", op: str | None = None) -> R
             time_us = _json_number(part.get("time", part.get("cpu_time")))
             algbw, busbw = _json_number(part.get("alg_bw")), _json_number(part.get("bus_bw"))
             if time_us is None or algbw is None or busbw is None:
+                unread.append(f"results[{position}].{key}: a time or bandwidth that is not a number")
                 continue
             wrong = _json_number(part.get("nwrong"))
             try:
@@ -550,6 +553,14 @@ def parse_json(text: str, *, source: str = "<json>", op: str | None = None) -> R
     if isinstance(average, dict) and len(ops) == 1:
         summary[ops[0]]["nccl_tests_avg_busbw_gbps"] = _json_number(average.get("bandwidth"))
     finished = complete and "end_time" in data
+    problems = [] if finished else ["the JSON file ends before the run finished (no end_time)"]
+    if unread:
+        rows = (
+            "1 result could not be read and was"
+            if len(unread) == 1
+            else f"{len(unread)} results could not be read and were"
+        )
+        problems.append(f"{rows} left out ({unread[0]})")
     settings = {k: v for k, v in config.items() if k != "devices"}
     return Result(
         kind=KIND,
@@ -567,8 +578,8 @@ def parse_json(text: str, *, source: str = "<json>", op: str | None = None) -> R
         summary=summary,
         host=host,
         env={"source": "nccl-tests", "nccl_version_code": data.get("nccl_version"), "nccl_env": nccl_env},
-        status="complete" if finished else "partial",
-        error=None if finished else "the JSON file ends before the run finished (no end_time)",
+        status="partial" if problems else "complete",
+        error="; ".join(problems) or None,
     )
 
 
