@@ -61,3 +61,20 @@ def test_a_command_line_that_names_a_command_imports_no_other_command_module():
         done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=cli_env())
         assert done.stdout.splitlines()[0].split() == loaded, argv
     assert "invalid choice: 'doctr'" in run_cli(["doctr"]).stderr
+
+
+def test_a_mistyped_command_or_choice_is_answered_with_the_nearest_one_on_one_line():
+    for argv, near, help_of in (
+        (["doctr"], "'doctor'", "fabricscope"),
+        (["bnech"], "'bench'", "fabricscope"),
+        (["import", "nccltests", "x.log"], "'nccl-tests'", "fabricscope import"),
+    ):
+        done = run_cli(argv)
+        assert done.returncode == 2 and done.stdout == "", argv
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+        assert f"invalid choice: '{argv[-1] if argv[0] != 'import' else argv[1]}' (did you mean {near}?)" in done.stderr
+        assert done.stderr.endswith(f"(see '{help_of} --help')\n")
+    far = run_cli(["xyzzy"]).stderr
+    assert "invalid choice: 'xyzzy' (choose from 'bench'," in far and "did you mean" not in far
+    long = run_cli(["a" * 5000]).stderr
+    assert long.count("\n") == 1 and len(long) < 400 and "..." in long

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from fabricscope import __version__
-from fabricscope.errors import FabricscopeError
-from fabricscope.shown import printable
+from fabricscope.errors import FabricscopeError, closest
+from fabricscope.shown import cut, printable
 
 __all__ = ["Parser", "main"]
 
@@ -60,6 +60,18 @@ COMMANDS = {
 
 
 _ARGUMENT = re.compile(r"^argument (?P<flag>[^:\s]+): (?P<rest>.*)$", re.DOTALL)
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)$", re.DOTALL)
+
+
+def _with_suggestion(message: str) -> str:
+    """argparse's "invalid choice: 'doctr' (choose from ...)" with the nearest choice, as the package's own
+    errors name it (:func:`fabricscope.errors.closest`), and a long value cut in the middle."""
+    match = _INVALID_CHOICE.search(message)
+    if match is None:
+        return message
+    value, choices = match["value"], match["choices"]  # argparse quoted the value with repr(): only cut it
+    near = closest(value, re.findall(r"'([^']*)'", choices))
+    return f"{message[: match.start()]}invalid choice: '{cut(value, 60)}'{near} (choose from {choices})"
 
 
 class Parser(argparse.ArgumentParser):
@@ -76,6 +88,7 @@ class Parser(argparse.ArgumentParser):
         if match:
             rest = match["rest"]
             message = f"{match['flag']} {rest}" if rest.startswith("must ") else f"{match['flag']}: {rest}"
+        message = _with_suggestion(message)
         sys.stderr.write(f"error: {printable(message)} (see '{self.prog} --help')\n")
         raise SystemExit(2)
 
