@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 from fabricscope import __version__
 from fabricscope.errors import FabricscopeError, closest
-from fabricscope.shown import cut, printable
+from fabricscope.shown import printable, quoted
 
 __all__ = ["Parser", "main"]
 
@@ -60,18 +60,6 @@ COMMANDS = {
 
 
 _ARGUMENT = re.compile(r"^argument (?P<flag>[^:\s]+): (?P<rest>.*)$", re.DOTALL)
-_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)$", re.DOTALL)
-
-
-def _with_suggestion(message: str) -> str:
-    """argparse's "invalid choice: 'doctr' (choose from ...)" with the nearest choice, as the package's own
-    errors name it (:func:`fabricscope.errors.closest`), and a long value cut in the middle."""
-    match = _INVALID_CHOICE.search(message)
-    if match is None:
-        return message
-    value, choices = match["value"], match["choices"]  # argparse quoted the value with repr(): only cut it
-    near = closest(value, re.findall(r"'([^']*)'", choices))
-    return f"{message[: match.start()]}invalid choice: '{cut(value, 60)}'{near} (choose from {choices})"
 
 
 class Parser(argparse.ArgumentParser):
@@ -82,13 +70,24 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
 
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # argparse's own check, worded the same on every Python (3.12.8 stopped quoting the choices), with the
+        # nearest choice named as the package's own errors name it, and a long value cut in the middle.
+        choices = action.choices
+        if choices is not None and value not in choices:
+            names = [str(choice) for choice in choices]
+            listed = ", ".join(repr(name) for name in names)
+            text = str(value)
+            raise argparse.ArgumentError(
+                action, f"invalid choice: {quoted(text)}{closest(text, names)} (choose from {listed})"
+            )
+
     def error(self, message: str) -> NoReturn:
         # argparse says "argument -n/--iters: must be ..."; say "-n/--iters must be ...".
         match = _ARGUMENT.match(message)
         if match:
             rest = match["rest"]
             message = f"{match['flag']} {rest}" if rest.startswith("must ") else f"{match['flag']}: {rest}"
-        message = _with_suggestion(message)
         sys.stderr.write(f"error: {printable(message)} (see '{self.prog} --help')\n")
         raise SystemExit(2)
 

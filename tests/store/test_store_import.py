@@ -112,6 +112,8 @@ def test_truncated_log_at_a_line_end_is_partial_too():
         ("        1024           256", "        1024           ²", "at most 20 digits"),
         ("1024           256     float     sum      -1    32.12", "1024           256     float", "fields"),
         ("    32.12    0.03", "    3x.12    0.03", "not a number"),
+        ("    32.12    0.03", "    \u0663\u0662.12    0.03", "not a number"),  # Arabic-Indic digits: float() takes them
+        ("0.06       0    31.24", "0.06       " + "9" * 400 + "    31.24", "not a number"),  # a #wrong of 400 digits
     ],
 )
 def test_a_row_that_cannot_be_read_is_left_out_and_said(old, new, why):
@@ -120,9 +122,22 @@ def test_a_row_that_cannot_be_read_is_left_out_and_said(old, new, why):
     assert text.count(old) == 1
     result = nccl_tests.parse(text.replace(old, new), source="x.log")
     assert result.status == "partial"
-    assert "all_reduce: 1 table row could not be read and was left out (line 25: " in result.error
+    assert "all_reduce: 1 table row could not be read and was left out (the first: " in result.error
     assert why in result.error
     assert 1024 not in [r["size_bytes"] for r in rows(result)] and len(rows(result)) == 24
+
+
+def test_lines_that_only_start_with_digits_are_not_rows_and_a_cut_row_is_named_as_such():
+    text = (DATA / "current_all_reduce_h100x8.log").read_text()
+    row = "        2048           512     float     sum      -1"
+    stamped = "1746425807 dgx-a07:4100:4100 [0] NCCL WARN NET/IB : Got async event : port error\n"
+    result = nccl_tests.parse(text.replace(row, stamped + row), source="x.log")  # NCCL_DEBUG_TIMESTAMP_FORMAT=%s_
+    assert result.status == "complete" and len(result.records) == 50
+    # a killed job: the log ends inside a row, and the launcher's message follows it
+    cut = text[: text.index(row) + len(row) + 12] + "\nslurmstepd: error: *** STEP 42.0 CANCELLED AT 2026-12-01 ***\n"
+    result = nccl_tests.parse(cut, source="x.log")
+    assert result.status == "partial" and "the log ends inside a row" in result.error
+    assert "could not be read" not in result.error and len(rows(result)) == 8
 
 
 def test_json_output():
@@ -136,10 +151,12 @@ def test_json_output():
 def test_a_json_result_that_cannot_be_read_is_left_out_and_said():
     data = json.loads((DATA / "json_all_reduce_2x8.json").read_text())
     data["results"][3]["in_place"]["time"] = "fast"
+    data["results"][3]["out_of_place"]["bus_bw"] = None  # one result with both placements unread: counted once
+    data["results"][5]["size"] = int("9" * 400)
     data["results"].append(7)
     result = nccl_tests.parse(json.dumps(data), source="x.json")
-    assert result.status == "partial" and len(result.records) == 2 * 26 - 1
-    assert result.error.startswith("2 results could not be read and were left out (results[3].in_place: a time ")
+    assert result.status == "partial" and len(result.records) == 2 * 26 - 4
+    assert result.error.startswith("3 results could not be read and were left out (the first: results[3].out_of_place")
 
 
 def test_json_cut_short_is_partial_with_the_finished_rows():

@@ -143,7 +143,10 @@ class _Section:
     concluded: bool = False
     truncated_row: str | None = None
     unread_rows: list[tuple[int, str]] = field(default_factory=list)
-    """Lines inside the table that start like a row but are not one (line number, text): left out, and said."""
+    """Lines inside the table that start like a row (a size, a count, a type) but are not one, with their index
+    among the log's lines: left out, and said."""
+    rows_read_after: int = -1
+    """Index of the last line read as a row (a line the table could not read after it may be a cut one)."""
 
 
 def _settings(text: str) -> dict[str, Any]:
@@ -170,6 +173,9 @@ def _settings(text: str) -> dict[str, Any]:
 
 
 def _number(text: str) -> float | None:
+    """A finite decimal number written in ASCII (``float`` also takes Arabic-Indic and full-width digits)."""
+    if not text.isascii():
+        return None
     try:
         value = float(text)
     except ValueError:
@@ -234,6 +240,8 @@ def _row_records(tokens: list[str], columns: list[str], op: str) -> list[dict[st
             wrong=None,
         ).to_dict()
         value = _number(check)
+        if value is None and check != "N/A":
+            return None  # a check column that says neither a number nor N/A (400 digits, a word)
         if column == "error":
             if value is not None:
                 record["max_error"] = value  # the older format: the largest difference, not a count
@@ -243,9 +251,16 @@ def _row_records(tokens: list[str], columns: list[str], op: str) -> list[dict[st
     return records
 
 
+def _row_like(tokens: list[str]) -> bool:
+    """Whether a line that is not a row of the table starts like one: a whole number (the size), something
+    in the count's place, and a word in the type's (``float``, ``bfloat16``); an NCCL line stamped with epoch
+    seconds, or the rest of a row another process's output cut in two, does not."""
+    return len(tokens) >= 3 and is_digits(tokens[0]) and tokens[2][:1].isalpha()
+
+
 def _unread_problem(section: _Section) -> str:
     """What the rows of a table that could not be read were: how many, and the first one with why."""
-    line_number, text = section.unread_rows[0]
+    text = section.unread_rows[0][1]
     known = _layout(tuple(section.columns))[0]
     tokens = text.split()
     if len(tokens) < len(known):
@@ -256,7 +271,7 @@ def _unread_problem(section: _Section) -> str:
         why = "a root, time or bandwidth that is not a number"
     count = len(section.unread_rows)
     rows = "1 table row could not be read and was" if count == 1 else f"{count} table rows could not be read and were"
-    return f"{section.op}: {rows} left out (line {line_number}: {why}: {quoted(text)})"
+    return f"{section.op}: {rows} left out (the first: {why}: {quoted(text)})"
 
 
 def _select_process(lines: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -340,12 +355,13 @@ def parse_text(text: str, *, source: str = "<log>", op: str | None = None, progr
             rows = _row_records(tokens, section.columns, section.op or "?")
             if rows is not None:
                 section.records.extend(rows)
+                section.rows_read_after = index
                 continue
-            if is_digits(tokens[0]):
-                if index == last_nonblank:
-                    section.truncated_row = line
-                else:
-                    section.unread_rows.append((index + 1, line))
+            if is_digits(tokens[0]) and index == last_nonblank:
+                section.truncated_row = line
+                continue
+            if _row_like(tokens):
+                section.unread_rows.append((index, line))
                 continue
         if not line.startswith("#") and (match := _PROGRAM.search(line)):
             pending_op = match.group(1)  # a command line echoed before the output
@@ -383,6 +399,16 @@ def _result(
     _name_ops(sections, source=source, op=op)
     problems = []
     for section in sections:
+        cut_at = section.unread_rows[-1] if section.unread_rows else None
+        if (
+            section.truncated_row is None
+            and section.avg_busbw is None
+            and cut_at
+            and cut_at[0] > section.rows_read_after
+        ):
+            # the last row-like line of a table without its footer, after every row read: the log was cut
+            # there (a launcher's message about the killed job may follow it)
+            section.truncated_row = section.unread_rows.pop()[1]
         if section.truncated_row is not None:
             problems.append(f"{section.op}: the log ends inside a row ({quoted(section.truncated_row)})")
         elif section.avg_busbw is None:
@@ -484,10 +510,11 @@ def parse_json(text: str, *, source: str = "<json>", op: str | None = None) -> R
     name = op or (op_from_program(str(args[0])) if args else None) or guess_op(source)
     config: dict[str, Any] = data["config"] if isinstance(data.get("config"), dict) else {}
     records: list[dict[str, Any]] = []
-    unread: list[str] = []
+    unread: dict[int, str] = {}
+    """Why each result that could not be read was left out (the first reason), by its position."""
     for position, row in enumerate(data["results"]):
         if not isinstance(row, dict):
-            unread.append(f"results[{position}] is not an object")
+            unread[position] = f"results[{position}] is not an object"
             continue
         experiment = row.get("experiment_name")
         row_op = name or (op_from_program(str(experiment)) if experiment else None)
@@ -500,12 +527,13 @@ def parse_json(text: str, *, source: str = "<json>", op: str | None = None) -> R
             time_us = _json_number(part.get("time", part.get("cpu_time")))
             algbw, busbw = _json_number(part.get("alg_bw")), _json_number(part.get("bus_bw"))
             if time_us is None or algbw is None or busbw is None:
-                unread.append(f"results[{position}].{key}: a time or bandwidth that is not a number")
+                unread.setdefault(position, f"results[{position}].{key}: a time or bandwidth that is not a number")
                 continue
             wrong = _json_number(part.get("nwrong"))
+            if len(str(row.get("size"))) > 20 or len(str(row.get("count"))) > 20:
+                unread.setdefault(position, f"results[{position}]: a size or count of more than 20 digits")
+                continue
             try:
-                if len(str(row["size"])) > 20 or len(str(row["count"])) > 20:
-                    raise ValueError("a size or count of more than 20 digits")
                 record = CollectiveRecord(
                     op=row_op,
                     size_bytes=int(row["size"]),
@@ -519,8 +547,10 @@ def parse_json(text: str, *, source: str = "<json>", op: str | None = None) -> R
                     busbw_gbps=busbw,
                     wrong=None if wrong is None else int(wrong),
                 )
-            except (KeyError, TypeError, ValueError):
-                raise UsageError(f"{source}: a result row lacks size, count, type or redop: {row!r:.120}") from None
+            except (KeyError, TypeError, ValueError, OverflowError):  # int(1e400) overflows
+                raise UsageError(
+                    f"{source}: a result row needs a whole-number size and count, a type and a redop: {row!r:.120}"
+                ) from None
             records.append(record.to_dict())
     devices: list[Any] = config["devices"] if isinstance(config.get("devices"), list) else []
     ranks = [
@@ -560,7 +590,7 @@ def parse_json(text: str, *, source: str = "<json>", op: str | None = None) -> R
             if len(unread) == 1
             else f"{len(unread)} results could not be read and were"
         )
-        problems.append(f"{rows} left out ({unread[0]})")
+        problems.append(f"{rows} left out (the first: {next(iter(unread.values()))})")
     settings = {k: v for k, v in config.items() if k != "devices"}
     return Result(
         kind=KIND,
