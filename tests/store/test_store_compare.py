@@ -117,3 +117,20 @@ def test_since_parsing():
     for bad in ["last tuesday", "99999999999999999d", "7 days", "", "1" * 400]:
         with pytest.raises(UsageError, match="--since"):
             parse_since(bad)
+
+
+def test_a_change_of_exactly_the_tolerance_is_within_it():
+    """95 / 100 - 1 is -0.050000000000000044 in floating point: still a 5% change, within 5%."""
+
+    def fixed(size, time_us, busbw):
+        row = record(size, [time_us], samples=False)
+        row.update(time_us=time_us, busbw_gbps=busbw)
+        return row
+
+    ref = run(fixed(BIG, 1000.0, 100.0), fixed(SMALL, 100.0, 0.01))
+    cur = run(fixed(BIG, 1000.0, 95.0), fixed(SMALL, 105.0, 0.01))
+    result = compare.compare(cur, ref, tolerance=0.05)
+    assert verdicts(result) == {(BIG, "out"): "within tolerance", (SMALL, "out"): "within tolerance"}
+    assert result.exit_code == 0
+    beyond = compare.compare(run(fixed(BIG, 1000.0, 94.99)), run(fixed(BIG, 1000.0, 100.0)), tolerance=0.05)
+    assert verdicts(beyond) == {(BIG, "out"): "regressed"} and beyond.exit_code == 1

@@ -11,7 +11,7 @@ import pytest
 from fabricscope.errors import UsageError
 from fabricscope.results import Result
 from fabricscope.store import baselines, runs
-from fabricscope.store.history import SCHEMA_VERSION, History, HistoryError, database_path, home
+from fabricscope.store.history import DATABASE_NAME, SCHEMA_VERSION, History, HistoryError, database_path, home
 from helpers import cli_env
 
 
@@ -62,7 +62,30 @@ def test_reading_a_missing_history_creates_nothing(tmp_path):
         assert history.entries() == []
         with pytest.raises(UsageError, match="nothing is saved yet"):
             history.get(1)
+        with pytest.raises(UsageError, match="nothing is saved yet"):
+            history.remove(1)  # it asserted an open database before
     assert not (tmp_path / "none").exists()
+
+
+@pytest.mark.parametrize(
+    ("document", "why"),
+    [("[" * 100_000 + "]" * 100_000, "nested more than 64 levels deep"), ('{"a": ' + "9" * 5000 + "}", "4300 digits")],
+    ids=["deep", "long-number"],
+)
+def test_a_damaged_stored_run_is_one_error_as_a_damaged_file_is(tmp_path, document, why):
+    with History(tmp_path / DATABASE_NAME) as history:
+        run_id = history.add(bench())
+    with sqlite3.connect(tmp_path / DATABASE_NAME) as conn:
+        conn.execute("UPDATE runs SET document = ? WHERE id = ?", (document, run_id))
+    done = subprocess.run(
+        [sys.executable, "-m", "fabricscope", "history", "show", str(run_id)],
+        capture_output=True,
+        text=True,
+        env={**cli_env(), "FABRICSCOPE_HOME": str(tmp_path)},
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"error: history run {run_id}: ") and why in done.stderr
+    assert done.stderr.count("\n") == 1
 
 
 @pytest.mark.parametrize(

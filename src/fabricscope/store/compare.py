@@ -224,13 +224,17 @@ def _adjusted(p_values: Sequence[float]) -> list[float]:
     return [float(p) for p in stats.false_discovery_control(p_values, method="bh")]
 
 
+_ROUNDING = 1e-9
+"""What floating point adds to a change of exactly the tolerance (95 / 100 - 1 is -0.050000000000000044)."""
+
+
 def _judged(rows: Sequence[Row], tolerance: float, alpha: float) -> list[Row]:
     tested = [i for i, r in enumerate(rows) if r.p_value is not None]
     adjusted = dict(zip(tested, _adjusted([rows[i].p_value or 0.0 for i in tested]), strict=True))
     judged = []
     for index, row in enumerate(rows):
         p_value = adjusted.get(index)
-        if abs(row.worse_by) <= tolerance:
+        if abs(row.worse_by) <= tolerance + _ROUNDING:
             verdict = "within tolerance"
         elif p_value is not None and p_value >= alpha:
             verdict = "not significant"

@@ -18,7 +18,6 @@ Schema history (bump ``SCHEMA_VERSION`` and add a line when it changes)::
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sqlite3
 import stat
@@ -30,7 +29,7 @@ from typing import Any
 from urllib.parse import quote
 
 from fabricscope.errors import ResultFormatError, RunError, UsageError
-from fabricscope.results import Result
+from fabricscope.results import Result, loads
 from fabricscope.shown import quoted
 
 __all__ = [
@@ -393,14 +392,15 @@ class History:
         rows = self.query("SELECT document FROM runs WHERE id = ?", (run_id,))
         if not rows:
             raise self._missing(run_id)
-        source = f"history run {run_id}"
-        try:
-            data = json.loads(rows[0][0])
-        except json.JSONDecodeError as exc:
-            raise ResultFormatError(f"{source}: the stored document is corrupt ({exc.msg})") from None
-        return Result.from_dict(data, source=source)
+        document = rows[0][0]
+        if not isinstance(document, str):
+            raise ResultFormatError(f"history run {run_id}: the stored document is corrupt (not text)")
+        # the guards of a result file (nesting depth, numbers of thousands of digits) hold for a stored one too
+        return loads(document, source=f"history run {run_id}")
 
     def remove(self, run_id: int) -> None:
+        if self._conn is None:  # no history yet: nothing to remove (and nothing to open)
+            raise self._missing(run_id)
         with self.transaction() as conn:
             if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
                 raise self._missing(run_id)
