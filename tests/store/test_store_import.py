@@ -114,6 +114,9 @@ def test_truncated_log_at_a_line_end_is_partial_too():
         ("    32.12    0.03", "    3x.12    0.03", "not a number"),
         ("    32.12    0.03", "    \u0663\u0662.12    0.03", "not a number"),  # Arabic-Indic digits: float() takes them
         ("0.06       0    31.24", "0.06       " + "9" * 400 + "    31.24", "not a number"),  # a #wrong of 400 digits
+        ("0.06       0    31.24", "0.06    1e308    31.24", "not a number"),  # nor is 1e308 a count
+        ("0.06       0    31.24", "0.06      -5    31.24", "is negative"),
+        ("32.12    0.03    0.06", "32.12    0.03   -0.06", "is negative"),
     ],
 )
 def test_a_row_that_cannot_be_read_is_left_out_and_said(old, new, why):
@@ -216,7 +219,7 @@ def test_hostile_numbers_and_nesting_are_refused_or_skipped(text):
 @pytest.mark.parametrize(
     ("old", "new", "field"),
     [
-        ("-1    31.84    0.00    0.00       0", "-1    31.84    0.00    0.00    1e308", "wrong"),
+        # (a #wrong of 1e308 is no count: its row is left out and said, test_a_row_that_cannot_be_read_...)
         ("           8             2     float", "99999999999999999999             2     float", "size_bytes"),
     ],
 )
@@ -272,3 +275,31 @@ def test_a_long_import_shows_its_progress_on_a_terminal_only(tmp_path):
         timeout=300,
     )
     assert piped.returncode == 0 and "import reading" not in piped.stderr and "lines" not in piped.stderr
+
+
+def test_the_older_error_column_may_say_nan_and_its_row_is_kept():
+    text = (DATA / "old_error_column_rtx2080.log").read_text()
+    old = "   30.42    0.00    0.00  0e+00    31.15"
+    assert text.count(old) == 1
+    result = nccl_tests.parse(text.replace(old, "   30.42    0.00    0.00   -nan    31.15"), source="x.log")
+    assert result.status == "complete"
+    row = next(r for r in rows(result) if r["size_bytes"] == 128)
+    assert row["time_us"] == 30.42 and "max_error" not in row and row["wrong"] is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"config": {}, "results": []}',
+        '{"args": ["all_reduce_perf"], "config": {}, "results": [], "end_time": "x"}',
+        "\n".join(
+            line
+            for line in (DATA / "current_all_reduce_h100x8.log").read_text().splitlines()
+            if not line.strip()[:1].isdigit()
+        ),
+    ],
+    ids=["json-empty", "json-finished", "text-header-and-footer"],
+)
+def test_output_without_one_row_is_refused(text):
+    with pytest.raises(UsageError, match=r"without one row measured.*nothing to import"):
+        nccl_tests.parse(text, source="x", op="all_reduce")

@@ -225,6 +225,8 @@ def _row_records(tokens: list[str], columns: list[str], op: str) -> list[dict[st
             if all(t == "N/A" for t in fields[:3]) or "N/A" in fields[:1]:
                 continue  # a placement the op does not have
             return None
+        if min(time_us, algbw, busbw) < 0:
+            return None  # no time or bandwidth is negative
         check = fields[3] if len(fields) > 3 else "N/A"
         record = CollectiveRecord(
             op=op,
@@ -239,14 +241,14 @@ def _row_records(tokens: list[str], columns: list[str], op: str) -> list[dict[st
             busbw_gbps=busbw,
             wrong=None,
         ).to_dict()
-        value = _number(check)
-        if value is None and check != "N/A":
-            return None  # a check column that says neither a number nor N/A (400 digits, a word)
-        if column == "error":
-            if value is not None:
-                record["max_error"] = value  # the older format: the largest difference, not a count
-        elif value is not None:
-            record["wrong"] = int(value)
+        if column == "error":  # the older format: the largest difference (%6.0e), nan where the check failed so
+            value = _number(check)
+            if value is not None and value >= 0:
+                record["max_error"] = value
+        elif is_digits(check) and len(check) <= 20:
+            record["wrong"] = int(check)
+        elif check != "N/A":
+            return None  # a count of wrong elements that is neither a whole number nor N/A (400 digits, -5, a word)
         records.append(record)
     return records
 
@@ -268,7 +270,7 @@ def _unread_problem(section: _Section) -> str:
     elif not all(is_digits(t) and len(t) <= 20 for t in tokens[:2]):
         why = "size and count must be whole numbers of at most 20 digits"
     else:
-        why = "a root, time or bandwidth that is not a number"
+        why = "a root, time, bandwidth or count of wrong elements that is not a number (or is negative)"
     count = len(section.unread_rows)
     rows = "1 table row could not be read and was" if count == 1 else f"{count} table rows could not be read and were"
     return f"{section.op}: {rows} left out (the first: {why}: {quoted(text)})"
@@ -526,10 +528,13 @@ def parse_json(text: str, *, source: str = "<json>", op: str | None = None) -> R
                 continue
             time_us = _json_number(part.get("time", part.get("cpu_time")))
             algbw, busbw = _json_number(part.get("alg_bw")), _json_number(part.get("bus_bw"))
-            if time_us is None or algbw is None or busbw is None:
-                unread.setdefault(position, f"results[{position}].{key}: a time or bandwidth that is not a number")
+            if time_us is None or algbw is None or busbw is None or min(time_us, algbw, busbw) < 0:
+                unread.setdefault(position, f"results[{position}].{key}: a time or bandwidth that is not a number >= 0")
                 continue
             wrong = _json_number(part.get("nwrong"))
+            if wrong is not None and wrong < 0:
+                unread.setdefault(position, f"results[{position}].{key}: a negative count of wrong elements")
+                continue
             if len(str(row.get("size"))) > 20 or len(str(row.get("count"))) > 20:
                 unread.setdefault(position, f"results[{position}]: a size or count of more than 20 digits")
                 continue
@@ -617,5 +622,10 @@ def parse(text: str, *, source: str = "<input>", op: str | None = None, progress
     """Text or ``-J`` JSON output, told apart by the first character (``progress`` hears how far a text
     log's reading is)."""
     if text.lstrip().startswith("{"):
-        return parse_json(text, source=source, op=op)
-    return parse_text(text, source=source, op=op, progress=progress)
+        result = parse_json(text, source=source, op=op)
+    else:
+        result = parse_text(text, source=source, op=op, progress=progress)
+    if not result.records:
+        why = f" ({result.error})" if result.error else ""
+        raise UsageError(f"{source}: nccl-tests output without one row measured{why}: nothing to import")
+    return result
