@@ -70,6 +70,17 @@ def test_check_off_prints_na_and_missing_in_place_prints_na():
     assert line.split()[-4:] == ["N/A"] * 4
 
 
+def test_every_cycle_of_a_size_is_a_row_of_its_own_as_nccl_tests_prints_them():
+    """-N 2: the sweep twice; every row of both cycles is shown, none overwrites another (history show
+    printed the last cycle only while its average covered both)."""
+    cycles = [(1024, 1.0, 2.0), (2048, 3.0, 4.0), (1024, 5.0, 6.0), (2048, 7.0, 8.0)]
+    records = [r for size, out, inp in cycles for r in (_rec(size, "out", out), _rec(size, "in", inp))]
+    rows = table.pair_rows(records)
+    assert [(r.size_bytes, r.out["busbw_gbps"], r.inp["busbw_gbps"]) for r in rows] == cycles
+    assert table.footer_lines(records, check=False)[1] == "# Avg bus bandwidth    : 4.5 "
+    assert table.footer_lines(records, check=False, average=4.4865)[1] == "# Avg bus bandwidth    : 4.4865 "
+
+
 def test_footer_average_is_over_every_row_and_placement():
     records = [_rec(8, "out", 0.0), _rec(8, "in", 0.0), _rec(1 << 20, "out", 10.0), _rec(1 << 20, "in", 30.0)]
     footer = table.footer_lines(records, check=True)

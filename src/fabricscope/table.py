@@ -108,8 +108,10 @@ def format_row(row: Row, *, check: bool) -> str:
 
 
 def pair_rows(records: Iterable[Mapping[str, Any]]) -> list[Row]:
-    """Group records by (size, count, dtype, redop, root) into rows, in first-seen order."""
-    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    """Group records by (size, count, dtype, redop, root) into rows, in first-seen order; a size measured
+    again (``-N`` cycles) starts a row of its own, as nccl-tests prints every cycle's table."""
+    rows: list[dict[str, Any]] = []
+    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
     for record in records:
         key = (
             record["op"],
@@ -119,16 +121,25 @@ def pair_rows(records: Iterable[Mapping[str, Any]]) -> list[Row]:
             record["redop"],
             record["root"],
         )
-        slot = rows.setdefault(key, {"out": None, "in": None})
+        slot = latest.get(key)
+        if slot is None or slot[record["placement"]] is not None:
+            slot = latest[key] = {"key": key, "out": None, "in": None}
+            rows.append(slot)
         slot[record["placement"]] = record
     return [
         Row(size_bytes=k[1], count=k[2], dtype=k[3], redop=k[4], root=k[5], out=v["out"], inp=v["in"])
-        for k, v in rows.items()
+        for v in rows
+        for k in (v["key"],)
     ]
 
 
 def footer_lines(
-    records: Sequence[Mapping[str, Any]], *, check: bool, min_busbw: float | None = None, predicted: bool = False
+    records: Sequence[Mapping[str, Any]],
+    *,
+    check: bool,
+    min_busbw: float | None = None,
+    predicted: bool = False,
+    average: float | None = None,
 ) -> list[str]:
     """``Out of bounds values`` and ``Avg bus bandwidth``.
 
@@ -141,10 +152,12 @@ def footer_lines(
 
     The average is the mean busbw over every row and both placements, tiny
     sizes included, exactly as nccl-tests computes it.  With ``min_busbw``
-    (nccl-tests' ``NCCL_TESTS_MIN_BW``) the line ends in OK or FAILED.
+    (nccl-tests' ``NCCL_TESTS_MIN_BW``) the line ends in OK or FAILED.  ``average``: the one a log printed
+    (an imported table's rows are rounded to two decimals; the run's own average was not).
     """
     failed = sum(1 for r in records if check and (r.get("wrong") or 0))
-    average = avg_busbw(records)
+    if average is None:
+        average = avg_busbw(records)
     verdict = ""
     if min_busbw is not None:
         verdict = "OK" if average >= 0.9 * min_busbw else "FAILED"

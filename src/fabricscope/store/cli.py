@@ -174,7 +174,10 @@ def _history_show(args: argparse.Namespace) -> int:
         lines.extend(table.header_lines()[1:])
         check = any(r.get("wrong") is not None for r in mine)
         lines.extend(table.format_row(row, check=check) for row in table.pair_rows(mine))
-        lines.extend(table.footer_lines(mine, check=check))
+        printed = result.summary.get(op) if isinstance(result.summary, dict) else None
+        average = printed.get("nccl_tests_avg_busbw_gbps") if isinstance(printed, dict) else None
+        average = average if isinstance(average, int | float) and not isinstance(average, bool) else None
+        lines.extend(table.footer_lines(mine, check=check, average=average))
     if not collective:
         import json
 
