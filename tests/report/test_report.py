@@ -5,6 +5,7 @@ screenshot it takes must not be blank.  Without Debian's ``chromium`` these
 tests skip, unless FABRICSCOPE_REQUIRE_CHROMIUM is set (CI sets it).
 """
 
+import json
 import os
 import re
 import shutil
@@ -175,11 +176,29 @@ def test_bad_output_and_input_are_one_line_exit_2(tmp_path, inputs):
         (("report", inputs["imported"], "--predict", inputs["estimate"], "-o", tmp_path / "r.html"), "'estimate'"),
         (("report", inputs["imported"], "--baseline", "none", "-o", tmp_path / "r.html"), "no baseline named"),
     ]
+    unpriced = tmp_path / "unpriced.json"  # a run whose op the model does not price: said, not drawn as nothing
+    data = json.loads(Path(inputs["predicted"]).read_text())
+    for record in data["records"]:
+        record["op"] = "hypercube"
+    unpriced.write_text(json.dumps(data))
+    new_folder = tmp_path / "plots" / "new"
+    cases += [
+        (
+            ("report", unpriced, "--predict", "dgx-h100-ndr", "-o", tmp_path / "r.html"),
+            "nothing to price for",
+        ),  # a folder to make is made once the inputs are read: a bad input leaves none behind
+        (("report", "missing.json", "--png", new_folder, "-o", tmp_path / "r.html"), "no such result file"),
+        (
+            ("report", inputs["imported"], "--predict", "no-such", "--png", new_folder, "-o", tmp_path / "r.html"),
+            "no-such",
+        ),
+    ]
     for args, pattern in cases:
         done = cli(tmp_path, *args)
         assert done.returncode == 2 and done.stderr.count("\n") == 1 and pattern in done.stderr, (args, done.stderr)
     assert not (tmp_path / "r.html").exists()
     assert not (tmp_path / "home").exists()
+    assert not (tmp_path / "plots").exists()
 
 
 def test_png_files_are_checked_one_by_one_before_anything_is_written(tmp_path, inputs):

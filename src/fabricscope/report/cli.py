@@ -7,10 +7,11 @@ import time; matplotlib and the store are imported by :func:`run`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
-from fabricscope import options
+from fabricscope import ops, options
 from fabricscope.errors import UsageError
 from fabricscope.options import SubParsers
 
@@ -84,8 +85,10 @@ def run(args: argparse.Namespace) -> int:
 
     inputs = list(args.runs) + ([args.predict] if args.predict else [])
     check_outputs([("-o", args.output)], inputs=inputs)
-    if args.png is not None:  # the folder now; its files once the report knows its plots
-        check_output_folder("--png", args.png, files=[], make=True, what="the PNG files")
+    if args.png is not None and os.path.lexists(args.png):
+        # a folder there now; one to make is made once the inputs are read (a bad input leaves nothing behind),
+        # and its files are checked once the report knows its plots
+        check_output_folder("--png", args.png, files=[], make=False, what="the PNG files")
     peak = args.peak / 8e9 if args.peak is not None else None
     loaded = []
     for text in args.runs:
@@ -102,10 +105,17 @@ def run(args: argparse.Namespace) -> int:
             found = runs.resolve(args.predict, kinds=["predict"], what="--predict")
             prediction = (found.source, found.result)
         else:
-            collective = [r for _, r in loaded if r.kind in runs.COLLECTIVE_KINDS]
+            collective = [(name, r) for name, r in loaded if r.kind in runs.COLLECTIVE_KINDS]
             if not collective:
                 raise UsageError("--predict draws over bench, nccl-tests or predict runs; none was given")
-            result, model_peak = model_prediction(args.predict, collective[0])
+            like_name, like = collective[0]
+            result, model_peak = model_prediction(args.predict, like)
+            if not result.records:  # said, not drawn as nothing
+                shown = sorted({str(r.get("op")) for r in like.records if isinstance(r, dict)}) or ["no rows"]
+                raise UsageError(
+                    f"--predict {args.predict}: nothing to price for {like_name} ({', '.join(shown)}): the model "
+                    f"prices {', '.join(name for name in ops.COLLECTIVES if ops.get(name).modelled)}"
+                )
             prediction = (args.predict, result)
             peak = peak if peak is not None else model_peak
     from fabricscope.outputs import atomic_write_text, say_written
