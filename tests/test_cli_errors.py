@@ -78,3 +78,15 @@ def test_a_mistyped_command_or_choice_is_answered_with_the_nearest_one_on_one_li
     assert "invalid choice: 'xyzzy' (choose from 'bench'," in far and "did you mean" not in far
     long = run_cli(["a" * 5000]).stderr
     assert long.count("\n") == 1 and len(long) < 400 and "..." in long
+
+
+def test_a_negative_value_reaches_its_options_own_check():
+    """argparse took "-5%" for a flag and said only "expected one argument"; the value's fault is named."""
+    for argv, said in (
+        (["compare", "a.json", "--against", "b.json", "--tolerance", "-5%"], "--tolerance must be a share from 0%"),
+        (["history", "--since", "-5d"], "nor an age"),
+        (["bench", "-b", "-8K"], "invalid size '-8K'"),
+    ):
+        done = run_cli(argv)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, (argv, done.stderr)
+        assert said in done.stderr and "expected one argument" not in done.stderr, (argv, done.stderr)

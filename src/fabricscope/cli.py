@@ -60,6 +60,7 @@ COMMANDS = {
 
 
 _ARGUMENT = re.compile(r"^argument (?P<flag>[^:\s]+): (?P<rest>.*)$", re.DOTALL)
+_NEGATIVE = re.compile(r"^-\.?[0-9]")
 
 
 class Parser(argparse.ArgumentParser):
@@ -69,6 +70,9 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
+        # "-5%", "-5d", "-1Gb/s" are values (no flag starts with a digit): argparse's own pattern takes only
+        # "-5" and "-.5", and left the rest to fail as "expected one argument", without the value's real fault
+        self._negative_number_matcher = _NEGATIVE
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         # argparse's own check, worded the same on every Python (3.12.8 stopped quoting the choices), with the
