@@ -44,3 +44,17 @@ def test_fit_to_world_drops_only_ops_that_came_from_all():
 def test_config_round_trips_through_a_dict():
     config = BenchConfig(ops=["alltoall"], dtypes=["half"], redops=["max"], min_busbw_gbps=5.0)
     assert BenchConfig.from_dict(config.to_dict()) == config
+
+
+def test_a_sweep_of_too_many_rows_in_all_is_refused_before_it_runs():
+    """10,000 sizes are allowed, and so is every op, datatype and reduction of a default sweep; all of them
+    at once is more rows than MAX_TABLE_ROWS (a million took minutes and gigabytes to price and print)."""
+    from fabricscope.sweep import MAX_TABLE_ROWS, SweepConfig
+
+    every = {"ops": ["all_reduce", "all_gather", "broadcast"], "dtypes": ["float", "half", "int8"]}
+    every["redops"] = ["sum", "prod", "max", "min", "avg"]
+    SweepConfig(**every)  # the default sizes: 23 x 3 x 3 x 5 rows
+    SweepConfig(min_bytes=8, max_bytes=80_000, step_bytes=8, step_factor=1)
+    assert MAX_TABLE_ROWS < 450_000
+    with pytest.raises(UsageError, match=r"has 450000 rows \(10000 sizes x 3 ops x 3 datatypes x 5 reductions\)"):
+        SweepConfig(min_bytes=8, max_bytes=80_000, step_bytes=8, step_factor=1, **every)

@@ -32,6 +32,10 @@ def test_is_digits_is_ascii_only() -> None:
         (["bench", "--nproc", "²"], {}, "--nproc must be a whole number"),
         (["monitor", "--serve", "94²"], {}, "the port must be a whole number"),
         (["history", "show", "1²"], {}, "history id"),
+        # decimal options: float() reads Arabic-Indic digits and underscores, the whole-number options do not
+        (["plan", "--model", "llama-7b", "--gpus", "64", "--target-util", "٠.٨"], {}, "--target-util must be a share"),
+        (["compare", "a.json", "--against", "b.json", "--tolerance", "1_0%"], {}, "--tolerance must be a share"),
+        (["estimate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100-ndr", "--moe-imbalance", "1_5"], {}, "from 1"),
     ],
 )
 def test_unicode_digits_are_one_line_errors(argv: list[str], env: dict[str, str], message: str) -> None:

@@ -117,13 +117,18 @@ def choice(modes: Mapping[int, str]) -> Callable[[str], int]:
     return _converter("mode", convert)
 
 
+def _plain(text: str) -> bool:
+    """ASCII without ``_``: ``float`` also reads "٠.٨" and "1_0", which the whole-number options refuse."""
+    return text.isascii() and "_" not in text
+
+
 def number(*, minimum: float, maximum: float, unit: str = "") -> Callable[[str], float]:
     """A finite decimal number in ``[minimum, maximum]``."""
     suffix = f" {unit}" if unit else ""
 
     def convert(text: str) -> float:
         try:
-            value = float(text) if len(text.strip()) <= 64 else math.nan
+            value = float(text) if len(text.strip()) <= 64 and _plain(text) else math.nan
         except ValueError:
             value = math.nan
         if not (math.isfinite(value) and minimum <= value <= maximum):
@@ -141,7 +146,7 @@ def fraction(*, minimum: float = 0.0, maximum: float = 1.0) -> Callable[[str], f
         percent = body.endswith("%")
         number = body[:-1] if percent else body
         try:
-            value = float(number) / (100.0 if percent else 1.0) if len(body) <= 64 else math.nan
+            value = float(number) / (100.0 if percent else 1.0) if len(body) <= 64 and _plain(number) else math.nan
         except ValueError:
             value = math.nan
         if not percent and math.isfinite(value) and value > 1.0 and maximum > 1.0:

@@ -15,10 +15,13 @@ from fabricscope import ops as ops_registry
 from fabricscope.dtypes import DTYPES, REDOPS
 from fabricscope.errors import UsageError
 
-__all__ = ["MAX_SWEEP_ROWS", "SweepConfig"]
+__all__ = ["MAX_SWEEP_ROWS", "MAX_TABLE_ROWS", "SweepConfig"]
 
 MAX_SWEEP_ROWS = 100_000
 """Most sizes in one sweep (``-b 0 -e 1T -i 1`` would be a trillion rows)."""
+MAX_TABLE_ROWS = 400_000
+"""Most rows in all (sizes x ops x datatypes x reductions; ``all -d all -o all`` of a nccl-tests default sweep
+has about 18,000): a million rows took minutes and gigabytes to price and print."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -73,6 +76,12 @@ class SweepConfig:
             raise UsageError(
                 f"the sweep from -b {self.min_bytes} to -e {self.max_bytes} has {rows} sizes, more than "
                 f"{MAX_SWEEP_ROWS}: use a larger -i or a step factor (-f 2)"
+            )
+        table = rows * len(self.ops) * len(self.dtypes) * len(self.redops)
+        if table > MAX_TABLE_ROWS:
+            raise UsageError(
+                f"the sweep has {table} rows ({rows} sizes x {len(self.ops)} ops x {len(self.dtypes)} datatypes x "
+                f"{len(self.redops)} reductions), more than {MAX_TABLE_ROWS}: sweep fewer sizes, ops, -d or -o"
             )
 
     def sweep_rows(self) -> int:

@@ -256,3 +256,13 @@ def test_an_all_to_all_overlaps_its_peers_latencies_as_the_catalog_model_does() 
     assert big[1] - big[0] == pytest.approx(1e9 * (3 / 4 - 1 / 2) / 10e9)
     ring = [float(predicted_seconds(terms, "all_gather", 0, 1, nodes)) * 1e6 for nodes in (2, 4)]
     assert ring == pytest.approx([25.0, 65.0])
+
+
+def test_a_fitted_term_is_written_with_its_significant_digits():
+    """Six decimals wrote a 1e-07 GB/s fit (a 100 B/s line) as 0.0, which a cluster file reads as not measured."""
+    import tomllib
+
+    from fabricscope.model.calibrate import _toml_value
+
+    for value in (1e-7, 12.3456789, 0.0, 987654.321):
+        assert tomllib.loads(f"a = {_toml_value(value)}")["a"] == pytest.approx(value, rel=1e-8)

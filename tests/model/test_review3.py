@@ -99,11 +99,17 @@ def _training_csv(tmp_path: Path, header_change: tuple[str, str] | None = None, 
         (None, {"flows": "9" * 400}, "flows has 400 digits; whole numbers must fit in 64 bits"),
         (None, {"gpus": "9" * 400}, "gpus has 400 digits"),
         (None, {"metric": "memory_gib"}, "memory_gib applies to transformer rows"),
+        (None, {"gpus": "\u0663" * 400}, "is not a whole number (ASCII digits)"),  # int() reads it, then overflows
+        (None, {"value": "2_32.5"}, "is not a number (ASCII digits)"),
+        (None, {"value": "1e308"}, "is outside 1e-09 to 1e+12"),  # its error overflowed to inf in --json
+        (None, {"notes": "x" * 200_000}, "not CSV this reads (field larger than field limit"),
+        ((",global_batch", ",my_own_note"), {}, "missing columns global_batch"),  # not the collectives' columns
     ],
 )
 def test_bad_validation_files_are_one_line(cli, tmp_path, header_change, changes, fragment) -> None:  # type: ignore[no-untyped-def]
-    line = one_error_line(cli("validate", _training_csv(tmp_path, header_change, **changes)))
-    assert fragment in line and len(line) < 300, line
+    path = _training_csv(tmp_path, header_change, **changes)
+    line = one_error_line(cli("validate", path))
+    assert fragment in line and len(line.replace(path, "")) < 300, line
 
 
 def test_an_unrelated_extra_column_is_a_note(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -314,7 +314,8 @@ def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
-        return repr(round(value, 6) if isinstance(value, float) else value)
+        # nine significant digits: rounding to six decimals wrote a 1e-07 GB/s fit as 0.0, "not measured"
+        return repr(float(f"{value:.9g}") if isinstance(value, float) else value)
     text = str(value).replace("\\", "\\\\").replace('"', '\\"')
     return '"' + "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text) + '"'
 

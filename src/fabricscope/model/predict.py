@@ -94,9 +94,13 @@ class OpPrediction:
     faster: list[Faster] = field(default_factory=list)
     """Sizes where the model's fastest candidate beats NCCL's choice (only when NCCL chooses)."""
 
-    def faster_for(self, record: CollectiveRecord) -> Faster | None:
-        """The :class:`Faster` of one record's row, if any."""
-        return next((f for f in self.faster if f.dtype == record.dtype and f.size_bytes == record.size_bytes), None)
+    def faster_by_row(self) -> dict[tuple[str, int], Faster]:
+        """The :class:`Faster` of each (dtype, size) row that has one (the first, where a row has several): looked
+        up per record, not searched, since a sweep has up to 100,000 rows."""
+        found: dict[tuple[str, int], Faster] = {}
+        for entry in self.faster:
+            found.setdefault((entry.dtype, entry.size_bytes), entry)
+        return found
 
 
 def predict_op(
@@ -225,8 +229,9 @@ class Prediction:
         """The records as a Result holds them, each with its faster candidate where there is one."""
         found = []
         for one in self.ops:
+            by_row = one.faster_by_row()
             for record in one.records:
-                faster = one.faster_for(record)
+                faster = by_row.get((record.dtype, record.size_bytes))
                 found.append({**record.to_dict(), **(faster.fields() if faster else {})})
         return found
 

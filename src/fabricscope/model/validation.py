@@ -153,7 +153,7 @@ class Comparison:
 
     @property
     def error_pct(self) -> float:
-        return 100.0 * (self.predicted - self.published) / self.published
+        return 100.0 * (self.predicted / self.published - 1.0)
 
     def record(self) -> dict[str, Any]:
         return {**asdict(self), "error_pct": self.error_pct}
@@ -318,6 +318,8 @@ def _number(row: Mapping[str, str], key: str, *, whole: bool = False, allow_zero
     """A numeric column: a finite number above zero (or zero, with ``allow_zero``)."""
     text = (row.get(key) or "").strip()
     shown = quoted(text)
+    if not text.isascii() or "_" in text:  # int() and float() also read "٣" and "2_32.5"
+        raise ValueError(f"{key} = {shown} is not a {'whole ' if whole else ''}number (ASCII digits)")
     digits = text.lstrip("+-").lstrip("0")
     if whole and is_digits(digits) and (len(digits) > 19 or int(digits) >= 2**63):
         raise ValueError(f"{key} has {len(digits)} digits; whole numbers must fit in 64 bits")
@@ -329,6 +331,19 @@ def _number(row: Mapping[str, str], key: str, *, whole: bool = False, allow_zero
         raise ValueError(f"{key} = {shown} must be a finite number")
     if value < 0 or (value == 0 and not allow_zero):
         raise ValueError(f"{key} = {shown} must be {'0 or more' if allow_zero else 'a positive number'}")
+    return value
+
+
+PUBLISHED_RANGE = (1e-9, 1e12)
+"""Values a published row can hold (GB/s, seconds, tokens/s, TFLOP/s, GiB, shares): a number past these is a typo,
+and an error against it would overflow."""
+
+
+def _published(row: Mapping[str, str]) -> float:
+    value = float(_number(row, "value"))
+    low, high = PUBLISHED_RANGE
+    if not low <= value <= high:
+        raise ValueError(f"value = {quoted(row.get('value') or '')} is outside {low:g} to {high:g}")
     return value
 
 
@@ -363,7 +378,7 @@ def check_collective(row: Mapping[str, str], where: str) -> Comparison:
     cluster = _cluster(row, nodes)
     op = get_op((row.get("collective") or "").split()[0] if (row.get("collective") or "").strip() else "")
     size = _number(row, "size_bytes", whole=True)
-    published = _number(row, "value")
+    published = _published(row)
     record = predict(cluster, {op.name: [size]}, algo=_algorithm(row.get("algorithm", "") or "")).ops[0].records[0]
     metric = row["metric"]
     if metric == "busbw_GBps":
@@ -531,7 +546,7 @@ def check_training(row: Mapping[str, str], where: str) -> Comparison:
     per_node = min(per_node, gpus)
     cluster = _cluster(row, gpus // per_node, per_node)
     batch = _number(row, "global_batch", whole=True)
-    published = _number(row, "value")
+    published = _published(row)
     metric = row["metric"]
     if metric not in TRAINING_METRICS:
         raise ConfigError(f"metric {metric!r} is not one of {', '.join(TRAINING_METRICS)}")
@@ -665,8 +680,11 @@ def validate_file(path: Any) -> list[Comparison]:
     where = str(path)
     text = read_text(str(path), what="validation CSV")
     reader = csv.DictReader(io.StringIO(text, newline=""))
-    _check_header(where, list(reader.fieldnames or []))
-    rows = list(reader)
+    try:
+        _check_header(where, list(reader.fieldnames or []))
+        rows = list(reader)
+    except csv.Error as exc:  # a cell past the csv module's 131,072-character limit, a NUL byte
+        raise ConfigError(f"{where}: line {reader.line_num}: not CSV this reads ({exc})") from None
     if not rows:
         raise ConfigError(f"{where}: no rows (expected the columns described in docs/model.md, section Validation)")
     columns = set(rows[0])
@@ -674,11 +692,13 @@ def validate_file(path: Any) -> list[Comparison]:
         check, kind = check_training, "training"
     elif set(COLLECTIVE_COLUMNS) <= columns:
         check, kind = check_collective, "collectives"
-    else:
-        missing = sorted(set(COLLECTIVE_COLUMNS) - columns)
+    else:  # the missing columns of the kind of file it is closer to
+        kinds = (("collectives", COLLECTIVE_COLUMNS), ("training", TRAINING_COLUMNS))
+        closer, needed = min(kinds, key=lambda kind: len(set(kind[1]) - columns))
+        missing = [c for c in needed if c not in columns]
         raise ConfigError(
-            f"{where}: not a validation file: missing columns {', '.join(missing)} "
-            f"(a collectives file needs {', '.join(COLLECTIVE_COLUMNS)}; a training file {', '.join(TRAINING_COLUMNS)})"
+            f"{where}: not a validation file: missing columns {', '.join(missing)} (a {closer} file needs "
+            f"{', '.join(needed)}; see docs/model.md, section Validation)"
         )
     checks = []
     for number, row in enumerate(rows, start=2):
