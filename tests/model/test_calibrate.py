@@ -266,3 +266,11 @@ def test_a_fitted_term_is_written_with_its_significant_digits():
 
     for value in (1e-7, 12.3456789, 0.0, 987654.321):
         assert tomllib.loads(f"a = {_toml_value(value)}")["a"] == pytest.approx(value, rel=1e-8)
+
+
+def test_a_run_given_twice_is_refused(cli, two_ranks, tmp_path) -> None:
+    """Its points would weigh twice in every fit (validate refuses a CSV named twice the same way)."""
+    other = f"{two_ranks.parent}/./{two_ranks.name}"  # another spelling of the same file
+    line = one_error_line(cli("calibrate", str(two_ranks), str(other), "-o", str(tmp_path / "c.toml")))
+    assert "is given twice" in line and "give each run once" in line
+    assert not (tmp_path / "c.toml").exists()

@@ -33,6 +33,9 @@ def test_hw_mistakes(cli) -> None:
     assert "did you mean 'h100-sxm'" in one_error_line(cli("hw", "show", "h100-smx"))
     assert "unknown kind 'gpuz'" in one_error_line(cli("hw", "gpuz"))
     assert "usage: fabricscope hw show NAME" in one_error_line(cli("hw", "show"))
+    for argv in (["hw", "show", "a" * 5000], ["hw", "a" * 5000]):  # cut in the middle, as every command cuts
+        line = one_error_line(cli(*argv))
+        assert "(5000 characters)" in line and len(line) < 400, argv
 
 
 def test_hw_show_a_model_shows_what_is_used(cli) -> None:

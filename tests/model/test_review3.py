@@ -101,6 +101,7 @@ def _training_csv(tmp_path: Path, header_change: tuple[str, str] | None = None, 
         (None, {"metric": "memory_gib"}, "memory_gib applies to transformer rows"),
         (None, {"gpus": "\u0663" * 400}, "is not a whole number (ASCII digits)"),  # int() reads it, then overflows
         (None, {"value": "2_32.5"}, "is not a number (ASCII digits)"),
+        (None, {"gpu": " "}, "gpu is empty: name the GPU"),  # it was an A100 80GB, silently
         (None, {"value": "1e308"}, "is outside 1e-09 to 1e+12"),  # its error overflowed to inf in --json
         (None, {"notes": "x" * 200_000}, "not CSV this reads (field larger than field limit"),
         ((",global_batch", ",my_own_note"), {}, "missing columns global_batch"),  # not the collectives' columns

@@ -11,6 +11,7 @@ from typing import Any
 
 from fabricscope.errors import UsageError, closest
 from fabricscope.options import SubParsers
+from fabricscope.shown import quoted
 
 __all__ = ["add_parser", "run_hw"]
 
@@ -58,12 +59,14 @@ def run_hw(args: argparse.Namespace) -> int:
         _print(_show(words[1]))
         return 0
     if len(words) > 1:
-        raise UsageError(f"give one kind to list, or 'show NAME'; got {' '.join(words)!r}")
+        raise UsageError(f"give one kind to list, or 'show NAME'; got {quoted(' '.join(words))}")
     kinds = sorted(set(_HW_KINDS.values()), key=list(_HW_KINDS.values()).index)
     if words:
         key = words[0].strip().lower()
         if key not in _HW_KINDS:
-            raise UsageError(f"unknown kind {words[0]!r}{closest(key, _HW_KINDS)}: use {', '.join(kinds)} or show NAME")
+            raise UsageError(
+                f"unknown kind {quoted(words[0])}{closest(key, _HW_KINDS)}: use {', '.join(kinds)} or show NAME"
+            )
         kinds = [_HW_KINDS[key]]
     lines: list[str] = []
     for kind in kinds:
@@ -117,7 +120,8 @@ def _show(name: str) -> list[str]:
     every = [n for kind in hardware.KINDS for n in hardware.entries(kind)]
     every += [*presets(), *model_presets(), *scenarios()]
     raise UsageError(
-        f"nothing called {name!r} in the catalog{hardware.suggest(name, every)}: see 'fabricscope hw' for every name"
+        f"nothing called {quoted(name)} in the catalog{hardware.suggest(name, every)}: "
+        "see 'fabricscope hw' for every name"
     )
 
 

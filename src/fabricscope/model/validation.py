@@ -194,11 +194,13 @@ def _family_word(family: str) -> str:
 def match_gpu(text: str) -> str:
     """Catalog name of a GPU as nvidia-smi or a paper writes it (``A100-SXM4-80GB``)."""
     low = text.lower().replace(" ", "-")
-    if low in ("", "any"):
+    if not low.strip("-"):
+        raise UsageError("gpu is empty: name the GPU the source ran on (A100-SXM4-80GB, H100 SXM5, ...)")
+    if low == "any":
         return "a100-sxm-80gb"
     family = next((f for f in _GPU_FAMILIES if re.search(_family_word(f), low)), None)
     if family is None:
-        raise UsageError(f"cannot match GPU {text!r} to the catalog ({', '.join(hardware.entries('gpu'))})")
+        raise UsageError(f"cannot match GPU {quoted(text)} to the catalog ({', '.join(hardware.entries('gpu'))})")
     names = [n for n in hardware.entries("gpu") if re.search(_family_word(family), n)]
     form = next((f for f in _FORM_FACTORS if f in low), None)
     if form is not None and any(form in n for n in names):
