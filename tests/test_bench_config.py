@@ -51,10 +51,12 @@ def test_a_sweep_of_too_many_rows_in_all_is_refused_before_it_runs():
     at once is more rows than MAX_TABLE_ROWS (a million took minutes and gigabytes to price and print)."""
     from fabricscope.sweep import MAX_TABLE_ROWS, SweepConfig
 
-    every = {"ops": ["all_reduce", "all_gather", "broadcast"], "dtypes": ["float", "half", "int8"]}
+    every = {"ops": ["all_reduce", "reduce_scatter", "all_gather"], "dtypes": ["float", "half", "int8", "double"]}
     every["redops"] = ["sum", "prod", "max", "min", "avg"]
-    SweepConfig(**every)  # the default sizes: 23 x 3 x 3 x 5 rows
+    SweepConfig(**every)  # the default sizes: 23 x 4 x (5 + 5 + 1) rows
     SweepConfig(min_bytes=8, max_bytes=80_000, step_bytes=8, step_factor=1)
-    assert MAX_TABLE_ROWS < 450_000
-    with pytest.raises(UsageError, match=r"has 450000 rows \(10000 sizes x 3 ops x 3 datatypes x 5 reductions\)"):
+    # reductions multiply the reducing ops only: all_gather with every reduction is 10,000 x 4 rows
+    SweepConfig(min_bytes=8, max_bytes=80_000, step_bytes=8, step_factor=1, **{**every, "ops": ["all_gather"]})
+    assert MAX_TABLE_ROWS < 440_000
+    with pytest.raises(UsageError, match=r"has 440000 rows \(10000 sizes x 4 datatypes x 11 op and reduction pairs\)"):
         SweepConfig(min_bytes=8, max_bytes=80_000, step_bytes=8, step_factor=1, **every)

@@ -77,11 +77,12 @@ class SweepConfig:
                 f"the sweep from -b {self.min_bytes} to -e {self.max_bytes} has {rows} sizes, more than "
                 f"{MAX_SWEEP_ROWS}: use a larger -i or a step factor (-f 2)"
             )
-        table = rows * len(self.ops) * len(self.dtypes) * len(self.redops)
-        if table > MAX_TABLE_ROWS:
+        per_size = sum(len(self.redops) if ops_registry.get(op).reduces else 1 for op in self.ops)
+        table = rows * len(self.dtypes) * per_size
+        if table > MAX_TABLE_ROWS:  # reductions multiply the reducing ops only, as bench and predict loop
             raise UsageError(
-                f"the sweep has {table} rows ({rows} sizes x {len(self.ops)} ops x {len(self.dtypes)} datatypes x "
-                f"{len(self.redops)} reductions), more than {MAX_TABLE_ROWS}: sweep fewer sizes, ops, -d or -o"
+                f"the sweep has {table} rows ({rows} sizes x {len(self.dtypes)} datatypes x {per_size} op and "
+                f"reduction pairs), more than {MAX_TABLE_ROWS}: sweep fewer sizes, ops, -d or -o"
             )
 
     def sweep_rows(self) -> int:

@@ -303,3 +303,17 @@ def test_the_older_error_column_may_say_nan_and_its_row_is_kept():
 def test_output_without_one_row_is_refused(text):
     with pytest.raises(UsageError, match=r"without one row measured.*nothing to import"):
         nccl_tests.parse(text, source="x", op="all_reduce")
+
+
+def test_a_count_of_wrong_elements_printed_with_percent_g_is_kept():
+    """nccl-tests prints #wrong with %g: 16,777,216 wrong elements read 1.67772e+07; that row is the one that
+    says the run was corrupt, and it is kept with its count."""
+    text = (DATA / "current_all_reduce_h100x8.log").read_text()
+    old = "340.51       0   665.67  201.63  352.85       0"
+    assert text.count(old) == 1
+    result = nccl_tests.parse(
+        text.replace(old, "340.51  1.67772e+07   665.67  201.63  352.85  1.67772e+07"), source="x"
+    )
+    assert result.status == "complete" and len(result.records) == 50
+    assert [r["wrong"] for r in result.records if r["size_bytes"] == 134217728] == [16777200, 16777200]
+    assert result.summary["all_reduce"]["wrong"] == 2 * 16777200

@@ -245,10 +245,13 @@ def _row_records(tokens: list[str], columns: list[str], op: str) -> list[dict[st
             value = _number(check)
             if value is not None and value >= 0:
                 record["max_error"] = value
-        elif is_digits(check) and len(check) <= 20:
-            record["wrong"] = int(check)
         elif check != "N/A":
-            return None  # a count of wrong elements that is neither a whole number nor N/A (400 digits, -5, a word)
+            # nccl-tests prints the count with %g: 16,777,216 wrong elements read 1.67772e+07 (the rows that
+            # matter most); a count that is no whole number from 0 to 2**63 (1e308, -5, a word) is no row
+            wrong = _number(check)
+            if wrong is None or not 0 <= wrong < 2**63 or not wrong.is_integer():
+                return None
+            record["wrong"] = int(wrong)
         records.append(record)
     return records
 
@@ -627,5 +630,7 @@ def parse(text: str, *, source: str = "<input>", op: str | None = None, progress
         result = parse_text(text, source=source, op=op, progress=progress)
     if not result.records:
         why = f" ({result.error})" if result.error else ""
-        raise UsageError(f"{source}: nccl-tests output without one row measured{why}: nothing to import")
+        raise UsageError(
+            f"{source}: nccl-tests output without one row measured{why}: nothing to import (leave this file out)"
+        )
     return result
