@@ -20,8 +20,9 @@ __all__ = ["MAX_SWEEP_ROWS", "MAX_TABLE_ROWS", "SweepConfig"]
 MAX_SWEEP_ROWS = 100_000
 """Most sizes in one sweep (``-b 0 -e 1T -i 1`` would be a trillion rows)."""
 MAX_TABLE_ROWS = 400_000
-"""Most rows in all (sizes x ops x datatypes x reductions; ``all -d all -o all`` of a nccl-tests default sweep
-has about 18,000): a million rows took minutes and gigabytes to price and print."""
+"""Most rows in all: sizes x datatypes x (the reductions for a reducing op, one row for another), summed over
+the ops; bench's ``all -d all -o all`` over nccl-tests' default sizes has about 5,000, and a million rows took
+minutes and gigabytes to price and print."""
 
 
 @dataclass(kw_only=True, slots=True)

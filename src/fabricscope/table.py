@@ -127,9 +127,9 @@ def pair_rows(records: Iterable[Mapping[str, Any]]) -> list[Row]:
             rows.append(slot)
         slot[record["placement"]] = record
     return [
-        Row(size_bytes=k[1], count=k[2], dtype=k[3], redop=k[4], root=k[5], out=v["out"], inp=v["in"])
-        for v in rows
-        for k in (v["key"],)
+        Row(size_bytes=size, count=count, dtype=dtype, redop=redop, root=root, out=slot["out"], inp=slot["in"])
+        for slot in rows
+        for _, size, count, dtype, redop, root in (slot["key"],)
     ]
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "MAX_TEXT_BYTES",
     "check_depth",
     "describe_mode",
+    "file_key",
     "is_path",
     "parse_json",
     "read_json",
@@ -85,6 +86,16 @@ def _open_error(path: str, exc: OSError, what: str) -> str:
     if exc.errno in (errno.EACCES, errno.EPERM):
         return f"{shown}: permission denied (cannot read the {what})"
     return f"{shown}: cannot read the {what} ({exc.strerror or exc})"
+
+
+def file_key(path: str | os.PathLike[str]) -> object:
+    """What tells one input file from another whatever the spelling of its path (``x.json``, ``./x.json``, a
+    link): its device and inode; the path itself where it cannot be stat-ed (its reader then says why)."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return os.fspath(path)
+    return (info.st_dev, info.st_ino)
 
 
 def is_path(text: str, *, suffix: str = ".toml") -> bool:

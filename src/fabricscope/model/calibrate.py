@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from fabricscope.model.cluster import MAX_BUSBW_GBPS, CalibratedOp, Cluster
 from fabricscope.model.predict import op_seconds
 from fabricscope.results import Result
 from fabricscope.shown import quoted
+from fabricscope.userfiles import file_key
 
 __all__ = [
     "HUBER_K",
@@ -230,13 +230,7 @@ def load_runs(paths: Iterable[str]) -> list[MeasuredOp]:
     seen: dict[object, str] = {}
     for path in paths:
         run = resolve(path, kinds=RESULT_KINDS)
-        key: object = ("run", run.run_id)
-        if run.run_id is None:
-            try:
-                info = os.stat(path)
-                key = (info.st_dev, info.st_ino)
-            except OSError:
-                key = path
+        key = ("run", run.run_id) if run.run_id is not None else file_key(path)
         if key in seen:  # its points would weigh twice in every fit
             also = "" if seen[key] == path else f" (as {quoted(seen[key])} and {quoted(path)})"
             raise UsageError(f"{quoted(path)} is given twice{also}: give each run once, so that it counts once")

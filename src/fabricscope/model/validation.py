@@ -29,7 +29,6 @@ import dataclasses
 import difflib
 import io
 import math
-import os
 import re
 import statistics
 from collections.abc import Iterable, Mapping
@@ -60,7 +59,7 @@ from fabricscope.ops import get as get_op
 from fabricscope.results import Result
 from fabricscope.shown import cut, quoted
 from fabricscope.units import is_digits
-from fabricscope.userfiles import read_text
+from fabricscope.userfiles import file_key, read_text
 
 __all__ = [
     "KNOWN_OFF",
@@ -722,11 +721,7 @@ def validate_files(paths: Iterable[Any]) -> list[Comparison]:
     is refused, as its rows would count twice in every figure."""
     seen: dict[Any, str] = {}
     for path in paths:
-        try:
-            info = os.stat(path)
-            key: Any = (info.st_dev, info.st_ino)
-        except (OSError, ValueError):
-            key = str(path)  # validate_file says what is wrong with it
+        key = file_key(path)  # validate_file says what is wrong with one that cannot be stat-ed
         if key in seen:
             first = seen[key]
             also = "" if first == str(path) else f" (as {cut(first)!r} and {cut(str(path))!r})"
