@@ -685,7 +685,7 @@ def validate_file(path: Any) -> list[Comparison]:
         _check_header(where, list(reader.fieldnames or []))
         rows = list(reader)
     except csv.Error as exc:  # a cell past the csv module's 131,072-character limit, a NUL byte
-        raise ConfigError(f"{where}: line {reader.line_num}: not CSV this reads ({exc})") from None
+        raise ConfigError(f"{where}: not CSV this reads ({exc})") from None  # (csv's line count lags here)
     if not rows:
         raise ConfigError(f"{where}: no rows (expected the columns described in docs/model.md, section Validation)")
     columns = set(rows[0])
