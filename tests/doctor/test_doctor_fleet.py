@@ -379,8 +379,26 @@ def stop_rank_0(launcher: subprocess.Popen[str], mark: str, *, when_it_prints: b
     raise AssertionError("the launcher ended before rank 0 started")
 
 
+def resume_once_told_to_end(pid: int, launcher: subprocess.Popen[str]) -> None:
+    """SIGCONT the stopped ``pid`` once a SIGTERM waits for it (its launcher is ending the job), so it ends
+    by that SIGTERM as a hung rank would, not by the SIGKILL a launcher sends a stopped one 30 s later."""
+    while launcher.poll() is None:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return
+        pending = 0
+        for line in status.splitlines():
+            if line.startswith(("SigPnd:", "ShdPnd:")):
+                pending |= int(line.split()[1], 16)
+        if pending & (1 << (signal.SIGTERM - 1)):
+            os.kill(pid, signal.SIGCONT)
+            return
+        time.sleep(0.05)
+
+
 def run_with_frozen_rank_0(
-    argv: list[str], *, when_it_prints: bool = False
+    argv: list[str], *, when_it_prints: bool = False, resume_on_sigterm: bool = False
 ) -> tuple[subprocess.CompletedProcess[str], int]:
     mark = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "RANK", "WORLD_SIZE", "MASTER_"))}
@@ -389,6 +407,8 @@ def run_with_frozen_rank_0(
     launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
     try:
         pid = stop_rank_0(launcher, mark, when_it_prints=when_it_prints)
+        if resume_on_sigterm:
+            threading.Thread(target=resume_once_told_to_end, args=(pid, launcher), daemon=True).start()
         out, err = launcher.communicate(timeout=180)  # without the fix: forever
     finally:
         if launcher.poll() is None:
@@ -424,9 +444,10 @@ def test_spawned_ranks_end_when_rank_0_is_frozen() -> None:
 def test_under_torchrun_ranks_end_when_rank_0_is_frozen() -> None:
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", "--master-port", str(free_port())]
     argv += ["-m", "fabricscope", "doctor", "--root", str(FIXTURES / "healthy-ib-8gpu"), "--timeout", "3"]
-    result, pid = run_with_frozen_rank_0(argv)
+    result, pid = run_with_frozen_rank_0(argv, resume_on_sigterm=True)
     # The agent hosts the store: ranks 1 and 2 reach it, wait for rank 0's report, give up and exit 3;
-    # torchrun then ends the job (a stopped rank 0 ignores its SIGTERM: torchrun kills it 30 s later).
+    # torchrun then ends the job with a SIGTERM to each rank (a stopped rank 0 would take it only when
+    # continued, and torchrun kills it 30 s later: the test continues it once the SIGTERM waits).
     assert result.returncode == 1, result.stderr
     # The first rank to give up ends the job: torchrun stops the other one (SIGTERM) before it may say so.
     what = "rank 0 sent no report within 3 s (it is stopped, hung or dead)"
