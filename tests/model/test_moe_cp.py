@@ -192,6 +192,14 @@ def test_moe_estimate_prints_experts_and_the_all_to_all(cli) -> None:  # type: i
         (["--model", "llama-70b", "--ep", "2"], "--ep splits routed experts and llama-70b has none"),
         (["--model", "llama3-405b-128k", "--cp", "3"], "--cp must split the sequence (131072 tokens)"),
         (["--model", "mixtral-8x7b", "--moe-imbalance", "0.5"], "--moe-imbalance"),
+        # Options that shape experts changed nothing on a dense model: refused, as --ep is.
+        (
+            ["--model", "llama-70b", "--etp", "2"],
+            "--etp shapes the experts of a mixture-of-experts model and llama-70b has",
+        ),
+        (["--model", "llama-70b", "--moe-imbalance", "1.5"], "--moe-imbalance shapes the experts"),
+        (["--model", "llama-70b", "--deepep"], "--deepep shapes the experts"),
+        (["--model", "llama-70b", "--ep-overlap"], "--ep-overlap shapes the experts"),
     ],
 )
 def test_bad_expert_and_context_splits_are_one_error_line(cli, args: list[str], needle: str) -> None:  # type: ignore[no-untyped-def]

@@ -20,6 +20,7 @@ from fabricscope.options import SubParsers
 from fabricscope.store.save import add_save_options, check_save_options, save_request, save_result
 
 if TYPE_CHECKING:
+    from fabricscope.model.workload import ModelSpec
     from fabricscope.results import Result
 
 __all__ = ["add_parser", "run_calibrate", "run_estimate", "run_plan", "run_predict", "run_validate"]
@@ -291,6 +292,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     _check_output(args.json, args.model, args.cluster)
     check_save_options(args)
     model = load_model(args.model)
+    _check_moe_options(args, model)
     stack = None if args.framework is None else FRAMEWORKS[as_choice(args.framework, tuple(FRAMEWORKS), "--framework")]
     if stack is not None:
         model = dataclasses.replace(model, flash_attention=stack.flash_attention)
@@ -334,6 +336,27 @@ def run_estimate(args: argparse.Namespace) -> int:
     _print(sure.lines("this step time", prefix=""))
     _save(args.json, result.result(uncertainty=sure.record()), args)
     return 0
+
+
+def _check_moe_options(args: argparse.Namespace, model: ModelSpec) -> None:
+    """The options that only shape a mixture-of-experts model are refused for another (they changed nothing)."""
+    if model.is_moe:
+        return
+    given = [
+        flag
+        for flag, value in (
+            ("--etp", args.etp),
+            ("--moe-imbalance", args.moe_imbalance),
+            ("--deepep", args.deepep or None),
+            ("--ep-overlap", args.ep_overlap or None),
+        )
+        if value is not None
+    ]
+    if given:
+        raise UsageError(
+            f"{given[0]} shapes the experts of a mixture-of-experts model and {model.name} has none (experts = 0): "
+            "leave it out, or give a MoE model (see 'fabricscope hw models')"
+        )
 
 
 # --- plan ---------------------------------------------------------------------------------------
