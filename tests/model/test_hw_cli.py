@@ -29,6 +29,19 @@ def test_hw_show_gives_numbers_and_sources(cli) -> None:
     assert "kv_heads" in model.out
 
 
+def test_hw_show_of_a_cluster_is_a_cluster_file_predict_loads(cli, tmp_path) -> None:
+    shown = cli("hw", "show", "dgx-a100-hdr")
+    mine = tmp_path / "mine.toml"
+    mine.write_text(shown.out)
+    args = ["predict", "all_reduce", "-b", "1M", "-e", "1G", "-f", "4"]
+    from_file = cli(*args, "--cluster", str(mine))
+    assert from_file.code == 0, from_file.err
+    table = [line for line in from_file.out.splitlines() if not line.startswith("#")]
+    assert table == [
+        line for line in cli(*args, "--cluster", "dgx-a100-hdr").out.splitlines() if not line.startswith("#")
+    ]
+
+
 def test_hw_mistakes(cli) -> None:
     assert "did you mean 'h100-sxm'" in one_error_line(cli("hw", "show", "h100-smx"))
     assert "unknown kind 'gpuz'" in one_error_line(cli("hw", "gpuz"))

@@ -107,8 +107,9 @@ def _show(name: str) -> list[str]:
         name = key
         cluster = load_cluster(name)
         text = (hardware.catalog_dir() / "clusters" / f"{name}.toml").read_text(encoding="utf-8")
+        # Every line above the preset's own text is a comment: `hw show NAME > mine.toml` is a cluster file to edit.
         return [
-            f"cluster {name} (catalog/clusters/{name}.toml):",
+            f"# cluster {name} (catalog/clusters/{name}.toml):",
             *report.cluster_lines(cluster),
             "",
             text.rstrip(),
