@@ -158,7 +158,8 @@ def test_calibrate_refuses_hostile_and_wrong_inputs(cli, two_ranks, tmp_path, wr
     ("table", "fragment"),
     [
         ("[calibration.all_reduse]\nbase_us = 1.0\n", "did you mean 'all_reduce'"),
-        ("[calibration.all_reduce]\nintra_busbw_gbps = -1.0\n", "intra_busbw_gbps must be from 0 (not measured) to"),
+        ("[calibration.all_reduce]\nintra_busbw_gbps = -1.0\n", "intra_busbw_gbps must be 0 (not measured) or from"),
+        ("[calibration.all_reduce]\ninter_busbw_gbps = 1e-300\n", "must be 0 (not measured) or from 1e-09 to 10,000"),
         ("[calibration.all_reduce]\nbase_us = nan\n", "base_us must be from 0 to 1,000,000 (microseconds)"),
         (
             "[calibration.all_reduce]\nspeed = 3\n",

@@ -27,7 +27,7 @@ from fabricscope import ops
 from fabricscope.dtypes import DTYPES
 from fabricscope.errors import ResultFormatError, UsageError
 from fabricscope.model.calibrated_cost import inter_steps, steps
-from fabricscope.model.cluster import MAX_BUSBW_GBPS, CalibratedOp, Cluster
+from fabricscope.model.cluster import MAX_BUSBW_GBPS, MIN_BUSBW_GBPS, CalibratedOp, Cluster
 from fabricscope.model.predict import op_seconds
 from fabricscope.results import Result
 from fabricscope.shown import quoted
@@ -255,6 +255,11 @@ def _hops(op: str, runs: Sequence[MeasuredOp]) -> tuple[float, float]:
     return 0.0, float(statistics.median(per_step))
 
 
+def _bounded(busbw: float) -> float:
+    """A fitted bus bandwidth within what a cluster file holds (a flat line is the largest)."""
+    return min(max(busbw, MIN_BUSBW_GBPS), MAX_BUSBW_GBPS)
+
+
 def _busbw(op: str, run: MeasuredOp) -> float:
     """Bus bandwidth of a run's hops, GB/s (inf where its line is flat)."""
     _, b = fit_line(run.moved, run.seconds)
@@ -280,7 +285,7 @@ def _calibrated(op: str, mine: Sequence[MeasuredOp]) -> CalibratedOp:
     base, intra_hop, intra_bw = 0.0, 0.0, 0.0
     if inside:
         base, intra_hop = _hops(op, inside)
-        intra_bw = min(float(statistics.median(_busbw(op, r) for r in inside)), MAX_BUSBW_GBPS)
+        intra_bw = _bounded(float(statistics.median(_busbw(op, r) for r in inside)))
     inter_hop, inter_bw = 0.0, 0.0
     if across:
         hops, rates = [], []
@@ -291,7 +296,7 @@ def _calibrated(op: str, mine: Sequence[MeasuredOp]) -> CalibratedOp:
             hops.append(max(a, 0.0) / max(crossing, 1.0))
             rates.append(_busbw(op, run))
         inter_hop = float(statistics.median(hops))
-        inter_bw = min(float(statistics.median(rates)), MAX_BUSBW_GBPS)
+        inter_bw = _bounded(float(statistics.median(rates)))
     terms = CalibratedOp(
         base_us=base,
         intra_hop_us=intra_hop,

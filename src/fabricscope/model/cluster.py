@@ -55,6 +55,7 @@ from fabricscope.userfiles import is_path, read_toml
 __all__ = [
     "MAX_BUSBW_GBPS",
     "MAX_LATENCY_US",
+    "MIN_BUSBW_GBPS",
     "CalibratedOp",
     "Cluster",
     "ClusterSpec",
@@ -74,6 +75,8 @@ MAX_LATENCY_US = 1e6
 """Largest calibrated latency (call or hop) a cluster file may give, microseconds."""
 MAX_BUSBW_GBPS = 1e4
 """Largest calibrated bus bandwidth, GB/s; ``calibrate`` writes it for a line that comes out flat."""
+MIN_BUSBW_GBPS = 1e-9
+"""Smallest calibrated bus bandwidth but 0 (not measured): a byte a second; less is a typo, not a link."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -159,8 +162,8 @@ class CalibratedOp:
         for key in ("base_us", "intra_hop_us", "inter_hop_us"):
             require(key, getattr(self, key), f"from 0 to {MAX_LATENCY_US:,.0f} (microseconds)", _within(MAX_LATENCY_US))
         for key in ("intra_busbw_gbps", "inter_busbw_gbps"):
-            allowed = f"from 0 (not measured) to {MAX_BUSBW_GBPS:,.0f} (GB/s)"
-            require(key, getattr(self, key), allowed, _within(MAX_BUSBW_GBPS))
+            allowed = f"0 (not measured) or from {MIN_BUSBW_GBPS:g} to {MAX_BUSBW_GBPS:,.0f} (GB/s)"
+            require(key, getattr(self, key), allowed, lambda v: v == 0 or MIN_BUSBW_GBPS <= v <= MAX_BUSBW_GBPS)
         require("points", self.points, "from 0 to 1e9", _within(1e9))
         require("residual_pct", self.residual_pct, "from 0 to 1e6 (percent)", _within(1e6))
 
