@@ -21,6 +21,7 @@ from fabricscope.shown import quoted
 __all__ = [
     "GB",
     "MAX_SIZE",
+    "OutOfRange",
     "bytes_per_s_to_gbps",
     "format_size",
     "gbps",
@@ -127,6 +128,14 @@ def parse_rate(text: str | float, *, what: str = "rate") -> float:
     return float(value)
 
 
+_MAX_SECONDS = 10**12
+_DURATION_RANGE = f"at most {_MAX_SECONDS:.0e} seconds (about 31,700 years)"
+
+
+class OutOfRange(UsageError):
+    """A duration written right and too long for any clock."""
+
+
 def parse_duration(text: str | float, *, what: str = "duration") -> float:
     """Parse ``"30"``, ``"30s"``, ``"500ms"``, ``"2m"``, ``"1h"``, ``"1e3"`` into seconds (must be > 0)."""
     seconds = _given_number(text, what, "number of seconds")
@@ -138,12 +147,12 @@ def parse_duration(text: str | float, *, what: str = "duration") -> float:
         _exact(mantissa, what, text)
         exponent = int(number.lower().split("e")[1]) if "e" in number.lower() else 0
         if abs(exponent) > _MAX_DIGITS:
-            raise UsageError(f"{what} {quoted(str(text))} is out of range")
+            raise OutOfRange(f"{what} {quoted(str(text))} is out of range: {_DURATION_RANGE}")
         seconds = Fraction(number) * _SECONDS[unit.lower()]
     if seconds <= 0:
         raise UsageError(f"{what} must be a positive number of seconds, got {quoted(str(text))}")
-    if seconds > 10**12:
-        raise UsageError(f"{what} {quoted(str(text))} is out of range")
+    if seconds > _MAX_SECONDS:
+        raise OutOfRange(f"{what} {quoted(str(text))} is out of range: {_DURATION_RANGE}")
     return float(seconds)
 
 

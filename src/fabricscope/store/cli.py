@@ -92,7 +92,7 @@ def _add_history(subparsers: SubParsers) -> None:
 
 def parse_since(text: str, *, now: datetime | None = None) -> datetime:
     """``2026-11-30``, ``2026-11-30T12:00`` (UTC unless a zone is given), or an age: ``36h``, ``7d``, ``90m``."""
-    from fabricscope.units import parse_duration
+    from fabricscope.units import OutOfRange, parse_duration
 
     value = text.strip()
     try:
@@ -104,7 +104,7 @@ def parse_since(text: str, *, now: datetime | None = None) -> datetime:
     moment = now or datetime.now(UTC)
     try:
         return moment - timedelta(seconds=parse_duration(value, what="--since"))
-    except (OverflowError, ValueError):
+    except (OverflowError, ValueError, OutOfRange):
         raise UsageError(f"--since {quoted(text)} reaches back before year 1") from None
     except FabricscopeError:
         raise UsageError(
