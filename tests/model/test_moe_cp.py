@@ -166,7 +166,7 @@ def test_llama_70b_over_tcp_no_longer_runs_zero3_with_a_pipeline(cli, tmp_path: 
     assert done.code == 0, done.err
     parallel = json.loads(out.read_text())["records"][0]["parallel"]
     assert not (parallel["zero"] >= 2 and parallel["pp"] > 1)
-    assert f"framework: {parallel['stack']} runs this split" in done.out
+    assert f"stack: {parallel['stack']} runs this split" in done.out
     chosen = best_split(load_model("llama-70b"), load_cluster("cloud-h100-tcp").with_nodes(8))
     assert chosen.stack == parallel["stack"]
 
@@ -224,7 +224,7 @@ def test_stack_table_names_known_frameworks_with_sources() -> None:
     from fabricscope.model.parallel import FRAMEWORKS
 
     table = stacks()
-    assert {"megatron-core", "deepspeed", "torchtitan"} <= set(table)
+    assert {"megatron-core", "deepspeed", "pytorch"} <= set(table)
     for stack in table.values():
         assert stack.source
         for name in stack.frameworks:
@@ -464,3 +464,19 @@ def test_latent_attention_down_projections_run_whole_on_every_tensor_rank() -> N
         flops = 8 * 3 * 2.0 * model.seq * model.whole_attention_params * share
         extra = flops / (dev.peak_flops * dev.matmul_eff)
         assert float(whole.compute - split_too.compute) == pytest.approx(extra, rel=0.02, abs=1e-9)
+
+
+def test_the_stack_line_names_frameworks_that_framework_takes(cli) -> None:  # type: ignore[no-untyped-def]
+    """What `estimate` offers to --framework is what --framework takes, and its help lists every framework."""
+    from fabricscope.model.parallel import FRAMEWORKS
+
+    done = cli("estimate", "--model", "resnet50", "--cluster", "lab-8gpu-100g-nvme")
+    [line] = [line for line in done.out.splitlines() if line.startswith("stack: ")]
+    assert line.startswith("stack: pytorch runs this split"), line  # a vision model: not an LLM stack's name
+    offered = line.split("--framework ")[1].split(" prices")[0].split(" | ")
+    assert offered == stacks()["pytorch"].frameworks
+    for name in offered:
+        again = cli("estimate", "--model", "resnet50", "--cluster", "lab-8gpu-100g-nvme", "--framework", name)
+        assert again.code == 0 and f"priced as {name} runs it" in again.out, again.err
+    help_text = " ".join(cli("estimate", "--help").out.split()).replace("- ", "-")  # wrapped at a hyphen
+    assert all(name in help_text for name in FRAMEWORKS), sorted(n for n in FRAMEWORKS if n not in help_text)

@@ -258,8 +258,8 @@ def _add_estimate(subparsers: SubParsers) -> None:
     p.add_argument(
         "--framework",
         default=None,
-        help="price the split as this training stack runs it: megatron-lm-2021, megatron-core, deepspeed-pipeline, "
-        "deepspeed-zero3-2021, pytorch-fsdp, horovod, pytorch-ddp or megatron-deepspeed-bf16 (named parameters with "
+        help="price the split as this framework runs it: megatron-lm-2021, megatron-core, nemo, deepspeed-pipeline, "
+        "deepspeed-zero3-2021, megatron-deepspeed-bf16, pytorch-fsdp, pytorch-ddp or horovod (named parameters with "
         "sources, docs/model.md)",
     )
     p.add_argument(

@@ -196,9 +196,11 @@ def _stack_lines(est: Estimate, framework: str | None = None) -> list[str]:
     lines = []
     stack = stacks().get(est.parallel.stack)
     if stack is not None and framework:
-        lines.append(f"framework: {stack.name} runs this split, priced as {framework} runs it (docs/model.md)")
+        lines.append(f"stack: {stack.name} runs this split, priced as {framework} runs it (docs/model.md)")
     elif stack is not None:
-        lines.append(f"framework: {stack.name} runs this split (catalog/frameworks.toml; --framework to choose)")
+        # Name what --framework takes: a stack's name is not one of them (it prices no one version).
+        choose = f"; --framework {' | '.join(stack.frameworks)} prices it as one" if stack.frameworks else ""
+        lines.append(f"stack: {stack.name} runs this split (catalog/frameworks.toml{choose})")
     par = est.parallel
     if par.fp32_accumulation:
         lines.append(
