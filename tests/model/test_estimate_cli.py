@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 
 import pytest
 from model_helpers import one_error_line
+
+from fabricscope.model import cli as model_cli
 
 RECORD_FIELDS = (
     "step_time_s",
@@ -272,3 +275,19 @@ def test_a_reader_that_goes_away_does_not_lose_the_json(tmp_path, command: str) 
     assert proc.returncode in (0, 1), err
     assert b"Traceback" not in err
     assert json.loads(out.read_text())["records"]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        line.strip()
+        for epilog in (model_cli._PREDICT_EPILOG, model_cli._ESTIMATE_EPILOG, model_cli._PLAN_EPILOG)
+        for line in epilog.splitlines()
+        if line.strip().startswith("fabricscope ") and "my-cluster.toml" not in line
+    ],
+)
+def test_every_example_of_the_help_runs(cli, line: str, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An example a user copies from --help works (one priced a model that fits no split of its cluster)."""
+    monkeypatch.chdir(tmp_path)  # examples may write pred.json or plan.json
+    done = cli(*shlex.split(line)[1:])
+    assert done.code == 0, (line, done.err)

@@ -189,14 +189,14 @@ examples:
   fabricscope estimate --model llama-70b --cluster dgx-h100-ndr --nodes 16
   fabricscope estimate --model gpt3-175b --cluster dgx-a100-hdr --nodes 64 --tp 8 --pp 8 --recompute selective
   fabricscope estimate --model resnet50 --cluster lab-8gpu-1gbe-hdd
-  fabricscope estimate --model llama-7b --cluster v100-100gbe-tcp --precision fp16 --ps-servers 4 --zero 0 --tp 1 --pp 1
+  fabricscope estimate --model megatron-1.7b --cluster v100-100gbe-tcp --precision fp16 --ps-servers 4 --tp 1 --pp 1
   fabricscope estimate --model deepseek-v3 --cluster dgx-h100-ndr --nodes 32 --ep 32 --pp 8 --deepep --ep-overlap
   fabricscope estimate --model llama3-405b-128k --cluster dgx-h100-ndr --nodes 2048 --tp 8 --cp 16 --pp 16
 
 Every split flag you leave out (--tp --pp --dp --cp --ep --zero --micro-batch --recompute
 --interleave --sequence-parallel) is chosen by fabricscope: the fastest split that fits in
 memory among those that keep the flags you gave and that a training stack runs (Megatron-Core,
-DeepSpeed, FSDP/torchtitan: catalog/frameworks.toml); the estimate names that stack.
+DeepSpeed, PyTorch DDP/FSDP/torchtitan: catalog/frameworks.toml); the estimate names that stack.
 """
 
 
