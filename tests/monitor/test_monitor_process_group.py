@@ -96,3 +96,38 @@ def test_grandchildren_left_by_a_finished_command_are_ended(tmp_path: Path) -> N
     )
     assert done.returncode == 3, done.stderr
     assert _all_gone([int(marker.read_text())])
+
+
+def test_the_command_starts_with_default_signal_handling() -> None:
+    """An ignored signal stays ignored across exec: the shim ignores SIGINT and Python ignores SIGPIPE and
+    SIGXFSZ, and the command got them ignored (Ctrl-C never reached it, a closed pipe never ended `yes`)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "fabricscope", "monitor", "--no-gpu", "--interval", "0.1", "--",
+         "grep", "SigIgn", "/proc/self/status"],
+        capture_output=True, text=True, env=cli_env(), timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    ignored = int(next(line for line in done.stdout.splitlines() if line.startswith("SigIgn:")).split()[1], 16)
+    for signum in (signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
+        assert not ignored & (1 << (signum - 1)), (signal.Signals(signum).name, done.stdout)
+
+
+def test_sigint_to_the_monitor_ends_a_command_that_keeps_the_default(tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fabricscope", "monitor", "--no-gpu", "--interval", "0.1", "--",
+         "sh", "-c", f"touch {started}; exec sleep 300"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
+    )  # fmt: skip
+    deadline = time.monotonic() + WAIT_S
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # `exec sleep` has replaced the shell
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=WAIT_S)  # before the fix: until the sleep ends (300 s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err

@@ -74,13 +74,18 @@ def exit_status(returncode: int) -> int:
 _GROUP_LEADER = """
 import os, signal, sys
 parent = os.getppid()
+# An ignored signal stays ignored across exec: the command gets back what Python and this shim ignore
+# (SIGPIPE and SIGXFSZ, as subprocess restores them; SIGINT unless the monitor was started ignoring it).
+restore = [signal.SIGPIPE, signal.SIGXFSZ]
+if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+    restore.append(signal.SIGINT)
 def ended(signum, frame):
     if os.getppid() != parent:  # the monitor died (PR_SET_PDEATHSIG): end the whole job
         os.killpg(0, signal.SIGTERM)
 for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
     signal.signal(signum, ended if signum != signal.SIGINT else signal.SIG_IGN)
 try:
-    child = os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ)
+    child = os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ, setsigdef=restore)
 except OSError as exc:
     sys.stderr.write(f"error: {sys.argv[1]}: cannot execute ({exc.strerror or exc})\\n")
     os._exit(126)
