@@ -239,3 +239,22 @@ def test_healthcheck_leaves_an_administrators_drain_alone(slurm: Cluster) -> Non
     state = slurm.node_state()
     assert "DRAIN" in state["State"] and state["Reason"] == "new PSU"
     assert slurm.run("scontrol", "update", f"nodename={slurm.node}", "state=resume").returncode == 0
+
+
+@pytest.mark.slow
+def test_healthcheck_called_wrongly_leaves_the_node_alone(slurm: Cluster) -> None:
+    """A typo in the settings is the doctor's usage error (exit 2, an error line, no verdict): the same on
+    every node, it must not drain them all (the script drained on any exit 2, with an empty reason)."""
+    slurm.set_root("healthy-ib-8gpu")
+    slurm.wait("undrained before the test", lambda s: "DRAIN" not in s["State"])
+    (slurm.folder / "root").write_text(f"{FIXTURES / 'healthy-ib-8gpu'} --expect {slurm.folder}/no-such-expect.toml")
+    try:
+        before = slurm.health_checks()
+        deadline = time.monotonic() + WAIT_S
+        while slurm.health_checks() < before + 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert slurm.health_checks() >= before + 2
+        state = slurm.node_state()
+        assert "DRAIN" not in state["State"], state
+    finally:
+        slurm.set_root("healthy-ib-8gpu")

@@ -6,12 +6,14 @@
 #                HealthCheckNodeState=ANY
 #
 # slurmd runs it as root with an empty environment (only SLURMD_NODENAME), so every
-# setting is read from the file below or has a default.  A failing verdict (exit 2)
-# drains the node with the doctor's one-line reason, prefixed "fabricscope:"; when the
-# node is healthy again (exit 0 or 1), a node drained for a "fabricscope:" reason is
-# resumed, and a node drained for any other reason is left alone.  When the doctor
-# cannot complete (exit 3) the node is left as it is and the reason goes to syslog:
-# a health check that cannot run says nothing about the node.
+# setting is read from the file below or has a default.  A failing verdict (exit 2 and
+# a FAIL line) drains the node with the doctor's one-line reason, prefixed "fabricscope:";
+# when the node is healthy again (exit 0 or 1), a node drained for a "fabricscope:" reason
+# is resumed, and a node drained for any other reason is left alone.  When the doctor
+# cannot complete (exit 3, the timeout) or refuses its arguments (exit 2 with an "error:"
+# line and no verdict: a typo in the settings below, the same on every node) the node is
+# left as it is and the reason goes to syslog: a check that cannot run says nothing
+# about the node.
 #
 # /etc/default/fabricscope-healthcheck (optional, sh syntax):
 #   FABRICSCOPE=/opt/fabricscope/bin/fabricscope   # the command, if not on PATH
@@ -25,24 +27,28 @@ FABRICSCOPE=${FABRICSCOPE:-fabricscope}
 TIMEOUT=${FABRICSCOPE_HEALTHCHECK_TIMEOUT:-60}
 NODE=${SLURMD_NODENAME:-$(hostname -s)}
 
+# The verdict is the one line on stdout (OK, WARN or FAIL first); what went to stderr is
+# kept for syslog (an "error:" line says why there is no verdict).
 # shellcheck disable=SC2086
-line=$(timeout "$TIMEOUT" "$FABRICSCOPE" doctor --oneline $FABRICSCOPE_DOCTOR_ARGS 2>/dev/null)
+out=$(timeout "$TIMEOUT" "$FABRICSCOPE" doctor --oneline $FABRICSCOPE_DOCTOR_ARGS 2>&1)
 code=$?
+line=$(printf '%s\n' "$out" | grep -E '^(OK|WARN|FAIL|UNKNOWN)[ :]' | tail -n 1)
 reason=$(scontrol show node "$NODE" --oneliner 2>/dev/null | sed -n 's/.* Reason=\(.*\) \[[^]]*\].*/\1/p')
 
-case $code in
-  2)
+case $code:$line in
+  2:FAIL*)
     if [ "$reason" != "fabricscope: $line" ]; then
       scontrol update nodename="$NODE" state=drain reason="fabricscope: $line"
     fi
     ;;
-  0 | 1)
+  0:* | 1:*)
     case $reason in
       fabricscope:*) scontrol update nodename="$NODE" state=resume ;;
     esac
     ;;
   *)
-    logger -t fabricscope-healthcheck "doctor could not complete on $NODE (exit $code): ${line:-no output}; node left as it is"
+    why=${line:-$(printf '%s\n' "$out" | grep -m 1 '^error: ')}
+    logger -t fabricscope-healthcheck "doctor could not complete on $NODE (exit $code): ${why:-no output}; node left as it is"
     ;;
 esac
 exit 0

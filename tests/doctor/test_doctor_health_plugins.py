@@ -23,7 +23,7 @@ FAULTY = str(FIXTURES / "host-faults-8gpu")
 @pytest.mark.parametrize(
     ("tree", "oneline_code", "npd_code", "start"),
     [
-        ("healthy-ib-8gpu", 0, 0, "OK on gpu-node-01: "),
+        ("healthy-ib-8gpu", 0, 0, "OK ("),
         ("host-faults-8gpu", 2, 1, "FAIL (12 fail, 9 warn) "),
         ("roce-4gpu", 2, 1, "FAIL (1 fail, 8 warn) nccl.socket_ifname"),
     ],
@@ -42,7 +42,7 @@ def test_npd_counts_warnings_as_ok() -> None:
     warn_only = [f for f in findings if f.severity is not Severity.FAIL]
     assert one_line(warn_only, "n").startswith("WARN (10 warn) ")
     done = cli("--npd", "--root", str(FIXTURES / "vm-virtio"))
-    assert done.returncode == 0 and done.stdout.startswith("OK on ")
+    assert done.returncode == 0 and done.stdout.startswith("OK (")
 
 
 def test_npd_unknown_when_the_doctor_cannot_complete() -> None:
@@ -80,3 +80,10 @@ def test_the_npd_example_runs_this_command() -> None:
     [rule] = config["rules"]
     assert config["plugin"] == "custom" and rule["args"][:2] == ["doctor", "--npd"]
     assert config["pluginConfig"]["max_output_length"] == ONE_LINE
+
+
+def test_a_cut_line_keeps_the_counts_whatever_the_host_name() -> None:
+    findings = run_fixture("healthy-ib-8gpu").findings
+    longest = "gpu-node-0001.rack-17.row-b.datacenter-east.cluster.example.com"  # 64 characters: the kernel's most
+    line = one_line(findings, longest)
+    assert len(line) <= ONE_LINE and line.startswith("OK (") and " ok, " in line.split(")")[0], line

@@ -197,13 +197,13 @@ def one_line(findings: Sequence[Finding], where: str, limit: int = ONE_LINE) -> 
 
     ``FAIL (9 fail, 5 warn) pcie.aer GPU 0000:4c:00.0: nonfatal 1`` (the counts
     first, so that a cut line keeps them);
-    ``OK on gpu-node-01: 151 ok, 4 info``.  Printable ASCII only (double
+    ``OK (151 ok, 4 info) on gpu-node-01``.  Printable ASCII only (double
     quotes become single ones, so a shell's ``reason="..."`` holds it), at most ``limit`` characters.
     """
     severity = worst(findings)
     tally = counts(findings)
     if severity < Severity.WARN:
-        text = f"OK on {where}: {tally[Severity.OK.label]} ok, {tally[Severity.INFO.label]} info"
+        text = f"OK ({tally[Severity.OK.label]} ok, {tally[Severity.INFO.label]} info) on {where}"
     else:
         top = max(findings, key=lambda f: f.severity)  # the first of the worst, in report order
         tallied = ", ".join(f"{tally[s.label]} {s.label}" for s in (Severity.FAIL, Severity.WARN) if tally[s.label])
