@@ -98,17 +98,17 @@ PCIE_SPEED_UNKNOWN = ("Unknown", "Unknown speed")
 """``*_link_speed`` texts that mean "unknown": ``Unknown`` (5.7+) and ``Unknown speed`` (older kernels)."""
 
 _MAX_COUNTER = (1 << 64) - 1
-_INT = re.compile(r"^[+-]?\d{1,20}$")
+_INT = re.compile(r"^[+-]?\d{1,20}$", re.ASCII)
 _HEX = re.compile(r"^0x[0-9a-f]{1,16}$")
-_IB_STATE = re.compile(r"^\s*(\d{1,3})\s*:\s*(\S.*?)\s*$")
-_IB_RATE = re.compile(r"^\s*(\d{1,6}(?:\.\d{1,3})?)\s*Gb/sec\s*(?:\((.*)\))?\s*$")
-_PCIE_SPEED = re.compile(r"^\s*(\d{1,4}(?:\.\d{1,3})?)\s*GT/s(?:\s+PCIe)?\s*$")
+_IB_STATE = re.compile(r"^\s*(\d{1,3})\s*:\s*(\S.*?)\s*$", re.ASCII)
+_IB_RATE = re.compile(r"^\s*(\d{1,6}(?:\.\d{1,3})?)\s*Gb/sec\s*(?:\((.*)\))?\s*$", re.ASCII)
+_PCIE_SPEED = re.compile(r"^\s*(\d{1,4}(?:\.\d{1,3})?)\s*GT/s(?:\s+PCIe)?\s*$", re.ASCII)
 _NV_DRIVER = re.compile(r"Kernel Module(?: for \w+)?\s+([0-9][0-9.]*)")
 _AER_LINE = re.compile(r"^[ \t]*(\S+)[ \t]+([0-9]{1,20})[ \t\r]*$", re.MULTILINE | re.ASCII)
 """A line of an ``aer_dev_*`` file: a name and a count (the file is read in one ``findall``: a device has 3)."""
 _AER_SEEN: dict[str, dict[str, int]] = {}
 """Texts of ``aer_dev_*`` files already parsed (a node's devices mostly hold the same all-zero text)."""
-_LINK_MODE = re.compile(r"^(\d{1,9})base\S*/(Full|Half)$")
+_LINK_MODE = re.compile(r"^(\d{1,9})base\S*/(Full|Half)$", re.ASCII)
 
 # Transfer rate per lane (GT/s) -> PCIe generation.
 _GENERATIONS = ((2.5, 1), (5.0, 2), (8.0, 3), (16.0, 4), (32.0, 5), (64.0, 6), (128.0, 7))
@@ -191,7 +191,7 @@ def parse_proc_table(text: str) -> tuple[dict[str, dict[str, int]], list[str]]:
             continue
         keys = names.split()
         numbers = values.split()
-        if len(keys) != len(numbers) or not all(re.fullmatch(r"-?\d{1,20}", n) for n in numbers):
+        if len(keys) != len(numbers) or not all(re.fullmatch(r"-?\d{1,20}", n, re.ASCII) for n in numbers):
             bad.append(header.strip()[:80])
         else:
             tables[prefix.strip()] = {k: int(n) for k, n in zip(keys, numbers, strict=True)}
@@ -342,7 +342,7 @@ def parse_kernel_release(text: str | None) -> tuple[int, int] | None:
     """``/proc/sys/kernel/osrelease``: ``5.15.0-105-generic`` -> (5, 15)."""
     if text is None:
         return None
-    match = re.match(r"^\s*(\d{1,4})\.(\d{1,4})", text)
+    match = re.match(r"^\s*(\d{1,4})\.(\d{1,4})", text, re.ASCII)
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 

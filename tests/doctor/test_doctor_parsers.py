@@ -203,3 +203,21 @@ def test_numbers_too_long_for_any_counter_are_garbage_not_a_crash(text: str) -> 
     assert parse_kernel_release(f"{text}.1") is None
     assert parse_ib_state(f"{text}: ACTIVE") is None
     assert parse_ib_rate(f"{text} Gb/sec (4X NDR)") is None
+
+
+@pytest.mark.parametrize("digits", ["٤٠٩٢", "４０９２", "४०९२"])  # Arabic-Indic, full-width, Devanagari
+def test_digits_of_other_scripts_are_garbage_as_the_kernel_never_writes_them(digits: str) -> None:
+    """``\\d`` and ``int()`` take any script's digits: a sysfs file holding them was an MTU of 4092."""
+    from fabricscope.doctor.probes.nccl import parse_interface_list
+    from fabricscope.kernel_text import parse_proc_table
+
+    assert parse_int(digits) is None
+    assert parse_ib_state(f"{digits[:1]}: ACTIVE") is None
+    assert parse_ib_rate(f"{digits} Gb/sec (4X NDR)") is None
+    assert parse_pcie_speed(f"{digits[:2]} GT/s PCIe") is None
+    assert parse_kernel_release(f"{digits[:1]}.{digits[1:2]}.0") is None
+    assert parse_sysctl_ints(f"{digits} 1 2") is None
+    tables, bad = parse_proc_table(f"Tcp: ActiveOpens OutSegs\nTcp: 1 {digits}\n")
+    assert "Tcp" not in tables and bad
+    # NCCL's atoi stops at the first byte that is not an ASCII digit: port 0, which no device has.
+    assert parse_interface_list(f"mlx5_0:{digits[:1]}").entries == (("mlx5_0", 0),)

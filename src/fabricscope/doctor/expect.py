@@ -68,7 +68,7 @@ PCIE_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
 RATE_GBPS = (1.0, 3200.0)
 """A compute NIC's rate must lie in this range (Gb/s): a value outside it is a unit mistake."""
 _DEVICE = re.compile(r"^[^\s,:=^]+(?::[1-9][0-9]{0,2})?$")
-_BARE_NUMBER = re.compile(r"^\s*(?:\d+(?:\.\d*)?|\.\d+)\s*$")
+_BARE_NUMBER = re.compile(r"^\s*(?:\d+(?:\.\d*)?|\.\d+)\s*$", re.ASCII)
 """A size in quotes needs its suffix (``"16M"``): a bare ``"16"`` is refused, as a bare ``nic.rate`` is."""
 MIN_BUFFER_BYTES = 64 << 10
 """The smallest tcp.buffer_max taken: the largest TCP window without window scaling; less is a unit mistake."""

@@ -180,7 +180,7 @@ def detect(
 
 def _slurm_local_size(env: Mapping[str, str], size: int, nnodes: int) -> int:
     tasks = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or ""
-    match = re.match(r"(\d+)", tasks)
+    match = re.match(r"(\d+)", tasks, re.ASCII)
     if match:
         return int(match.group(1))
     return max(1, size // max(nnodes, 1))

@@ -209,7 +209,7 @@ def match_gpu(text: str) -> str:
         if form == "sxm" and not socketed:
             raise UsageError(f"cannot match GPU {text!r}: the catalog has no SXM {family} ({', '.join(names)})")
         names = socketed or names
-    memory = re.search(r"(\d+)\s*gb", low)
+    memory = re.search(r"(\d+)\s*gb", low, re.ASCII)
     for name in names:
         if memory and f"{memory.group(1)}gb" in name:
             return name
@@ -225,7 +225,7 @@ def match_nic(text: str) -> str:
     for word, name in _IB_GENERATIONS.items():
         if word in low:
             return name
-    speed = re.search(r"(\d+)\s*g", low)
+    speed = re.search(r"(\d+)\s*g", low, re.ASCII)
     if not speed:
         raise UsageError(f"cannot match NIC {text!r}: write its speed (for example '100G Ethernet')")
     link = "infiniband" if "infiniband" in low else "ethernet"

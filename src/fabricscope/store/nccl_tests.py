@@ -70,18 +70,19 @@ _OPS_BY_LENGTH = (
     "gather",
     "scatter",
 )
-_MPIRUN = re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:\s?")
-_SLURM = re.compile(r"^\s*(\d+): ")
+_MPIRUN = re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:\s?", re.ASCII)
+_SLURM = re.compile(r"^\s*(\d+): ", re.ASCII)
 _PROGRAM = re.compile(r"\b([a-z_]+?)_perf(?:_mpi)?\b")
 _STARTING = re.compile(r"Collective test starting:\s*(\S+)")
 _CONCLUDED = re.compile(r"Collective test concluded:\s*(\S+)")
-_VERSION = re.compile(r"nccl-tests version\s+(\S+)(?:\s+nccl-headers=(\d+))?(?:\s+nccl-library=(\d+))?")
+_VERSION = re.compile(r"nccl-tests version\s+(\S+)(?:\s+nccl-headers=(\d+))?(?:\s+nccl-library=(\d+))?", re.ASCII)
 _DEVICE = re.compile(
-    r"Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
+    r"Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$",
+    re.ASCII,
 )
-_SETTINGS = re.compile(r"nThread\s+\d+\s+nGpus\s+\d+")
-_SETTING = re.compile(r"([A-Za-z][A-Za-z ]*?):?\s+(\d+)(?:\((factor|bytes)\))?")
-_OUT_OF_BOUNDS = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(\w*)")
+_SETTINGS = re.compile(r"nThread\s+\d+\s+nGpus\s+\d+", re.ASCII)
+_SETTING = re.compile(r"([A-Za-z][A-Za-z ]*?):?\s+(\d+)(?:\((factor|bytes)\))?", re.ASCII)
+_OUT_OF_BOUNDS = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(\w*)", re.ASCII)
 _AVG_BUSBW = re.compile(r"Avg bus bandwidth\s*:\s*([0-9.eE+-]+|nan|inf)\s*(\w*)")
 _ERROR = re.compile(r"^#\s*error:\s*(.+)$")
 _TIME_COLUMNS = ("time", "cputime")

@@ -37,7 +37,7 @@ __all__ = [
 
 _STRTOLL = re.compile(r"^[ \t\n\v\f\r]*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
 _INT64 = 1 << 63
-_ATOI = re.compile(r"^[ \t\n\v\f\r]*([+-]?\d{1,9})")
+_ATOI = re.compile(r"^[ \t\n\v\f\r]*([+-]?\d{1,9})", re.ASCII)
 
 
 def nccl_int(value: str) -> tuple[int | None, str]:
