@@ -324,6 +324,22 @@ def test_a_recording_that_fails_without_a_command_keeps_watching_then_exits_1(tm
     assert load_recording(record).summary["intervals"] >= 1
 
 
+def test_a_recording_that_cannot_start_is_refused_before_the_command_runs(tmp_path: Path) -> None:
+    """Its first line fails (/dev/full): one line naming --record, exit 2, and the command never started
+    (it exited 1, which a command's own exit 1 could not be told from)."""
+    if not Path("/dev/full").is_char_device():
+        pytest.skip("needs /dev/full")
+    ran = tmp_path / "ran"
+    for tail in (["--", "touch", str(ran)], ["--duration", "1"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "fabricscope", "monitor", "--no-gpu", "--record", "/dev/full", *tail],
+            capture_output=True, text=True, env=cli_env(), timeout=60,
+        )  # fmt: skip
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith("error: --record: cannot write /dev/full: ") and result.stderr.count("\n") == 1
+        assert "nothing was started" in result.stderr and not ran.exists()
+
+
 def test_a_json_that_cannot_be_written_never_changes_the_commands_status(tmp_path: Path) -> None:
     if not Path("/dev/full").is_char_device():
         pytest.skip("needs /dev/full")

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from fabricscope.errors import FabricscopeError, RunError
+from fabricscope.errors import FabricscopeError, RunError, UsageError
 from fabricscope.monitor.session import Monitor
 from fabricscope.monitor.summary import RETRANS_RATIO
 from fabricscope.monitor.view import live_table, plain_lines, summary_lines
@@ -64,6 +64,13 @@ class Outputs:
         self.textfile_error: str | None = None
         """Why ``--textfile`` stopped mid-run: said once; the watching goes on (as for ``--record``)."""
         self.live: Any = None
+        if args.record:
+            from fabricscope.monitor.recording import Recorder
+
+            try:
+                self.recorder = Recorder(args.record, self._result([], {}, "complete"))
+            except RunError as exc:  # its first line: nothing is watched or started yet, the file is the fault
+                raise UsageError(f"--record: {exc}; nothing was started") from None
         if serve is not None:
             from fabricscope.monitor.exporter import Exporter
 
@@ -74,10 +81,6 @@ class Outputs:
             from fabricscope.monitor.exporter import TextfileWriter
 
             self.textfile = TextfileWriter(args.textfile)
-        if args.record:
-            from fabricscope.monitor.recording import Recorder
-
-            self.recorder = Recorder(args.record, self._result([], {}, "complete"))
         if not command and _is_terminal(sys.stdout):
             from rich.console import Console
             from rich.live import Live
