@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from dataload_helpers import data_files
@@ -80,6 +81,23 @@ def test_a_closed_stdout_keeps_the_verdicts_exit_code(big_file):
     done = subprocess.run(["bash", "-c", code], capture_output=True, text=True, env=cli_env(), timeout=120)
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_full_stdout_keeps_the_measurement_in_json_and_says_so_last(big_file, tmp_path):
+    """> /dev/full: the report is lost, not the measurement (the --json file was never written)."""
+    if not Path("/dev/full").is_char_device():
+        pytest.skip("needs /dev/full")
+    out = tmp_path / "r.json"
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "fabricscope", "dataload", str(big_file), "--json", str(out)],
+            stdout=full, stderr=subprocess.PIPE, text=True, env=cli_env(), timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: cannot write the report to standard output (No space left on device); --json {out} keeps every pass"
+    )
+    assert load(out).status == "complete" and load(out).records
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])

@@ -10,9 +10,10 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from fabricscope.errors import UsageError
+from fabricscope.errors import RunError, UsageError
 from fabricscope.store.save import add_save_options, check_save_options, save_request, save_result
 
 if TYPE_CHECKING:
@@ -184,15 +185,35 @@ def run(args: argparse.Namespace) -> int:
     verdict = judge(measurement.bytes_per_s, need) if need is not None and measurement.seconds > 0 else None
     lines = notes(measurement, memory_available=available_memory())
     result = to_result(measurement, need=need, verdict=verdict, lines=lines)
-    _print(measurement, lines, verdict)
+    full = _print_kept(lambda: _print(measurement, lines, verdict), args.json)
     if args.json:  # after the report: --json /dev/stdout is appended to it
         result.save(args.json)
     save_result(save_request(args), result, what="the measurement")
+    if full is not None:  # said after the measurement is kept (it was lost with the report)
+        raise RunError(full)
     if measurement.interrupted:
         return 128 + (stopped_by[0] if stopped_by else signal.SIGINT)
     if measurement.error_count or (verdict is not None and verdict.starves):
         return 1
     return 0
+
+
+def _print_kept(emit: Callable[[], None], json_path: str | None) -> str | None:
+    """Print the report; a reader that went away (| head) leaves the verdict as it is, and a full output
+    (> /dev/full) comes back as the line to end with, once the result is saved (as bench and pairs do)."""
+    from fabricscope.outputs import silence_stdout, stream_failure, stream_write_failed
+
+    try:
+        emit()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+    except OSError as exc:
+        if not stream_write_failed(exc):
+            raise
+        silence_stdout()
+        return stream_failure(exc, "report", json_path, "pass")
+    return None
 
 
 def _log(line: str) -> None:
