@@ -18,7 +18,7 @@ from typing import Any
 
 from fabricscope import __version__
 from fabricscope.results import Result
-from fabricscope.table import op_summary
+from fabricscope.table import op_summary, pair_rows
 
 __all__ = ["to_nccl_tests_json"]
 
@@ -34,26 +34,27 @@ def _part(record: Mapping[str, Any]) -> dict[str, Any]:
 
 def to_nccl_tests_json(result: Result, *, min_busbw_gbps: float | None = None) -> dict[str, Any]:
     """nccl-tests' ``-J`` document for a bench Result (its rows, devices, average and verdicts)."""
-    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for record in result.records:
-        if not isinstance(record, dict) or "op" not in record:
-            continue
-        key = (record["op"], record.get("dtype"), record.get("redop"), record.get("size_bytes"), record.get("root"))
-        row = rows.setdefault(
-            key,
-            {
-                "experiment_name": f"{record['op']}_perf",
-                "size": record.get("size_bytes"),
-                "count": record.get("count"),
-                "type": record.get("dtype"),
-                "redop": record.get("redop"),
-                "root": record.get("root", -1),
-            },
-        )
-        row["out_of_place" if record.get("placement", "out") == "out" else "in_place"] = _part(record)
-        samples = record.get("samples_us")
-        if isinstance(samples, list):
-            row["actual_iterations"] = len(samples)
+    rows: list[dict[str, Any]] = []
+    # One entry per printed row: -N cycles are rows of their own, as nccl-tests writes every cycle.
+    for row in pair_rows(r for r in result.records if isinstance(r, dict) and "op" in r):
+        first = row.out or row.inp
+        assert first is not None  # a row holds at least the record that made it
+        entry: dict[str, Any] = {
+            "experiment_name": f"{first['op']}_perf",
+            "size": row.size_bytes,
+            "count": row.count,
+            "type": row.dtype,
+            "redop": row.redop,
+            "root": -1 if row.root is None else row.root,
+        }
+        for record, name in ((row.out, "out_of_place"), (row.inp, "in_place")):
+            if record is None:
+                continue
+            entry[name] = _part(record)
+            samples = record.get("samples_us")
+            if isinstance(samples, list):
+                entry["actual_iterations"] = len(samples)
+        rows.append(entry)
     host = result.host if isinstance(result.host, dict) else {}
     found = host.get("ranks")
     ranks: list[Any] = found if isinstance(found, list) else []
@@ -105,7 +106,7 @@ def to_nccl_tests_json(result: Result, *, min_busbw_gbps: float | None = None) -
             "nranks": len(ranks),
             "devices": devices,
         },
-        "results": list(rows.values()),
+        "results": rows,
         "out_of_bounds": {"count": wrong, "okay": wrong == 0},
         "average_bus_bandwidth": {
             "bandwidth": average,
