@@ -204,3 +204,30 @@ def test_flash_attention_needs_ampere_or_newer() -> None:
     spec = dataclasses.replace(model, flash_attention=False)
     assert volta.value("memory_bytes") == pytest.approx(estimate(spec, v100, par, what_ifs=False).value("memory_bytes"))
     assert volta.mfu < 0.5
+
+
+@pytest.mark.parametrize(
+    ("precision", "framework", "sharded"),
+    [
+        ("bf16", None, 12.0),  # mixed precision: fp32 master weight, m and v
+        ("fp32", None, 8.0),  # fp32 weights are the master copy: m and v only
+        ("tf32", None, 8.0),
+        ("bf16", "pytorch-ddp", 8.0),  # automatic mixed precision keeps fp32 weights and gradients
+    ],
+)
+def test_zero_shards_the_optimizer_state_the_precision_keeps(precision: str, framework: str | None, sharded: float):
+    """ZeRO 1 saves (1 - 1/d) of the optimizer state over ZeRO 0, ZeRO 2 (1 - 1/d) of the gradients more:
+    12 and 2 bytes a parameter in mixed precision, 8 and 4 where the weights are fp32 (ZeRO paper, 3.1).
+    fp32 training was priced with mixed precision's 12 and 2 (+23.6 GB wrong for llama-7b at ZeRO 1)."""
+    model = load_model("llama-7b")
+    cluster = load_cluster("dgx-h100-ndr").with_nodes(1)
+    base = {"dp": 8, "tp": 1, "pp": 1, "global_batch": 64, "micro_batch": 1, "recompute": "full"}
+    memory = {}
+    for zero in (0, 1, 2):
+        par = ParallelConfig(zero=zero, precision=precision, **base)
+        if framework is not None:
+            par = dataclasses.replace(par, fp32_gradients=True)
+        memory[zero] = estimate(model, cluster, par, what_ifs=False).value("memory_bytes")
+    params = shape_of(model).params
+    assert memory[0] - memory[1] == pytest.approx(params * sharded * (1 - 1 / 8), rel=1e-9)
+    assert memory[1] - memory[2] == pytest.approx(params * (16 - sharded) / 2 * (1 - 1 / 8), rel=1e-9)

@@ -793,11 +793,19 @@ def _memory(w: Shape, job: Job, dev: Device, weights: Num, act_layer: Num, score
     full recomputation stores only each layer's input).
     """
     zero = _zero(job)
+    # Bytes per parameter of weight, gradient and optimizer state (ZeRO paper, section 3.1): 2 + 2 + 12 in
+    # mixed precision (16-bit weight and gradient; fp32 master weight, m and v); 4 + 4 + 8 where the
+    # weights themselves are fp32 (fp32 or tf32 training, and automatic mixed precision, whose fp32
+    # gradients say so): no master copy.  Stage 1 shards the optimizer state, 2 the gradients too, 3 all.
+    full = (dev.act_bytes >= 4.0) | (job.fp32_grads > 0)
+    weight = np.where(full, 4.0, 2.0)
+    grad = weight
+    optimizer = STATE_BYTES_PER_PARAM - weight - grad
 
     def state_bytes(dp: Num) -> Num:
         return np.select(
             [zero == 0, zero == 1, zero == 2],
-            [STATE_BYTES_PER_PARAM, 4.0 + 12.0 / dp, 2.0 + 14.0 / dp],
+            [STATE_BYTES_PER_PARAM, weight + grad + optimizer / dp, weight + (grad + optimizer) / dp],
             STATE_BYTES_PER_PARAM / dp,
         )
 
