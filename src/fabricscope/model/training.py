@@ -757,7 +757,9 @@ def step(w: Shape, job: Job, dev: Device, fab: Fabric) -> Step:
         model_flops = 6.0 * w.matmul_params * tokens + 3.0 * attention_forward
         replayed = np.where(job.recompute >= 2, layers_forward, np.where(job.recompute >= 1, attention_forward, 0.0))
     else:
-        model_flops = 3.0 * w.vision_flops * job.global_batch
+        # ``vision_flops`` counts multiply-adds, as vision papers and torchvision publish "GFLOPs": 2 FLOPs
+        # each, 3 passes (forward, two backward) - what MFU and model TFLOP/s count.
+        model_flops = 6.0 * w.vision_flops * job.global_batch
         replayed = np.zeros(())
 
     memory = _memory(w, job, dev, weights, mb["activations"], mb["scores"])
