@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from model_helpers import one_error_line
 
+from fabricscope.errors import UsageError
 from fabricscope.model import training
 from fabricscope.model.cluster import load_cluster
 from fabricscope.model.estimate import best_split, device_for, estimate, job_of, shape_of
@@ -480,3 +481,31 @@ def test_the_stack_line_names_frameworks_that_framework_takes(cli) -> None:  # t
         assert again.code == 0 and f"priced as {name} runs it" in again.out, again.err
     help_text = " ".join(cli("estimate", "--help").out.split()).replace("- ", "-")  # wrapped at a hyphen
     assert all(name in help_text for name in FRAMEWORKS), sorted(n for n in FRAMEWORKS if n not in help_text)
+
+
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "tp", "runs"),
+    [(48, 12, 8, False), (48, 12, 4, True), (64, 4, 8, True), (64, 8, 8, True), (48, 12, 2, True), (48, 3, 8, False)],
+)
+def test_tensor_parallelism_splits_key_value_groups_as_megatron_core_does(
+    heads: int, kv_heads: int, tp: int, runs: bool
+) -> None:
+    """12 groups over 8 ranks cannot be split (divide() asserts); 4 groups over 8 ranks are, one shared by 2."""
+    from fabricscope.model.workload import ModelSpec
+
+    spec = ModelSpec(
+        kind="transformer",
+        layers=4,
+        hidden=heads * 128,
+        heads=heads,
+        kv_heads=kv_heads,
+        seq=2048,
+        vocab=32000,
+        global_batch=64,
+    )
+    assert spec.tp_fits_heads(tp) is runs
+    if not runs:
+        with pytest.raises(UsageError, match="key/value heads"):
+            best_split(spec, load_cluster("dgx-h100-ndr").with_nodes(1), SplitRequest(tp=tp))
+    chosen = splits(spec, gpus=16, gpus_per_node=8)
+    assert all(spec.tp_fits_heads(int(c.tp)) for c in chosen.configs)

@@ -463,6 +463,12 @@ def check_layout(
             )
         if tp is not None and model.heads % tp:
             raise UsageError(f"{named('tp', tp)} must divide the model's {model.heads} attention heads")
+        if tp is not None and not model.tp_fits_heads(tp):
+            raise UsageError(
+                f"{named('tp', tp)} must divide the model's {model.kv_heads} key/value heads, or be a multiple of "
+                "them (Megatron-Core gives each rank the same number of groups, or one group shared by tp / "
+                "kv_heads ranks)"
+            )
         if pp is not None and pp * (v or 1) > model.layers + EMPTY_END_CHUNKS:
             raise UsageError(
                 f"pp*interleave = {pp * (v or 1)} is more than the model's {model.layers} layers + "

@@ -126,7 +126,7 @@ def splits(
         # Sequence parallelism asked for implies tensor parallelism (it splits over the TP ranks).
         least = 2 if req.sequence_parallel else 1
         tps = _options(
-            req.tp, [t for t in _divisors(gpus_per_node) if t >= least and model.heads % t == 0 and gpus % t == 0]
+            req.tp, [t for t in _divisors(gpus_per_node) if t >= least and model.tp_fits_heads(t) and gpus % t == 0]
         )
         most = model.layers + EMPTY_END_CHUNKS
         for tp, cp in itertools.product(tps, _context(model, gpus, req.cp)):

@@ -286,6 +286,18 @@ class ModelSpec:
     def is_transformer(self) -> bool:
         return self.kind == "transformer"
 
+    def tp_fits_heads(self, tp: int) -> bool:
+        """Whether Megatron-Core splits the attention over ``tp`` ranks: every rank takes the same number of
+        query heads, and of key/value groups when there are at least ``tp`` of them, or one group shared
+        by ``tp / kv_heads`` ranks when there are fewer (megatron/core/transformer/attention.py:
+        ``divide(num_query_groups, world_size)``, or one group per partition below it)."""
+        if self.heads % tp:
+            return False
+        groups = self.kv_heads if self.kv_heads and not self.is_mla else 0
+        if not groups:
+            return True
+        return groups % tp == 0 if groups >= tp else tp % groups == 0
+
     @property
     def ffn_width(self) -> int:
         return self.ffn or 4 * self.hidden
