@@ -22,7 +22,8 @@ VISION = 'kind = "vision"\ngflops_per_sample = 4.1\ntraffic_mb_per_sample = 680\
         ("params = nan\n" + VISION, "params must be from 0 to 1e+15 (parameters), got nan"),
         (
             "params = 25e6\n" + VISION.replace("4.1", "inf"),
-            "gflops_per_sample must be from 0 to 10000000 (forward GFLOPs of one sample), got inf",
+            "gflops_per_sample must be from 0 to 10000000 (forward multiply-adds of one sample, in billions: the "
+            "GFLOPs vision papers publish), got inf",
         ),
         (
             "params = 25e6\n" + VISION.replace("110", "nan"),

@@ -65,8 +65,14 @@ GOOD = 'gpu = "h100-sxm"\nnodes = 2\n[network]\nnic = "ib-ndr"\nnics_per_node = 
         ),
         ('gpu = "l40s"\n[calibration.all_reduce]\nintra_hop_us = 1e308\n', ["intra_hop_us must be from 0 to"]),
         ('gpu = "l40s"\n[calibration.all_reduce]\nbase_us = 1e308\n', ["base_us must be from 0 to"]),
-        ('gpu = "l40s"\n[calibration.all_reduce]\ninter_busbw_gbps = 1e6\n', ["inter_busbw_gbps must be from 0"]),
-        ('gpu = "l40s"\n[calibration.all_reduce]\nintra_busbw_gbps = 1e308\n', ["intra_busbw_gbps must be from 0"]),
+        (
+            'gpu = "l40s"\n[calibration.all_reduce]\ninter_busbw_gbps = 1e6\n',
+            ["inter_busbw_gbps must be 0 (not measured) or from"],
+        ),
+        (
+            'gpu = "l40s"\n[calibration.all_reduce]\nintra_busbw_gbps = 1e308\n',
+            ["intra_busbw_gbps must be 0 (not measured) or from"],
+        ),
     ],
 )
 def test_bad_cluster_file(cli, write, text: str, fragments: list[str]) -> None:

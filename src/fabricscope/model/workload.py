@@ -50,7 +50,7 @@ LIMITS: dict[str, tuple[float, str]] = {
     "vocab": (1 << 24, "tokens in the vocabulary"),
     "ffn": (1 << 22, "MLP width"),
     "global_batch": (1 << 24, "sequences or samples per step"),
-    "gflops_per_sample": (1e7, "forward multiply-adds of one sample, in billions (the GFLOPs vision papers publish)"),
+    "gflops_per_sample": (1e7, "forward multiply-adds of one sample, in billions: the GFLOPs vision papers publish"),
     "traffic_mb_per_sample": (1e7, "MB of memory traffic per sample"),
     "sample_kb": (1e9, "KB read per sample"),
     "batch_per_gpu": (1 << 20, "samples per GPU"),
@@ -176,7 +176,7 @@ class ModelSpec:
                 ("params", "parameters"),
                 (
                     "gflops_per_sample",
-                    "forward multiply-adds of one sample, in billions (the GFLOPs vision papers publish)",
+                    "forward multiply-adds of one sample, in billions: the GFLOPs vision papers publish",
                 ),
                 ("traffic_mb_per_sample", "memory traffic of one training step per sample, MB at 16-bit activations"),
                 ("sample_kb", "KB read from storage per sample"),
