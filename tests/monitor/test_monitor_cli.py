@@ -253,7 +253,7 @@ def test_a_closed_stdout_stops_quietly(tmp_path: Path) -> None:
 def test_alert_rules_on_stdout() -> None:
     result = monitor("--alert-rules", "--utilization", "85%", "--for", "10m", "--retrans-ratio", "2e-3")
     assert result.returncode == 0
-    assert "fabricscope_net_utilization_ratio > 0.85" in result.stdout and "for: 10m" in result.stdout
+    assert "fabricscope_net_link_speed_bytes_per_second > 0.85" in result.stdout and "for: 10m" in result.stdout
     assert "> 0.002" in result.stdout
 
 

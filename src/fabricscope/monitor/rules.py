@@ -58,6 +58,15 @@ class AlertThresholds:
                 raise UsageError(f"the alert {name} duration must be from 1 ms to 7 days, got {value} s")
 
 
+def _utilization(kind: str, labels: tuple[str, ...], window: str) -> str:
+    """The busier direction's rate (rx where it is above tx, else tx) over the line rate, from the byte counters."""
+    rx, tx = (
+        f"rate(fabricscope_{kind}_receive_bytes_total[{window}])",
+        f"rate(fabricscope_{kind}_transmit_bytes_total[{window}])",
+    )
+    return f"({rx} > {tx} or {tx}) / on ({', '.join(labels)}) fabricscope_{kind}_link_speed_bytes_per_second"
+
+
 def _rule(name: str, expr: str, for_: str | None, severity: str, summary: str, description: str) -> list[str]:
     lines = [f"      - alert: {name}", f"        expr: {json.dumps(expr)}"]
     if for_:
@@ -108,7 +117,8 @@ def alert_rules(t: AlertThresholds | None = None) -> str:
             "FabricscopeNicErrors",
             f"increase(fabricscope_net_receive_errors_total[{window}]) > 0"
             f" or increase(fabricscope_net_transmit_errors_total[{window}]) > 0"
-            f" or increase(fabricscope_net_receive_drops_total[{window}]) > 0",
+            f" or increase(fabricscope_net_receive_drops_total[{window}]) > 0"
+            f" or increase(fabricscope_net_transmit_drops_total[{window}]) > 0",
             None,
             "warning",
             "Errors or drops on {{ $labels.device }}",
@@ -140,8 +150,10 @@ def alert_rules(t: AlertThresholds | None = None) -> str:
         ),
         _rule(
             "FabricscopeLinkSaturated",
-            f"fabricscope_net_utilization_ratio > {t.utilization:g} or fabricscope_rdma_utilization_ratio"
-            f" > {t.utilization:g}",
+            # From the byte counters over the window, not the last interval's gauge: a burst between two
+            # scrapes counts, as the recording rules count it.
+            f"{_utilization('net', ('instance', 'device'), window)} > {t.utilization:g}"
+            f" or {_utilization('rdma', ('instance', 'device', 'port'), window)} > {t.utilization:g}",
             for_,
             "info",
             "{{ $labels.device }} above " + pct + " of line rate for " + for_,
@@ -180,18 +192,8 @@ RECORDING_RULES: tuple[tuple[str, str], ...] = (
     ),
     # Utilization where the line rate is known: the busier direction (rx where it is above tx, else tx)
     # over the line rate.
-    (
-        "fabricscope:net_utilization:ratio5m",
-        "(rate(fabricscope_net_receive_bytes_total[5m]) > rate(fabricscope_net_transmit_bytes_total[5m])"
-        " or rate(fabricscope_net_transmit_bytes_total[5m])) / on (instance, device)"
-        " fabricscope_net_link_speed_bytes_per_second",
-    ),
-    (
-        "fabricscope:rdma_utilization:ratio5m",
-        "(rate(fabricscope_rdma_receive_bytes_total[5m]) > rate(fabricscope_rdma_transmit_bytes_total[5m])"
-        " or rate(fabricscope_rdma_transmit_bytes_total[5m])) / on (instance, device, port)"
-        " fabricscope_rdma_link_speed_bytes_per_second",
-    ),
+    ("fabricscope:net_utilization:ratio5m", _utilization("net", ("instance", "device"), "5m")),
+    ("fabricscope:rdma_utilization:ratio5m", _utilization("rdma", ("instance", "device", "port"), "5m")),
     # Errors and congestion.
     ("fabricscope:rdma_port_errors:increase5m", "increase(fabricscope_rdma_port_errors_total[5m])"),
     (
@@ -203,7 +205,7 @@ RECORDING_RULES: tuple[tuple[str, str], ...] = (
     (
         "fabricscope:net_errors:increase5m",
         "increase(fabricscope_net_receive_errors_total[5m]) + increase(fabricscope_net_transmit_errors_total[5m])"
-        " + increase(fabricscope_net_receive_drops_total[5m])",
+        " + increase(fabricscope_net_receive_drops_total[5m]) + increase(fabricscope_net_transmit_drops_total[5m])",
     ),
     (
         "fabricscope:tcp_retransmission:ratio5m",
