@@ -305,13 +305,13 @@ def test_promtool_unit_tests_the_retransmission_and_rdma_rules(tmp_path: Path) -
         # A NIC sending 95 MB/s on a 100 MB/s link (the byte counter's rate, not a gauge), dropping 4 packets.
         "  - interval: 1m\n"
         "    input_series:\n"
-        "      - series: 'fabricscope_net_transmit_bytes_total{instance=\"n3\",device=\"eth0\"}'\n"
+        '      - series: \'fabricscope_net_transmit_bytes_total{instance="n3",device="eth0"}\'\n'
         "        values: '0+5700000000x14'\n"
-        "      - series: 'fabricscope_net_receive_bytes_total{instance=\"n3\",device=\"eth0\"}'\n"
+        '      - series: \'fabricscope_net_receive_bytes_total{instance="n3",device="eth0"}\'\n'
         "        values: '0+60000000x14'\n"
-        "      - series: 'fabricscope_net_link_speed_bytes_per_second{instance=\"n3\",device=\"eth0\"}'\n"
+        '      - series: \'fabricscope_net_link_speed_bytes_per_second{instance="n3",device="eth0"}\'\n'
         "        values: '100000000x14'\n"
-        "      - series: 'fabricscope_net_transmit_drops_total{instance=\"n3\",device=\"eth0\"}'\n"
+        '      - series: \'fabricscope_net_transmit_drops_total{instance="n3",device="eth0"}\'\n'
         "        values: '0 0 0 4 4 4 4 4 4 4 4 4 4 4 4'\n"
         "    alert_rule_test:\n"
         "      - eval_time: 14m\n"
