@@ -509,3 +509,17 @@ def test_tensor_parallelism_splits_key_value_groups_as_megatron_core_does(
             best_split(spec, load_cluster("dgx-h100-ndr").with_nodes(1), SplitRequest(tp=tp))
     chosen = splits(spec, gpus=16, gpus_per_node=8)
     assert all(spec.tp_fits_heads(int(c.tp)) for c in chosen.configs)
+
+
+def test_an_interleaved_pipeline_runs_a_multiple_of_pp_micro_batches(cli) -> None:  # type: ignore[no-untyped-def]
+    """Megatron-Core's interleaved schedule groups micro-batches by pp (7 over 16 stages cannot run, and the
+    bubble formula (p-1)/v assumes m >= p): refused when asked for, never chosen."""
+    args = ["--nodes", "16", "--global-batch", "7", "--tp", "8", "--pp", "16", "--interleave", "2"]
+    line = one_error_line(cli("estimate", "--model", "llama-70b", "--cluster", "dgx-h100-ndr", *args))
+    assert "7 micro-batches" in line and "not a multiple of pp 16" in line
+    model, cluster = load_model("llama-70b"), load_cluster("dgx-h100-ndr").with_nodes(16)
+    chosen = splits(model, gpus=128, gpus_per_node=8, request=SplitRequest(global_batch=7))
+    for config in chosen.configs:
+        microbatches = 7 // int(config.dp * config.micro_batch)
+        assert config.interleave == 1 or (microbatches >= config.pp and microbatches % config.pp == 0)
+    assert best_split(model, cluster, SplitRequest(global_batch=7)).interleave == 1

@@ -36,6 +36,7 @@ __all__ = [
     "as_choice",
     "check_layout",
     "check_values",
+    "interleaves",
     "stack_numbers",
     "stack_settings",
 ]
@@ -492,6 +493,22 @@ def check_layout(
         dp = gpus // (tp * pp * (cp or 1))
     if dp is not None and batch % (dp * (mb or 1)):
         raise UsageError(f"the global batch ({batch}) must be a multiple of dp*micro_batch = {dp}*{mb or 1}")
+    if dp is not None and pp is not None and v is not None and v > 1:
+        microbatches = batch // (dp * (mb or 1))
+        if not interleaves(pp, microbatches):
+            raise UsageError(
+                f"an interleaved pipeline runs micro-batches in groups of pp: {microbatches} micro-batches "
+                f"(global batch / (dp*micro_batch)) is not a multiple of pp {pp} (Megatron-Core's "
+                "interleaved schedule, torch's Interleaved1F1B): change the batch or the split, or leave "
+                "interleave at 1"
+            )
+
+
+def interleaves(pp: int, microbatches: int) -> bool:
+    """Whether an interleaved pipeline of ``pp`` stages runs ``microbatches``: in groups of ``pp`` contiguous
+    micro-batches per virtual stage (megatron/core/pipeline_parallel/schedules.py: a group is at least pp
+    and at most M, and M left over after the groups must be 0 or at least pp; by default a group is pp)."""
+    return microbatches >= pp and microbatches % pp == 0
 
 
 def _check_experts_and_context(split: _Split, model: ModelSpec, *, gpus: int) -> None:

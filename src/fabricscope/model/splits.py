@@ -30,6 +30,7 @@ from fabricscope.model.parallel import (
     ParallelConfig,
     Recompute,
     SplitRequest,
+    interleaves,
     stack_numbers,
     stack_settings,
 )
@@ -144,6 +145,8 @@ def splits(
                     eps, zeros, _options(req.micro_batch, MICRO_BATCH), recomputes, _options(req.interleave, INTERLEAVE)
                 ):
                     if pp * v > most or (v > 1 and pp == 1) or batch % (dp * mb) or ranks % (ep * (req.etp or 1)):
+                        continue
+                    if v > 1 and not interleaves(pp, batch // (dp * mb)):
                         continue
                     if zero and dp * cp == 1 and req.zero is None:
                         continue
