@@ -125,6 +125,11 @@ def test_duration_repeats_passes_and_every_full_pass_reads_everything(tree):
             assert one is measurement.passes[-1] and one.bytes <= dataset.total_bytes
     assert measurement.bytes == sum(p.bytes for p in measurement.passes)
     assert [p.index for p in measurement.passes] == list(range(1, len(measurement.passes) + 1))
+    # A pass that read every byte is complete even when the deadline came as it ended (it was "stopped
+    # mid-pass" whenever the stop flag was up at its end); only the last can be stopped, and none failed.
+    for one in measurement.passes:
+        assert one.complete == (one.bytes == dataset.total_bytes) and one.failed_reads == 0
+        assert one.stopped == (not one.complete)
 
 
 def test_o_direct_refused_falls_back_and_says_so(tmp_path):
@@ -145,6 +150,15 @@ def test_a_file_gone_between_scan_and_read_is_an_error_not_a_crash(tree):
     assert measurement.error_count == 1 and "No such file" in measurement.errors[0]
     assert measurement.bytes == dataset.total_bytes - dataset.files[5].size
     assert status(measurement) == "partial" and not measurement.passes[0].complete
+    assert measurement.passes[0].failed_reads == 1 and not measurement.passes[0].stopped  # a failed read, no stop
+
+
+def test_a_file_gone_is_named_once_however_many_passes_meet_it(tree):
+    dataset = scan(str(tree))
+    Path(dataset.files[5].path).unlink()
+    measurement = read_dataset(dataset, ReadConfig(workers=2, duration_s=0.5))
+    assert len(measurement.passes) >= 2 and measurement.error_count >= 2
+    assert len(measurement.errors) == 1 and "No such file" in measurement.errors[0]
 
 
 def test_ctrl_c_keeps_what_was_read(big_file):

@@ -268,7 +268,10 @@ def _print(measurement: Measurement, lines: list[str], verdict: Verdict | None) 
     for one in group_passes(measurement.passes, PASSES_PRINTED):
         fraction = one.cached_fraction_before
         cached = "" if fraction is None or not show_cache else f", {100 * fraction:.0f}% cached before"
-        state = "" if one.complete else " (stopped mid-pass)"
+        said = [f"{one.failed_reads} read(s) failed"] if one.failed_reads else []
+        if one.stopped:
+            said.append("stopped mid-pass" if one.count == 1 else "the last stopped mid-pass")
+        state = f" ({'; '.join(said)})" if said else ""
         name = f"pass {one.first}" if one.count == 1 else f"passes {one.first}-{one.first + one.count - 1}"
         out.append(
             f"{name}: {one.bytes} B, {one.files} file(s) in {one.seconds:.3f} s = "

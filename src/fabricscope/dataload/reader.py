@@ -122,6 +122,10 @@ class Pass:
     """Files read to their end in this pass."""
     complete: bool = False
     """Every extent of every file was read."""
+    stopped: bool = False
+    """Ctrl-C, a signal or ``duration_s`` ended it before every extent was read."""
+    failed_reads: int = 0
+    """Files whose reads failed in this pass (vanished, became unreadable)."""
     cached_fraction_before: float | None = None
     """Fraction of the data in the page cache just before the pass (None: unknown)."""
     dropped_files: int = 0
@@ -214,6 +218,7 @@ class _Run:
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.incomplete = False
+        self.failed = 0
         self.parts_left: dict[str, int] = {}
         """Extents of each file not yet read; a file is read when its count reaches 0."""
 
@@ -227,9 +232,11 @@ class _Run:
         reason = (exc.strerror if isinstance(exc, OSError) else None) or f"{type(exc).__name__}: {exc}"
         with self.lock:
             self.measurement.error_count += 1
+            self.failed += 1
             self.incomplete = True
-            if len(self.measurement.errors) < 5:
-                self.measurement.errors.append(f"{path}: {reason}")
+            line = f"{path}: {reason}"
+            if len(self.measurement.errors) < 5 and line not in self.measurement.errors:  # each pass meets it again
+                self.measurement.errors.append(line)
 
     def open(self, path: str) -> tuple[int, bool]:
         """Open for reading; O_DIRECT when asked and allowed.  Returns (fd, direct)."""
@@ -421,7 +428,12 @@ def _one_pass(
     result.seconds = time.perf_counter() - t0
     result.bytes = sum(c.bytes for c in counters)
     result.files = sum(c.files for c in counters)
-    result.complete = not run.stop.is_set() and not run.incomplete
+    # Complete when every extent was read: a stop (the deadline, Ctrl-C) that comes after the last read
+    # leaves the pass complete, and a read that failed is said as such, not as a stop.
+    read_all = all(left == 0 for left in run.parts_left.values())
+    result.complete = read_all and not run.incomplete
+    result.stopped = not read_all and run.stop.is_set()
+    result.failed_reads = run.failed
     if progress is not None:
         try:
             progress(done_before + result.bytes)

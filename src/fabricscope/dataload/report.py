@@ -43,6 +43,10 @@ class PassGroup:
     files: int
     complete: bool
     """Every pass of the group read every file."""
+    stopped: bool
+    """Its last pass was stopped before it read every file (the earlier ones never are)."""
+    failed_reads: int
+    """Reads that failed, over the group's passes."""
     cached_fraction_before: float | None
     """Mean over the passes that know it."""
     dropped_files: int
@@ -72,6 +76,8 @@ def _group(passes: Sequence[Pass]) -> PassGroup:
         seconds=sum(p.seconds for p in passes),
         files=sum(p.files for p in passes),
         complete=all(p.complete for p in passes),
+        stopped=passes[-1].stopped,
+        failed_reads=sum(p.failed_reads for p in passes),
         cached_fraction_before=sum(known) / len(known) if known else None,
         dropped_files=min(p.dropped_files for p in passes),
     )
@@ -195,6 +201,8 @@ def to_result(
             "bytes_per_s": one.bytes_per_s,
             "files": one.files,
             "complete": one.complete,
+            "stopped": one.stopped,
+            "failed_reads": one.failed_reads,
             "cached_fraction_before": one.cached_fraction_before,
             "dropped_files": one.dropped_files,
         }
