@@ -65,3 +65,25 @@ def test_predict_refuses_ps_in_one_line_and_all_skips_it():
     every = run_cli(["predict", "all", "--cluster", "dgx-h100-ndr", "-b", "1M", "-e", "1M"], timeout=60)
     assert every.returncode == 0, every.stderr
     assert "ps_perf" not in every.stdout and "all_reduce_perf" in every.stdout
+
+
+def test_the_ps_ratio_line_names_each_datatype_and_reduction_when_there_are_several():
+    """-o all: five groups of the same sizes printed as one line could not be told apart."""
+    from fabricscope.bench.output import _ps_against_all_reduce
+
+    def record(op: str, dtype: str, redop: str, size: int, time_us: float) -> dict[str, object]:
+        return {"op": op, "dtype": dtype, "redop": redop, "size_bytes": size, "placement": "out", "time_us": time_us}
+
+    records = [
+        record(op, dtype, redop, size, time)
+        for dtype, redop, base in (("float", "sum", 1.0), ("float", "prod", 3.0), ("int8", "sum", 5.0))
+        for op, time in (("ps", 2 * base), ("all_reduce", base))
+        for size in (8, 32)
+    ]
+    lines = _ps_against_all_reduce(records)
+    assert lines == [
+        f"# ps / all_reduce time for the same bytes (out-of-place {group}): 8 B: 2.00  32 B: 2.00"
+        for group in ("float sum", "float prod", "int8 sum")
+    ]
+    alone = _ps_against_all_reduce([r for r in records if r["dtype"] == "float" and r["redop"] == "sum"])
+    assert alone == ["# ps / all_reduce time for the same bytes (out-of-place): 8 B: 2.00  32 B: 2.00"]

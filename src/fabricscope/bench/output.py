@@ -57,20 +57,20 @@ def _stability_line(key: tuple[Any, ...], series: Series) -> str:
 
 
 def _ps_against_all_reduce(records: Sequence[dict[str, Any]]) -> list[str]:
-    """Once both ran: ps time over all_reduce time for the same bytes (above 1: the servers' incast costs)."""
+    """Once both ran: ps time over all_reduce time for the same bytes (above 1: the servers' incast costs);
+    one line per datatype and reduction, which it names when there are several (-d all, -o all)."""
     ps = {(r["size_bytes"], r["dtype"], r["redop"], r["placement"]): r for r in records if r["op"] == "ps"}
-    pairs = [
-        (r["size_bytes"], ps[key]["time_us"] / r["time_us"])
-        for r in records
-        if r["op"] == "all_reduce"
-        and (key := (r["size_bytes"], r["dtype"], r["redop"], r["placement"])) in ps
-        and r["placement"] == "out"
-        and r["time_us"] > 0
-    ]
-    if not pairs:
-        return []
-    ratios = "  ".join(f"{size} B: {ratio:.2f}" for size, ratio in pairs)
-    return [f"# ps / all_reduce time for the same bytes (out-of-place): {ratios}"]
+    groups: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for r in records:
+        key = (r["size_bytes"], r["dtype"], r["redop"], r["placement"])
+        if r["op"] == "all_reduce" and key in ps and r["placement"] == "out" and r["time_us"] > 0:
+            groups.setdefault((r["dtype"], r["redop"]), []).append((r["size_bytes"], ps[key]["time_us"] / r["time_us"]))
+    lines = []
+    for (dtype, redop), pairs in groups.items():
+        named = f" {dtype} {redop}" if len(groups) > 1 else ""
+        ratios = "  ".join(f"{size} B: {ratio:.2f}" for size, ratio in pairs)
+        lines.append(f"# ps / all_reduce time for the same bytes (out-of-place{named}): {ratios}")
+    return lines
 
 
 CSV_FIELDS = (*COLLECTIVE_FIELDS, "min_us", "p50_us", "p99_us", "max_us", "ranks", "backend")
