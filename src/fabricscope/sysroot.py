@@ -380,6 +380,11 @@ class SysRoot:
         problem = {errno.ENOENT: "missing"}.get(code or -1) or _PROBLEMS.get(name, name)
         self.anomalies.append(Anomaly(rel, problem))
 
+    def too_large(self, rel: str) -> bool:
+        """Whether ``rel`` was left unread for being larger than :data:`MAX_READ` (the reader's limit, not
+        the file's fault: the program it configures reads it whole)."""
+        return self._record.errors.get(_norm(rel)) == "EFBIG"
+
     def read_problem(self, rel: str) -> str | None:
         """Why reading ``rel`` failed, in words (``Permission denied``, ``a FIFO, not a file: not read``).
 

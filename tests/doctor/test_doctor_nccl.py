@@ -193,6 +193,17 @@ def test_unreadable_conf_file_says_why_and_how_to_fix_it(tmp_path: Path, path: s
     assert not any("splits each line" in f.advice for f in only(findings, "nccl.settings"))
 
 
+def test_a_conf_file_too_large_to_check_is_not_called_unreadable_by_nccl(tmp_path: Path) -> None:
+    """Over the doctor's 1 MiB NCCL still reads it: the finding said NCCL skips it."""
+    root = copy_tree(FIXTURES / "vm-virtio", tmp_path / "node")
+    (root / "opt").mkdir()
+    (root / "opt/big.conf").write_text("NCCL_DEBUG=WARN\n" * 200_000)  # 3.2 MB
+    findings = diagnose(SysRoot(root), env={"NCCL_CONF_FILE": "/opt/big.conf"}).findings
+    [large] = [f for f in only(findings, "nccl.settings", Severity.WARN) if f.subject == "NCCL_CONF_FILE"]
+    assert large.observed == "NCCL_CONF_FILE=/opt/big.conf is larger than 1 MiB: not checked"
+    assert "NCCL reads it whole" in large.advice and "skips" not in large.advice
+
+
 def test_topo_file_that_exists_is_ok(tmp_path: Path) -> None:
     root = copy_tree(FIXTURES / "vm-virtio", tmp_path / "node")
     (root / "etc").mkdir(exist_ok=True)

@@ -332,6 +332,8 @@ class Node:
     """Whether the file NCCL_TOPO_FILE names can be read; None when it is not set."""
     nccl_conf_unreadable: str | None = None
     """Why the file NCCL_CONF_FILE names cannot be read (``Permission denied``); None when read or not set."""
+    nccl_conf_too_large: bool = False
+    """NCCL_CONF_FILE was left unread for its size (over 1 MiB): NCCL reads it, the doctor did not."""
     anomalies: list[Anomaly] = field(default_factory=list)
     """Files that could not be read or parsed."""
     files_read: int = 0

@@ -176,7 +176,10 @@ class GpuXid(Check):
         if not node.xids:
             return [self.finding(Severity.OK, "kernel log", f"no Xid errors ({node.kernel_log})")]
         findings = []
+        # The driver names a GPU without its function (PCI:0000:4c:00); every other check names it in full.
+        functions = {gpu.pci.rpartition(".")[0]: gpu.pci for gpu in node.gpus if gpu.pci}
         for xid in node.xids:
+            device = functions.get(xid.device, f"{xid.device}.0")
             severity, name, action = XID_ACTIONS.get(
                 xid.code,
                 (Severity.WARN, "Xid", "look the code up in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors)"),
@@ -185,7 +188,7 @@ class GpuXid(Check):
             findings.append(
                 self.finding(
                     severity,
-                    f"GPU {xid.device}",
+                    f"GPU {device}",
                     f"Xid {xid.code} ({name}) {times}: {xid.message}",
                     "no Xid errors",
                     action,

@@ -125,7 +125,18 @@ class NcclSettings(Check):
                 )
             )
         conf_file = node.nccl.get("NCCL_CONF_FILE")
-        if node.nccl_conf_unreadable is not None and conf_file is not None:
+        if node.nccl_conf_too_large and conf_file is not None:
+            findings.append(
+                self.finding(
+                    Severity.WARN,
+                    "NCCL_CONF_FILE",
+                    f"NCCL_CONF_FILE={conf_file.value} is larger than 1 MiB: not checked",
+                    "a config file the doctor can check (a few lines of NCCL variables)",
+                    "NCCL reads it whole, so its settings apply: look at them by hand (grep '^NCCL_'), and trim "
+                    "the file to the variables it sets",
+                )
+            )
+        elif node.nccl_conf_unreadable is not None and conf_file is not None:
             findings.append(
                 self.finding(
                     Severity.WARN,

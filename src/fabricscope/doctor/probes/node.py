@@ -108,6 +108,7 @@ def probe_node(root: SysRoot, env: Mapping[str, str] | NodeEnv | None = None) ->
         nvml=nvml,
         topo_file_readable=None if not topo or not topo.value else root.text(topo.value) is not None,
         nccl_conf_unreadable=root.read_problem(conf_file) if conf_file else None,
+        nccl_conf_too_large=root.too_large(conf_file) if conf_file else False,
         modules=probe_modules(root, drivers | ({"nvidia"} if gpus else set())),
         boot_id=probe_boot_id(root),
         uptime_s=probe_uptime(root),
