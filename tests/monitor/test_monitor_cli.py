@@ -372,7 +372,9 @@ def test_a_link_speed_given_for_an_interface_without_one_gives_its_utilization(t
     [("eth0", "--link-speed takes IF=RATE items"), ("eth0=400", "give a rate with its decimal prefix"),
      ("=25G", "--link-speed takes IF=RATE items"), ("eth0=-5G", "--link-speed"),
      ("e" * 5000 + "=1G", "is not an interface name"), ("eth0=" + "9" * 400 + "G", "too many digits"),
-     ("eth0=²G", "give a rate with its decimal prefix"), ("eth0=10G,eth0=25G", "two rates: give each interface one")],
+     ("eth0=²G", "give a rate with its decimal prefix"), ("eth0=10G,eth0=25G", "two rates: give each interface one"),
+     ("eth0=99999T", "a link runs from 1 kbit/s"), ("eth0=1", "give a rate with its decimal prefix"),
+     ("eth0=0.5k", "a link runs from 1 kbit/s")],
 )  # fmt: skip
 def test_a_bad_link_speed_is_one_line(value: str, message: str) -> None:
     result = monitor("--link-speed", value, "--duration", "1")

@@ -346,4 +346,14 @@ def _link_speeds(texts: list[str] | None) -> dict[str, float]:
         if name in speeds:
             raise UsageError(f"--link-speed gives {quoted(name, 40)} two rates: give each interface one")
         speeds[name] = parse_rate(rate.strip(), what=f"--link-speed {quoted(name, 40)}")
+        low, high = LINK_SPEED_BPS
+        if not low <= speeds[name] <= high:
+            raise UsageError(
+                f"--link-speed {quoted(name, 40)}={quoted(rate.strip(), 40)} is {speeds[name]:.3g} bit/s: a link "
+                "runs from 1 kbit/s (a rate-limited test link) to 3.2 Tbit/s; a unit mistake? (25G is 25 Gbit/s)"
+            )
     return speeds
+
+
+LINK_SPEED_BPS = (1e3, 3.2e12)
+"""Link speeds --link-speed takes, bit/s: a token-bucket test link to beyond the fastest NIC (1.6 Tb/s in 2026)."""
