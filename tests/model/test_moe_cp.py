@@ -193,6 +193,8 @@ def test_moe_estimate_prints_experts_and_the_all_to_all(cli) -> None:  # type: i
         (["--model", "llama-70b", "--ep", "2"], "--ep splits routed experts and llama-70b has none"),
         (["--model", "llama3-405b-128k", "--cp", "3"], "--cp must split the sequence (131072 tokens)"),
         (["--model", "mixtral-8x7b", "--moe-imbalance", "0.5"], "--moe-imbalance"),
+        (["--model", "mixtral-8x7b", "--ep", "8", "--etp", "3"], "--etp x ep = 3 x 8 must divide the 64 GPUs"),
+        (["--model", "mixtral-8x7b", "--ep", "8", "--etp", "4", "--pp", "8"], "(--pp 8, --ep 8, --etp 4)"),
         # Options that shape experts changed nothing on a dense model: refused, as --ep is.
         (
             ["--model", "llama-70b", "--etp", "2"],

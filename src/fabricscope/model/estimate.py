@@ -402,12 +402,15 @@ def best_split(model: ModelSpec, cluster: Cluster, request: SplitRequest | None 
     check_layout(req, model, gpus=gpus, gpus_per_node=per_node, batch=batch)
     cand = splits(model, gpus=gpus, gpus_per_node=per_node, batch=batch, request=req)
     if not len(cand):
-        fixed = ", ".join(f"--{k.replace('_', '-')} {getattr(req, k)}" for k in req.fixed) or "nothing fixed"
+        given = [f"--{k.replace('_', '-')} {getattr(req, k)}" for k in req.fixed]
+        if req.etp:  # not a knob of the search, but it folds the expert groups every split must fit
+            given.append(f"--etp {req.etp}")
+        fixed = ", ".join(given) or "nothing fixed"
         if len(splits(model, gpus=gpus, gpus_per_node=per_node, batch=batch, request=req, any_stack=True)):
             stack = f" that runs {req.framework}" if req.framework else ""
             raise UsageError(
                 f"no training stack{stack} runs {model.name} on {gpus} GPUs with {fixed}: Megatron-Core and "
-                "DeepSpeed shard at most ZeRO 1 with a pipeline, FSDP/torchtitan ZeRO 2, DeepSpeed has no ring "
+                "DeepSpeed shard at most ZeRO 1 with a pipeline, PyTorch FSDP ZeRO 2, DeepSpeed has no ring "
                 "context parallelism nor interleaving (catalog/frameworks.toml); change --zero, --pp, --cp or "
                 "--framework"
             )

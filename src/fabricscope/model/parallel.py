@@ -534,6 +534,11 @@ def _check_experts_and_context(split: _Split, model: ModelSpec, *, gpus: int) ->
         if gpus % ep:
             raise InvalidValue(f"must divide the {gpus} GPUs, got {ep}", key="ep")
         etp = getattr(split, "etp", 0) or 0
+        if etp and gpus % (ep * etp):
+            raise InvalidValue(
+                f"x ep = {etp} x {ep} must divide the {gpus} GPUs (each expert group holds ep x etp ranks), got {etp}",
+                key="etp",
+            )
         if etp and split.dp is not None and split.tp is not None:
             ranks = split.tp * (cp or 1) * split.dp
             if ranks % (ep * etp):
