@@ -87,3 +87,12 @@ def test_a_cut_line_keeps_the_counts_whatever_the_host_name() -> None:
     longest = "gpu-node-0001.rack-17.row-b.datacenter-east.cluster.example.com"  # 64 characters: the kernel's most
     line = one_line(findings, longest)
     assert len(line) <= ONE_LINE and line.startswith("OK (") and " ok, " in line.split(")")[0], line
+
+
+def test_oneline_and_npd_together_are_one_usage_line() -> None:
+    done = cli("--oneline", "--npd", "--root", HEALTHY)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "error: --npd is --oneline with node-problem-detector's exit codes (0 ok, 1 problem, 2 unknown): "
+        "give one of them"
+    ]

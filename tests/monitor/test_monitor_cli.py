@@ -45,6 +45,7 @@ def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
         (["--json", "/"], "--json / is a folder"),
         (["--json", "/no/such/dir/x.json"], "the folder /no/such/dir does not exist"),
         (["--interfaces", ","], "--interfaces needs at least one interface name"),
+        (["--interfaces", "lo", "--all-interfaces"], "--interfaces names the interfaces to watch and --all-interfaces"),
         (["--alert-rules", "--utilization", "150%"], "--utilization must be a share from 1% to 100%"),
         (["--alert-rules", "--utilization", "85"], "--utilization must be a share"),
         (["--alert-rules", "--retrans-ratio", "2"], "--retrans-ratio must be a number from 1e-09 to 0.5"),

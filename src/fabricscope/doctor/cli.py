@@ -156,6 +156,10 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(
             "--bench measures this node (and in fleet mode the links between nodes), not a --root tree: drop --root"
         )
+    if args.oneline and args.npd:
+        raise UsageError(
+            "--npd is --oneline with node-problem-detector's exit codes (0 ok, 1 problem, 2 unknown): give one of them"
+        )
     if fleet and (args.oneline or args.npd):
         flag = "--npd" if args.npd else "--oneline"
         raise UsageError(f"{flag} checks this node, as a health check runs on each node: drop {flag} for fleet mode")

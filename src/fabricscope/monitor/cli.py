@@ -226,6 +226,10 @@ def _watch(args: argparse.Namespace, command: list[str]) -> int:
         if args.interfaces is not None
         else None
     )
+    if interfaces is not None and args.all_interfaces:
+        raise UsageError(
+            "--interfaces names the interfaces to watch and --all-interfaces watches every one: give one of them"
+        )
     if interfaces is not None and not interfaces:
         raise UsageError("--interfaces needs at least one interface name, e.g. eth0,ib0")
     inputs = [args.root] if os.path.realpath(args.root) != "/" else []
