@@ -231,3 +231,21 @@ def test_zero_shards_the_optimizer_state_the_precision_keeps(precision: str, fra
     params = shape_of(model).params
     assert memory[0] - memory[1] == pytest.approx(params * sharded * (1 - 1 / 8), rel=1e-9)
     assert memory[1] - memory[2] == pytest.approx(params * (16 - sharded) / 2 * (1 - 1 / 8), rel=1e-9)
+
+
+def test_megatron_keeps_fp32_gradients_in_bf16_and_nemo_s_recipes_do_not() -> None:
+    """Megatron-LM in bf16 accumulates and reduces gradients in fp32 (its distributed optimizer's table:
+    'bf16 param, fp32 grads: 6 + 12/d'); NeMo's performance recipes set grad_reduce_in_fp32 = False."""
+    from fabricscope.model.parallel import FRAMEWORKS, stack_settings
+
+    model = load_model("llama-7b")
+    cluster = load_cluster("dgx-h100-ndr").with_nodes(2)
+    base = ParallelConfig(dp=16, tp=1, pp=1, zero=1, global_batch=64, micro_batch=1, recompute="full")
+    steps = {
+        name: estimate(model, cluster, dataclasses.replace(base, **stack_settings(FRAMEWORKS[name])), what_ifs=False)
+        for name in ("megatron-core", "nemo")
+    }
+    params = shape_of(model).params
+    memory = {name: step.value("memory_bytes") for name, step in steps.items()}
+    assert memory["megatron-core"] - memory["nemo"] == pytest.approx(2.0 * params, rel=1e-9)  # 4-byte gradients
+    assert steps["megatron-core"].value("dp_comm_total") > steps["nemo"].value("dp_comm_total")

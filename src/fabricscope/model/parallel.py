@@ -124,7 +124,11 @@ class StackParameters:
     fp32_gradients: bool = False
     """Gradients cross the network in 32 bits whatever the compute precision: mixed precision that
     keeps fp32 weights and reduces their gradients as they are (PyTorch AMP with DDP, Horovod with
-    tf_cnn_benchmarks); else in the precision's own width (Megatron, DeepSpeed: 16 bits)."""
+    tf_cnn_benchmarks); else in the precision's own width (DeepSpeed: 16 bits)."""
+    fp32_main_grads: bool = False
+    """In bf16, 16-bit weights whose gradients accumulate and are reduced in fp32 buffers (Megatron-LM's
+    default: megatron/training/arguments.py sets accumulate_allreduce_grads_in_fp32 for bf16 unless
+    --grad-reduce-in-bf16): 2 + 4 + 12 bytes a parameter, and 4-byte gradients on the wire."""
     bf16_fp32_accumulation: bool = False
     """In bf16, each micro-batch's gradients are added into an fp32 buffer of every parameter the
     GPU holds, not sharded by ZeRO (Megatron-DeepSpeed's BF16 optimizer): 4 more bytes per
@@ -172,8 +176,11 @@ FRAMEWORKS: dict[str, Framework] = {
         flash_attention=True,
         dp_overlap=True,
         regather_on_recompute=False,
+        fp32_main_grads=True,
         source="Megatron-Core (NVIDIA/Megatron-LM core_r0.5+): fused attention through Transformer Engine "
-        "(cuDNN's Hopper kernels), --overlap-grad-reduce and --overlap-param-gather",
+        "(cuDNN's Hopper kernels), --overlap-grad-reduce and --overlap-param-gather; in bf16 gradients "
+        "accumulated and reduce-scattered in fp32 (megatron/training/arguments.py: 'accumulate and all-reduce "
+        "gradients in fp32 for bfloat16 data type', unless --grad-reduce-in-bf16)",
     ),
     "deepspeed-pipeline": Framework(
         flash_attention=False,
@@ -260,7 +267,10 @@ FRAMEWORKS["nemo"] = replace(
     FRAMEWORKS["megatron-core"],
     tp_comm_overlap=True,
     pp_comm_overlap=True,
-    source="NeMo's performance recipes on Megatron-Core (NVIDIA/NeMo "
+    fp32_main_grads=False,
+    source="NeMo's performance recipes on Megatron-Core (NVIDIA/NeMo: each recipe's "
+    "pretrain_performance_optimizations and scripts/performance set 'recipe.trainer.plugins."
+    "grad_reduce_in_fp32 = False', so gradients are reduced in bf16; "
     "docs/source/features/optimizations/communication_overlap.rst): the distributed optimizer's "
     "gathers and reduce-scatters beside compute; tensor-parallel communication 'chunked and the chunks "
     "are overlapped in pipeline' with the GEMMs (Transformer Engine's userbuffers, tp_comm_overlap, "
@@ -308,6 +318,7 @@ def stack_numbers(source: _Settings) -> dict[str, float]:
         "ep_overlap": 1.0 if source.ep_overlap else 0.0,
         "node_dedup": 1.0 if source.node_dedup else 0.0,
         "fp32_grads": 1.0 if source.fp32_gradients else 0.0,
+        "main_grads32": 1.0 if source.fp32_main_grads and source.precision == "bf16" else 0.0,
         "fp32_accum": 1.0 if source.bf16_fp32_accumulation and source.precision == "bf16" else 0.0,
         "grad_cast": 1.0 if source.bf16_grad_comm and source.precision == "bf16" else 0.0,
         "context_bytes": float(source.cuda_context_gib) * 2**30,

@@ -215,6 +215,9 @@ class Job:
     fp32_grads: Num = 0
     """1 where gradients cross the network in 32 bits whatever the precision (fp32 weights under
     mixed precision: PyTorch AMP with DDP, Horovod), 0 in the precision's ``grad_bytes``."""
+    main_grads32: Num = 0
+    """1 where 16-bit weights keep fp32 gradient buffers (Megatron-LM in bf16): 4 bytes of gradient a
+    parameter in memory and on the wire, the weights still 2."""
     fp32_accum: Num = 0
     """1 where each micro-batch's 16-bit gradients are added into an unsharded fp32 buffer (reading
     2 + 4 bytes and writing 4 per parameter), 0 where they accumulate in place."""
@@ -560,7 +563,7 @@ def _units(w: Shape, job: Job, dev: Device, backward: Num) -> Num:
 def _wire_grad_bytes(job: Job, dev: Device) -> Num:
     """Bytes per gradient element a data-parallel collective moves: 4 where gradients are fp32, or an
     fp32 accumulator is reduced as it is; the precision's own where the stack casts it (``grad_cast``)."""
-    fp32 = (job.fp32_grads > 0) | ((_fp32_accum(job) > 0) & (job.grad_cast <= 0))
+    fp32 = (job.fp32_grads > 0) | (job.main_grads32 > 0) | ((_fp32_accum(job) > 0) & (job.grad_cast <= 0))
     return np.where(fp32, np.maximum(dev.grad_bytes, 4.0), dev.grad_bytes)
 
 
@@ -801,14 +804,15 @@ def _memory(w: Shape, job: Job, dev: Device, weights: Num, act_layer: Num, score
     # gradients say so): no master copy.  Stage 1 shards the optimizer state, 2 the gradients too, 3 all.
     full = (dev.act_bytes >= 4.0) | (job.fp32_grads > 0)
     weight = np.where(full, 4.0, 2.0)
-    grad = weight
-    optimizer = STATE_BYTES_PER_PARAM - weight - grad
+    grad = np.where(full | (job.main_grads32 > 0), 4.0, 2.0)
+    optimizer = np.where(full, 8.0, 12.0)
+    total = weight + grad + optimizer
 
     def state_bytes(dp: Num) -> Num:
         return np.select(
             [zero == 0, zero == 1, zero == 2],
-            [STATE_BYTES_PER_PARAM, weight + grad + optimizer / dp, weight + (grad + optimizer) / dp],
-            STATE_BYTES_PER_PARAM / dp,
+            [total, weight + grad + optimizer / dp, weight + (grad + optimizer) / dp],
+            total / dp,
         )
 
     # ZeRO shards over the data- and context-parallel ranks; routed experts over those that hold
