@@ -115,3 +115,25 @@ def test_a_transformer_row_has_no_one_gpu_image_rate(cli, write) -> None:
     row = {**next(reader), "one_gpu_images_per_s": "100"}
     line = one_error_line(cli("validate", str(write("t.csv", _text(list(reader.fieldnames), [row])))))
     assert "one_gpu_images_per_s applies to vision rows" in line
+
+
+@pytest.mark.parametrize("traffic_mb", [680.0, 1.0])
+def test_vision_mfu_counts_true_flops_and_never_passes_the_gpus_busy_share(
+    write, cli, traffic_mb: float  # type: ignore[no-untyped-def]
+) -> None:
+    """gflops_per_sample counts multiply-adds: MFU counts 2 FLOPs each over 3 passes; and a step is never
+    shorter than those FLOPs at peak (a model file with almost no memory traffic showed MFU 122%)."""
+    import json
+
+    path = write(
+        "lean.toml",
+        f'kind = "vision"\nparams = 25.6e6\ngflops_per_sample = 4.1\ntraffic_mb_per_sample = {traffic_mb}\n'
+        "sample_kb = 110\nbatch_per_gpu = 256\n",
+    )
+    out = write("e.json", "")
+    done = cli("estimate", "--model", str(path), "--cluster", "dgx-h100-ndr", "--nodes", "1", "--json", str(out))
+    assert done.code == 0, done.err
+    record = json.loads(out.read_text())["records"][0]
+    assert record["mfu"] <= record["gpu_utilization"] + 1e-12
+    per_gpu_samples = record["samples_per_s"] / 8
+    assert record["tflops_per_gpu"] * 1e12 == pytest.approx(6 * 4.1e9 * per_gpu_samples, rel=1e-9)
