@@ -119,7 +119,9 @@ def test_a_transformer_row_has_no_one_gpu_image_rate(cli, write) -> None:
 
 @pytest.mark.parametrize("traffic_mb", [680.0, 1.0])
 def test_vision_mfu_counts_true_flops_and_never_passes_the_gpus_busy_share(
-    write, cli, traffic_mb: float  # type: ignore[no-untyped-def]
+    write,
+    cli,
+    traffic_mb: float,  # type: ignore[no-untyped-def]
 ) -> None:
     """gflops_per_sample counts multiply-adds: MFU counts 2 FLOPs each over 3 passes; and a step is never
     shorter than those FLOPs at peak (a model file with almost no memory traffic showed MFU 122%)."""

@@ -289,8 +289,9 @@ class ModelSpec:
     def tp_fits_heads(self, tp: int) -> bool:
         """Whether Megatron-Core splits the attention over ``tp`` ranks: every rank takes the same number of
         query heads, and of key/value groups when there are at least ``tp`` of them, or one group shared
-        by ``tp / kv_heads`` ranks when there are fewer (megatron/core/transformer/attention.py:
-        ``divide(num_query_groups, world_size)``, or one group per partition below it)."""
+        by ``tp / kv_heads`` ranks when there are fewer (megatron/core/transformer/transformer_config.py:
+        "num_query_groups must be a multiple or divisor of tensor_model_parallel_size"; attention.py gives each
+        partition one group below tp).  Older Megatron-Core required a multiple only."""
         if self.heads % tp:
             return False
         groups = self.kv_heads if self.kv_heads and not self.is_mla else 0
