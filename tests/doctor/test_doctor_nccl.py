@@ -202,6 +202,8 @@ def test_a_conf_file_too_large_to_check_is_not_called_unreadable_by_nccl(tmp_pat
     [large] = [f for f in only(findings, "nccl.settings", Severity.WARN) if f.subject == "NCCL_CONF_FILE"]
     assert large.observed == "NCCL_CONF_FILE=/opt/big.conf is larger than 1 MiB: not checked"
     assert "NCCL reads it whole" in large.advice and "skips" not in large.advice
+    # Said once, by nccl.settings: not also a file the node failed to give (probe.read advises root, drivers).
+    assert not [f for f in findings if f.id == "probe.read" and "big.conf" in f.subject]
 
 
 def test_topo_file_that_exists_is_ok(tmp_path: Path) -> None:

@@ -128,6 +128,9 @@ def probe_node(root: SysRoot, env: Mapping[str, str] | NodeEnv | None = None) ->
     endpoints = [pci[a] for a in sorted(nic_functions | {g.pci for g in gpus}) if a in pci]
     node.bridge_config = probe_bridge_config(root, sorted({b for d in endpoints for b in d.bridges}))
     node.xids, node.kernel_log = probe_xids(root)
-    node.anomalies = list(root.anomalies)
+    # An NCCL_CONF_FILE too large to check is nccl.settings' finding, with its own advice (NCCL reads it):
+    # not a file the node failed to give.
+    big_conf = os.path.normpath("/" + conf_file).lstrip("/") if node.nccl_conf_too_large and conf_file else None
+    node.anomalies = [a for a in root.anomalies if a.path != big_conf]
     node.files_read = sum(1 for text in root.read_paths().values() if text is not None)
     return node
