@@ -60,14 +60,16 @@ def test_usage_errors_are_one_line_and_exit_2(args: list[str], fragment: str) ->
     assert fragment in one_error_line(result)
 
 
-def test_a_port_in_use_is_a_usage_error() -> None:
+def test_a_port_in_use_is_a_usage_error_that_writes_nothing(tmp_path: Path) -> None:
+    record = tmp_path / "rec.jsonl"
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
-        result = monitor("--serve", str(port), "--duration", "1")
+        result = monitor("--serve", str(port), "--record", str(record), "--duration", "1")
     assert result.returncode == 2
     assert f"port {port} is in use" in one_error_line(result)
+    assert not record.exists()  # the recording starts after the port is taken (it left a header-only file)
 
 
 def test_same_file_for_json_and_record(tmp_path: Path) -> None:

@@ -64,23 +64,30 @@ class Outputs:
         self.textfile_error: str | None = None
         """Why ``--textfile`` stopped mid-run: said once; the watching goes on (as for ``--record``)."""
         self.live: Any = None
-        if args.record:
-            from fabricscope.monitor.recording import Recorder
+        # What can fail at start comes first, nothing written yet: the exporter's port, the textfile folder,
+        # then the recording's first line (it creates its file); on a failure what was started is closed.
+        try:
+            if serve is not None:
+                from fabricscope.monitor.exporter import Exporter
 
-            try:
-                self.recorder = Recorder(args.record, self._result([], {}, "complete"))
-            except RunError as exc:  # its first line: nothing is watched or started yet, the file is the fault
-                raise UsageError(f"--record: {exc}; nothing was started") from None
-        if serve is not None:
-            from fabricscope.monitor.exporter import Exporter
+                self.exporter = Exporter(*serve)
+            if getattr(args, "textfile", None):
+                from fabricscope.monitor.exporter import TextfileWriter
 
-            self.exporter = Exporter(*serve)
+                self.textfile = TextfileWriter(args.textfile)
+            if args.record:
+                from fabricscope.monitor.recording import Recorder
+
+                try:
+                    self.recorder = Recorder(args.record, self._result([], {}, "complete"))
+                except RunError as exc:  # nothing is watched or started yet: the file is the fault
+                    raise UsageError(f"--record: {exc}; nothing was started") from None
+        except BaseException:
+            self.close()
+            raise
+        if self.exporter is not None:
             sys.stderr.write(f"fabricscope monitor: serving {self.exporter.url}\n")
             sys.stderr.flush()
-        if getattr(args, "textfile", None):
-            from fabricscope.monitor.exporter import TextfileWriter
-
-            self.textfile = TextfileWriter(args.textfile)
         if not command and _is_terminal(sys.stdout):
             from rich.console import Console
             from rich.live import Live
