@@ -146,8 +146,10 @@ def parse_duration(text: str | float, *, what: str = "duration") -> float:
         mantissa = number.lower().split("e")[0]
         _exact(mantissa, what, text)
         exponent = int(number.lower().split("e")[1]) if "e" in number.lower() else 0
-        if abs(exponent) > _MAX_DIGITS:
+        if exponent > _MAX_DIGITS:
             raise OutOfRange(f"{what} {quoted(str(text))} is out of range: {_DURATION_RANGE}")
+        if exponent < -_MAX_DIGITS:  # too short for any clock: not "too long"
+            raise UsageError(f"{what} {quoted(str(text))} is shorter than any clock counts: give 1e-9 s or more")
         seconds = Fraction(number) * _SECONDS[unit.lower()]
     if seconds <= 0:
         raise UsageError(f"{what} must be a positive number of seconds, got {quoted(str(text))}")
