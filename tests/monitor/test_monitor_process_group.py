@@ -131,3 +131,18 @@ def test_sigint_to_the_monitor_ends_a_command_that_keeps_the_default(tmp_path: P
             proc.kill()
             proc.communicate()
     assert proc.returncode == 130, err
+
+
+def test_a_monitor_started_ignoring_sigint_passes_that_on_to_its_command() -> None:
+    """A background job of a script runs with SIGINT ignored: the command keeps it so (Ctrl-C is not for it)."""
+    done = subprocess.run(
+        [sys.executable, "-c",
+         "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+         "os.execv(sys.executable, [sys.executable, '-m', 'fabricscope', 'monitor', '--no-gpu', '--interval', "
+         "'0.1', '--', 'grep', 'SigIgn', '/proc/self/status'])"],
+        capture_output=True, text=True, env=cli_env(), timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    ignored = int(next(line for line in done.stdout.splitlines() if line.startswith("SigIgn:")).split()[1], 16)
+    assert ignored & (1 << (signal.SIGINT - 1))
+    assert not ignored & (1 << (signal.SIGPIPE - 1))

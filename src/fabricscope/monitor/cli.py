@@ -290,7 +290,12 @@ def _run_watch(monitor: Any, out: Any, command: list[str]) -> int:
             stop.set()
 
     # A closed terminal (SIGHUP) stops the monitor like SIGTERM: the command gets it, what was measured is kept.
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    # A monitor started with SIGINT ignored (a background job of a script) keeps it ignored, and so does its
+    # command (the shim passes on what it inherits): Ctrl-C was not meant for that job.
+    stops = [
+        sig for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if signal.getsignal(sig) is not signal.SIG_IGN
+    ]
+    previous = {sig: signal.signal(sig, on_signal) for sig in stops}
     try:
         if command:
             monitor.sample()  # the baseline, before the command starts moving data
