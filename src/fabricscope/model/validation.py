@@ -655,15 +655,16 @@ def _anchored(model: ModelSpec, row: Mapping[str, str], par: ParallelConfig, per
         changed = dataclasses.replace(model, traffic_mb_per_sample=traffic_mb, global_batch=per_gpu)
         return estimate(changed, _cluster(row, 1, 1), one, what_ifs=False).step_s
 
-    # The one-GPU step is linear in the traffic: the FLOPs and the optimizer, then traffic / HBM.
-    low, high = step_s(1.0), step_s(1001.0)
-    slope = (high - low) / 1000.0
-    bare = low - slope
+    # The one-GPU step is linear in the traffic (the FLOPs and the optimizer, then traffic / HBM) above the
+    # little traffic under which the true FLOPs at peak bound the step: the line is taken far above it.
+    low, high = step_s(10_000.0), step_s(20_000.0)
+    slope = (high - low) / 10_000.0
+    bare = low - 10_000.0 * slope
     traffic = (per_gpu / rate - bare) / slope
-    if traffic <= 0:
+    if traffic <= 0 or step_s(traffic) > per_gpu / rate * (1 + 1e-9):
         raise UsageError(
             f"one_gpu_images_per_s = {rate:g} is faster than the model's FLOPs alone allow on this GPU "
-            f"({per_gpu / bare:.0f} images/s at a batch of {per_gpu})"
+            f"({per_gpu / step_s(1e-3):.0f} images/s at a batch of {per_gpu})"
         )
     return dataclasses.replace(model, traffic_mb_per_sample=traffic)
 
