@@ -147,3 +147,12 @@ def test_all_says_which_ops_it_leaves_out(cli) -> None:
     assert done.code == 0, done.err
     assert "note: all: ps, hypercube left out: predict has no cost model for them" in done.err
     assert "ps_perf" not in done.out and "hypercube_perf" not in done.out and "all_reduce_perf" in done.out
+
+
+def test_a_size_beyond_the_gpus_memory_is_priced_with_a_warning(cli) -> None:  # type: ignore[no-untyped-def]
+    """nccl-tests allocates send and receive buffers of the largest size: -e 1P on an 80 GB GPU cannot run."""
+    done = cli("predict", "--cluster", "dgx-h100-ndr", "-b", "1G", "-e", "64G")
+    assert done.code == 0
+    [warning] = [line for line in done.err.splitlines() if line.startswith("warning: -e 64G")]
+    assert "exceed the 80 GiB of a h100-sxm" in warning and "sizes above 40G" in warning
+    assert "warning: -e" not in cli("predict", "--cluster", "dgx-h100-ndr", "-b", "1G", "-e", "32G").err

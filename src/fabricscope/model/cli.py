@@ -162,6 +162,7 @@ def run_predict(args: argparse.Namespace) -> int:
         sys.stderr.write(note.lstrip("# ") + "\n")
     if algo != "auto" and any(name != "all_reduce" for name in config.ops):
         sys.stderr.write(f"note: --algo {algo} applies to all_reduce; other ops run as NCCL runs them\n")
+    _warn_beyond_memory(config.max_bytes, cluster)
     sure = uncertainty.for_collectives(cluster, config.ops)
     prediction = predict_sweep(cluster, config, algo=algo)
     step = f"{config.step_factor}(factor)" if config.step_factor > 1 else f"{config.step_bytes}(bytes)"
@@ -180,6 +181,20 @@ def run_predict(args: argparse.Namespace) -> int:
     _print(sure.lines("these times"))
     _save(args.json, prediction.sweep_result(config, uncertainty=sure.record()), args)
     return 0
+
+
+def _warn_beyond_memory(max_bytes: int, cluster: Any) -> None:
+    """A size whose send and receive buffers (nccl-tests allocates both, of the largest size) exceed the GPU's
+    memory is priced, with a warning: no GPU of the cluster could run it."""
+    from fabricscope.units import format_size
+
+    memory = float(cluster.gpu.memory_bytes)
+    if 2 * max_bytes > memory:
+        sys.stderr.write(
+            f"warning: -e {format_size(max_bytes)}: its send and receive buffers (2 x {format_size(max_bytes)}) "
+            f"exceed the {memory / 2**30:g} GiB of a {cluster.gpu.name}: nccl-tests could not allocate them; "
+            f"sizes above {format_size(int(memory // 2))} are priced as if the GPU held them\n"
+        )
 
 
 # --- estimate --------------------------------------------------------------------------------
