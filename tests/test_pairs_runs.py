@@ -205,3 +205,21 @@ def test_full_disk_ends_by_the_shared_policy_and_keeps_the_report(tmp_path):
         kept = json.loads(out.read_text())  # the last version that fitted, never a torn file
         assert kept["status"] == "partial" and len(kept["records"]) < 24
         assert "over 12 directions" in done.stdout and "slowest link:" in done.stdout, done.stdout  # every pair
+
+
+def test_a_full_stdout_keeps_the_pairs_and_says_so_last(tmp_path):
+    """> /dev/full: the report is lost, the pairs are in --json, and the last line says so (exit 1)."""
+    if not Path("/dev/full").is_char_device():
+        pytest.skip("needs /dev/full")
+    out = tmp_path / "p.json"
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "fabricscope", "pairs", "--nproc", "2", "--size", "4K", "-n", "2",
+             "--json", str(out)],
+            stdout=full, stderr=subprocess.PIPE, text=True, env=cli_env(), timeout=180,
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: cannot write the report to standard output (No space left on device); --json {out} keeps every pair"
+    )
+    assert load(out).status == "complete" and len(load(out).records) == 4

@@ -17,7 +17,7 @@ import select
 import stat
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TextIO
@@ -37,6 +37,7 @@ __all__ = [
     "check_outputs",
     "claim_stdout",
     "data_stdout",
+    "print_kept",
     "release_stdout",
     "say_written",
     "silence_stdout",
@@ -377,6 +378,23 @@ def stream_failure(exc: OSError, what: str, json_path: str | None, items: str) -
     left on device); --json run.json keeps every row``."""
     kept = f"--json {json_path} keeps every {items}" if json_path else f"no --json file keeps the {items}s"
     return f"cannot write the {what} to standard output ({exc.strerror or exc}); {kept}"
+
+
+def print_kept(stream: TextIO, emit: Callable[[], object], what: str, json_path: str | None, items: str) -> str | None:
+    """Run ``emit`` (which writes to ``stream``) and flush it.  A reader that went away (``| head``) leaves the
+    verdict as it is: None.  A full output (``> /dev/full``) comes back as its one line (:func:`stream_failure`)
+    for the caller to end with once what was measured is kept.  Either way later writes go nowhere."""
+    try:
+        emit()
+        stream.flush()
+    except BrokenPipeError:
+        silence_stream(stream)
+    except OSError as exc:
+        if not stream_write_failed(exc):
+            raise
+        silence_stream(stream)
+        return stream_failure(exc, what, json_path, items)
+    return None
 
 
 def silence_stdout() -> None:

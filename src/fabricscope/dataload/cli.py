@@ -10,7 +10,6 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fabricscope.errors import RunError, UsageError
@@ -185,7 +184,9 @@ def run(args: argparse.Namespace) -> int:
     verdict = judge(measurement.bytes_per_s, need) if need is not None and measurement.seconds > 0 else None
     lines = notes(measurement, memory_available=available_memory())
     result = to_result(measurement, need=need, verdict=verdict, lines=lines)
-    full = _print_kept(lambda: _print(measurement, lines, verdict), args.json)
+    from fabricscope.outputs import print_kept
+
+    full = print_kept(sys.stdout, lambda: _print(measurement, lines, verdict), "report", args.json, "pass")
     if args.json:  # after the report: --json /dev/stdout is appended to it
         result.save(args.json)
     save_result(save_request(args), result, what="the measurement")
@@ -196,24 +197,6 @@ def run(args: argparse.Namespace) -> int:
     if measurement.error_count or (verdict is not None and verdict.starves):
         return 1
     return 0
-
-
-def _print_kept(emit: Callable[[], None], json_path: str | None) -> str | None:
-    """Print the report; a reader that went away (| head) leaves the verdict as it is, and a full output
-    (> /dev/full) comes back as the line to end with, once the result is saved (as bench and pairs do)."""
-    from fabricscope.outputs import silence_stdout, stream_failure, stream_write_failed
-
-    try:
-        emit()
-        sys.stdout.flush()
-    except BrokenPipeError:
-        silence_stdout()
-    except OSError as exc:
-        if not stream_write_failed(exc):
-            raise
-        silence_stdout()
-        return stream_failure(exc, "report", json_path, "pass")
-    return None
 
 
 def _log(line: str) -> None:

@@ -52,8 +52,6 @@ OPTIMIZER_BYTES_PER_PARAM = 30.0
 16-bit copy (14 B)."""
 ACCUMULATE_BYTES_PER_PARAM = 10.0
 """Adding a micro-batch's 16-bit gradient into an fp32 accumulator: read 2 and 4 bytes, write 4."""
-STATE_BYTES_PER_PARAM = 16.0
-"""16-bit weight and gradient, fp32 master weight, m and v (ZeRO paper: 2 + 2 + 12)."""
 CONTEXT_GIB = 0.92
 """CUDA's own memory on a GPU once PyTorch uses it (its context and kernel modules), which no tensor
 accounts for: stas00/ml-engineering, training/performance/README.md, "Preloaded CUDA kernels memory

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from fabricscope.launch.heartbeat import Peer, host_record
 from fabricscope.launch.outcome import Ending
-from fabricscope.outputs import claim_stdout, silence_stream, stream_failure, stream_write_failed
+from fabricscope.outputs import claim_stdout, print_kept
 from fabricscope.pair_matrix import PairRecord
 from fabricscope.pairs.analysis import analyse
 from fabricscope.pairs.config import PairsConfig
@@ -59,18 +59,9 @@ class Output:
     def _print(self, emit: Callable[[TextIO], object]) -> None:
         """Print on standard output: a reader that went away (| head) leaves the verdict as it is; an output
         that is full (> /dev/full) is said at the end (exit 1), and the run goes on."""
-        try:
-            emit(self.out)
-            self.out.flush()
-        except BrokenPipeError:
-            silence_stream(self.out)
-        except OSError as exc:
-            if not stream_write_failed(exc):
-                raise
-            silence_stream(self.out)
-            message = stream_failure(exc, "report", self.config.output.json_path, "pair")
-            if message not in self.stream_errors:
-                self.stream_errors.append(message)
+        message = print_kept(self.out, lambda: emit(self.out), "report", self.config.output.json_path, "pair")
+        if message is not None and message not in self.stream_errors:
+            self.stream_errors.append(message)
 
     def add_round(self, records: Sequence[PairRecord]) -> None:
         self.result.records.extend(dict(record) for record in records)
