@@ -93,3 +93,39 @@ def test_prod_differs_from_max_and_sum(dtype):
     prod = patterns.reduce_expected(torch, idx, 4, "prod", dt, 0)
     assert count_wrong(torch, _reduce_in_dtype(inputs, "max", 4), prod, tolerant=False) > 0
     assert count_wrong(torch, _reduce_in_dtype(inputs, "sum", 4), prod, tolerant=False) > 0
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("redop", REDOPS)
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 33, 300])
+def test_patterns_repeat_after_their_period(dtype, redop, n):
+    dt = DTYPES[dtype]
+    period = patterns.reduce_period(dt, redop, n)
+    idx = torch.arange(2 * period + 5, dtype=torch.int64)
+    for seed in (0, 33):
+        for rank in {0, n // 2, n - 1}:
+            values = patterns.reduce_input(torch, idx, rank, n, redop, dt, seed)
+            assert torch.equal(values[period:], values[:-period])
+        want = patterns.reduce_expected(torch, idx, n, redop, dt, seed)
+        assert torch.equal(want[period:], want[:-period])
+        plain = patterns.plain_value(torch, idx, n - 1, dt, seed)
+        step = patterns.plain_period(dt)
+        assert torch.equal(plain[step:], plain[:-step])
+
+
+@pytest.mark.parametrize("total", [7, 24, 25, 1000, 1003])
+def test_a_periodic_fill_and_check_see_every_element(total):
+    from fabricscope.bench.runner import plan_wrong
+    from fabricscope.ops import Call, fill
+
+    period = 12
+    values = lambda idx: (idx * 7 + 3) % period  # noqa: E731
+    direct, copied = torch.zeros(total, dtype=torch.int32), torch.zeros(total, dtype=torch.int32)
+    fill(torch, direct, values, "cpu")
+    fill(torch, copied, values, "cpu", period)
+    assert torch.equal(direct, copied)
+    for bad in {0, total // 2, total - 1}:  # a whole period's row, and the tail past the last whole period
+        output = direct.clone()
+        output[bad] += 1
+        calls = [Call(lambda: None, lambda seed: None, lambda seed, idx: values(idx), output, p) for p in (0, period)]
+        assert [plan_wrong(torch, call, 0, False, "cpu") for call in calls] == [1, 1]

@@ -98,6 +98,9 @@ class Call:
     after one ``step``; None when this rank's output is not checked (a reduce's other ranks)."""
     output: Any
     """The tensor compared with ``expected``."""
+    period: int = 0
+    """A period of ``expected`` along the positions (0: none), so that a large output is checked against
+    one period's values."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,9 +260,18 @@ CHUNK = 1 << 22
 """Elements generated at a time: pattern temporaries stay small whatever the size."""
 
 
-def fill(torch: ModuleType, target: Any, values: Callable[[Any], Any], device: Any) -> None:
-    """``target[i] = values(i)`` for every position, a chunk of int64 positions at a time."""
+def fill(torch: ModuleType, target: Any, values: Callable[[Any], Any], device: Any, period: int = 0) -> None:
+    """``target[i] = values(i)`` for every position, a chunk of int64 positions at a time; with a ``period``
+    of ``values`` (0: none), one period is computed and copied along, each copy doubling what is filled."""
     total = target.numel()
+    if period > 0 and 2 * period <= total:
+        target[:period].copy_(values(torch.arange(0, period, dtype=torch.int64, device=device)))
+        done = period
+        while done < total:
+            step = min(done, total - done)
+            target[done : done + step].copy_(target[:step])
+            done += step
+        return
     for start in range(0, total, CHUNK):
         stop = min(total, start + CHUNK)
         target[start:stop].copy_(values(torch.arange(start, stop, dtype=torch.int64, device=device)))
@@ -269,11 +281,13 @@ def _finish_avg(out: Any, ctx: Context) -> None:
     out.div_(ctx.avg_divisor, rounding_mode="trunc")
 
 
-def _copy_in_loader(torch: ModuleType, send: Any, recv: Any, ctx: Context, in_place: bool, values: Any) -> Any:
+def _copy_in_loader(
+    torch: ModuleType, send: Any, recv: Any, ctx: Context, in_place: bool, values: Any, period: int
+) -> Any:
     """Loader for ops torch runs in place only: out-of-place, the output starts as a copy."""
 
     def load(seed: int) -> None:
-        fill(torch, send, lambda idx: values(idx, seed), ctx.device)
+        fill(torch, send, lambda idx: values(idx, seed), ctx.device, period)
         if not in_place:
             recv.copy_(send)
 
@@ -292,6 +306,10 @@ def _reduction(torch: ModuleType, ctx: Context) -> tuple[Any, Any]:
     return inputs, expected
 
 
+def _reduce_period(ctx: Context) -> int:
+    return patterns.reduce_period(ctx.dtype, ctx.redop, ctx.nranks)
+
+
 def _plain(torch: ModuleType, ctx: Context, rank: Any, shift: int = 0) -> Any:
     return lambda idx, seed: patterns.plain_value(torch, idx, rank, ctx.dtype, seed + shift)
 
@@ -306,11 +324,13 @@ def _build_all_reduce(
         if ctx.avg_divisor:
             _finish_avg(recv, ctx)
 
+    period = _reduce_period(ctx)
     return Call(
         step=step,
-        load=_copy_in_loader(torch, send, recv, ctx, in_place, inputs),
+        load=_copy_in_loader(torch, send, recv, ctx, in_place, inputs, period),
         expected=lambda seed, idx: expected(idx, seed),
         output=recv,
+        period=period,
     )
 
 
@@ -325,11 +345,13 @@ def _build_reduce(
         if ctx.avg_divisor and is_root:
             _finish_avg(recv, ctx)
 
+    period = _reduce_period(ctx)
     return Call(
         step=step,
-        load=_copy_in_loader(torch, send, recv, ctx, in_place, inputs),
+        load=_copy_in_loader(torch, send, recv, ctx, in_place, inputs, period),
         expected=(lambda seed, idx: expected(idx, seed)) if is_root else None,
         output=recv,
+        period=period,
     )
 
 
@@ -344,11 +366,13 @@ def _build_broadcast(
     def step() -> None:
         dist.broadcast(recv, ctx.root)
 
+    period = patterns.plain_period(ctx.dtype)
     return Call(
         step=step,
-        load=_copy_in_loader(torch, send, recv, ctx, in_place, start),
+        load=_copy_in_loader(torch, send, recv, ctx, in_place, start, period),
         expected=lambda seed, idx: root_values(idx, seed),
         output=recv,
+        period=period,
     )
 
 
@@ -370,16 +394,18 @@ def _into_recv(
     expected: Callable[[int, Any], Any] | None,
     *,
     zero: bool = True,
+    periods: tuple[int, int],
 ) -> Call:
     """The call of an op with a separate result: ``recv`` starts at zero (unless ``zero`` is False: the
-    in-place output already holds the input), ``send`` is filled with ``values``, and ``recv`` is checked."""
+    in-place output already holds the input), ``send`` is filled with ``values``, and ``recv`` is checked.
+    ``periods``: those of ``values`` and ``expected`` along the positions (0: none)."""
 
     def load(seed: int) -> None:
         if zero:
             recv.zero_()
-        fill(torch, send, lambda idx: values(idx, seed), ctx.device)
+        fill(torch, send, lambda idx: values(idx, seed), ctx.device, periods[0])
 
-    return Call(step=step, load=load, expected=expected, output=recv)
+    return Call(step=step, load=load, expected=expected, output=recv, period=periods[1])
 
 
 def _gathered(torch: ModuleType, ctx: Context, base: int) -> Any:
@@ -396,7 +422,17 @@ def _build_all_gather(
     def step() -> None:
         gather_into(recv, send)
 
-    return _into_recv(torch, send, recv, ctx, step, _plain(torch, ctx, ctx.rank), _gathered(torch, ctx, layout.count))
+    plain = patterns.plain_period(ctx.dtype)
+    return _into_recv(
+        torch,
+        send,
+        recv,
+        ctx,
+        step,
+        _plain(torch, ctx, ctx.rank),
+        _gathered(torch, ctx, layout.count),
+        periods=(plain, 0),
+    )
 
 
 def _build_reduce_scatter(
@@ -411,8 +447,17 @@ def _build_reduce_scatter(
         if ctx.avg_divisor:
             _finish_avg(recv, ctx)
 
+    period = _reduce_period(ctx)
     return _into_recv(
-        torch, send, recv, ctx, step, inputs, lambda seed, idx: expected(offset + idx, seed), zero=not in_place
+        torch,
+        send,
+        recv,
+        ctx,
+        step,
+        inputs,
+        lambda seed, idx: expected(offset + idx, seed),
+        zero=not in_place,
+        periods=(period, period),
     )
 
 
@@ -428,7 +473,8 @@ def _build_alltoall(
         # recv[j*base + i] on rank r came from rank j's send[r*base + i].
         return patterns.plain_value(torch, ctx.rank * base + idx % base, idx // base, ctx.dtype, seed)
 
-    return _into_recv(torch, send, recv, ctx, step, _plain(torch, ctx, ctx.rank), expected)
+    plain = patterns.plain_period(ctx.dtype)
+    return _into_recv(torch, send, recv, ctx, step, _plain(torch, ctx, ctx.rank), expected, periods=(plain, 0))
 
 
 def _build_gather(
@@ -441,9 +487,9 @@ def _build_gather(
     def step() -> None:
         dist.gather(send, chunks if is_root else None, dst=ctx.root)
 
-    return _into_recv(
-        torch, send, recv, ctx, step, _plain(torch, ctx, ctx.rank), _gathered(torch, ctx, base) if is_root else None
-    )
+    plain = patterns.plain_period(ctx.dtype)
+    expected = _gathered(torch, ctx, base) if is_root else None
+    return _into_recv(torch, send, recv, ctx, step, _plain(torch, ctx, ctx.rank), expected, periods=(plain, 0))
 
 
 def _build_scatter(
@@ -461,8 +507,17 @@ def _build_scatter(
     def step() -> None:
         dist.scatter(recv, chunks if is_root else None, src=ctx.root)
 
+    plain = patterns.plain_period(ctx.dtype)
     return _into_recv(
-        torch, send, recv, ctx, step, start, lambda seed, idx: root_values(offset + idx, seed), zero=not in_place
+        torch,
+        send,
+        recv,
+        ctx,
+        step,
+        start,
+        lambda seed, idx: root_values(offset + idx, seed),
+        zero=not in_place,
+        periods=(plain, plain),
     )
 
 
@@ -478,7 +533,17 @@ def _build_sendrecv(
         for work in dist.batch_isend_irecv(ops):
             work.wait()
 
-    return _into_recv(torch, send, recv, ctx, step, _plain(torch, ctx, ctx.rank), lambda seed, idx: previous(idx, seed))
+    plain = patterns.plain_period(ctx.dtype)
+    return _into_recv(
+        torch,
+        send,
+        recv,
+        ctx,
+        step,
+        _plain(torch, ctx, ctx.rank),
+        lambda seed, idx: previous(idx, seed),
+        periods=(plain, plain),
+    )
 
 
 def _build_hypercube(
@@ -508,8 +573,17 @@ def _build_hypercube(
             for work in dist.batch_isend_irecv(pair):
                 work.wait()
 
+    plain = patterns.plain_period(ctx.dtype)
     return _into_recv(
-        torch, send, recv, ctx, step, _plain(torch, ctx, ctx.rank), _gathered(torch, ctx, base), zero=not in_place
+        torch,
+        send,
+        recv,
+        ctx,
+        step,
+        _plain(torch, ctx, ctx.rank),
+        _gathered(torch, ctx, base),
+        zero=not in_place,
+        periods=(plain, 0),
     )
 
 
@@ -572,11 +646,13 @@ def _build_ps(
                     mine.div_(n, rounding_mode="trunc")
         exchange(pull)
 
+    period = _reduce_period(ctx)
     return Call(
         step=step,
-        load=_copy_in_loader(torch, send, recv, ctx, in_place, inputs),
+        load=_copy_in_loader(torch, send, recv, ctx, in_place, inputs, period),
         expected=lambda seed, idx: expected(idx, seed),
         output=recv,
+        period=period,
     )
 
 

@@ -22,16 +22,22 @@ Reductions (``idx`` is the global element index, ``a = (idx + seed) % M``):
   average is ``b`` exactly, while no rank holds ``b`` everywhere.
 
 Every function takes the ``torch`` module and works on the device of ``idx``.
+
+Each pattern repeats along the index (for a fixed rank): :func:`reduce_period`
+and :func:`plain_period` say after how many elements, so a large buffer is
+filled and checked from one period's values (a copy and a compare per element
+instead of a dozen integer divisions).
 """
 
 from __future__ import annotations
 
+import math
 from types import ModuleType
 from typing import Any
 
 from fabricscope.dtypes import DType
 
-__all__ = ["plain_value", "reduce_expected", "reduce_input", "reduce_modulus"]
+__all__ = ["plain_period", "plain_value", "reduce_expected", "reduce_input", "reduce_modulus", "reduce_period"]
 
 _CAP = 251
 """Largest modulus used: keeps patterns varied without approaching any limit."""
@@ -47,6 +53,12 @@ def reduce_modulus(dtype: DType, redop: str, nranks: int) -> int:
     else:
         modulus = limit
     return max(1, min(_CAP, modulus))
+
+
+def reduce_period(dtype: DType, redop: str, nranks: int) -> int:
+    """A period of :func:`reduce_input` (any rank) and :func:`reduce_expected` along the index: every
+    term of either is a function of the index modulo M, the rank count or 3 (prod's kinds)."""
+    return math.lcm(reduce_modulus(dtype, redop, nranks), max(nranks, 1), 3)
 
 
 def reduce_input(torch: ModuleType, idx: Any, rank: int, nranks: int, redop: str, dtype: DType, seed: int) -> Any:
@@ -111,10 +123,19 @@ def _avg_fits(dtype: DType, nranks: int) -> bool:
     return (dtype.exact_limit - 1) // max(nranks, 1) - 1 >= 1
 
 
+def plain_period(dtype: DType) -> int:
+    """The period of :func:`plain_value` along the index for one rank (an int ``rank``)."""
+    return _plain_modulus(dtype)
+
+
+def _plain_modulus(dtype: DType) -> int:
+    return min(256, dtype.exact_limit + 1)
+
+
 def plain_value(torch: ModuleType, idx: Any, rank: Any, dtype: DType, seed: int) -> Any:
     """Values for ops that move data without reducing it: distinct per rank and index.
 
     ``rank`` may be an int or an int64 tensor shaped like ``idx``.
     """
-    modulus = min(256, dtype.exact_limit + 1)
+    modulus = _plain_modulus(dtype)
     return ((idx + seed + 7 * rank) % modulus).to(getattr(torch, dtype.torch_name))
