@@ -83,7 +83,7 @@ def test_sweep_equals_a_loop_over_configurations() -> None:
     result = planner.sweep(model, cand, gpu, fab, "bf16")
     dev = device_for(gpu, "bf16")
     rng = np.random.default_rng(7)
-    for row in rng.choice(len(nets), size=2, replace=False):
+    for row in rng.choice(len(nets), size=1):  # one network, every split: a scalar step per split is slow
         one = take(fab, int(row))
         steps = []
         for config in cand.configs:
