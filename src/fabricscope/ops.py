@@ -394,18 +394,20 @@ def _into_recv(
     expected: Callable[[int, Any], Any] | None,
     *,
     zero: bool = True,
-    periods: tuple[int, int],
+    input_period: int | None = None,
+    expected_period: int = 0,
 ) -> Call:
     """The call of an op with a separate result: ``recv`` starts at zero (unless ``zero`` is False: the
     in-place output already holds the input), ``send`` is filled with ``values``, and ``recv`` is checked.
-    ``periods``: those of ``values`` and ``expected`` along the positions (0: none)."""
+    The periods of ``values`` (None: a plain pattern's) and of ``expected`` (0: none) along the positions."""
+    period = patterns.plain_period(ctx.dtype) if input_period is None else input_period
 
     def load(seed: int) -> None:
         if zero:
             recv.zero_()
-        fill(torch, send, lambda idx: values(idx, seed), ctx.device, periods[0])
+        fill(torch, send, lambda idx: values(idx, seed), ctx.device, period)
 
-    return Call(step=step, load=load, expected=expected, output=recv, period=periods[1])
+    return Call(step=step, load=load, expected=expected, output=recv, period=expected_period)
 
 
 def _gathered(torch: ModuleType, ctx: Context, base: int) -> Any:
@@ -422,17 +424,7 @@ def _build_all_gather(
     def step() -> None:
         gather_into(recv, send)
 
-    plain = patterns.plain_period(ctx.dtype)
-    return _into_recv(
-        torch,
-        send,
-        recv,
-        ctx,
-        step,
-        _plain(torch, ctx, ctx.rank),
-        _gathered(torch, ctx, layout.count),
-        periods=(plain, 0),
-    )
+    return _into_recv(torch, send, recv, ctx, step, _plain(torch, ctx, ctx.rank), _gathered(torch, ctx, layout.count))
 
 
 def _build_reduce_scatter(
@@ -448,16 +440,9 @@ def _build_reduce_scatter(
             _finish_avg(recv, ctx)
 
     period = _reduce_period(ctx)
+    mine = lambda seed, idx: expected(offset + idx, seed)  # noqa: E731
     return _into_recv(
-        torch,
-        send,
-        recv,
-        ctx,
-        step,
-        inputs,
-        lambda seed, idx: expected(offset + idx, seed),
-        zero=not in_place,
-        periods=(period, period),
+        torch, send, recv, ctx, step, inputs, mine, zero=not in_place, input_period=period, expected_period=period
     )
 
 
@@ -473,8 +458,7 @@ def _build_alltoall(
         # recv[j*base + i] on rank r came from rank j's send[r*base + i].
         return patterns.plain_value(torch, ctx.rank * base + idx % base, idx // base, ctx.dtype, seed)
 
-    plain = patterns.plain_period(ctx.dtype)
-    return _into_recv(torch, send, recv, ctx, step, _plain(torch, ctx, ctx.rank), expected, periods=(plain, 0))
+    return _into_recv(torch, send, recv, ctx, step, _plain(torch, ctx, ctx.rank), expected)
 
 
 def _build_gather(
@@ -487,9 +471,8 @@ def _build_gather(
     def step() -> None:
         dist.gather(send, chunks if is_root else None, dst=ctx.root)
 
-    plain = patterns.plain_period(ctx.dtype)
     expected = _gathered(torch, ctx, base) if is_root else None
-    return _into_recv(torch, send, recv, ctx, step, _plain(torch, ctx, ctx.rank), expected, periods=(plain, 0))
+    return _into_recv(torch, send, recv, ctx, step, _plain(torch, ctx, ctx.rank), expected)
 
 
 def _build_scatter(
@@ -507,18 +490,9 @@ def _build_scatter(
     def step() -> None:
         dist.scatter(recv, chunks if is_root else None, src=ctx.root)
 
+    mine = lambda seed, idx: root_values(offset + idx, seed)  # noqa: E731
     plain = patterns.plain_period(ctx.dtype)
-    return _into_recv(
-        torch,
-        send,
-        recv,
-        ctx,
-        step,
-        start,
-        lambda seed, idx: root_values(offset + idx, seed),
-        zero=not in_place,
-        periods=(plain, plain),
-    )
+    return _into_recv(torch, send, recv, ctx, step, start, mine, zero=not in_place, expected_period=plain)
 
 
 def _build_sendrecv(
@@ -534,16 +508,8 @@ def _build_sendrecv(
             work.wait()
 
     plain = patterns.plain_period(ctx.dtype)
-    return _into_recv(
-        torch,
-        send,
-        recv,
-        ctx,
-        step,
-        _plain(torch, ctx, ctx.rank),
-        lambda seed, idx: previous(idx, seed),
-        periods=(plain, plain),
-    )
+    own = _plain(torch, ctx, ctx.rank)
+    return _into_recv(torch, send, recv, ctx, step, own, lambda seed, idx: previous(idx, seed), expected_period=plain)
 
 
 def _build_hypercube(
@@ -573,18 +539,8 @@ def _build_hypercube(
             for work in dist.batch_isend_irecv(pair):
                 work.wait()
 
-    plain = patterns.plain_period(ctx.dtype)
-    return _into_recv(
-        torch,
-        send,
-        recv,
-        ctx,
-        step,
-        _plain(torch, ctx, ctx.rank),
-        _gathered(torch, ctx, base),
-        zero=not in_place,
-        periods=(plain, 0),
-    )
+    own_values = _plain(torch, ctx, ctx.rank)
+    return _into_recv(torch, send, recv, ctx, step, own_values, _gathered(torch, ctx, base), zero=not in_place)
 
 
 def _ps_reducer(torch: ModuleType, ctx: Context) -> Callable[[Any, Any], None]:
