@@ -107,7 +107,7 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     lines = [f"fabricscope monitor: {summary['intervals']} intervals over {summary['seconds']:g} s"]
     header = (
         f"  {'port':<14} {'rx mean':>10} {'tx mean':>10} {'rx peak':>10} {'tx peak':>10} {'line rate':>14}"
-        f" {'moved':>12}  problems"
+        f" {'moved rx+tx':>12}  problems"
     )
     rows = []
     for p in summary["ports"]:

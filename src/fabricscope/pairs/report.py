@@ -96,7 +96,7 @@ def print_report(records: Sequence[Mapping[str, Any]], findings: Findings, by: s
             _print_slowest(console, chosen, test, key, unit, fmt, flagged, by)
             continue
         size = chosen[0]["size_bytes"]
-        out.write(f"{test}: {key} of {size} B messages, sender (row) -> receiver (column)\n")
+        out.write(f"{test}: {key} ({unit}) of {size} B messages, sender (row) -> receiver (column)\n")
         table = Table()
         table.add_column("from \\ to")
         for column in order:
