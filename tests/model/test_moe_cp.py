@@ -525,3 +525,14 @@ def test_an_interleaved_pipeline_runs_a_multiple_of_pp_micro_batches(cli) -> Non
         microbatches = 7 // int(config.dp * config.micro_batch)
         assert config.interleave == 1 or (microbatches >= config.pp and microbatches % config.pp == 0)
     assert best_split(model, cluster, SplitRequest(global_batch=7)).interleave == 1
+
+
+def test_the_stack_line_says_the_gradient_width_that_priced_the_split(cli) -> None:  # type: ignore[no-untyped-def]
+    """Without --framework a Megatron split is priced with bf16 gradients; --framework megatron-core reduces
+    them in fp32 (Megatron-LM's default): the line says which, so the two step times are not a surprise."""
+    widths = {}
+    for framework in ([], ["--framework", "megatron-core"], ["--framework", "nemo"]):
+        done = cli("estimate", "--model", "llama-7b", "--cluster", "dgx-h100-ndr", "--nodes", "2", *framework)
+        [line] = [line for line in done.out.splitlines() if line.startswith("stack: megatron-core runs this split")]
+        widths[tuple(framework)] = line.split("gradients reduced in ")[1].split("-byte")[0]
+    assert widths == {(): "2", ("--framework", "megatron-core"): "4", ("--framework", "nemo"): "2"}

@@ -207,6 +207,8 @@ class Estimate:
     """What-if name -> step time change in percent (negative is faster)."""
     chosen: tuple[str, ...] = ()
     """The knobs of the split fabricscope chose (the user left them open)."""
+    grad_wire_bytes: float = 0.0
+    """Bytes per gradient element the data-parallel collectives move (the stack's gradient width)."""
 
     @property
     def batch(self) -> int:
@@ -377,7 +379,14 @@ def estimate(
         faster_data = dataclasses.replace(device, data_bps_per_node=device.data_bps_per_node * 2)
         changes["2x storage throughput"] = change(faster_data, fab)
     return Estimate(
-        model=model, cluster=cluster, parallel=par, step=result, data=path, sensitivities=changes, chosen=chosen
+        model=model,
+        cluster=cluster,
+        parallel=par,
+        step=result,
+        data=path,
+        sensitivities=changes,
+        chosen=chosen,
+        grad_wire_bytes=float(training.wire_grad_bytes(job, device)),
     )
 
 

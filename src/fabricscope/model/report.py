@@ -195,12 +195,14 @@ def _stack_lines(est: Estimate, framework: str | None = None) -> list[str]:
 
     lines = []
     stack = stacks().get(est.parallel.stack)
+    # The gradient width is where a stack's versions differ most (Megatron-Core's fp32 default, NeMo's bf16).
+    grads = f"gradients reduced in {est.grad_wire_bytes:g}-byte words"
     if stack is not None and framework:
-        lines.append(f"stack: {stack.name} runs this split, priced as {framework} runs it (docs/model.md)")
+        lines.append(f"stack: {stack.name} runs this split, priced as {framework} runs it, {grads} (docs/model.md)")
     elif stack is not None:
         # Name what --framework takes: a stack's name is not one of them (it prices no one version).
         choose = f"; --framework {' | '.join(stack.frameworks)} prices it as one" if stack.frameworks else ""
-        lines.append(f"stack: {stack.name} runs this split (catalog/frameworks.toml{choose})")
+        lines.append(f"stack: {stack.name} runs this split, {grads} (catalog/frameworks.toml{choose})")
     par = est.parallel
     if par.fp32_accumulation:
         lines.append(

@@ -32,6 +32,7 @@ __all__ = [
     "grouped_mlp_scale",
     "mlp_width",
     "step",
+    "wire_grad_bytes",
 ]
 
 
@@ -557,12 +558,12 @@ def _units(w: Shape, job: Job, dev: Device, backward: Num) -> Num:
     reduces what became ready during it."""
     if w.transformer:
         return stage_layers(w, job) * job.unit_tensors
-    buckets = np.maximum(1.0, np.ceil(w.params * _wire_grad_bytes(job, dev) / job.bucket_bytes))
+    buckets = np.maximum(1.0, np.ceil(w.params * wire_grad_bytes(job, dev) / job.bucket_bytes))
     cycles = np.where(job.cycle_s > 0, np.ceil(backward / np.where(job.cycle_s > 0, job.cycle_s, 1.0)), 1.0)
     return np.maximum(buckets, cycles)
 
 
-def _wire_grad_bytes(job: Job, dev: Device) -> Num:
+def wire_grad_bytes(job: Job, dev: Device) -> Num:
     """Bytes per gradient element a data-parallel collective moves: 4 where gradients are fp32, or an
     fp32 accumulator is reduced as it is; the precision's own where the stack casts it (``grad_cast``)."""
     fp32 = (job.fp32_grads > 0) | (job.main_grads32 > 0) | ((_fp32_accum(job) > 0) & (job.grad_cast <= 0))
@@ -595,7 +596,7 @@ def _dp_comm(w: Shape, job: Job, dev: Device, fab: Fabric, units: Num) -> tuple[
     dp_nodes = np.ceil(replicas / local)
     share = fab.node_net_gbps * local / g
     weights = _stage_params(w, job) / units
-    grads = weights * _wire_grad_bytes(job, dev)
+    grads = weights * wire_grad_bytes(job, dev)
     all_reduce = coll.fastest(coll.all_reduce(fab, grads, local, dp_nodes, share))
     scatter = coll.fastest(coll.ring_like(fab, grads, local, dp_nodes, node_net=share))
     gather = coll.fastest(coll.ring_like(fab, weights * dev.act_bytes, local, dp_nodes, node_net=share))
