@@ -137,3 +137,12 @@ def test_a_change_of_exactly_the_tolerance_is_within_it():
     assert result.exit_code == 0
     beyond = compare.compare(run(fixed(BIG, 1000.0, 94.99)), run(fixed(BIG, 1000.0, 100.0)), tolerance=0.05)
     assert verdicts(beyond) == {(BIG, "out"): "regressed"} and beyond.exit_code == 1
+
+
+def test_the_summary_line_says_how_many_large_rows_regressed_when_the_median_did_not():
+    ref = run(record(BIG, [1000.0], samples=False), record(2 * BIG, [1000.0], samples=False))
+    cur = run(record(BIG, [1120.0], samples=False), record(2 * BIG, [980.0], samples=False))  # -10.7% and +2.0%
+    result = compare.compare(cur, ref, tolerance=0.05)
+    assert result.summary["all_reduce"]["verdict"] == "regressed"
+    [line] = [line for line in compare._summary_lines(result) if line.startswith("all_reduce at")]
+    assert line.endswith("busbw -4.3% (median), regressed (1 of 2 rows)"), line

@@ -338,9 +338,12 @@ _HEADER = ["op", "size", "type", "place", "metric", "reference", "current", "cha
 def _summary_lines(comparison: Comparison) -> list[str]:
     lines = []
     for op, s in comparison.summary.items():
+        verdict = s["verdict"]
+        if verdict == "regressed":  # any large row that regressed decides, whatever the median: say how many
+            verdict = f"regressed ({s['regressed_rows']} of {s['rows']} rows)"
         lines.append(
             f"{op} at {format_size(s['from_bytes'])} and above ({s['rows']} rows): busbw "
-            f"{s['median_busbw_change'] * 100:+.1f}% (median), {s['verdict']}"
+            f"{s['median_busbw_change'] * 100:+.1f}% (median), {verdict}"
         )
     regressed = len(comparison.regressed)
     lines.append(
