@@ -224,3 +224,20 @@ def test_report_predict_prices_a_datatype_the_model_has_no_size_for_as_float(cli
     done = cli("report", str(odd), "--predict", "dgx-h100-ndr", "-o", str(tmp_path / "r.html"))
     assert done.code == 0 and "Traceback" not in done.err, done.err
     assert _against_table((tmp_path / "r.html").read_text(encoding="utf-8"))
+
+
+def test_a_prediction_reported_against_a_prediction_is_not_called_measured(cli, tmp_path) -> None:
+    pred, page = tmp_path / "p.json", tmp_path / "r.html"
+    args = ["all_reduce", "--cluster", "dgx-h100-ndr", "--nodes", "2", "-b", "1M", "-e", "4M", "--json", str(pred)]
+    assert cli("predict", *args).code == 0
+    done = cli("report", str(pred), "--predict", "dgx-h100-ndr", "-o", str(page))
+    assert done.code == 0, done.err
+    table = re.search(r'<table data-name="against-prediction">(.*?)</table>', page.read_text(encoding="utf-8"), re.S)
+    assert table is not None
+    header = [html.unescape(c) for c in re.findall(r"<th[^>]*>(.*?)</th>", table.group(1), flags=re.S)]
+    assert header[2:] == ["this prediction (us)", "predicted (us)", "predicted / this prediction"], header
+    assert set(_against_table(page.read_text(encoding="utf-8"))) == {
+        ("all_reduce", 1 << 20),
+        ("all_reduce", 2 << 20),
+        ("all_reduce", 4 << 20),
+    }

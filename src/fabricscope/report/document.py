@@ -105,10 +105,11 @@ def _against_prediction_table(run: tuple[str, Result], prediction: tuple[str, Re
     ]
     if not rows:
         return None
+    own = "this prediction" if result.kind == "predict" else "measured"  # a prediction against another one
     return Table(
         "against-prediction",
         f"{label} against the prediction {prediction[0]} (out-of-place time)",
-        ["op", "size (B)", "measured (us)", "predicted (us)", "predicted / measured"],
+        ["op", "size (B)", f"{own} (us)", "predicted (us)", f"predicted / {own}"],
         rows,
     )
 
