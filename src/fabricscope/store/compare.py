@@ -335,6 +335,13 @@ def _cells(row: Row) -> list[str]:
 _HEADER = ["op", "size", "type", "place", "metric", "reference", "current", "change", "p", "verdict"]
 
 
+def _p_note(comparison: Comparison) -> str:
+    """What the p column holds: a test's p-values, or nothing where no row had raw samples on both sides."""
+    if any(r.p_value is not None for r in comparison.rows):
+        return "p: Mann-Whitney U on raw samples, BH-adjusted"
+    return "p: - (no row has raw samples on both sides: the tolerance alone decides)"
+
+
 def _summary_lines(comparison: Comparison) -> list[str]:
     lines = []
     for op, s in comparison.summary.items():
@@ -358,7 +365,7 @@ def text_lines(comparison: Comparison) -> list[str]:
     """The comparison as a table for the terminal; comment lines start with '#'."""
     lines = [
         f"# {comparison.current} against {comparison.reference}; tolerance {comparison.tolerance * 100:g}%; "
-        f"time up to {format_size(SMALL_BYTES)}, busbw above; p: Mann-Whitney U on raw samples, BH-adjusted"
+        f"time up to {format_size(SMALL_BYTES)}, busbw above; {_p_note(comparison)}"
     ]
     table = [_HEADER, *(_cells(r) for r in comparison.rows)]
     widths = [max(len(line[i]) for line in table) for i in range(len(_HEADER))]
