@@ -117,6 +117,7 @@ def test_report_marks_outliers_and_names_the_link():
     print_report(records, analyse(records), "rank", out)
     text = out.getvalue()
     assert "sender (row) -> receiver (column)" in text
+    assert "bandwidth: algbw_gbps (GB/s) of " in text and "latency: time_us (us) of 8 B" in text  # the units
     assert text.count("*") == 2  # both directions of the slow link, bandwidth matrix
     assert "slowest link: rank 1 (node1) -> rank 3 (node3)" in text or "rank 3 (node3) -> rank 1 (node1)" in text
     assert "node most often involved: node1 and node3 (2 of 2 outliers each)" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import sys
 from pathlib import Path
@@ -96,6 +97,11 @@ def test_summary_and_verdict_of_the_sequence() -> None:
     rdma = next(p for p in summary["ports"] if p["label"] == "mlx5_0/1")
     assert rdma["errors"] == {"link_downed": 1, "symbol_error": 2}
     assert rdma["tx_bytes"] == 2 * 21_000_000_000
+    from fabricscope.monitor.view import summary_lines
+
+    header, row = next((a, b) for a, b in itertools.pairwise(summary_lines(summary)) if "moved rx+tx" in a)
+    moved = (rdma["rx_bytes"] + rdma["tx_bytes"]) / 1e9  # the column sums both directions, as it says
+    assert row.split()[0] == "mlx5_0/1" and f"{moved:.3f} GB" in row, (header, row)
 
 
 def test_unreadable_counters_are_notes_not_crashes(tmp_path: Path) -> None:
