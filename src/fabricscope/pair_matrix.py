@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
-__all__ = ["PAIR_FIELDS", "SLOW_LINK_FACTOR", "TESTS", "MatrixTest", "PairRecord", "Test", "cells"]
+__all__ = ["PAIR_FIELDS", "SLOW_LINK_FACTOR", "TESTS", "MatrixTest", "PairRecord", "Test", "cells", "well_formed"]
 
 
 Test = Literal["bandwidth", "latency"]
@@ -82,3 +82,25 @@ def cells(records: Iterable[Any], test: MatrixTest) -> dict[tuple[Any, Any], Map
         if math.isfinite(value):
             found[(record["src"], record["dst"])] = record
     return found
+
+
+def well_formed(records: Iterable[Any]) -> list[Mapping[str, Any]]:
+    """The records of a stored pairs Result that the printed report can show: a known test, whole-number
+    ranks and size, host names, finite time and bandwidth (a file may hold anything; ``round`` may be absent)."""
+
+    def whole(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    def finite(value: Any) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+    names = {test.name for test in TESTS}
+    return [
+        r
+        for r in records
+        if isinstance(r, Mapping)
+        and r.get("test") in names
+        and all(whole(r.get(k)) for k in ("src", "dst", "size_bytes"))
+        and all(isinstance(r.get(k), str) for k in ("src_host", "dst_host"))
+        and all(finite(r.get(k)) for k in ("time_us", "algbw_gbps"))
+    ]

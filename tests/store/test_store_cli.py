@@ -237,3 +237,22 @@ def test_a_baseline_set_from_a_file_the_history_holds_is_not_saved_twice(home, t
     assert cli(home, "baseline", "set", "other", other).returncode == 0
     runs, _ = content(home)
     assert len(runs) == 2
+
+
+def test_history_show_of_a_pairs_file_shows_its_well_formed_records_only(home, tmp_path):
+    from fabricscope.results import Result
+
+    good = [
+        {"test": test, "src": s, "dst": d, "src_host": f"n{s}", "dst_host": f"n{d}", "size_bytes": size,
+         "time_us": t, "algbw_gbps": size / t / 1e3, "round": 1}
+        for test, size, t in (("bandwidth", 1 << 20, 100.0), ("latency", 8, 5.0))
+        for s, d in ((0, 1), (1, 0))
+    ]  # fmt: skip
+    junk = [{"test": "bandwidth", "src": "zero", "dst": 1}, {"test": "latency", "src": 0, "dst": 1, "time_us": None}]
+    path = tmp_path / "pairs.json"
+    Result(kind="pairs", config={"by": "rank"}, records=[*good, *junk]).save(str(path))
+    done = run_cli(["history", "show", str(path)])
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "bandwidth: algbw_gbps (GB/s) of 1048576 B messages" in done.stdout
+    assert "latency: time_us (us) of 8 B messages" in done.stdout and "zero" not in done.stdout
+    assert "# 2 record(s) not shown: not pairs records" in done.stdout

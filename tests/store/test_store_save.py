@@ -24,10 +24,12 @@ def test_every_producing_command_saves_into_one_history(tmp_path):
         (["pairs", "--nproc", "2", "--size", "64K", "-n", "2"], "pairs"),
         (["plan", "--model", "llama-7b", "--gpus", "64"], "plan"),
     ]
+    printed = {}
     for args, kind in runs:
         done = run_cli([*args, "--label", f"nightly-{kind}"], env=env, timeout=180)
         assert done.returncode == 0, (kind, done.stderr)  # each succeeds here (doctor: a healthy node)
         assert f"saved the {kind} result as run" in done.stderr or "saved " in done.stderr, (kind, done.stderr)
+        printed[kind] = done.stdout
     listed = run_cli(["history", "--json", "-"], env=env)
     assert listed.returncode == 0, listed.stderr
     for _, kind in runs:
@@ -36,6 +38,12 @@ def test_every_producing_command_saves_into_one_history(tmp_path):
         shown = run_cli(["history", "show", done.stdout.split("\n")[1].split()[0], "--json", "-"], env=env)
         assert shown.returncode == 0, shown.stderr
         assert json.loads(shown.stdout[shown.stdout.index('{\n "format"') :])["kind"] == kind
+        if kind == "pairs":  # the matrices and findings as pairs printed them
+            matrix = [line for line in printed[kind].splitlines() if not line.startswith("#")]
+            assert matrix and "bandwidth: algbw_gbps (GB/s)" in matrix[0]
+            plain = run_cli(["history", "show", done.stdout.split("\n")[1].split()[0]], env=env)
+            text = plain.stdout.splitlines()
+            assert text[text.index(matrix[0]) :][: len(matrix)] == matrix
 
 
 def test_calibrate_takes_an_imported_log_and_a_history_id(tmp_path):

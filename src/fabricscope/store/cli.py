@@ -178,6 +178,8 @@ def _history_show(args: argparse.Namespace) -> int:
         average = printed.get("nccl_tests_avg_busbw_gbps") if isinstance(printed, dict) else None
         average = average if isinstance(average, int | float) and not isinstance(average, bool) else None
         lines.extend(table.footer_lines(mine, check=check, average=average))
+    if result.kind == "pairs":
+        lines.extend(_pairs_lines(result))
     if not collective:
         import json
 
@@ -188,6 +190,26 @@ def _history_show(args: argparse.Namespace) -> int:
         result.save(args.show_json)
         say_written(args.show_json)
     return 0
+
+
+def _pairs_lines(result: Result) -> list[str]:
+    """A pairs run's matrices and findings, as ``pairs`` printed them (its well-formed records only)."""
+    import io
+
+    from fabricscope.pair_matrix import well_formed
+    from fabricscope.pairs.analysis import analyse
+    from fabricscope.pairs.report import print_report
+
+    shown = well_formed(result.records)
+    lines = []
+    if shown:
+        by = result.config.get("by") if isinstance(result.config, dict) else None
+        out = io.StringIO()
+        print_report(shown, analyse(shown), by if by in ("rank", "node") else "rank", out)
+        lines = out.getvalue().rstrip("\n").splitlines()
+    if len(shown) < len(result.records):
+        lines.append(f"# {len(result.records) - len(shown)} record(s) not shown: not pairs records")
+    return lines
 
 
 def _history_rm(args: argparse.Namespace) -> int:
