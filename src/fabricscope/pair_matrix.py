@@ -99,6 +99,7 @@ def well_formed(records: Iterable[Any]) -> list[Mapping[str, Any]]:
         r
         for r in records
         if isinstance(r, Mapping)
+        and isinstance(r.get("test"), str)
         and r.get("test") in names
         and all(whole(r.get(k)) for k in ("src", "dst", "size_bytes"))
         and all(isinstance(r.get(k), str) for k in ("src_host", "dst_host"))

@@ -536,3 +536,23 @@ def test_the_stack_line_says_the_gradient_width_that_priced_the_split(cli) -> No
         [line] = [line for line in done.out.splitlines() if line.startswith("stack: megatron-core runs this split")]
         widths[tuple(framework)] = line.split("gradients reduced in ")[1].split("-byte")[0]
     assert widths == {(): "2", ("--framework", "megatron-core"): "4", ("--framework", "nemo"): "2"}
+
+
+def test_the_stack_line_of_a_split_without_data_parallelism_reduces_nothing(cli) -> None:  # type: ignore[no-untyped-def]
+    args = [
+        "--model",
+        "llama-70b",
+        "--cluster",
+        "dgx-h100-ndr",
+        "--nodes",
+        "16",
+        "--tp",
+        "8",
+        "--pp",
+        "16",
+        "--dp",
+        "1",
+    ]
+    done = cli("estimate", *args)
+    [line] = [line for line in done.out.splitlines() if line.startswith("stack: ")]
+    assert "no gradient reduction (dp 1)" in line and "-byte words" not in line, line

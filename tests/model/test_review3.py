@@ -125,6 +125,8 @@ def test_estimate_names_the_framework_and_its_bf16_term(cli) -> None:  # type: i
     assert done.code == 0, done.err
     assert "priced as megatron-deepspeed-bf16 runs it" in done.out
     assert "unsharded fp32 buffer" in done.out and "GiB of 80 GiB" in done.out
+    # DeepSpeed reduces the fp32 buffer through a bf16 copy: the two lines say the same width
+    assert "reduced through a bf16 copy" in done.out and "gradients reduced in 2-byte words" in done.out
     fp16 = cli(*args, "--framework", "megatron-deepspeed-bf16", "--precision", "fp16")
     assert fp16.code == 0 and "unsharded fp32 buffer" not in fp16.out
 

@@ -255,4 +255,23 @@ def test_history_show_of_a_pairs_file_shows_its_well_formed_records_only(home, t
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert "bandwidth: algbw_gbps (GB/s) of 1048576 B messages" in done.stdout
     assert "latency: time_us (us) of 8 B messages" in done.stdout and "zero" not in done.stdout
-    assert "# 2 record(s) not shown: not pairs records" in done.stdout
+    assert "# 2 record(s) not shown: not pairs records, or malformed ones" in done.stdout
+
+
+@pytest.mark.parametrize("ranks", [2, 40])  # a matrix, and the slowest links of a world too large for one
+def test_history_show_of_a_pairs_file_shows_host_names_as_text(home, tmp_path, ranks):
+    from fabricscope.results import Result
+
+    host = {0: "[/]", 1: "[red]x\nfake line"}
+    records = [
+        {"test": "bandwidth", "src": s, "dst": d, "src_host": host.get(s, f"n{s}"), "dst_host": host.get(d, f"n{d}"),
+         "size_bytes": 1 << 20, "time_us": 100.0 + s, "algbw_gbps": 10.0}
+        for s in range(ranks) for d in range(ranks) if s != d
+    ]  # fmt: skip
+    records.append({**records[0], "test": ["bandwidth"]})  # a test that is no name at all
+    path = tmp_path / "pairs.json"
+    Result(kind="pairs", config={"by": "node"}, records=records).save(str(path))
+    done = run_cli(["history", "show", str(path)])
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "[/]" in done.stdout and "[red]x\\nfake line" in done.stdout  # as written, the newline escaped
+    assert not any(line.startswith("fake line") for line in done.stdout.splitlines())

@@ -153,3 +153,12 @@ def test_the_header_says_what_the_p_column_holds():
     assert "p: Mann-Whitney U on raw samples" in compare.text_lines(with_samples)[0]
     without = compare.compare(run(record(BIG, [1250.0], samples=False)), run(record(BIG, [1000.0], samples=False)))
     assert "p: - (no row has raw samples on both sides" in compare.text_lines(without)[0]
+
+
+def test_one_improved_large_row_is_counted_beside_the_median_too():
+    ref = run(*(record(BIG * k, [1000.0], samples=False) for k in (1, 2, 3)))
+    cur = run(record(BIG, [800.0], samples=False), *(record(BIG * k, [1010.0], samples=False) for k in (2, 3)))
+    result = compare.compare(cur, ref, tolerance=0.05)
+    [line] = [line for line in compare._summary_lines(result) if line.startswith("all_reduce at")]
+    assert line.endswith("(median), improved (1 of 3 rows)"), line
+    assert "p: - (no row has raw samples on both sides" in "\n".join(compare.markdown_lines(result))

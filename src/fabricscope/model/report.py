@@ -197,6 +197,8 @@ def _stack_lines(est: Estimate, framework: str | None = None) -> list[str]:
     stack = stacks().get(est.parallel.stack)
     # The gradient width is where a stack's versions differ most (Megatron-Core's fp32 default, NeMo's bf16).
     grads = f"gradients reduced in {est.grad_wire_bytes:g}-byte words"
+    if est.parallel.dp * est.parallel.cp == 1:
+        grads = "no gradient reduction (dp 1)"
     if stack is not None and framework:
         lines.append(f"stack: {stack.name} runs this split, priced as {framework} runs it, {grads} (docs/model.md)")
     elif stack is not None:
@@ -207,7 +209,8 @@ def _stack_lines(est: Estimate, framework: str | None = None) -> list[str]:
     if par.fp32_accumulation:
         lines.append(
             "  gradients accumulate in an unsharded fp32 buffer (BF16 optimizer): +4 bytes per parameter, "
-            "a pass over them after every micro-batch (in 'optimizer'), reduced in fp32"
+            "a pass over them after every micro-batch (in 'optimizer'), "
+            + ("reduced through a bf16 copy" if par.bf16_grad_comm else "reduced in fp32")
             + ("; its fp32 weights and Adam state are sharded at ZeRO 0 too" if par.zero == 0 else "")
         )
     elif par.bf16_fp32_accumulation and framework:

@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 from fabricscope import pair_matrix
 from fabricscope.pairs.analysis import FACTOR, THRESHOLD, Findings
+from fabricscope.shown import printable
 
 __all__ = ["MAX_MATRIX", "SLOWEST_SHOWN", "endpoint_label", "findings_lines", "print_report"]
 
@@ -20,8 +21,8 @@ SLOWEST_SHOWN = 10
 
 
 def endpoint_label(record: Mapping[str, Any], end: str, by: str) -> str:
-    """``rank 3 (host)`` or, by node, the host name."""
-    host = str(record[f"{end}_host"])
+    """``rank 3 (host)`` or, by node, the host name (on one line, whatever a file holds)."""
+    host = printable(str(record[f"{end}_host"]), 80)
     return host if by == "node" else f"rank {record[end]} ({host})"
 
 
@@ -76,13 +77,14 @@ def findings_lines(records: Sequence[Mapping[str, Any]], findings: Findings, by:
 def print_report(records: Sequence[Mapping[str, Any]], findings: Findings, by: str, out: TextIO) -> None:
     """Print the matrices (or the slowest links) and the findings to ``out``."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     flagged = {(o.test, o.src, o.dst) for o in findings.outliers}
-    ends: dict[int, str] = {}
+    ends: dict[int, str] = {}  # rich markup: a host name from a file is text, not tags
     for record in records:
         for end in ("src", "dst"):
-            ends[int(record[end])] = str(record[f"{end}_host"]) if by == "node" else str(record[end])
+            ends[int(record[end])] = escape(endpoint_label(record, end, by)) if by == "node" else str(record[end])
     order = sorted(ends)
     width = min(400, max(100, 24 + 10 * len(order)))
     console = Console(file=out, width=width, highlight=False, soft_wrap=False)
@@ -127,6 +129,7 @@ def _print_slowest(
     flagged: set[tuple[str, int, int]],
     by: str,
 ) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     worst = sorted(chosen, key=lambda r: float(r[key]), reverse=test == "latency")[:SLOWEST_SHOWN]
@@ -137,7 +140,6 @@ def _print_slowest(
     for record in worst:
         text = fmt.format(float(record[key]))
         flag = (test, int(record["src"]), int(record["dst"])) in flagged
-        table.add_row(
-            endpoint_label(record, "src", by), endpoint_label(record, "dst", by), f"{text}*" if flag else text
-        )
+        ends = (escape(endpoint_label(record, end, by)) for end in ("src", "dst"))
+        table.add_row(*ends, f"{text}*" if flag else text)
     console.print(table)

@@ -208,7 +208,10 @@ def _pairs_lines(result: Result) -> list[str]:
         print_report(shown, analyse(shown), by if by in ("rank", "node") else "rank", out)
         lines = out.getvalue().rstrip("\n").splitlines()
     if len(shown) < len(result.records):
-        lines.append(f"# {len(result.records) - len(shown)} record(s) not shown: not pairs records")
+        lines.append(
+            f"# {len(result.records) - len(shown)} record(s) not shown: not pairs records, or malformed ones (a test, "
+            "whole-number ranks and size, host names, finite time and bandwidth)"
+        )
     return lines
 
 

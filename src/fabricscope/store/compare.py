@@ -255,9 +255,10 @@ def _large_summary(rows: Sequence[Row], tolerance: float) -> dict[str, dict[str,
         chosen = [r for r in bw_rows if r.size_bytes in large]
         median = statistics.median(r.change for r in chosen)
         regressed = [r for r in chosen if r.verdict == "regressed"]
+        improved = [r for r in chosen if r.verdict == "improved"]
         if regressed:
             verdict = "regressed"
-        elif any(r.verdict == "improved" for r in chosen):
+        elif improved:
             verdict = "improved"
         else:
             verdict = "no change beyond tolerance or noise"
@@ -266,6 +267,7 @@ def _large_summary(rows: Sequence[Row], tolerance: float) -> dict[str, dict[str,
             "rows": len(chosen),
             "median_busbw_change": median,
             "regressed_rows": len(regressed),
+            "improved_rows": len(improved),
             "verdict": verdict,
         }
     return summary
@@ -346,8 +348,8 @@ def _summary_lines(comparison: Comparison) -> list[str]:
     lines = []
     for op, s in comparison.summary.items():
         verdict = s["verdict"]
-        if verdict == "regressed":  # any large row that regressed decides, whatever the median: say how many
-            verdict = f"regressed ({s['regressed_rows']} of {s['rows']} rows)"
+        if verdict in ("regressed", "improved"):  # one large row decides, whatever the median: say how many
+            verdict = f"{verdict} ({s[verdict + '_rows']} of {s['rows']} rows)"
         lines.append(
             f"{op} at {format_size(s['from_bytes'])} and above ({s['rows']} rows): busbw "
             f"{s['median_busbw_change'] * 100:+.1f}% (median), {verdict}"
@@ -385,7 +387,7 @@ def markdown_lines(comparison: Comparison) -> list[str]:
         f"### {comparison.current} against {comparison.reference}",
         "",
         f"Tolerance {comparison.tolerance * 100:g}%; time up to {format_size(SMALL_BYTES)}, busbw above; "
-        "p: two-sided Mann-Whitney U on the raw samples, Benjamini-Hochberg adjusted (- when a side has none).",
+        f"{_p_note(comparison)}.",
         "",
         "| " + " | ".join(_HEADER) + " |",
         "|" + "|".join("---:" if i in (1, 5, 6, 7, 8) else "---" for i in range(len(_HEADER))) + "|",
