@@ -124,11 +124,7 @@ def _avg_fits(dtype: DType, nranks: int) -> bool:
 
 
 def plain_period(dtype: DType) -> int:
-    """The period of :func:`plain_value` along the index for one rank (an int ``rank``)."""
-    return _plain_modulus(dtype)
-
-
-def _plain_modulus(dtype: DType) -> int:
+    """The modulus of :func:`plain_value`: its period along the index for one rank (an int ``rank``)."""
     return min(256, dtype.exact_limit + 1)
 
 
@@ -137,5 +133,5 @@ def plain_value(torch: ModuleType, idx: Any, rank: Any, dtype: DType, seed: int)
 
     ``rank`` may be an int or an int64 tensor shaped like ``idx``.
     """
-    modulus = _plain_modulus(dtype)
+    modulus = plain_period(dtype)
     return ((idx + seed + 7 * rank) % modulus).to(getattr(torch, dtype.torch_name))

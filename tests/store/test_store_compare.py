@@ -150,7 +150,7 @@ def test_the_summary_line_says_how_many_large_rows_regressed_when_the_median_did
 
 def test_the_header_says_what_the_p_column_holds():
     with_samples = compare.compare(run(record(BIG, noisy(1250, 5, seed=3))), run(record(BIG, noisy(1000, 5))))
-    assert "p: Mann-Whitney U on raw samples" in compare.text_lines(with_samples)[0]
+    assert "p: two-sided Mann-Whitney U on raw samples" in compare.text_lines(with_samples)[0]
     without = compare.compare(run(record(BIG, [1250.0], samples=False)), run(record(BIG, [1000.0], samples=False)))
     assert "p: - (no row has raw samples on both sides" in compare.text_lines(without)[0]
 

@@ -340,7 +340,7 @@ _HEADER = ["op", "size", "type", "place", "metric", "reference", "current", "cha
 def _p_note(comparison: Comparison) -> str:
     """What the p column holds: a test's p-values, or nothing where no row had raw samples on both sides."""
     if any(r.p_value is not None for r in comparison.rows):
-        return "p: Mann-Whitney U on raw samples, BH-adjusted"
+        return "p: two-sided Mann-Whitney U on raw samples, Benjamini-Hochberg adjusted (- when a side has none)"
     return "p: - (no row has raw samples on both sides: the tolerance alone decides)"
 
 
