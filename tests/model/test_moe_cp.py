@@ -536,6 +536,13 @@ def test_the_stack_line_says_the_gradient_width_that_priced_the_split(cli) -> No
         [line] = [line for line in done.out.splitlines() if line.startswith("stack: megatron-core runs this split")]
         widths[tuple(framework)] = line.split("gradients reduced in ")[1].split("-byte")[0]
     assert widths == {(): "2", ("--framework", "megatron-core"): "4", ("--framework", "nemo"): "2"}
+    # Megatron-LM's FP8 recipe adds --grad-reduce-in-bf16 to --bf16: fp8 reduces 2-byte words.
+    fp8 = cli(
+        "estimate", "--model", "llama-7b", "--cluster", "dgx-h100-ndr", "--nodes", "2", "--precision", "fp8",
+        "--framework", "megatron-core",
+    )  # fmt: skip
+    [line] = [line for line in fp8.out.splitlines() if line.startswith("stack: megatron-core runs this split")]
+    assert "gradients reduced in 2-byte words" in line, line
 
 
 def test_the_stack_line_of_a_split_without_data_parallelism_reduces_nothing(cli) -> None:  # type: ignore[no-untyped-def]
