@@ -115,7 +115,7 @@ def test_a_size_no_rank_can_hold_is_refused(tmp_path):
 
 
 TIMEOUT_S = 6
-LONG = ["pairs", "--nproc", "4", "--size", "1M", "-n", "1000", "--timeout", str(TIMEOUT_S)]
+LONG = ["pairs", "--nproc", "4", "--size", "1M", "-n", "300", "--timeout", str(TIMEOUT_S)]
 
 
 @pytest.mark.parametrize("victim", [3, 0])
