@@ -124,15 +124,32 @@ def _placed_line(records: Sequence[Mapping[str, Any]], op: str, field: str) -> t
 
 
 def _size_axis(axes: Any) -> None:
-    from matplotlib.ticker import FuncFormatter, LogLocator
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     from fabricscope.units import format_size
 
     axes.set_xscale("log", base=2)
     axes.xaxis.set_major_locator(LogLocator(base=4))
     axes.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_size(int(x)) if x >= 1 else ""))
+    low, high = axes.get_xlim()
+    if low > 0 and high / low >= 16:  # two labelled powers of 4 at least: the 2^odd ticks go unlabelled
+        axes.xaxis.set_minor_formatter(NullFormatter())
     axes.set_xlabel("message size (bytes, binary K/M/G)")
     axes.grid(True, which="major", alpha=0.3)
+
+
+def _log_y(axes: Any) -> None:
+    """A log y axis over the lines drawn so far.  Where it spans two decades or more (two of them
+    labelled, at least), the decades alone carry ticks, labelled in plain numbers (0.01, 1, 1000):
+    matplotlib's default adds eight minor ticks a decade and writes labels as TeX, over half of a
+    report's drawing time.  A narrower axis keeps the default, whose minor ticks carry its labels."""
+    from matplotlib.ticker import FuncFormatter, NullLocator
+
+    axes.set_yscale("log")
+    low, high = axes.get_ylim()
+    if low > 0 and high / low >= 100:
+        axes.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+        axes.yaxis.set_minor_locator(NullLocator())
 
 
 def _draw(axes: Any, series: Series, sizes: Sequence[int], values: Sequence[float]) -> None:
@@ -160,7 +177,7 @@ def busbw_plots(series: Sequence[Series], *, peak_gbps: float | None = None) -> 
         # Log busbw, as nccl-tests users plot a sweep: a CPU run at 0.01 GB/s stays visible under a
         # prediction or a peak at hundreds (a linear axis scaled to the highest line flattens it to zero).
         if any(v > 0 for line in axes.get_lines() for v in line.get_ydata()):
-            axes.set_yscale("log")
+            _log_y(axes)
         axes.set_ylabel("busbw (GB/s, 1e9 B/s, log)")
         axes.set_title(f"{op}: bus bandwidth")
         axes.legend(fontsize="small")
@@ -185,7 +202,7 @@ def latency_plots(series: Sequence[Series]) -> list[Plot]:
         for s, sizes, values in lines:
             _draw(axes, s, sizes, values)
         _size_axis(axes)
-        axes.set_yscale("log")
+        _log_y(axes)
         axes.set_ylabel("time (us)")
         axes.set_title(f"{op}: small-message latency (up to 64K)")
         axes.legend(fontsize="small")
@@ -410,7 +427,7 @@ def dataload_plot(label: str, result: Result) -> Plot | None:
     # A need hundreds of times the rate (or below it) would flatten the bars: log, as the busbw plots.
     log = spread > 20
     if log:
-        axes.set_yscale("log")
+        _log_y(axes)
     axes.set_xlabel("pass over the dataset")
     axes.set_ylabel("MB/s (1e6 bytes per second" + (", log)" if log else ")"))
     axes.set_title(f"{label}: read rate per pass")
