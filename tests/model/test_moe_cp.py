@@ -527,7 +527,7 @@ def test_an_interleaved_pipeline_runs_a_multiple_of_pp_micro_batches(cli) -> Non
     assert best_split(model, cluster, SplitRequest(global_batch=7)).interleave == 1
 
 
-def test_the_stack_line_says_the_gradient_width_that_priced_the_split(cli) -> None:  # type: ignore[no-untyped-def]
+def test_the_stack_line_says_the_gradient_width_that_priced_the_split(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Without --framework a Megatron split is priced with bf16 gradients; --framework megatron-core reduces
     them in fp32 (Megatron-LM's default): the line says which, so the two step times are not a surprise."""
     widths = {}
@@ -535,6 +535,11 @@ def test_the_stack_line_says_the_gradient_width_that_priced_the_split(cli) -> No
         done = cli("estimate", "--model", "llama-7b", "--cluster", "dgx-h100-ndr", "--nodes", "2", *framework)
         [line] = [line for line in done.out.splitlines() if line.startswith("stack: megatron-core runs this split")]
         widths[tuple(framework)] = line.split("gradients reduced in ")[1].split("-byte")[0]
+        out = tmp_path / "e.json"
+        assert cli("estimate", "--model", "llama-7b", "--cluster", "dgx-h100-ndr", "--nodes", "2", *framework,
+                   "--json", str(out)).code == 0  # fmt: skip
+        # One number, one path: the JSON carries the width the line says.
+        assert f"{json.loads(out.read_text())['records'][0]['grad_wire_bytes']:g}" == widths[tuple(framework)]
     assert widths == {(): "2", ("--framework", "megatron-core"): "4", ("--framework", "nemo"): "2"}
     # Megatron-LM's FP8 recipe adds --grad-reduce-in-bf16 to --bf16: fp8 reduces 2-byte words.
     fp8 = cli(
@@ -545,7 +550,7 @@ def test_the_stack_line_says_the_gradient_width_that_priced_the_split(cli) -> No
     assert "gradients reduced in 2-byte words" in line, line
 
 
-def test_the_stack_line_of_a_split_without_data_parallelism_reduces_nothing(cli) -> None:  # type: ignore[no-untyped-def]
+def test_the_stack_line_of_a_split_without_data_parallelism_reduces_nothing(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
     args = [
         "--model",
         "llama-70b",
@@ -563,3 +568,6 @@ def test_the_stack_line_of_a_split_without_data_parallelism_reduces_nothing(cli)
     done = cli("estimate", *args)
     [line] = [line for line in done.out.splitlines() if line.startswith("stack: ")]
     assert "no gradient reduction (dp 1)" in line and "-byte words" not in line, line
+    out = tmp_path / "e.json"
+    assert cli("estimate", *args, "--json", str(out)).code == 0
+    assert json.loads(out.read_text())["records"][0]["grad_wire_bytes"] is None

@@ -325,6 +325,8 @@ class Estimate:
             "data_bps_per_node": self.data.bps_per_node,
             "data_limit": self.data.limit,
             "dp_comm_before_overlap_s": self.value("dp_comm_total"),
+            # The width the stack line names; None where nothing is reduced (dp x cp = 1).
+            "grad_wire_bytes": self.grad_wire_bytes if self.parallel.dp * self.parallel.cp > 1 else None,
             "tokens_per_expert": self.tokens_per_expert,
             "sensitivities_pct": self.sensitivities,
         }
