@@ -141,6 +141,28 @@ def start_measuring(
     return proc, wait_for_ranks(out, records)
 
 
+MARK = "FABRICSCOPE_TEST_MARK"
+"""A variable a test sets for the commands it starts (their children inherit it): :func:`marked` finds
+what is left of them, and not the processes of a test that another xdist worker runs at the same time."""
+
+
+def marked(mark: str) -> list[int]:
+    """The live processes whose environment holds ``FABRICSCOPE_TEST_MARK=mark``."""
+    marker = f"{MARK}={mark}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                variables = handle.read().split(b"\0")
+        except OSError:  # gone, or not ours to read
+            continue
+        if marker in variables and alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
