@@ -63,11 +63,34 @@ def _starts_a_process(item: pytest.Item, seen: dict[Any, bool]) -> bool:
     return False
 
 
+LONGEST_FIRST = (
+    "tests/test_pairs_runs.py",
+    "tests/test_bench_faults.py",
+    "tests/test_bench_runs.py",
+    "tests/doctor/test_doctor_fleet.py",
+    "tests/doctor/test_doctor_bench.py",
+    "tests/test_closed_streams.py",
+    "tests/model/test_prediction_path.py",
+    "tests/store/test_store_save.py",
+    "tests/test_stdout_is_data.py",
+    "tests/test_bench_ps.py",
+    "tests/report/test_report.py",
+)
+"""Files that take longest (a minute or more of a worker, most of it ranks starting and timing out:
+``pytest --durations=0``), run first.  With ``--dist loadfile --no-loadscope-reorder`` (the README's
+command) xdist hands files out in this order, so a long file does not start last and end the run alone
+while the other workers idle; xdist's own reorder puts the files with the most tests first, and these
+have few."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     seen: dict[Any, bool] = {}
     for item in items:
         if _starts_a_process(item, seen):
             item.add_marker(pytest.mark.slow)
+    first = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    # A stable sort: inside a file, and among the other files, the collection order stays.
+    items.sort(key=lambda item: first.get(item.nodeid.split("::", 1)[0], len(first)))
 
 
 def pytest_configure(config: pytest.Config) -> None:
