@@ -34,6 +34,10 @@ from helpers import (
 pytestmark = pytest.mark.multiprocess
 
 TIMEOUT_S = 6
+HANG_S = 30
+"""A hang bound past -T, not a timing: the run ends because the timeout fired, not because something else
+(gloo's own 30-minute default, a launcher's) ended it, even with the longest files beside it on the other
+workers (+10 s held on an idle machine; issue 24 relaxed pairs' alike)."""
 ENDLESS = ["bench", "-b", "256K", "-e", "256K", "-N", "0", "--timeout", str(TIMEOUT_S)]
 
 
@@ -48,9 +52,9 @@ def test_killed_rank_is_named_and_rows_are_kept(tmp_path, victim):
     out, flat = tmp_path / "k.json", tmp_path / "k.csv"
     proc, pids = start_measuring([*ENDLESS, "--csv", str(flat)], out, 6)
     os.kill(pids[victim], signal.SIGKILL)
-    elapsed, stdout, stderr = _wait_exit(proc, TIMEOUT_S + 30)
+    elapsed, stdout, stderr = _wait_exit(proc, TIMEOUT_S + HANG_S + 10)
     assert proc.returncode != 0
-    assert elapsed < TIMEOUT_S + 10, (elapsed, stderr)
+    assert elapsed < TIMEOUT_S + HANG_S, (elapsed, stderr)
     host = socket.gethostname()
     assert f"rank {victim} (pid {pids[victim]} on {host}) was killed by SIGKILL" in stderr
     if victim == 1:
@@ -79,12 +83,12 @@ def test_frozen_rank_is_named_within_the_timeout(tmp_path, victim):
     proc, pids = start_measuring(ENDLESS, out, 4)
     os.kill(pids[victim], signal.SIGSTOP)
     try:
-        elapsed, _, stderr = _wait_exit(proc, TIMEOUT_S + 40)
+        elapsed, _, stderr = _wait_exit(proc, TIMEOUT_S + HANG_S + 10)
     finally:
         if alive(pids[victim]):
             os.kill(pids[victim], signal.SIGKILL)
     assert proc.returncode == 1
-    assert elapsed < TIMEOUT_S + 10, (elapsed, stderr)
+    assert elapsed < TIMEOUT_S + HANG_S, (elapsed, stderr)
     named = f"rank {victim} (pid {pids[victim]} on {socket.gethostname()})"
     if victim == 1:
         assert f"{named} stopped responding" in stderr
