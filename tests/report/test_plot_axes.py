@@ -51,17 +51,39 @@ def _drawn(records: list[dict[str, Any]]) -> list[plots.Plot]:
     return drawn
 
 
-def test_a_wide_sweep_is_labelled_at_its_decades_in_plain_numbers() -> None:
-    drawn = _drawn([_record(8 << i, 0.001 * 2**i, 5.0 * 1.5**i) for i in range(20)])
+def _one_notation(labels: list[str]) -> bool:
+    """Decade labels all plain (0.01, 100) or all powers of ten (1e-5, 1e3), not a mix."""
+    powers = [text.startswith("1e") for text in labels]
+    return all(powers) or not any(powers)
+
+
+@pytest.mark.parametrize(
+    ("low", "expected"),
+    [(0.01, {"0.1", "1", "10", "100"}), (1e-6, {"1e-5", "1e-4", "1e-3"})],
+    ids=["plain", "powers-of-ten"],
+)
+def test_a_wide_sweep_is_labelled_at_its_decades_in_one_notation(low: float, expected: set[str]) -> None:
+    drawn = _drawn([_record(8 << i, low * 2**i, 5.0 * 1.5**i) for i in range(15)])
     assert [p.name for p in drawn] == ["busbw-all_reduce", "latency-all_reduce"]
     for plot in drawn:
         axes = plot.figure.axes[0]
         for axis in ("x", "y"):
             labels = _labels(axes, axis)
             assert len(labels) >= 2 and not any("$" in text for text in labels), (plot.name, axis, labels)
+        assert _one_notation(_labels(axes, "y")), _labels(axes, "y")
         assert not axes.yaxis.get_minorticklocs().size, plot.name
     busbw = _labels(drawn[0].figure.axes[0], "y")
-    assert {"0.01", "1", "100"} <= set(busbw), busbw
+    assert expected <= set(busbw), busbw
+
+
+def test_a_size_axis_narrower_than_a_power_of_4_is_labelled_at_its_sizes() -> None:
+    """6K to 12K holds no power of 4: the sizes drawn carry the labels (none showed before)."""
+    drawn = _drawn([_record(6 << 10, 0.5, 30.0), _record(12 << 10, 0.7, 40.0)])
+    for plot in drawn:
+        assert _labels(plot.figure.axes[0], "x") == ["6K", "12K"], plot.name
+    many = _drawn([_record((1 << 20) + i * 4096, 1.0 + i / 100, 50.0 + i) for i in range(60)])
+    labels = _labels(many[0].figure.axes[0], "x")
+    assert 2 <= len(labels) <= plots.SIZE_TICKS and labels[0] == "1M", labels
 
 
 @pytest.mark.parametrize(

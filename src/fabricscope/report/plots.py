@@ -123,17 +123,36 @@ def _placed_line(records: Sequence[Mapping[str, Any]], op: str, field: str) -> t
     return sizes, [sum(points[s]) / len(points[s]) for s in sizes], placement
 
 
+SIZE_TICKS = 8
+"""Most sizes a narrow size axis labels (every k-th drawn size beyond)."""
+
+
 def _size_axis(axes: Any) -> None:
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    """A log2 size axis over the lines drawn so far, labelled in binary K/M/G at the powers of 4 where it
+    spans two of them or more (its 2^odd ticks unlabelled); a narrower one, where a power of 4 may not
+    fall at all, is labelled at the sizes drawn (at most :data:`SIZE_TICKS` of them)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
     from fabricscope.units import format_size
 
     axes.set_xscale("log", base=2)
-    axes.xaxis.set_major_locator(LogLocator(base=4))
     axes.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_size(int(x)) if x >= 1 else ""))
+    axes.xaxis.set_minor_formatter(NullFormatter())
     low, high = axes.get_xlim()
-    if low > 0 and high / low >= 16:  # two labelled powers of 4 at least: the 2^odd ticks go unlabelled
-        axes.xaxis.set_minor_formatter(NullFormatter())
+    if low > 0 and high / low >= 16:
+        axes.xaxis.set_major_locator(LogLocator(base=4))
+    else:
+        # Lines on the data's own coordinates (not axhline's, whose x runs 0 to 1 across the axes).
+        drawn = {
+            float(x)
+            for line in axes.get_lines()
+            if line.get_transform() is axes.transData
+            for x in line.get_xdata()
+            if x >= 1
+        }
+        sizes = sorted(drawn)
+        step = -(-len(sizes) // SIZE_TICKS) or 1
+        axes.xaxis.set_major_locator(FixedLocator(sizes[::step]))
     axes.set_xlabel("message size (bytes, binary K/M/G)")
     axes.grid(True, which="major", alpha=0.3)
 
@@ -148,7 +167,11 @@ def _log_y(axes: Any) -> None:
     axes.set_yscale("log")
     low, high = axes.get_ylim()
     if low > 0 and high / low >= 100:
-        axes.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+        # One notation on an axis: plain where every decade reads short (0.001 to 100000), else 1e-5, 1e3.
+        plain = low >= 1e-3 and high < 1e6
+        axes.yaxis.set_major_formatter(
+            FuncFormatter(lambda y, _: "" if y <= 0 else f"{y:g}" if plain else f"1e{round(math.log10(y))}")
+        )
         axes.yaxis.set_minor_locator(NullLocator())
 
 
