@@ -129,7 +129,7 @@ class StackParameters:
     """In bf16, 16-bit weights whose gradients accumulate and are reduced in fp32 buffers (Megatron-LM's
     default: megatron/training/arguments.py sets accumulate_allreduce_grads_in_fp32 for bf16 unless
     --grad-reduce-in-bf16): 2 + 4 + 12 bytes a parameter, and 4-byte gradients on the wire.  Not in
-    fp8, whose published Megatron-LM recipe adds --grad-reduce-in-bf16."""
+    fp8, where Megatron-LM's Llama 3 H100 FP8 example adds --grad-reduce-in-bf16."""
     bf16_fp32_accumulation: bool = False
     """In bf16, each micro-batch's gradients are added into an fp32 buffer of every parameter the
     GPU holds, not sharded by ZeRO (Megatron-DeepSpeed's BF16 optimizer): 4 more bytes per
@@ -181,8 +181,9 @@ FRAMEWORKS: dict[str, Framework] = {
         source="Megatron-Core (NVIDIA/Megatron-LM core_r0.5+): fused attention through Transformer Engine "
         "(cuDNN's Hopper kernels), --overlap-grad-reduce and --overlap-param-gather; in bf16 gradients "
         "accumulated and reduce-scattered in fp32 (megatron/training/arguments.py: 'accumulate and all-reduce "
-        "gradients in fp32 for bfloat16 data type', unless --grad-reduce-in-bf16); its FP8 recipe runs --bf16 "
-        "--grad-reduce-in-bf16 (examples/llama/train_llama3_8b_h100_fp8.sh), so fp8 reduces 2-byte words",
+        "gradients in fp32 for bfloat16 data type', unless --grad-reduce-in-bf16); its Llama 3 FP8 example on "
+        "H100 runs --bf16 --grad-reduce-in-bf16 (examples/llama/train_llama3_8b_h100_fp8.sh), so fp8 reduces "
+        "2-byte words (its Megatron-FSDP FP8 example keeps fp32)",
     ),
     "deepspeed-pipeline": Framework(
         flash_attention=False,
