@@ -207,8 +207,9 @@ class Estimate:
     """What-if name -> step time change in percent (negative is faster)."""
     chosen: tuple[str, ...] = ()
     """The knobs of the split fabricscope chose (the user left them open)."""
-    grad_wire_bytes: float = 0.0
-    """Bytes per gradient element the data-parallel collectives move (the stack's gradient width)."""
+    grad_wire_bytes: float | None = None
+    """Bytes per gradient element the data-parallel collectives move (the stack's gradient width); None
+    where no gradient is reduced (dp x cp = 1)."""
 
     @property
     def batch(self) -> int:
@@ -325,8 +326,7 @@ class Estimate:
             "data_bps_per_node": self.data.bps_per_node,
             "data_limit": self.data.limit,
             "dp_comm_before_overlap_s": self.value("dp_comm_total"),
-            # The width the stack line names; None where nothing is reduced (dp x cp = 1).
-            "grad_wire_bytes": self.grad_wire_bytes if self.parallel.dp * self.parallel.cp > 1 else None,
+            "grad_wire_bytes": self.grad_wire_bytes,
             "tokens_per_expert": self.tokens_per_expert,
             "sensitivities_pct": self.sensitivities,
         }
@@ -388,7 +388,7 @@ def estimate(
         data=path,
         sensitivities=changes,
         chosen=chosen,
-        grad_wire_bytes=float(training.wire_grad_bytes(job, device)),
+        grad_wire_bytes=float(training.wire_grad_bytes(job, device)) if par.dp * par.cp > 1 else None,
     )
 
 

@@ -196,9 +196,9 @@ def _stack_lines(est: Estimate, framework: str | None = None) -> list[str]:
     lines = []
     stack = stacks().get(est.parallel.stack)
     # The gradient width is where a stack's versions differ most (Megatron-Core's fp32 default, NeMo's bf16).
-    grads = f"gradients reduced in {est.grad_wire_bytes:g}-byte words"
-    if est.parallel.dp * est.parallel.cp == 1:
-        grads = "no gradient reduction (dp 1)"
+    grads = "no gradient reduction (dp 1)"
+    if est.grad_wire_bytes is not None:
+        grads = f"gradients reduced in {est.grad_wire_bytes:g}-byte words"
     if stack is not None and framework:
         lines.append(f"stack: {stack.name} runs this split, priced as {framework} runs it, {grads} (docs/model.md)")
     elif stack is not None:

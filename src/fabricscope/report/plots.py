@@ -151,7 +151,7 @@ def _size_axis(axes: Any) -> None:
             if x >= 1
         }
         sizes = sorted(drawn)
-        step = -(-len(sizes) // SIZE_TICKS) or 1
+        step = max(1, math.ceil(len(sizes) / SIZE_TICKS))
         axes.xaxis.set_major_locator(FixedLocator(sizes[::step]))
     axes.set_xlabel("message size (bytes, binary K/M/G)")
     axes.grid(True, which="major", alpha=0.3)
@@ -159,9 +159,10 @@ def _size_axis(axes: Any) -> None:
 
 def _log_y(axes: Any) -> None:
     """A log y axis over the lines drawn so far.  Where it spans two decades or more (two of them
-    labelled, at least), the decades alone carry ticks, labelled in plain numbers (0.01, 1, 1000):
-    matplotlib's default adds eight minor ticks a decade and writes labels as TeX, over half of a
-    report's drawing time.  A narrower axis keeps the default, whose minor ticks carry its labels."""
+    labelled, at least), the decades alone carry ticks, labelled in one notation (0.01, 1, 1000 within
+    0.001-100000, else 1e-5, 1e3): matplotlib's default adds eight minor ticks a decade and writes labels
+    as TeX, over half of a report's drawing time.  A narrower axis keeps the default, whose minor ticks
+    carry its labels."""
     from matplotlib.ticker import FuncFormatter, NullLocator
 
     axes.set_yscale("log")
