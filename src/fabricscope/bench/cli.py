@@ -326,6 +326,7 @@ def run(args: argparse.Namespace) -> int:
     if config.launch.backend == "nccl" and not _gpu_count():  # once here, not once per rank
         raise UsageError("--backend nccl needs CUDA GPUs and none is visible here; use --backend gloo or auto")
     from fabricscope.bench.worker import CONFIG_VARIABLE
+    from fabricscope.launch.rank import import_torch
 
     _note_oversubscription(config.launch.nproc, config.launch.backend)
     master_addr = config.launch.master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
@@ -349,6 +350,7 @@ def run(args: argparse.Namespace) -> int:
         master_addr=master_addr,
         master_port=config.launch.master_port or _env_port(),
         on_rank_killed=lambda message: _mark_failed(config.output.json_path, message),
+        warm=lambda: import_torch("bench"),
     )
 
 

@@ -4,18 +4,28 @@
 the world variables a launcher would set, passes Ctrl-C and SIGTERM on, ends
 the others when one fails, and returns one exit code for the run.  Each rank
 dies with its launcher (``PR_SET_PDEATHSIG``), so none outlives a killed one.
+
+Ranks that import torch are forked from a launcher that imported it once
+(``warm``), as torch's own DataLoader workers are: importing torch costs
+seconds of CPU in every process that does it, and ``nproc`` ranks importing it
+side by side compete for the cores they are about to measure with.  The
+launcher only imports torch: it starts no thread of its own and touches no
+GPU before the fork (CUDA is first used in the ranks, as with a fresh process).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 from fabricscope.errors import RunError
 from fabricscope.launch.world import free_port
@@ -67,10 +77,14 @@ def spawn(
     master_addr: str | None = None,
     master_port: int | None = None,
     on_rank_killed: Callable[[str], None] | None = None,
+    warm: Callable[[], object] | None = None,
 ) -> int:
     """Start ``nproc`` local ranks running ``python -m <module_args>`` (quiet on an early Ctrl-C) and supervise them.
 
-    Returns the exit code for the whole run.  A rank that dies by a signal is
+    With ``warm`` (what every rank would import first: torch), the launcher
+    calls it once and forks the ranks, each running ``MODULE.main()`` with
+    ``sys.argv`` set to ``module_args``; without it each rank is a new
+    interpreter.  Returns the exit code for the whole run.  A rank that dies by a signal is
     named on stderr; the others get ``grace_s`` to notice and stop on their
     own, then are killed.  Ctrl-C is forwarded to every rank, which stops
     cleanly; after a grace period stragglers are killed.  No rank outlives
@@ -80,38 +94,44 @@ def spawn(
     addr = master_addr or "127.0.0.1"
     port = master_port or free_port()
     host = socket.gethostname()
-    children: list[subprocess.Popen[bytes]] = []
+    children: list[_Rank] = []
+    if warm is not None:
+        warm()  # first: what it sets in the environment (TORCH_CPP_LOG_LEVEL) is what the ranks see
     base_env = dict(os.environ)
     base_env.update(extra_env)
-    for rank in range(nproc):
-        env = dict(base_env)
-        env.update(
-            RANK=str(rank),
-            WORLD_SIZE=str(nproc),
-            LOCAL_RANK=str(rank),
-            LOCAL_WORLD_SIZE=str(nproc),
-            MASTER_ADDR=addr,
-            MASTER_PORT=str(port),
-            FABRICSCOPE_LAUNCHER="spawn",
-        )
-        env.pop("TORCHELASTIC_RUN_ID", None)
-        children.append(
-            subprocess.Popen(
-                [sys.executable, "-c", _RANK_BOOTSTRAP, *module_args],
-                env=env,
-                # Same session as the launcher, as any launcher does: a session of
-                # their own would put each rank in its own scheduler autogroup, and
-                # oversubscribed ranks would then run measurably slower.  Ctrl-C from
-                # the terminal reaches every rank directly; they stop cleanly.
-                preexec_fn=set_parent_death_signal,
-            )
-        )
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     for sig in previous:
         # Also when started in the background (SIGINT ignored) or stopped by a
         # scheduler (SIGTERM): forward the stop to the ranks and keep results.
+        # Before the first rank starts: a stop while they start reaches those started.
         signal.signal(sig, _raise_interrupt)
     try:
+        for rank in range(nproc):
+            env = dict(base_env)
+            env.update(
+                RANK=str(rank),
+                WORLD_SIZE=str(nproc),
+                LOCAL_RANK=str(rank),
+                LOCAL_WORLD_SIZE=str(nproc),
+                MASTER_ADDR=addr,
+                MASTER_PORT=str(port),
+                FABRICSCOPE_LAUNCHER="spawn",
+            )
+            env.pop("TORCHELASTIC_RUN_ID", None)
+            if warm is not None:
+                _fork_rank(module_args, env, children)
+                continue
+            children.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", _RANK_BOOTSTRAP, *module_args],
+                    env=env,
+                    # Same session as the launcher, as any launcher does: a session of
+                    # their own would put each rank in its own scheduler autogroup, and
+                    # oversubscribed ranks would then run measurably slower.  Ctrl-C from
+                    # the terminal reaches every rank directly; they stop cleanly.
+                    preexec_fn=set_parent_death_signal,
+                )
+            )
         return _supervise(children, host, grace_s, on_rank_killed)
     except KeyboardInterrupt:
         for child in children:
@@ -130,8 +150,105 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+class _Rank(Protocol):
+    """What supervising a rank needs of it: a :class:`subprocess.Popen`, or :class:`_ForkedRank`."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def kill(self) -> None: ...
+
+
+class _ForkedRank:
+    """A rank forked from this process, supervised as a :class:`subprocess.Popen` is (a signal's death reads
+    as minus its number)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: its code is lost, not zero
+                self.returncode = 1
+                return self.returncode
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"rank pid {self.pid}", timeout or 0.0)
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _fork_rank(module_args: Sequence[str], env: Mapping[str, str], children: list[_Rank]) -> None:
+    """Fork a rank that runs ``module_args[0]``'s ``main()`` in ``env``, added to ``children`` before a stop
+    can interrupt this process again; the rank never returns into the caller."""
+    for stream in (sys.stdout, sys.stderr):  # what is buffered would be written twice
+        with contextlib.suppress(Exception):
+            stream.flush()
+    launcher = os.getpid()
+    # A stop that comes while forking waits until the fork is done: delivered inside it, it would be
+    # raised in an at-fork handler, which swallows it (the run would go on), or in the new rank
+    # before it has handlers of its own.
+    stops = {signal.SIGINT, signal.SIGTERM}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    pid = os.fork()
+    if pid:
+        children.append(_ForkedRank(pid))
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        return
+    code = 1
+    try:
+        signal.signal(signal.SIGINT, _leave_quietly)
+        signal.signal(signal.SIGTERM, _leave_quietly)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        set_parent_death_signal()
+        if os.getppid() != launcher:  # the launcher died before the line above
+            raise SystemExit(130)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = list(module_args)
+        importlib.import_module(module_args[0]).main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:
+        with contextlib.suppress(Exception):
+            traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
+def _leave_quietly(signum: int, frame: object) -> None:
+    """A forked rank's Ctrl-C or SIGTERM before its module installs its own handlers (as ``_RANK_BOOTSTRAP``)."""
+    os._exit(130)
+
+
 def _supervise(
-    children: list[subprocess.Popen[bytes]],
+    children: list[_Rank],
     host: str,
     grace_s: float,
     on_rank_killed: Callable[[str], None] | None = None,
@@ -197,7 +314,7 @@ def _is_stopped(pid: int) -> bool:
         return False
 
 
-def _reap(children: list[subprocess.Popen[bytes]], wait_s: float) -> None:
+def _reap(children: list[_Rank], wait_s: float) -> None:
     deadline = time.monotonic() + wait_s
     for child in children:
         remaining = deadline - time.monotonic()

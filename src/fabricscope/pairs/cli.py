@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         return run_rank(config, world)
     if importlib.util.find_spec("torch") is None:
         raise MissingDependencyError("fabricscope pairs needs torch: pip install 'fabricscope[torch]'")
+    from fabricscope.launch.rank import import_torch
     from fabricscope.pairs.worker import CONFIG_VARIABLE
 
     master_addr = config.launch.master_addr or os.environ.get("MASTER_ADDR") or "127.0.0.1"
@@ -115,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         master_addr=master_addr,
         master_port=config.launch.master_port,
         on_rank_killed=lambda message: _mark_failed(config.output.json_path, message),
+        warm=lambda: import_torch("pairs"),
     )
 
 

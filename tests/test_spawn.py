@@ -1,0 +1,78 @@
+"""Local ranks: forked from a launcher that imported what they need once (``warm``), or new interpreters.
+
+The commands' own runs (bench, pairs: killed, frozen, interrupted ranks) exercise the supervision; these
+tests pin what a rank is given.  ``spawn`` runs in a fresh interpreter: it forks its caller, and a pytest
+worker has threads of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers import cli_env
+
+PROBE = """\
+import json, os, sys
+def main():
+    with open(os.path.join(os.environ["PROBE_OUT"], os.environ["RANK"] + ".json"), "w") as out:
+        json.dump({"pid": os.getpid(), "ppid": os.getppid(), "argv": sys.argv,
+                   "warmed": "colorsys" in sys.modules, "world": os.environ["WORLD_SIZE"],
+                   "extra": os.environ.get("PROBE_EXTRA")}, out)
+    sys.exit(3 if os.environ["RANK"] == "2" else 0)
+if __name__ == "__main__":
+    main()
+"""
+
+LAUNCHER = """\
+import importlib, json, os, sys
+from fabricscope.launch import spawn
+warm = (lambda: importlib.import_module("colorsys")) if sys.argv[1] == "warm" else None
+code = spawn(3, ["rankprobe", "a", "b"], {"PROBE_EXTRA": "x"}, grace_s=30.0, warm=warm)
+print(json.dumps({"pid": os.getpid(), "code": code, "warmed": "colorsys" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize("how", ["warm", "cold"])
+def test_each_rank_gets_its_world_and_arguments_and_warm_ranks_are_forks_of_the_launcher(tmp_path, how):
+    (tmp_path / "rankprobe.py").write_text(PROBE)
+    env = cli_env({"PROBE_OUT": str(tmp_path), "PYTHONPATH": str(tmp_path)})
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, how], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    launcher = json.loads(done.stdout)
+    assert launcher["code"] == 3  # rank 2's, the one rank that did not succeed
+    ranks = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(3)]
+    assert [r["ppid"] for r in ranks] == [launcher["pid"]] * 3
+    assert all(r["world"] == "3" and r["extra"] == "x" for r in ranks)
+    assert [r["argv"][1:] for r in ranks] == [["a", "b"]] * 3
+    assert launcher["warmed"] == (how == "warm")
+    # A forked rank holds what the launcher imported; a new interpreter imports nothing it did not ask for.
+    assert [r["warmed"] for r in ranks] == [how == "warm"] * 3
+
+
+def test_a_rank_that_raises_ends_with_one_and_its_traceback_on_stderr(tmp_path):
+    (tmp_path / "rankprobe.py").write_text("def main():\n    raise ValueError('rank went wrong')\n")
+    env = cli_env({"PYTHONPATH": str(tmp_path)})
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, "warm"], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["code"] == 1
+    assert done.stderr.count("ValueError: rank went wrong") == 3
+
+
+def test_nothing_the_launcher_buffered_is_written_twice(tmp_path):
+    (tmp_path / "rankprobe.py").write_text("def main():\n    pass\n")
+    env = cli_env({"PYTHONPATH": str(tmp_path)})
+    del env["PYTHONUNBUFFERED"]  # the launcher's stdout buffers what it wrote before the fork
+    script = "import sys\nsys.stdout.write('said once\\n')\n" + LAUNCHER
+    done = subprocess.run(
+        [sys.executable, "-c", script, "warm"], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("said once") == 1
