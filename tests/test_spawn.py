@@ -1,4 +1,4 @@
-"""Local ranks: forked from a launcher that imported what they need once (``warm``), or new interpreters.
+"""Local ranks are forked from their launcher, after it has imported what they need once (``warm``).
 
 The commands' own runs (bench, pairs: killed, frozen, interrupted ranks) exercise the supervision; these
 tests pin what a rank is given.  ``spawn`` runs in a fresh interpreter: it forks its caller, and a pytest
@@ -37,7 +37,7 @@ print(json.dumps({"pid": os.getpid(), "code": code, "warmed": "colorsys" in sys.
 
 
 @pytest.mark.parametrize("how", ["warm", "cold"])
-def test_each_rank_gets_its_world_and_arguments_and_warm_ranks_are_forks_of_the_launcher(tmp_path, how):
+def test_each_rank_is_a_fork_of_the_launcher_with_its_world_arguments_and_what_was_warmed(tmp_path, how):
     (tmp_path / "rankprobe.py").write_text(PROBE)
     env = cli_env({"PROBE_OUT": str(tmp_path), "PYTHONPATH": str(tmp_path)})
     done = subprocess.run(
@@ -51,7 +51,7 @@ def test_each_rank_gets_its_world_and_arguments_and_warm_ranks_are_forks_of_the_
     assert all(r["world"] == "3" and r["extra"] == "x" for r in ranks)
     assert [r["argv"][1:] for r in ranks] == [["a", "b"]] * 3
     assert launcher["warmed"] == (how == "warm")
-    # A forked rank holds what the launcher imported; a new interpreter imports nothing it did not ask for.
+    # A rank holds what the launcher imported before forking it, and only that.
     assert [r["warmed"] for r in ranks] == [how == "warm"] * 3
 
 

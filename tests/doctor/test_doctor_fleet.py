@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -360,23 +361,40 @@ class FrozenStore(DictStore):
 
 
 def stop_rank_0(launcher: subprocess.Popen[str], mark: str, *, when_it_prints: bool = False) -> int:
-    """SIGSTOP the process of rank 0 (found by ``mark`` in its environment) as soon as it exists, or once it
-    starts printing the fleet report; its pid."""
+    """SIGSTOP the process of rank 0 as soon as it exists, or once it starts printing the fleet report; its pid.
+
+    Under torchrun rank 0 is the process whose environment holds ``mark`` and ``RANK=0``; spawned ranks are
+    forks of the launcher (their environment in /proc is the launcher's), rank 0 its first child.
+    """
     wanted = {f"FABRICSCOPE_TEST_MARK={mark}".encode(), b"RANK=0"}
+    children = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children")
+    spawned = "--nproc" in launcher.args
     if when_it_prints:
         assert launcher.stdout is not None
         assert launcher.stdout.read(1)  # rank 0 has the reports and is printing: the others have sent theirs
-    while launcher.poll() is None or when_it_prints:
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                environ = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
-            except OSError:
-                continue
-            if wanted <= environ:
-                os.kill(int(pid), signal.SIGSTOP)
-                return int(pid)
+    deadline = time.monotonic() + 120  # a hang bound
+    while (launcher.poll() is None or when_it_prints) and time.monotonic() < deadline:
+        found = _first_child(children) if spawned else _process_with(wanted)
+        if found is not None:
+            os.kill(found, signal.SIGSTOP)
+            return found
         time.sleep(0.005)
     raise AssertionError("the launcher ended before rank 0 started")
+
+
+def _first_child(children: Path) -> int | None:
+    with contextlib.suppress(OSError):
+        for pid in children.read_text().split()[:1]:
+            return int(pid)
+    return None
+
+
+def _process_with(environ: set[bytes]) -> int | None:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if environ <= set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")):
+                return int(pid)
+    return None
 
 
 def resume_once_told_to_end(pid: int, launcher: subprocess.Popen[str]) -> None:

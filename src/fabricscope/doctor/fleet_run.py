@@ -52,7 +52,15 @@ def spawn_fleet(args: argparse.Namespace, nproc: int, timeout_s: float) -> int:
         _check_capture_template(args.capture)
         for rank in range(nproc):
             check_capture_target(expand_placeholders(args.capture, rank=rank, local_rank=rank))
-    return launch.spawn(nproc, ["fabricscope", "doctor", *child_argv(args, timeout_s)], {}, grace_s=timeout_s + 30.0)
+    from fabricscope.launch.rank import import_torch
+
+    return launch.spawn(
+        nproc,
+        ["fabricscope.cli", "doctor", *child_argv(args, timeout_s)],
+        {},
+        grace_s=timeout_s + 30.0,
+        warm=lambda: import_torch("doctor's fleet mode"),
+    )
 
 
 def _check_capture_template(template: str) -> None:

@@ -1,16 +1,20 @@
 """Start local ranks when no launcher did, and supervise them.
 
-:func:`spawn` runs ``nproc`` copies of ``python -m MODULE`` on this machine with
-the world variables a launcher would set, passes Ctrl-C and SIGTERM on, ends
-the others when one fails, and returns one exit code for the run.  Each rank
-dies with its launcher (``PR_SET_PDEATHSIG``), so none outlives a killed one.
+:func:`spawn` starts ``nproc`` ranks on this machine with the world variables a
+launcher would set, passes Ctrl-C and SIGTERM on, ends the others when one
+fails, and returns one exit code for the run.  Each rank dies with its launcher
+(``PR_SET_PDEATHSIG``), so none outlives a killed one.
 
-Ranks that import torch are forked from a launcher that imported it once
-(``warm``), as torch's own DataLoader workers are: importing torch costs
-seconds of CPU in every process that does it, and ``nproc`` ranks importing it
-side by side compete for the cores they are about to measure with.  The
-launcher only imports torch: it starts no thread of its own and touches no
-GPU before the fork (CUDA is first used in the ranks, as with a fresh process).
+Ranks are forked from the launcher after it has imported what every rank
+imports first (``warm``: torch), as torch's own DataLoader workers are:
+importing torch costs seconds of CPU in every process that does it, and
+``nproc`` ranks importing it side by side compete for the cores they are about
+to measure with.  The launcher starts no thread of its own and touches no GPU
+before forking (CUDA is first used in the ranks, as in a new process).  A
+forked rank stays in its launcher's session, as any launcher's ranks do: a
+session of their own would put each in its own scheduler autogroup, and
+oversubscribed ranks would run measurably slower; Ctrl-C from the terminal
+reaches every rank directly, and they stop cleanly.
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
 
 from fabricscope.errors import RunError
 from fabricscope.launch.world import free_port
@@ -38,7 +41,8 @@ _STRAGGLER_S = 6.0
 
 
 def set_parent_death_signal(signum: int = signal.SIGTERM) -> None:
-    """In a child (``preexec_fn``): receive ``signum`` when the parent dies, so nothing outlives it.
+    """In a child (a forked rank, a ``preexec_fn``): receive ``signum`` when the parent dies, so nothing
+    outlives it.
 
     SIGTERM, not SIGKILL: a spawned rank stops as on Ctrl-C and rank 0 marks its result
     interrupted (its launcher died), keeping every row; a rank that cannot act on it ends
@@ -53,21 +57,6 @@ def set_parent_death_signal(signum: int = signal.SIGTERM) -> None:
         libc.prctl(pr_set_pdeathsig, signum)
 
 
-_RANK_BOOTSTRAP = """\
-import os, signal, sys
-def _leave(signum, frame):
-    os._exit(130)
-signal.signal(signal.SIGINT, _leave)
-signal.signal(signal.SIGTERM, _leave)
-import runpy
-sys.argv = sys.argv[1:]
-runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
-"""
-"""``python -m MODULE`` for a spawned rank, but a Ctrl-C while Python is still
-importing leaves quietly (exit 130) instead of printing a KeyboardInterrupt
-traceback; the module installs its own handlers once it runs."""
-
-
 def spawn(
     nproc: int,
     module_args: Sequence[str],
@@ -79,12 +68,14 @@ def spawn(
     on_rank_killed: Callable[[str], None] | None = None,
     warm: Callable[[], object] | None = None,
 ) -> int:
-    """Start ``nproc`` local ranks running ``python -m <module_args>`` (quiet on an early Ctrl-C) and supervise them.
+    """Start ``nproc`` local ranks, each running ``MODULE.main()`` as ``python -m <module_args>`` would, and
+    supervise them.
 
-    With ``warm`` (what every rank would import first: torch), the launcher
-    calls it once and forks the ranks, each running ``MODULE.main()`` with
-    ``sys.argv`` set to ``module_args``; without it each rank is a new
-    interpreter.  Returns the exit code for the whole run.  A rank that dies by a signal is
+    ``warm`` is called once first (import torch), and the ranks are forked
+    from this process with ``sys.argv`` set to ``module_args``; a rank's exit
+    code is what ``main()`` returns or exits with (a Ctrl-C before the module
+    has handlers of its own: 130, quietly).  Returns the exit code for the
+    whole run.  A rank that dies by a signal is
     named on stderr; the others get ``grace_s`` to notice and stop on their
     own, then are killed.  Ctrl-C is forwarded to every rank, which stops
     cleanly; after a grace period stragglers are killed.  No rank outlives
@@ -94,7 +85,7 @@ def spawn(
     addr = master_addr or "127.0.0.1"
     port = master_port or free_port()
     host = socket.gethostname()
-    children: list[_Rank] = []
+    children: list[_ForkedRank] = []
     if warm is not None:
         warm()  # first: what it sets in the environment (TORCH_CPP_LOG_LEVEL) is what the ranks see
     base_env = dict(os.environ)
@@ -118,20 +109,7 @@ def spawn(
                 FABRICSCOPE_LAUNCHER="spawn",
             )
             env.pop("TORCHELASTIC_RUN_ID", None)
-            if warm is not None:
-                _fork_rank(module_args, env, children)
-                continue
-            children.append(
-                subprocess.Popen(
-                    [sys.executable, "-c", _RANK_BOOTSTRAP, *module_args],
-                    env=env,
-                    # Same session as the launcher, as any launcher does: a session of
-                    # their own would put each rank in its own scheduler autogroup, and
-                    # oversubscribed ranks would then run measurably slower.  Ctrl-C from
-                    # the terminal reaches every rank directly; they stop cleanly.
-                    preexec_fn=set_parent_death_signal,
-                )
-            )
+            _fork_rank(module_args, env, children)
         return _supervise(children, host, grace_s, on_rank_killed)
     except KeyboardInterrupt:
         for child in children:
@@ -150,21 +128,9 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-class _Rank(Protocol):
-    """What supervising a rank needs of it: a :class:`subprocess.Popen`, or :class:`_ForkedRank`."""
-
-    pid: int
-    returncode: int | None
-
-    def poll(self) -> int | None: ...
-    def wait(self, timeout: float | None = None) -> int: ...
-    def send_signal(self, sig: int) -> None: ...
-    def kill(self) -> None: ...
-
-
 class _ForkedRank:
-    """A rank forked from this process, supervised as a :class:`subprocess.Popen` is (a signal's death reads
-    as minus its number)."""
+    """A rank forked from this process, with the part of :class:`subprocess.Popen` that supervising it needs
+    (a death by a signal reads as minus its number)."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -198,7 +164,7 @@ class _ForkedRank:
         self.send_signal(signal.SIGKILL)
 
 
-def _fork_rank(module_args: Sequence[str], env: Mapping[str, str], children: list[_Rank]) -> None:
+def _fork_rank(module_args: Sequence[str], env: Mapping[str, str], children: list[_ForkedRank]) -> None:
     """Fork a rank that runs ``module_args[0]``'s ``main()`` in ``env``, added to ``children`` before a stop
     can interrupt this process again; the rank never returns into the caller."""
     for stream in (sys.stdout, sys.stderr):  # what is buffered would be written twice
@@ -226,8 +192,8 @@ def _fork_rank(module_args: Sequence[str], env: Mapping[str, str], children: lis
         os.environ.clear()
         os.environ.update(env)
         sys.argv = list(module_args)
-        importlib.import_module(module_args[0]).main()
-        code = 0
+        returned = importlib.import_module(module_args[0]).main()
+        code = returned if isinstance(returned, int) else 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except KeyboardInterrupt:
@@ -243,12 +209,12 @@ def _fork_rank(module_args: Sequence[str], env: Mapping[str, str], children: lis
 
 
 def _leave_quietly(signum: int, frame: object) -> None:
-    """A forked rank's Ctrl-C or SIGTERM before its module installs its own handlers (as ``_RANK_BOOTSTRAP``)."""
+    """A forked rank's Ctrl-C or SIGTERM before its module installs its own handlers: no traceback."""
     os._exit(130)
 
 
 def _supervise(
-    children: list[_Rank],
+    children: list[_ForkedRank],
     host: str,
     grace_s: float,
     on_rank_killed: Callable[[str], None] | None = None,
@@ -314,7 +280,7 @@ def _is_stopped(pid: int) -> bool:
         return False
 
 
-def _reap(children: list[_Rank], wait_s: float) -> None:
+def _reap(children: list[_ForkedRank], wait_s: float) -> None:
     deadline = time.monotonic() + wait_s
     for child in children:
         remaining = deadline - time.monotonic()
