@@ -8,6 +8,7 @@ worker has threads of its own.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 
@@ -76,3 +77,46 @@ def test_nothing_the_launcher_buffered_is_written_twice(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("said once") == 1
+
+
+def test_ranks_are_reaped_by_their_launcher_even_when_it_was_started_with_sigchld_ignored(tmp_path):
+    """An ignored SIGCHLD survives exec: the kernel would reap the ranks itself and their codes be lost."""
+    (tmp_path / "rankprobe.py").write_text(PROBE)
+    env = cli_env({"PROBE_OUT": str(tmp_path), "PYTHONPATH": str(tmp_path)})
+    script = "import signal\nsignal.signal(signal.SIGCHLD, signal.SIG_IGN)\n" + LAUNCHER
+    done = subprocess.run(
+        [sys.executable, "-c", script, "cold"], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["code"] == 3  # rank 2's own code, not 1 for a code lost
+
+
+SWALLOWING_WARM = """\
+import sys, time
+from fabricscope.launch import spawn
+def warm():  # as torch's import does with a KeyboardInterrupt raised inside its import of numpy
+    print("warming", flush=True)
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        try:
+            time.sleep(0.01)
+        except KeyboardInterrupt:
+            pass
+print("code", spawn(2, ["rankprobe"], {}, grace_s=30.0, warm=warm))
+"""
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_while_the_launcher_warms_ends_it_at_once_whatever_the_import_does(tmp_path, stop):
+    (tmp_path / "rankprobe.py").write_text("def main():\n    raise AssertionError('no rank may start')\n")
+    env = cli_env({"PYTHONPATH": str(tmp_path)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SWALLOWING_WARM], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "warming\n"
+    proc.send_signal(stop)
+    out, err = proc.communicate(timeout=30)  # a hang bound: the warm-up alone runs 60 s
+    assert proc.returncode == 130, err
+    assert err == "interrupted while starting up: no rank had started\n"
+    assert "code" not in out

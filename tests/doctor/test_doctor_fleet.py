@@ -483,3 +483,32 @@ def test_spawned_ranks_end_when_rank_0_freezes_while_it_prints() -> None:
     # The others sent their reports; rank 0 hosts the store and stopped answering: they say so and give up.
     assert_one_line_per_rank(result.stderr, {1, 2}, "did not answer within 3 s")
     assert not Path(f"/proc/{pid}").exists()
+
+
+@pytest.mark.multiprocess
+def test_a_rank_waiting_for_the_store_ends_at_once_on_ctrl_c() -> None:
+    """Forked ranks start together, so a rank often connects before rank 0 has opened the store: torch retries
+    in C++, where no Python handler runs, and a Ctrl-C waited for the launcher's kill (or the whole timeout)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "RANK", "WORLD_SIZE", "MASTER_"))}
+    env.pop("FABRICSCOPE_LAUNCHER", None)
+    env.update(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2")
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))  # nobody listens: rank 0 never came
+    root = str(FIXTURES / "healthy-ib-8gpu")
+    argv = [sys.executable, "-m", "fabricscope", "doctor", "--root", root, "--timeout", "600"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    try:
+        status = Path(f"/proc/{proc.pid}/status")
+        deadline = time.monotonic() + 120  # a hang bound: torch imported, the connect's watcher started
+        while proc.poll() is None and time.monotonic() < deadline:
+            threads = next(line for line in status.read_text().splitlines() if line.startswith("Threads:"))
+            if int(threads.split()[1]) >= 3:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)  # without the watcher: the whole --timeout of 600 s
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err

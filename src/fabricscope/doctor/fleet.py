@@ -427,16 +427,21 @@ class Rendezvous:
                 "fleet mode of fabricscope doctor exchanges reports through torch.distributed: "
                 "pip install 'fabricscope[torch]'"
             ) from None
+        from fabricscope.launch.rank import stops_end_blocking_call
+
         hosts_store = world.rank == 0 and not world.agent_store
+        # Connecting retries in torch's C++ code, where a Python signal handler never runs: a Ctrl-C
+        # while rank 0 has not opened the store yet would wait for the launcher's kill.
         try:
-            store = TCPStore(
-                world.master_addr,
-                world.master_port,
-                world_size=world.world_size if hosts_store else None,
-                is_master=hosts_store,
-                timeout=timedelta(seconds=timeout_s),
-                wait_for_workers=False,
-            )
+            with stops_end_blocking_call(world.rank, said="interrupted while starting up: nothing was checked"):
+                store = TCPStore(
+                    world.master_addr,
+                    world.master_port,
+                    world_size=world.world_size if hosts_store else None,
+                    is_master=hosts_store,
+                    timeout=timedelta(seconds=timeout_s),
+                    wait_for_workers=False,
+                )
         except (RuntimeError, OSError) as exc:
             raise DoctorIncomplete(
                 f"rank {world.rank}: cannot reach the rendezvous store at {world.master_addr}:{world.master_port} "

@@ -42,6 +42,7 @@ __all__ = [
     "spawned_rank_main",
     "start_heartbeat",
     "stop_when_orphaned",
+    "stops_end_blocking_call",
     "tightest_free_bytes",
 ]
 
@@ -257,10 +258,32 @@ def _bounded_join(world: World, timeout_s: float) -> Iterator[None]:
 
     The rendezvous blocks in torch's C++ code, where neither a timeout of the
     whole nor a Python signal handler runs (a 16,777,216-rank world sits there
-    for minutes).  A watcher thread ends the process when the deadline passes,
-    or when a signal arrives: the kernel's delivery is seen through
-    :func:`signal.set_wakeup_fd`, which works while the main thread is blocked.
-    Nothing is measured yet, so nothing is lost.
+    for minutes): see :func:`stops_end_blocking_call`.
+    """
+    limit = timeout_s + max(JOIN_MARGIN_S, timeout_s / 2)
+    where = f"{world.master_addr}:{world.master_port}"
+    late = (
+        f"error: rank {world.rank}: the {world.world_size}-rank world at {where} did not form within "
+        f"{timeout_s:g} s (-T): check that every rank was started and can reach it"
+    )
+    with stops_end_blocking_call(world.rank, limit_s=limit, late=late):
+        yield
+
+
+@contextlib.contextmanager
+def stops_end_blocking_call(
+    rank: int,
+    *,
+    limit_s: float | None = None,
+    late: str = "",
+    said: str = "interrupted while starting up: nothing was measured",
+) -> Iterator[None]:
+    """Let Ctrl-C and SIGTERM end this process at once (exit 130, rank 0 saying ``said``) while the main
+    thread blocks in C++ code (torch's rendezvous, a store's connect), where no Python signal handler runs;
+    with ``limit_s``, passing it ends the process with exit 2 and the line ``late``.
+
+    A watcher thread sees the kernel's delivery through :func:`signal.set_wakeup_fd`, which works while
+    the main thread is blocked.  Nothing is measured yet, so nothing is lost.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -269,25 +292,18 @@ def _bounded_join(world: World, timeout_s: float) -> Iterator[None]:
     os.set_blocking(write_fd, False)
     previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     done = threading.Event()
-    limit = timeout_s + max(JOIN_MARGIN_S, timeout_s / 2)
-    where = f"{world.master_addr}:{world.master_port}"
 
     def watch() -> None:
-        deadline = time.monotonic() + limit
+        deadline = None if limit_s is None else time.monotonic() + limit_s
         while not done.is_set():
-            remaining = deadline - time.monotonic()
+            remaining = 0.2 if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
-                _leave_now(
-                    2,
-                    f"error: rank {world.rank}: the {world.world_size}-rank world at {where} did not form within "
-                    f"{timeout_s:g} s (-T): check that every rank was started and can reach it",
-                )
+                _leave_now(2, late)
             ready, _, _ = select.select([read_fd], [], [], min(remaining, 0.2))
             if ready and not done.is_set():
                 received = os.read(read_fd, 64)
                 if signal.SIGINT in received or signal.SIGTERM in received:
-                    said = "interrupted while starting up: nothing was measured" if world.rank == 0 else ""
-                    _leave_now(130, said)
+                    _leave_now(130, said if rank == 0 else "")
 
     watcher = threading.Thread(target=watch, name="fabricscope-join-watch", daemon=True)
     watcher.start()

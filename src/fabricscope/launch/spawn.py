@@ -86,12 +86,26 @@ def spawn(
     port = master_port or free_port()
     host = socket.gethostname()
     children: list[_ForkedRank] = []
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in stops}
     if warm is not None:
-        warm()  # first: what it sets in the environment (TORCH_CPP_LOG_LEVEL) is what the ranks see
+        # A stop while torch is imported ends the launcher at once: raised inside that import, a
+        # KeyboardInterrupt is swallowed by an import of numpy (the run went on) or turned into an
+        # ImportError.  First: what it sets in the environment (TORCH_CPP_LOG_LEVEL) the ranks see.
+        for sig in stops:
+            signal.signal(sig, _leave_before_any_rank)
+        try:
+            warm()
+        except BaseException:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            raise
     base_env = dict(os.environ)
     base_env.update(extra_env)
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    for sig in previous:
+    # Ranks are reaped here: a launcher started with SIGCHLD ignored would have them reaped by the
+    # kernel, and their exit codes lost.
+    previous_child = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for sig in stops:
         # Also when started in the background (SIGINT ignored) or stopped by a
         # scheduler (SIGTERM): forward the stop to the ranks and keep results.
         # Before the first rank starts: a stop while they start reaches those started.
@@ -122,10 +136,21 @@ def spawn(
         _reap(children, 0.0)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        signal.signal(signal.SIGCHLD, previous_child)
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def _leave_before_any_rank(signum: int, frame: object) -> None:
+    """Ctrl-C or SIGTERM while the launcher imports what its ranks need: no rank exists, nothing to keep."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    with contextlib.suppress(Exception):
+        sys.stderr.write("interrupted while starting up: no rank had started\n")
+        sys.stderr.flush()
+    os._exit(130)
 
 
 class _ForkedRank:
