@@ -88,10 +88,16 @@ _startup_rank: int | None = None
 """This process's rank once known: rank 0 says it was interrupted while starting up."""
 
 
+_LEAVING = threading.Lock()
+"""Held by the one thread that ends the process while it starts up: a Ctrl-C seen by the rendezvous's
+watcher and by the main thread's handler at once is said once (the other waits for the exit)."""
+
+
 def _leave_before_measuring(signum: int, frame: FrameType | None) -> None:
     """Ctrl-C or SIGTERM while starting up: nothing is measured yet, so say so and go."""
     for other in (signal.SIGINT, signal.SIGTERM):  # the launcher forwards the same Ctrl-C: say it once
         signal.signal(other, signal.SIG_IGN)
+    _LEAVING.acquire()
     if _startup_rank == 0:
         with contextlib.suppress(Exception):
             sys.stderr.write("interrupted while starting up: nothing was measured\n")
@@ -318,6 +324,7 @@ def stops_end_blocking_call(
 
 
 def _leave_now(code: int, message: str) -> None:
+    _LEAVING.acquire()
     with contextlib.suppress(Exception):
         if message:
             sys.stderr.write(message + "\n")
