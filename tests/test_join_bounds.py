@@ -48,7 +48,7 @@ rank.guard_startup(0)
 go = threading.Event()
 def watcher():
     go.wait()
-    rank._leave_now(130, "interrupted while starting up: nothing was measured")
+    rank.leave_now(130, "interrupted while starting up: nothing was measured")
 threading.Thread(target=watcher).start()
 go.set()
 os.kill(os.getpid(), signal.SIGINT)

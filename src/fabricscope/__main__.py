@@ -1,5 +1,5 @@
 """``python -m fabricscope``."""
 
-from fabricscope.cli import main
+from fabricscope.cli import console_main
 
-raise SystemExit(main())
+raise SystemExit(console_main())

@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import os
 import re
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -24,7 +25,7 @@ from fabricscope import __version__
 from fabricscope.errors import FabricscopeError, closest
 from fabricscope.shown import printable, quoted
 
-__all__ = ["Parser", "main"]
+__all__ = ["Parser", "console_main", "main"]
 
 COMMAND_MODULES = (
     "fabricscope.bench.cli",  # measure
@@ -148,6 +149,20 @@ def _open_standard_streams() -> None:
             os.set_inheritable(fd, True)  # os.open's are not: ranks and commands started from here need it
         if getattr(sys, name) is None:
             setattr(sys, name, open(fd, mode, closefd=False, encoding="utf-8", errors="backslashreplace"))  # noqa: SIM115
+
+
+def console_main() -> int:
+    """The ``fabricscope`` command and ``python -m fabricscope``: :func:`main`, then its exit code stands.
+
+    Python's shutdown (long with torch loaded: a launcher imports it for its ranks) puts the default
+    action back for the signals it handled, so a Ctrl-C or SIGTERM in it killed the process (-2) or printed
+    a KeyboardInterrupt traceback after the command was done; they are ignored once it is.
+    """
+    code = main()
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(stop, signal.SIG_IGN)
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

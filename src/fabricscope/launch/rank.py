@@ -37,6 +37,7 @@ __all__ = [
     "guard_startup",
     "import_torch",
     "join_group",
+    "leave_now",
     "orphaned",
     "say",
     "spawned_rank_main",
@@ -304,12 +305,12 @@ def stops_end_blocking_call(
         while not done.is_set():
             remaining = 0.2 if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
-                _leave_now(2, late)
+                leave_now(2, late)
             ready, _, _ = select.select([read_fd], [], [], min(remaining, 0.2))
             if ready and not done.is_set():
                 received = os.read(read_fd, 64)
                 if signal.SIGINT in received or signal.SIGTERM in received:
-                    _leave_now(130, said if rank == 0 else "")
+                    leave_now(130, said if rank == 0 else "")
 
     watcher = threading.Thread(target=watch, name="fabricscope-join-watch", daemon=True)
     watcher.start()
@@ -323,7 +324,9 @@ def stops_end_blocking_call(
         os.close(write_fd)
 
 
-def _leave_now(code: int, message: str) -> None:
+def leave_now(code: int, message: str) -> None:
+    """End this process at once with ``code``, saying ``message`` (if any) on stderr; of threads that would
+    leave at the same moment, one says why and the others wait for the exit."""
     _LEAVING.acquire()
     with contextlib.suppress(Exception):
         if message:

@@ -145,12 +145,9 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 def _leave_before_any_rank(signum: int, frame: object) -> None:
     """Ctrl-C or SIGTERM while the launcher imports what its ranks need: no rank exists, nothing to keep."""
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-    with contextlib.suppress(Exception):
-        sys.stderr.write("interrupted while starting up: no rank had started\n")
-        sys.stderr.flush()
-    os._exit(130)
+    from fabricscope.launch.rank import leave_now
+
+    leave_now(130, "interrupted while starting up: no rank had started")
 
 
 class _ForkedRank:
@@ -195,6 +192,8 @@ def _fork_rank(module_args: Sequence[str], env: Mapping[str, str], children: lis
     for stream in (sys.stdout, sys.stderr):  # what is buffered would be written twice
         with contextlib.suppress(Exception):
             stream.flush()
+    from fabricscope.launch.rank import finish_process, guard_startup  # not on every command's import path
+
     launcher = os.getpid()
     # A stop that comes while forking waits until the fork is done: delivered inside it, it would be
     # raised in an at-fork handler, which swallows it (the run would go on), or in the new rank
@@ -208,8 +207,7 @@ def _fork_rank(module_args: Sequence[str], env: Mapping[str, str], children: lis
         return
     code = 1
     try:
-        signal.signal(signal.SIGINT, _leave_quietly)
-        signal.signal(signal.SIGTERM, _leave_quietly)
+        guard_startup()  # quiet until the module installs its own handlers
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         set_parent_death_signal()
         if os.getppid() != launcher:  # the launcher died before the line above
@@ -227,15 +225,7 @@ def _fork_rank(module_args: Sequence[str], env: Mapping[str, str], children: lis
         with contextlib.suppress(Exception):
             traceback.print_exc()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(code)
-
-
-def _leave_quietly(signum: int, frame: object) -> None:
-    """A forked rank's Ctrl-C or SIGTERM before its module installs its own handlers: no traceback."""
-    os._exit(130)
+        finish_process(code)
 
 
 def _supervise(
