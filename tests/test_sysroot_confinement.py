@@ -192,3 +192,60 @@ def test_the_kernels_resolution_of_a_path_is_the_walks(tmp_path: Path, monkeypat
             walked.resolve(rel)
         with pytest.raises(OSError, match="Too many levels"):
             kernel.resolve(rel)
+
+
+def test_the_kernels_answers_about_a_path_are_the_walks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """``exists``, ``is_dir``, ``link_name`` and ``listdir`` ask the kernel directly (openat2 of the name,
+    the directory or the link itself); for links in and out of the root, loops, chains too long, a FIFO, a
+    file taken for a folder and names no file system holds they answer as the walk does, anomalies included."""
+    from fabricscope import in_root
+
+    tree, _ = hostile_tree(tmp_path)
+    os.symlink("real", tree / "etc/realdir")
+    os.symlink("/etc/real", tree / "etc/rootdir")  # absolute, re-rooted to a folder inside
+    os.symlink("/no/such/place", tree / "etc/dangling")
+    os.mkfifo(tree / "etc/fifo")
+    (tree / "etc/real/sub").mkdir()
+    paths = [
+        "etc",
+        "etc/real",
+        "etc/realdir",
+        "etc/realdir/",
+        "etc/rootdir",
+        "etc/rootdir/site.conf",
+        "etc/inside.conf",
+        "etc/nccl.conf",
+        "etc/hostile.conf",
+        "etc/climb.conf",
+        "etc/dangling",
+        "etc/fifo",
+        "etc/real/site.conf/under",
+        "sys/class/net/eth0",
+        "sys/class/net/eth0/device/driver",
+        "sys/class/net/eth0/operstate",
+        "sys/class/net/eth0/mtu",
+        "sys/class/net/eth0/operstate/under",
+        "sys/class/net/eth0/no/such/file",
+        "sys/class/net/eth0" + "/.." * 12 + "/etc/real",
+        "sys/\ud800x",
+        "nul\0byte",
+        "x" * 300,
+        "",
+    ]
+
+    def answers(root: SysRoot) -> list[object]:
+        said: list[object] = []
+        for rel in paths:
+            said += [root.exists(rel), root.is_dir(rel), root.link_name(rel), root.listdir(rel)]
+        return [*said, [(a.path, a.problem) for a in root.anomalies], root.touched()]
+
+    kernel = answers(SysRoot(tree))
+    release = tuple(int(part) for part in re.findall(r"\d+", os.uname().release)[:2])
+    if request.node.callspec.params["resolution"] == "openat2" and release >= (5, 6):
+        assert in_root._call not in (None, False), "openat2 was not used on a kernel that has it"
+    monkeypatch.setattr(in_root, "_call", False)
+    walked = SysRoot(tree)
+    assert walked._root_fd is None
+    assert kernel == answers(walked)

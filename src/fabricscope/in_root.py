@@ -22,7 +22,7 @@ import platform
 import sys
 from typing import Any
 
-__all__ = ["open_in_root", "open_root_dir", "resolve_in_root"]
+__all__ = ["DIRECTORY", "DIRECTORY_NAME", "LINK", "NAME", "open_in_root", "open_root_dir", "resolve_in_root"]
 
 _NUMBER = 437
 """``__NR_openat2`` in the table every architecture shares for system calls added since Linux 5.1."""
@@ -35,6 +35,15 @@ _UNUSABLE = {errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG, errno.EOPNOTS
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 _PATH_FLAGS = os.O_PATH | os.O_CLOEXEC if sys.platform == "linux" else 0
 """A descriptor that only names the file (``O_PATH``): what resolving a path needs, whatever the file is."""
+NAME = _PATH_FLAGS
+"""Open only the name of what the path leads to (its links followed): it is there."""
+DIRECTORY_NAME = _PATH_FLAGS | os.O_DIRECTORY
+"""Open only the name of a directory (``ENOTDIR`` for anything else): it is one, whatever its permissions."""
+LINK = _PATH_FLAGS | os.O_NOFOLLOW
+"""Open only the name, a link in the last place left as it is: it is there, and ``readlink`` reads it."""
+DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK | os.O_CLOEXEC
+"""Open a directory to list it (``ENOTDIR`` for anything else, without blocking on a FIFO)."""
+_HOWS = (_FLAGS, NAME, DIRECTORY_NAME, LINK, DIRECTORY)
 
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 """How :func:`os.fsencode` turns a path into bytes, without its call per path."""
@@ -53,10 +62,14 @@ def open_root_dir(path: str) -> int | None:
         return None
 
 
-def open_in_root(root_fd: int, rel: str) -> int | None:
-    """A read-only, non-blocking descriptor of ``rel`` resolved inside ``root_fd``; None when ``openat2`` cannot
-    be used here.  Raises :class:`OSError` as ``open`` would (``ENOENT``, ``ELOOP``, ``EACCES``...), and
-    :class:`ValueError` for a path holding a NUL byte."""
+def open_in_root(root_fd: int, rel: str, flags: int = _FLAGS) -> int | None:
+    """A descriptor of ``rel`` resolved inside ``root_fd``; None when ``openat2`` cannot be used here.
+
+    ``flags`` are a read-only, non-blocking open of a file by default, or
+    :data:`NAME`, :data:`DIRECTORY_NAME`, :data:`LINK` or :data:`DIRECTORY`.  Raises
+    :class:`OSError` as ``open`` would (``ENOENT``, ``ELOOP``, ``EACCES``...),
+    and :class:`ValueError` for a path holding a NUL byte.
+    """
     global _call
     if "\0" in rel:
         raise ValueError("embedded null byte")
@@ -66,7 +79,7 @@ def open_in_root(root_fd: int, rel: str) -> int | None:
     if bound is False:
         return None
     call, number, hows, size, _ = bound
-    fd: int = call(number, root_fd, rel.encode(_FS_ENCODING, _FS_ERRORS), hows[_FLAGS], size)
+    fd: int = call(number, root_fd, rel.encode(_FS_ENCODING, _FS_ERRORS), hows[flags], size)
     if fd >= 0:
         return fd
     import ctypes
@@ -130,10 +143,7 @@ def _bind() -> Any:
         libc = ctypes.CDLL(None, use_errno=True)
         call = libc.syscall
         call.restype = ctypes.c_long
-        structs = {
-            flags: OpenHow(flags, 0, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
-            for flags in (_FLAGS, _PATH_FLAGS, _PATH_FLAGS | os.O_NOFOLLOW)
-        }
+        structs = {flags: OpenHow(flags, 0, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS) for flags in _HOWS}
         hows = {flags: ctypes.byref(how) for flags, how in structs.items()}
         # Arguments of a variadic call are typed: a size_t must not go as a 32-bit int.
         return call, ctypes.c_long(_NUMBER), hows, ctypes.c_size_t(ctypes.sizeof(OpenHow)), structs

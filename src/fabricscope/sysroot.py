@@ -40,7 +40,7 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fabricscope.in_root import open_in_root, open_root_dir, resolve_in_root
+from fabricscope.in_root import DIRECTORY, DIRECTORY_NAME, LINK, open_in_root, open_root_dir, resolve_in_root
 from fabricscope.shown import quoted
 
 __all__ = [
@@ -403,7 +403,7 @@ class SysRoot:
         if cached is not None:
             return list(cached)
         try:
-            names = sorted(os.listdir(self._host(self.resolve(rel))))
+            names = self._listdir(rel)
         except (OSError, ValueError) as exc:
             if not isinstance(exc, OSError):  # a NUL byte in the path
                 exc = OSError(errno.EINVAL, "not a valid path")
@@ -422,18 +422,40 @@ class SysRoot:
         Nothing is cached or recorded, as with :meth:`read_now`.
         """
         try:
-            return sorted(os.listdir(self._host(self.resolve(rel))))
+            return self._listdir(rel)
         except ValueError:
             raise NotAFileError("BADPATH") from None
+
+    def _listdir(self, rel: str) -> list[str]:
+        """Sorted names in the directory ``rel``; raises OSError (ValueError for a NUL byte)."""
+        fd = self._open(rel, DIRECTORY)
+        if fd is None:
+            return sorted(os.listdir(self._host(self.resolve(rel))))
+        try:
+            return sorted(os.listdir(fd))
+        finally:
+            os.close(fd)
+
+    def _open(self, rel: str, flags: int) -> int | None:
+        """``rel`` opened by the kernel inside a captured root (see :func:`~fabricscope.in_root.open_in_root`);
+        None on the live root or where that cannot be used (then the caller resolves the path itself)."""
+        return None if self._root_fd is None else open_in_root(self._root_fd, rel or ".", flags)
 
     def exists(self, rel: str) -> bool:
         rel = _norm(rel)
         if rel in self._manifest_errors:
             return True
         try:
-            exists = os.path.lexists(self._host(self.resolve(rel, last=False)))
-        except OSError:
-            exists = True  # a link loop is there, even if it leads nowhere
+            fd = self._open(rel, LINK)
+            if fd is None:
+                exists = os.path.lexists(self._host(self.resolve(rel, last=False)))
+            else:
+                os.close(fd)
+                exists = True
+        except OSError as exc:
+            exists = exc.errno == errno.ELOOP  # a link loop is there, even if it leads nowhere
+        except ValueError:  # a NUL byte, a name no file system holds
+            exists = False
         if exists:
             self._record.touched.add(rel)
         return exists
@@ -443,9 +465,14 @@ class SysRoot:
         rel = _norm(rel)
         self._record.touched.add(rel)
         try:
-            if os.path.isdir(self._host(self.resolve(rel))):
+            fd = self._open(rel, DIRECTORY_NAME)
+            if fd is None:
+                if os.path.isdir(self._host(self.resolve(rel))):
+                    return True
+            else:
+                os.close(fd)
                 return True
-        except OSError:
+        except (OSError, ValueError):
             pass
         try:
             link = os.path.islink(self._host(self.resolve(rel, last=False)))
@@ -477,7 +504,14 @@ class SysRoot:
         """The last component of a symlink's target (``driver`` -> ``mlx5_core``)."""
         rel = _norm(rel)
         try:
-            target = os.readlink(self._host(self.resolve(rel, last=False)))
+            fd = self._open(rel, LINK)
+            if fd is None:
+                target = os.readlink(self._host(self.resolve(rel, last=False)))
+            else:
+                try:
+                    target = os.readlink("", dir_fd=fd)  # the link open on fd itself (readlinkat, empty path)
+                finally:
+                    os.close(fd)
         except (OSError, ValueError):
             return None
         self._record.touched.add(rel)
