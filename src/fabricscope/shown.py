@@ -23,7 +23,10 @@ def printable(text: str, limit: int | None = None, *, more: str = "") -> str:
     With ``limit``, what is past it is cut and counted (``more`` adds where
     the whole value is: ``"; --json has them all"``).
     """
-    shown = _UNPRINTABLE.sub(lambda m: ascii(m.group())[1:-1], text.replace("\t", " "))
+    if text.isascii() and text.isprintable():  # nothing to escape: the common case, without the search
+        shown = text
+    else:
+        shown = _UNPRINTABLE.sub(lambda m: ascii(m.group())[1:-1], text.replace("\t", " "))
     if limit is not None and len(shown) > limit:
         shown = f"{shown[:limit]}… ({len(shown) - limit} more characters{more})"
     return shown
