@@ -96,9 +96,43 @@ def test_frozen_rank_is_named_within_the_timeout(tmp_path, victim):
     else:
         # Rank 0 hosts the rendezvous store: the survivor finds it silent and names it.
         assert f"{named}, which hosts the rendezvous store, died or became unreachable" in stderr
+        # Stopped, rank 0 cannot end its file: the launcher, which kills it, records why.
+        assert load(out).status == "failed" and load(out).error.startswith(f"{named} was stopped"), load(out).error
+    # The launcher names the stopped rank it kills (it may be why the others failed).
+    assert f"error: {named} was stopped (SIGSTOP or a debugger) and was killed" in stderr
     assert len(load(out).records) >= 4
     assert "Traceback" not in stderr
     assert_gone(list(pids.values()))
+
+
+JOIN_AND_LEAVE = """
+import os
+from fabricscope.launch import lifecycle
+from fabricscope.launch.config import LaunchConfig
+from fabricscope.launch.world import detect
+lifecycle.join(detect(), LaunchConfig(backend="gloo", timeout_s=30), "bench")
+os._exit(0)
+"""
+"""A rank that joins the group as bench's ranks do, then is gone before their first exchange."""
+
+
+def test_a_rank_gone_before_the_first_exchange_is_said_in_one_line(tmp_path):
+    """The ranks' first collective (agreeing on the memory each has free) fails when a peer is gone: one line
+    saying so, exit 1, no traceback (a rank frozen there printed gloo's RuntimeError with its stack)."""
+    port = free_port()
+    world = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "LOCAL_WORLD_SIZE": "2"}
+    rank0 = start_cli(["bench", "-b", "1K", "-e", "4K", "-T", "30"], env={**world, "RANK": "0", "LOCAL_RANK": "0"})
+    leaver = subprocess.Popen(
+        [sys.executable, "-c", JOIN_AND_LEAVE], env=cli_env({**world, "RANK": "1", "LOCAL_RANK": "1"}), cwd=tmp_path
+    )
+    try:
+        _, stdout, stderr = _wait_exit(rank0, 120)
+    finally:
+        leaver.kill()
+        leaver.wait()
+    assert rank0.returncode == 1, (stdout, stderr)
+    assert "error: the ranks' first exchange (the memory each has free) failed: " in stderr, stderr
+    assert "Traceback" not in stderr
 
 
 def test_a_killed_launcher_leaves_an_interrupted_result(tmp_path):

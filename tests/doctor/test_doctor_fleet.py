@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -436,8 +437,11 @@ def run_with_frozen_rank_0(
 
 
 def assert_one_line_per_rank(stderr: str, ranks: set[int], what: str, *, some: bool = False) -> None:
-    """One ``error: rank N: ...`` line for each of ``ranks`` (``some``: for at least one of them)."""
-    mine = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    """One ``error: rank N: ...`` line for each of ``ranks`` (``some``: for at least one of them); the
+    launcher's own lines (``error: rank 0 (pid ...) was stopped ...``) aside."""
+    lines = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    mine = [line for line in lines if not re.match(r"error: rank \d+ \(pid \d+ on ", line)]
+    assert len(lines) - len(mine) <= 1, stderr
     named = [int(line.split()[2].rstrip(":")) for line in mine]
     assert len(named) == len(set(named)), stderr
     assert (set(named) <= ranks and named) if some else set(named) == ranks, stderr
@@ -456,6 +460,7 @@ def test_spawned_ranks_end_when_rank_0_is_frozen() -> None:
     # Rank 0 was stopped before it could host the store: the others cannot reach it and say so, one line each.
     assert_one_line_per_rank(result.stderr, {1, 2}, "cannot reach the rendezvous store at 127.0.0.1:")
     assert not Path(f"/proc/{pid}").exists()  # the launcher ended the frozen rank 0: no stray process
+    assert f"error: rank 0 (pid {pid} on {socket.gethostname()}) was stopped (SIGSTOP or a debugger)" in result.stderr
 
 
 @pytest.mark.multiprocess
@@ -483,6 +488,7 @@ def test_spawned_ranks_end_when_rank_0_freezes_while_it_prints() -> None:
     # The others sent their reports; rank 0 hosts the store and stopped answering: they say so and give up.
     assert_one_line_per_rank(result.stderr, {1, 2}, "did not answer within 3 s")
     assert not Path(f"/proc/{pid}").exists()
+    assert f"error: rank 0 (pid {pid} on {socket.gethostname()}) was stopped (SIGSTOP or a debugger)" in result.stderr
 
 
 @pytest.mark.multiprocess

@@ -174,7 +174,17 @@ def fit_to_memory(
     Raises :class:`EveryRankFound` when not even ``smallest`` fits; ``what`` names it
     (``-b 1024``, ``a 1024-byte message``).
     """
-    free = rank.tightest_free_bytes(world, group.torch, group.dist, group.device)
+    try:
+        free = rank.tightest_free_bytes(world, group.torch, group.dist, group.device)
+    except RuntimeError as exc:  # the backend's way to report a dead peer or a timeout
+        rank.say(
+            world.rank,
+            f"error: the ranks' first exchange (the memory each has free) failed: {describe_exception(exc)}; "
+            "a rank died, froze or cannot reach this one before anything was measured",
+        )
+        # Leave from here, the failed call still held: freeing it can make gloo abort the process.
+        rank.finish_process(1)
+        raise  # pragma: no cover - finish_process does not return
     limit = max(0, (free - reserve_bytes) // buffers)
     if largest <= limit:
         return largest

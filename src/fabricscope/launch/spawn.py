@@ -245,6 +245,7 @@ def _supervise(
     """
     failure_code = 0
     deadline: float | None = None
+    stopped: set[int] = set()
     while True:
         running = [c for c in children if c.poll() is None]
         for rank, child in enumerate(children):
@@ -264,7 +265,16 @@ def _supervise(
             break
         if deadline is not None:
             for child in running:
-                if _is_stopped(child.pid):
+                if child.pid not in stopped and _is_stopped(child.pid):
+                    stopped.add(child.pid)
+                    # It cannot notice the failure, and may be why the others failed: name it.
+                    message = (
+                        f"rank {children.index(child)} (pid {child.pid} on {host}) was stopped (SIGSTOP or a debugger)"
+                    )
+                    sys.stderr.write(f"error: {message} and was killed\n")
+                    if child is children[0] and on_rank_killed is not None:
+                        with contextlib.suppress(Exception):
+                            on_rank_killed(f"{message}; the other ranks failed")
                     child.kill()
             if children[0].returncode == 2:
                 _reap(children, 0.0)
