@@ -26,7 +26,6 @@ Formats and their kernel sources:
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -109,6 +108,11 @@ _AER_LINE = re.compile(r"^[ \t]*(\S+)[ \t]+([0-9]{1,20})[ \t\r]*$", re.MULTILINE
 _AER_SEEN: dict[str, dict[str, int]] = {}
 """Texts of ``aer_dev_*`` files already parsed (a node's devices mostly hold the same all-zero text)."""
 _LINK_MODE = re.compile(r"^(\d{1,9})base\S*/(Full|Half)$", re.ASCII)
+_TABLE_NUMBER = re.compile(r"-?\d{1,20}\Z", re.ASCII)
+_GID = re.compile(r"[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4}){7}\Z")
+_SIZE_OPTION = re.compile(r"([0-9]{1,20})([kmgtKMGT]?)\Z")
+_MEMINFO_LINE = re.compile(r"^([A-Za-z0-9_()]{1,40}):\s+([0-9]{1,20})(?:\s+kB)?\s*$")
+_CPU_RANGE = re.compile(r"([0-9]{1,6})(?:-([0-9]{1,6}))?\Z")
 
 # Transfer rate per lane (GT/s) -> PCIe generation.
 _GENERATIONS = ((2.5, 1), (5.0, 2), (8.0, 3), (16.0, 4), (32.0, 5), (64.0, 6), (128.0, 7))
@@ -138,9 +142,10 @@ def parsed(
 
 def parse_int(text: str | None) -> int | None:
     """A decimal integer (``mtu``, ``numa_node``, counters); None for anything else."""
-    if text is None or not _INT.match(text.strip()):
+    if text is None:
         return None
-    return int(text.strip())
+    value = text.strip()
+    return int(value) if _INT.match(value) else None
 
 
 def parse_counter(text: str | None) -> int | None:
@@ -191,7 +196,7 @@ def parse_proc_table(text: str) -> tuple[dict[str, dict[str, int]], list[str]]:
             continue
         keys = names.split()
         numbers = values.split()
-        if len(keys) != len(numbers) or not all(re.fullmatch(r"-?\d{1,20}", n, re.ASCII) for n in numbers):
+        if len(keys) != len(numbers) or not all(_TABLE_NUMBER.match(n) for n in numbers):
             bad.append(header.strip()[:80])
         else:
             tables[prefix.strip()] = {k: int(n) for k, n in zip(keys, numbers, strict=True)}
@@ -319,23 +324,27 @@ def parse_link_modes(text: str | None) -> int | None:
     return max(speeds) if speeds else None
 
 
-def _gid_address(gid: str) -> ipaddress.IPv6Address | None:
-    groups = gid.strip().split(":")
-    if len(groups) != 8 or not all(re.fullmatch(r"[0-9a-fA-F]{1,4}", g) for g in groups):
+def _gid_address(gid: str) -> int | None:
+    """A GID as sysfs writes it (eight groups of hex digits, ``fe80:0000:...``) as a 128-bit number."""
+    text = gid.strip()
+    if not _GID.match(text):
         return None
-    return ipaddress.IPv6Address(":".join(groups))
+    value = 0
+    for group in text.split(":"):
+        value = value << 16 | int(group, 16)
+    return value
 
 
 def gid_is_zero(gid: str | None) -> bool:
     """An unused GID table entry reads as all zeros (or cannot be parsed at all)."""
     address = _gid_address(gid) if gid is not None else None
-    return address is None or int(address) == 0
+    return not address
 
 
 def gid_is_link_local(gid: str | None) -> bool:
     """A ``fe80::/10`` GID: usable only inside one L2 segment, never routed (RoCE v2 needs more)."""
     address = _gid_address(gid) if gid is not None else None
-    return address is not None and address.is_link_local
+    return address is not None and address >> 118 == 0xFE80 >> 6
 
 
 def parse_kernel_release(text: str | None) -> tuple[int, int] | None:
@@ -407,7 +416,7 @@ def parse_size_option(options: str, name: str = "size") -> int | None:
     for option in options.split(","):
         key, sep, value = option.partition("=")
         if key == name and sep:
-            match = re.fullmatch(r"([0-9]{1,20})([kmgtKMGT]?)", value)
+            match = _SIZE_OPTION.match(value)
             if match:
                 return int(match.group(1)) << (10 * " kmgt".index(match.group(2).lower() or " "))
     return None
@@ -419,7 +428,7 @@ def parse_meminfo(text: str | None) -> dict[str, int] | None:
         return None
     values = {}
     for line in text.splitlines():
-        match = re.match(r"^([A-Za-z0-9_()]{1,40}):\s+([0-9]{1,20})(?:\s+kB)?\s*$", line)
+        match = _MEMINFO_LINE.match(line)
         if match:
             scale = 1024 if line.rstrip().endswith("kB") else 1
             values[match.group(1)] = int(match.group(2)) * scale
@@ -461,7 +470,7 @@ _UNSEEN = frozenset({-1})
 def _cpu_list(text: str) -> frozenset[int] | None:
     cpus: set[int] = set()
     for part in text.strip().split(","):
-        match = re.fullmatch(r"([0-9]{1,6})(?:-([0-9]{1,6}))?", part.strip())
+        match = _CPU_RANGE.match(part.strip())
         if not match:
             return None
         low = int(match.group(1))

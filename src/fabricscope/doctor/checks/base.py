@@ -16,11 +16,11 @@ and shared; outside it, each call decides anew.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
@@ -28,6 +28,8 @@ from fabricscope.doctor.inventory import NetInterface, Node, PciDevice, RdmaPort
 from fabricscope.doctor.probes.nccl import parse_interface_list
 from fabricscope.doctor.probes.net import ARPHRD_LOOPBACK
 from fabricscope.kernel_text import pcie_generation
+
+T = TypeVar("T")
 
 __all__ = [
     "Check",
@@ -43,6 +45,7 @@ __all__ = [
     "majority",
     "more_than_expected",
     "one_run",
+    "per_run",
     "rate_finding",
 ]
 
@@ -115,8 +118,8 @@ class Compute:
     """Names ``--expect nic.devices`` lists that the node does not have."""
 
 
-_CHOSEN: ContextVar[dict[tuple[int, int], Compute] | None] = ContextVar("compute_chosen", default=None)
-"""The compute choice of each (node, expectations) inside :func:`one_run`; None outside one."""
+_CHOSEN: ContextVar[dict[tuple[str, int, int], Any] | None] = ContextVar("compute_chosen", default=None)
+"""What :func:`per_run` made for each (what, node, expectations) inside :func:`one_run`; None outside one."""
 
 
 @contextmanager
@@ -129,15 +132,21 @@ def one_run() -> Iterator[None]:
         _CHOSEN.reset(token)
 
 
-def compute(node: Node, expect: Expectations) -> Compute:
-    """The RDMA ports and NICs that carry training traffic (see the module docstring)."""
+def per_run(what: str, node: Node, expect: Expectations, make: Callable[[Node, Expectations], T]) -> T:
+    """``make(node, expect)``, made once per :func:`one_run` (several checks ask for the same devices)."""
     chosen = _CHOSEN.get()
     if chosen is None:
-        return _compute(node, expect)
-    key = (id(node), id(expect))
+        return make(node, expect)
+    key = (what, id(node), id(expect))
     if key not in chosen:
-        chosen[key] = _compute(node, expect)
-    return chosen[key]
+        chosen[key] = make(node, expect)
+    made: T = chosen[key]
+    return made
+
+
+def compute(node: Node, expect: Expectations) -> Compute:
+    """The RDMA ports and NICs that carry training traffic (see the module docstring)."""
+    return per_run("compute", node, expect, _compute)
 
 
 def _compute(node: Node, expect: Expectations) -> Compute:

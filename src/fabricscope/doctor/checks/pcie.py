@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fabricscope.doctor.checks.base import Check, compute_nics, compute_ports, format_link
+from fabricscope.doctor.checks.base import Check, compute_nics, compute_ports, format_link, per_run
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import Node, PciDevice, PcieLink
@@ -46,7 +46,11 @@ class _Linked:
 
 
 def linked_devices(node: Node, expect: Expectations) -> list[_Linked]:
-    """GPUs and the PCI functions of compute NICs and RDMA devices, each once."""
+    """GPUs and the PCI functions of compute NICs and RDMA devices, each once (found once per run)."""
+    return per_run("linked", node, expect, _linked_devices)
+
+
+def _linked_devices(node: Node, expect: Expectations) -> list[_Linked]:
     found: dict[str, _Linked] = {}
     for gpu in node.gpus:
         device = node.pci.get(gpu.pci)
