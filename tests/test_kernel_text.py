@@ -42,3 +42,24 @@ def test_a_net_speed_means_one_thing_to_both(tmp_path: Path, text: str, mbps: in
     NetDevSampler(SysRoot(tree)).sample(snap, Notes())
     assert doctor.speed_mbps == mbps
     assert snap.links[Port("net", nic.name)].speed_bps == (None if mbps is None else mbps * 1e6)
+
+
+def test_gids_read_as_ipaddress_reads_them() -> None:
+    """A GID is all zeros (unused) or link-local (fe80::/10) exactly when Python's ipaddress says so."""
+    import ipaddress
+    import random
+
+    from fabricscope.kernel_text import gid_is_link_local, gid_is_zero
+
+    pieces = ["0", "0000", "fe80", "FE80", "febf", "fec0", "fe7f", "ffff", "1", "a", "g", "", "12345", " 0"]
+    rng = random.Random(7)
+    gids = ["fe80:0000:0000:0000:0202:c9ff:fe00:0001\n", "0000:0000:0000:0000:0000:ffff:0a00:0001", "fe80::1", ""]
+    gids += [":".join(rng.choice(pieces) for _ in range(rng.choice([7, 8, 8, 9]))) for _ in range(5000)]
+    for gid in gids:
+        groups = gid.strip().split(":")
+        valid = len(groups) == 8 and all(
+            1 <= len(g) <= 4 and all(c in "0123456789abcdefABCDEF" for c in g) for g in groups
+        )
+        address = ipaddress.IPv6Address(":".join(groups)) if valid else None
+        assert gid_is_zero(gid) == (address is None or int(address) == 0), gid
+        assert gid_is_link_local(gid) == (address is not None and address.is_link_local), gid
