@@ -351,3 +351,32 @@ def test_every_pcie_generation_names_its_host_memory() -> None:
     assert float(fabric_of(unknown).intra_gbps) == pytest.approx(63.0 * 0.76 / 2, rel=0.01)
     with pytest.raises(InvalidValue, match="host_memory_gbps must be 0"):
         dataclasses.replace(eight.pcie, host_memory_gbps=-1.0)
+
+
+def test_one_rank_is_the_copy_nccl_makes_and_nothing_in_place() -> None:
+    """One rank runs no algorithm (NCCL's ncclLaunchOneRank): out of place a device-to-device copy (each byte
+    read and written once through the GPU's memory), in place nothing, except a floating-point average (a
+    multiply kernel over the buffer); send/receive ops copy to self in place too.  It was 0 us, labelled
+    with an algorithm (tree/LL, nvlstree/Simple) that one GPU cannot run."""
+    from fabricscope.model.predict import predict
+    from fabricscope.model.uncertainty import ONE_RANK, for_collectives
+
+    one = load_cluster("dgx-h100-ndr").with_nodes(1).with_gpus_per_node(1)
+    size = 8 << 20
+    hbm = one.gpu.hbm_tbps * 1e12
+    got = predict(one, {"all_reduce": [size], "all_gather": [size], "alltoall": [size]}, redops=["sum", "avg"],
+                  dtypes=["float", "int32"])  # fmt: skip
+    rows = {(r.op, r.dtype, r.redop, r.placement): r for p in got.ops for r in p.records}
+    copy_us = 2 * size / hbm * 1e6
+    for dtype in ("float", "int32"):
+        out = rows["all_reduce", dtype, "sum", "out"]
+        assert out.time_us == pytest.approx(copy_us) and out.algorithm == "local copy"
+        assert out.busbw_gbps == 0.0 and out.algbw_gbps == pytest.approx(size / 1e9 / (copy_us * 1e-6))
+        assert rows["all_reduce", dtype, "sum", "in"].time_us == 0.0
+        assert rows["all_reduce", dtype, "sum", "in"].algorithm.startswith("nothing")
+    assert rows["all_reduce", "float", "avg", "in"].time_us == pytest.approx(copy_us)  # ncclDevPreMulSum
+    assert rows["all_reduce", "int32", "avg", "in"].time_us == 0.0  # ncclDevSumPostDiv: no kernel on one rank
+    assert rows["all_gather", "float", "none", "out"].time_us == pytest.approx(copy_us)
+    assert rows["alltoall", "float", "none", "in"].time_us == pytest.approx(copy_us)
+    assert ONE_RANK in for_collectives(one).warnings
+    assert ONE_RANK not in for_collectives(one.with_gpus_per_node(2)).warnings

@@ -115,8 +115,12 @@ def predict_op(
     nodes: int,
     algo: str = "auto",
     calibrated: CalibratedOp | None = None,
+    memory_gbps: float = 0.0,
 ) -> OpPrediction:
     """Rows for every size, datatype and reduction, out-of-place then in-place.
+
+    One rank alone runs no algorithm: priced as NCCL runs it (:func:`one_rank_seconds`), a copy
+    through the GPU's memory (``memory_gbps``, GB/s).
 
     With ``calibrated`` terms time comes from them, labelled ``calibrated``; a shape they
     cannot reach (a 1-node calibration asked about two nodes), or an all_reduce ``algo``
@@ -154,6 +158,14 @@ def predict_op(
         eltsize = DTYPES[dtype_name].size
         layouts = [op.layout(size // eltsize, eltsize, nranks) for size in sizes]
         moved = np.array([op.algbw_bytes(size, eltsize, nranks) for size in sizes], dtype=float)
+        if nranks == 1 and calibrated is None:
+            for redop in redops if op.reduces else ["none"]:
+                for placement in ("out", "in") if op.in_place else ("out",):
+                    t_one = one_rank_seconds(op, moved, memory_gbps, in_place=placement == "in", redop=redop,
+                                             floating=DTYPES[dtype_name].is_float)  # fmt: skip
+                    for layout, t in zip(layouts, t_one.tolist(), strict=True):
+                        records.append(_record(op, layout, eltsize, dtype_name, redop, root, placement, t, nranks))
+            continue
         seconds, labels, found = op_seconds(op, fab, moved, gpus_per_node, nodes, chosen, calibrated)
         if not np.all(np.isfinite(seconds)):
             if chosen is None:  # NCCL's choice or the calibrated terms: no flag to blame
@@ -170,25 +182,62 @@ def predict_op(
                     faster.append(Faster(dtype_name, size, label, t * 1e6, b_label, b * 1e6))
         for redop in redops if op.reduces else ["none"]:
             for layout, t, label in zip(layouts, seconds.tolist(), labels, strict=True):
-                algbw, busbw = op.bandwidths(layout, eltsize, nranks, t)
                 for placement in ("out", "in") if op.in_place else ("out",):
-                    records.append(
-                        CollectiveRecord(
-                            op=op.name,
-                            size_bytes=op.size_bytes(layout, eltsize),
-                            count=layout.count,
-                            dtype=dtype_name,
-                            redop=redop,
-                            root=root if op.rooted else -1,
-                            placement=placement,
-                            time_us=t * 1e6,
-                            algbw_gbps=algbw,
-                            busbw_gbps=busbw,
-                            wrong=None,
-                            algorithm=label,
-                        )
-                    )
+                    records.append(_record(op, layout, eltsize, dtype_name, redop, root, placement, t, nranks, label))
     return OpPrediction(op=op, records=records, faster=faster)
+
+
+ONE_RANK_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"})
+"""Collectives that NCCL runs on a one-rank communicator without an algorithm (``ncclLaunchOneRank``)."""
+
+
+def one_rank_seconds(
+    op: Collective, moved: Any, memory_gbps: float, *, in_place: bool, redop: str, floating: bool
+) -> Any:
+    """Seconds of ``op`` on one rank, moving ``moved`` bytes: what NCCL does there (src/device/onerank.cu).
+
+    Its collectives copy the send buffer into the receive buffer (``cudaMemcpyAsync``, device to
+    device) and do nothing in place, except an average of floating-point values, a multiply by 1/1
+    that runs as a kernel reading and writing every element (``ncclDevPreMulSum``, src/enqueue.cc).
+    NCCL's tuner prices a one-rank call at 0 (``updateCollCostTable``): no launch latency is added.
+    Send/receive ops (alltoall, sendrecv, gather, scatter) copy to self, in place too.
+    A copy reads and writes each byte once: ``2 * moved`` over the GPU's memory bandwidth.
+    """
+    moved = np.asarray(moved, dtype=float)
+    nothing = op.name in ONE_RANK_OPS and in_place and not (redop == "avg" and floating)
+    if nothing or memory_gbps <= 0:
+        return np.zeros_like(moved)
+    return 2.0 * moved / (memory_gbps * 1e9)
+
+
+def _record(
+    op: Collective,
+    layout: Any,
+    eltsize: int,
+    dtype: str,
+    redop: str,
+    root: int,
+    placement: str,
+    seconds: float,
+    nranks: int,
+    label: str | None = None,
+) -> CollectiveRecord:
+    """One predicted row; without ``label`` a one-rank row, labelled by what NCCL does there."""
+    algbw, busbw = op.bandwidths(layout, eltsize, nranks, seconds)
+    return CollectiveRecord(
+        op=op.name,
+        size_bytes=op.size_bytes(layout, eltsize),
+        count=layout.count,
+        dtype=dtype,
+        redop=redop,
+        root=root if op.rooted else -1,
+        placement=placement,
+        time_us=seconds * 1e6,
+        algbw_gbps=algbw,
+        busbw_gbps=busbw,
+        wrong=None,
+        algorithm=label if label is not None else ("local copy" if seconds > 0 else "nothing (one rank, in place)"),
+    )
 
 
 def op_seconds(
@@ -307,6 +356,7 @@ def predict(
             nodes=cluster.nodes,
             algo=algo,
             calibrated=cluster.spec.calibration.get(ops.get(name).name),
+            memory_gbps=cluster.gpu.hbm_tbps * 1000.0,
         )
         for name, op_sizes in sizes.items()
     ]

@@ -189,7 +189,16 @@ def _catalog(cluster: Cluster) -> Uncertainty:
     if cluster.spec.network.transport == "efa":
         rows = [r for r in rows if EFA_SYSTEM in r.system] or rows  # the group's rows measured on EFA
     median, worst = _stats(rows)
-    return Uncertainty("validation", group, len(rows), median, worst, tuple(_coverage(cluster, group, rows, every)))
+    warnings = _coverage(cluster, group, rows, every)
+    if cluster.nodes * cluster.gpus_per_node == 1:
+        warnings.insert(0, ONE_RANK)
+    return Uncertainty("validation", group, len(rows), median, worst, tuple(warnings))
+
+
+ONE_RANK = (
+    "one rank runs no collective: NCCL copies the send buffer into the receive buffer (nothing in place), "
+    "priced as a copy through the GPU's memory; no published row measured one rank"
+)
 
 
 def _shape(nodes: int, gpus_per_node: int) -> str:
