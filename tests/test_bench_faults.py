@@ -166,6 +166,29 @@ def test_ctrl_c_stops_cleanly_and_keeps_rows(tmp_path):
     assert_gone(list(pids.values()))
 
 
+@pytest.mark.parametrize("victim", [0, 1])
+def test_ctrl_c_with_a_stopped_rank_still_stops_cleanly(tmp_path, victim):
+    """A rank stopped (SIGSTOP) when Ctrl-C comes would take the stop only when continued: the launcher
+    continues it after forwarding the stop, so rank 0 keeps its rows as on any Ctrl-C (the file stayed
+    ``partial``, after 10 s of waiting, when rank 0 was the stopped one)."""
+    out = tmp_path / "s.json"
+    proc, pids = start_measuring(ENDLESS, out, 4)
+    os.kill(pids[victim], signal.SIGSTOP)
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, _, stderr = _wait_exit(proc, 60)
+    finally:
+        for pid in pids.values():
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr
+    result = load(out)
+    assert result.status == "interrupted", (result.status, result.error)
+    assert len(result.records) >= 4
+    assert "Traceback" not in stderr
+    assert_gone(list(pids.values()))
+
+
 def test_killed_rank_under_torchrun(tmp_path):
     out = tmp_path / "t.json"
     port = free_port()

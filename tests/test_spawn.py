@@ -120,3 +120,60 @@ def test_a_stop_while_the_launcher_warms_ends_it_at_once_whatever_the_import_doe
     assert proc.returncode == 130, err
     assert err == "interrupted while starting up: no rank had started\n"
     assert "code" not in out
+
+
+ENDINGS = """\
+import os, signal, sys, time
+def main():
+    rank, how = os.environ["RANK"], os.environ["ENDING"]
+    if how == "stopped_after_rank_0" and rank == "1":
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGSTOP)  # stopped once the work is done, never to exit
+    if how == "hung_after_rank_0" and rank == "1":
+        time.sleep(3600)
+    if how == "failed_and_killed_at_once" and rank == "0":
+        time.sleep(0.3)
+        sys.exit(1)
+    if how == "failed_and_killed_at_once" and rank == "1":
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return 0
+"""
+
+SUPERVISOR = """\
+import json, sys
+from fabricscope.launch import spawn
+print(json.dumps({"code": spawn(2, ["rankendings"], {}, grace_s=float(sys.argv[1]))}))
+"""
+
+
+@pytest.mark.parametrize(
+    "ending, code, said",
+    [
+        ("stopped_after_rank_0", 0, "warning: rank 1 (pid {pid} on {host}) was stopped (SIGSTOP or a debugger) after "
+         "rank 0 finished, and was killed"),
+        ("hung_after_rank_0", 0, "warning: rank 1 (pid {pid}) did not exit after rank 0 finished and was killed"),
+        ("failed_and_killed_at_once", 1, "error: rank 1 (pid {pid} on {host}) was killed by SIGKILL"),
+    ],
+)  # fmt: skip
+def test_every_rank_that_does_not_end_on_its_own_is_named(tmp_path, ending, code, said):
+    """The launcher names each rank it had to deal with: one stopped or hung after rank 0 finished (it waited
+    for it forever; the run keeps rank 0's code), and one killed by a signal in the same moment another failed
+    (only the first failure was named)."""
+    import socket
+
+    (tmp_path / "rankendings.py").write_text(ENDINGS)
+    env = cli_env({"PYTHONPATH": str(tmp_path), "ENDING": ending})
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", SUPERVISOR, "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        stdout, stderr = launcher.communicate(timeout=120)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 0, stderr
+    assert json.loads(stdout)["code"] == code, stderr
+    pids = [int(line.split("pid ")[1].split()[0].rstrip(")")) for line in stderr.splitlines() if "pid " in line]
+    assert len(pids) == 1, stderr
+    assert said.format(pid=pids[0], host=socket.gethostname()) in stderr, stderr
+    assert "Traceback" not in stderr

@@ -130,6 +130,8 @@ def spawn(
             if child.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     child.send_signal(signal.SIGINT)
+                    # A stopped rank (SIGSTOP) takes the stop when continued: rank 0 keeps its rows.
+                    child.send_signal(signal.SIGCONT)
         _reap(children, 10.0)
         return 130
     finally:
@@ -239,28 +241,34 @@ def _supervise(
     Rank 0 keeps the results, so while it runs the others get ``grace_s``
     (the collective timeout plus a margin) to detect the failure and save;
     once rank 0 has exited, stragglers get a few seconds only.  A rank that
-    is stopped (SIGSTOP, a debugger) cannot notice anything and is killed at
-    once.  When rank 0 reported a usage error (exit 2), the others cannot
-    start without it and are stopped without further words.
+    is stopped (SIGSTOP, a debugger) cannot notice anything and is named and
+    killed at once.  When rank 0 reported a usage error (exit 2), the others
+    cannot start without it and are stopped without further words.  Once rank
+    0 has finished well, a rank stopped or still there ``grace_s`` later is
+    named (a warning) and killed, and the run keeps rank 0's code.  Every rank
+    killed by a signal is named, also when another failed in the same moment.
     """
     failure_code = 0
     deadline: float | None = None
+    finished_at: float | None = None
     stopped: set[int] = set()
+    said: set[int] = set()  # ranks whose ending was dealt with (or that were killed once the run was over)
     while True:
         running = [c for c in children if c.poll() is None]
         for rank, child in enumerate(children):
             code = child.returncode
-            if code is None or code == 0 or failure_code:
+            if code is None or code == 0 or child.pid in said:
                 continue
-            failure_code = code if code > 0 else 1
-            if code < 0:
-                name = signal.Signals(-code).name
-                message = f"rank {rank} (pid {child.pid} on {host}) was killed by {name}"
+            said.add(child.pid)
+            if code < 0 and child.pid not in stopped:  # every death by a signal is named, not only the first failure
+                message = f"rank {rank} (pid {child.pid} on {host}) was killed by {_signal_name(-code)}"
                 sys.stderr.write(f"error: {message}\n")
-                if on_rank_killed is not None:
+                if not failure_code and on_rank_killed is not None:
                     with contextlib.suppress(Exception):
                         on_rank_killed(message)
-            deadline = time.monotonic() + grace_s
+            if not failure_code:
+                failure_code = code if code > 0 else 1
+                deadline = time.monotonic() + grace_s
         if not running:
             break
         if deadline is not None:
@@ -287,13 +295,41 @@ def _supervise(
                 sys.stderr.write(f"error: {names} did not stop after the failure and {verb} killed\n")
                 _reap(children, 0.0)
                 break
+        elif children[0].returncode == 0:
+            # Rank 0 finished and kept the results: the others only have to leave. One that is stopped
+            # never will, and one still there a timeout later is hung: named, killed, the run's code kept.
+            finished_at = finished_at if finished_at is not None else time.monotonic()
+            for child in running:
+                if child.pid not in stopped and _is_stopped(child.pid):
+                    stopped.add(child.pid)
+                    said.add(child.pid)
+                    sys.stderr.write(
+                        f"warning: rank {children.index(child)} (pid {child.pid} on {host}) was stopped (SIGSTOP or "
+                        "a debugger) after rank 0 finished, and was killed\n"
+                    )
+                    child.kill()
+            if time.monotonic() > finished_at + grace_s:
+                names = ", ".join(f"rank {children.index(c)} (pid {c.pid})" for c in running)
+                verb = "was" if len(running) == 1 else "were"
+                sys.stderr.write(f"warning: {names} did not exit after rank 0 finished and {verb} killed\n")
+                said.update(c.pid for c in running)
+                _reap(children, 0.0)
+                break
         # Nothing to do while all is well: wake rarely, so that the launcher adds no
         # scheduling noise to latency-bound runs; after a failure, watch closely.
-        time.sleep(0.05 if deadline is not None else _IDLE_POLL_S)
+        time.sleep(0.05 if deadline is not None or finished_at is not None else _IDLE_POLL_S)
     if failure_code:
         return failure_code
     codes = [c.returncode for c in children]
     return max((c for c in codes if c is not None), default=0)
+
+
+def _signal_name(number: int) -> str:
+    """``SIGKILL``; ``signal 40`` for one Python has no name for (a real-time signal)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _is_stopped(pid: int) -> bool:
