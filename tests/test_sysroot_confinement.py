@@ -208,7 +208,15 @@ def test_the_kernels_answers_about_a_path_are_the_walks(
     os.symlink("/no/such/place", tree / "etc/dangling")
     os.mkfifo(tree / "etc/fifo")
     (tree / "etc/real/sub").mkdir()
+    # Through a file or a FIFO, then `..`: the kernel stops at the file (ENOTDIR), as the walk must.
+    os.symlink("real/site.conf/../sub", tree / "etc/filedotdot")
+    os.symlink("fifo/../real", tree / "etc/fifodotdot")
+    os.symlink("inside.conf/../real", tree / "etc/linkedfiledotdot")
     paths = [
+        "etc/filedotdot",
+        "etc/filedotdot/x",
+        "etc/fifodotdot",
+        "etc/linkedfiledotdot",
         "etc",
         "etc/real",
         "etc/realdir",
@@ -239,6 +247,10 @@ def test_the_kernels_answers_about_a_path_are_the_walks(
         said: list[object] = []
         for rel in paths:
             said += [root.exists(rel), root.is_dir(rel), root.link_name(rel), root.listdir(rel)]
+            try:
+                said.append(root.listdir_now(rel))
+            except OSError as exc:
+                said.append(exc.errno)
         return [*said, [(a.path, a.problem) for a in root.anomalies], root.touched()]
 
     kernel = answers(SysRoot(tree))
@@ -249,3 +261,28 @@ def test_the_kernels_answers_about_a_path_are_the_walks(
     walked = SysRoot(tree)
     assert walked._root_fd is None
     assert kernel == answers(walked)
+
+
+def test_a_file_whose_name_is_not_utf8_is_read_as_listed(tmp_path: Path) -> None:
+    """A name of undecodable bytes comes out of a listing as surrogate escapes (os.fsdecode); reading it by
+    that name opens the same bytes, with the kernel and with the walk; a lone surrogate no listing makes
+    is refused as a bad path, never read as another name."""
+    from fabricscope import in_root
+
+    tree = tmp_path / "tree"
+    (tree / "sys/class/net").mkdir(parents=True)
+    (tree / b"sys/class/net/eth\xff".decode("utf-8", "surrogateescape")).mkdir()
+    with open(os.path.join(os.fsencode(tree), b"sys/class/net/eth\xff/mtu"), "wb") as handle:
+        handle.write(b"9000\n")
+    for openat2 in (True, False):
+        if not openat2:
+            in_root._call = False
+        try:
+            root = SysRoot(tree)
+            names = root.listdir("sys/class/net")
+            assert names == ["eth\udcff"]
+            assert root.text(f"sys/class/net/{names[0]}/mtu") == "9000"
+            assert root.text("sys/class/net/eth\ud800/mtu") is None
+            assert root.read_errors()["sys/class/net/eth\ud800/mtu"] == "BADPATH"
+        finally:
+            in_root._call = None

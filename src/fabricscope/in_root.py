@@ -20,9 +20,19 @@ import errno
 import os
 import platform
 import sys
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DIRECTORY", "DIRECTORY_NAME", "LINK", "NAME", "open_in_root", "open_root_dir", "resolve_in_root"]
+__all__ = [
+    "DIRECTORY",
+    "DIRECTORY_NAME",
+    "LINK",
+    "NAME",
+    "file_opener",
+    "open_in_root",
+    "open_root_dir",
+    "resolve_in_root",
+]
 
 _NUMBER = 437
 """``__NR_openat2`` in the table every architecture shares for system calls added since Linux 5.1."""
@@ -70,26 +80,69 @@ def open_in_root(root_fd: int, rel: str, flags: int = _FLAGS) -> int | None:
     :class:`OSError` as ``open`` would (``ENOENT``, ``ELOOP``, ``EACCES``...),
     and :class:`ValueError` for a path holding a NUL byte.
     """
-    global _call
     if "\0" in rel:
         raise ValueError("embedded null byte")
-    if _call is None:
-        _call = _bind()
-    bound = _call
+    bound = _bound()
     if bound is False:
         return None
     call, number, hows, size, _ = bound
     fd: int = call(number, root_fd, rel.encode(_FS_ENCODING, _FS_ERRORS), hows[flags], size)
-    if fd >= 0:
+    if fd < 0:
+        _refused(root_fd, rel)  # raises open's OSError, unless the caller should walk the path
+        return None
+    return fd
+
+
+def file_opener(root_fd: int) -> Callable[[str], int | None] | None:
+    """:func:`open_in_root` of files inside ``root_fd``, bound once: what reading a thousand files of a
+    captured tree calls (each call of the general one looks the system call up again).  None where
+    ``openat2`` cannot be used here."""
+    bound = _bound()
+    if bound is False:
+        return None
+    call, number, hows, size, _ = bound
+    how = hows[_FLAGS]
+    plain = _FS_ENCODING == "utf-8"
+
+    def open_file(rel: str) -> int | None:
+        if "\0" in rel:
+            raise ValueError("embedded null byte")
+        if _call is False:  # found unusable since (a seccomp filter): the caller walks
+            return None
+        try:
+            path = rel.encode() if plain else rel.encode(_FS_ENCODING, _FS_ERRORS)
+        except UnicodeEncodeError:  # an undecodable name read from a listing: its bytes back
+            path = rel.encode(_FS_ENCODING, _FS_ERRORS)
+        fd: int = call(number, root_fd, path, how, size)
+        if fd < 0:
+            _refused(root_fd, rel)
+            return None
         return fd
+
+    return open_file
+
+
+def _bound() -> Any:
+    """The bound system call (binding it on first use), or False where it cannot be used."""
+    global _call
+    if _call is None:
+        _call = _bind()
+    return _call
+
+
+def _refused(root_fd: int, rel: str) -> None:
+    """After ``openat2`` of ``rel`` failed: raise the :class:`OSError` ``open`` would have raised, or
+    return when the caller should walk the path itself."""
+    global _call
     import ctypes
 
     code = ctypes.get_errno()
     if code == errno.EAGAIN:  # the tree moved while it was resolved: walk this one path
         return None
-    if code in _UNUSABLE:
+    if code in _UNUSABLE and _call is not False:
         # The call itself refused (no openat2, a seccomp filter), or only this file did (EPERM, EINVAL
         # from a special file): opening the root itself tells them apart.
+        call, number, hows, size, _ = _call
         probe: int = call(number, root_fd, b".", hows[_FLAGS], size)
         if probe < 0:
             _call = False

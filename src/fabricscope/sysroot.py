@@ -40,7 +40,15 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fabricscope.in_root import DIRECTORY, DIRECTORY_NAME, LINK, open_in_root, open_root_dir, resolve_in_root
+from fabricscope.in_root import (
+    DIRECTORY,
+    DIRECTORY_NAME,
+    LINK,
+    file_opener,
+    open_in_root,
+    open_root_dir,
+    resolve_in_root,
+)
 from fabricscope.shown import quoted
 
 __all__ = [
@@ -81,6 +89,8 @@ _PROBLEMS = {
     "ELOOP": f"a link loop or a chain of more than {MAX_LINKS} links: not read",
 }
 """Problems that have no errno of their own (pseudo errno names, as the capture manifest stores them)."""
+_FORMAT, _REGULAR = 0o170000, stat.S_IFREG
+"""The file-type bits of ``st_mode`` (``S_IFMT``), and their value for a regular file."""
 _KINDS = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "CHARDEV"), (stat.S_ISBLK, "BLOCKDEV"), (stat.S_ISSOCK, "SOCKET"))
 
 
@@ -118,14 +128,14 @@ def read_open_file(fd: int, path: str) -> bytes:
     """The bytes of the file open on ``fd`` (closed after), as :func:`read_regular_file` takes them."""
     try:
         info = os.fstat(fd)
-        mode = info.st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-        if not stat.S_ISREG(mode):
+        mode, size = info.st_mode, info.st_size
+        if mode & _FORMAT != _REGULAR:
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
             raise NotAFileError(next((name for test, name in _KINDS if test(mode)), "not a regular file"))
         # A file's size, one more byte to see its end; sysfs says 4096 and holds less, /proc says 0.
-        first = os.read(fd, info.st_size + 1 if 0 < info.st_size <= MAX_READ else 1 << 16)
-        if len(first) == info.st_size:
+        first = os.read(fd, size + 1 if 0 < size <= MAX_READ else 1 << 16)
+        if len(first) == size:
             return first
         chunks = [first]
         size = len(first)
@@ -159,6 +169,7 @@ class SysRoot:
         "_dirs",
         "_live",
         "_manifest_errors",
+        "_open_file",
         "_real_base",
         "_record",
         "_root_fd",
@@ -172,6 +183,7 @@ class SysRoot:
         self._real_base = os.path.realpath(self.path)
         self._live = self._real_base == "/"
         self._root_fd = None if self._live else open_root_dir(self._real_base)
+        self._open_file = None if self._root_fd is None else file_opener(self._root_fd)
         if self._root_fd is not None:
             weakref.finalize(self, os.close, self._root_fd)
         self.anomalies: list[Anomaly] = []
@@ -280,6 +292,9 @@ class SysRoot:
                 break
             if not stat.S_ISLNK(mode):
                 done.append(part)
+                if parts and not stat.S_ISDIR(mode):
+                    done.extend(parts)  # more after a file: the kernel stops here (ENOTDIR), `..` included
+                    break
                 continue
             links += 1
             if links > MAX_LINKS:
@@ -302,23 +317,26 @@ class SysRoot:
         ``required`` turns a missing file into an anomaly (a file that must be
         there for the device to make sense, such as an RDMA port's ``state``).
         """
-        raw = self.raw(rel, required=required)
+        rel = _norm(rel)
+        texts = self._record.texts  # raw()'s body: a probe reads a thousand files through here
+        raw = texts[rel] if rel in texts else texts.setdefault(rel, self._read(rel, required))
         return None if raw is None else raw.strip()
 
     def raw(self, rel: str, *, required: bool = False) -> str | None:
         """The text of a file as it is, spaces and line ends included (what NCCL reads of a config file)."""
         rel = _norm(rel)
-        if rel in self._record.texts:
-            return self._record.texts[rel]
-        value = self._read(rel, required)
-        self._record.texts[rel] = value
+        texts = self._record.texts
+        if rel in texts:
+            return texts[rel]
+        value = texts[rel] = self._read(rel, required)
         return value
 
     def _read(self, rel: str, required: bool) -> str | None:
-        injected = self._manifest_errors.get(rel)
-        if injected is not None:
-            self._fail(rel, injected, required)
-            return None
+        if self._manifest_errors:  # only a capture that met failing reads has any
+            injected = self._manifest_errors.get(rel)
+            if injected is not None:
+                self._fail(rel, injected, required)
+                return None
         try:
             data = self._read_file(rel)
         except NotAFileError as exc:
@@ -342,8 +360,8 @@ class SysRoot:
         A captured tree is opened by the kernel, confined to the root in one call (:mod:`fabricscope.in_root`);
         where that cannot be used, the path is walked one link at a time (:meth:`resolve`).
         """
-        if self._root_fd is not None:
-            fd = open_in_root(self._root_fd, rel)
+        if self._open_file is not None:
+            fd = self._open_file(rel)
             if fd is not None:
                 return read_open_file(fd, rel)
         return read_regular_file(self._host(self.resolve(rel)), follow=self._live)
@@ -422,7 +440,7 @@ class SysRoot:
         Nothing is cached or recorded, as with :meth:`read_now`.
         """
         try:
-            return self._listdir(rel)
+            return self._listdir(_norm(rel))
         except ValueError:
             raise NotAFileError("BADPATH") from None
 
