@@ -131,6 +131,9 @@ def main():
         os.kill(os.getpid(), signal.SIGSTOP)  # stopped once the work is done, never to exit
     if how == "hung_after_rank_0" and rank == "1":
         time.sleep(3600)
+    if how == "killed_after_rank_0" and rank == "1":
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
     if how == "failed_and_killed_at_once" and rank == "0":
         time.sleep(0.3)
         sys.exit(1)
@@ -152,7 +155,9 @@ print(json.dumps({"code": spawn(2, ["rankendings"], {}, grace_s=float(sys.argv[1
     [
         ("stopped_after_rank_0", 0, "warning: rank 1 (pid {pid} on {host}) was stopped (SIGSTOP or a debugger) after "
          "rank 0 finished, and was killed"),
-        ("hung_after_rank_0", 0, "warning: rank 1 (pid {pid}) did not exit after rank 0 finished and was killed"),
+        ("hung_after_rank_0", 0, "warning: rank 1 (pid {pid} on {host}) did not exit after rank 0 finished and was "
+         "killed"),
+        ("killed_after_rank_0", 0, "warning: rank 1 (pid {pid} on {host}) was killed by SIGKILL after rank 0 finished"),
         ("failed_and_killed_at_once", 1, "error: rank 1 (pid {pid} on {host}) was killed by SIGKILL"),
     ],
 )  # fmt: skip

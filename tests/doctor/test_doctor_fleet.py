@@ -518,3 +518,35 @@ def test_a_rank_waiting_for_the_store_ends_at_once_on_ctrl_c() -> None:
             proc.wait()
     assert proc.returncode == 130, err
     assert "Traceback" not in err
+
+
+@pytest.mark.multiprocess
+def test_a_rank_stopped_after_the_report_leaves_the_verdict_as_it_is() -> None:
+    """Rank 0 printed the fleet's verdict and waits a few seconds for every rank's goodbye; a rank stopped
+    then never says it.  The others wait for rank 0's exit at least that long (they gave up first with
+    --timeout 3, exit 3, blaming rank 0), and the launcher names the stopped rank in a warning: exit 0."""
+    root = str(FIXTURES / "healthy-ib-8gpu")
+    argv = [sys.executable, "-m", "fabricscope", "doctor", "--nproc", "3", "--root", root, "--timeout", "3"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "RANK", "WORLD_SIZE", "MASTER_"))}
+    env.update(COLUMNS="200", PYTHONUNBUFFERED="1")
+    env.pop("FABRICSCOPE_LAUNCHER", None)
+    launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    stopped = None
+    try:
+        assert launcher.stdout is not None
+        for line in launcher.stdout:
+            if line.startswith("verdict:"):
+                with open(f"/proc/{launcher.pid}/task/{launcher.pid}/children") as handle:
+                    stopped = int(handle.read().split()[1])  # rank 1: the launcher's second fork
+                os.kill(stopped, signal.SIGSTOP)
+                break
+        _, err = launcher.communicate(timeout=180)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    assert stopped is not None
+    assert launcher.returncode == 0, err
+    assert f"warning: rank 1 (pid {stopped} on {socket.gethostname()}) was stopped" in err, err
+    assert "error" not in err, err
+    assert not Path(f"/proc/{stopped}").exists()  # killed and reaped by the launcher

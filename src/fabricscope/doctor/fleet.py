@@ -596,7 +596,8 @@ class Rendezvous:
         with contextlib.suppress(DoctorIncomplete):  # rank 0 stops waiting for this soon enough
             self._set(f"bye/{self.world.rank}", f"{_machine()} {os.getpid()}", "leaving")
         if not self.world.agent_store:
-            self._await_exit_of_rank0(timeout_s)
+            # Rank 0 waits up to _FAREWELL_S for every rank's goodbye (one may be stopped): no sooner gone.
+            self._await_exit_of_rank0(timeout_s + _FAREWELL_S)
 
     def _await_exit_of_rank0(self, timeout_s: float) -> None:
         """Until rank 0's store closes (rank 0 exited); raise if it stops answering (frozen) or never closes."""

@@ -245,8 +245,9 @@ def _supervise(
     killed at once.  When rank 0 reported a usage error (exit 2), the others
     cannot start without it and are stopped without further words.  Once rank
     0 has finished well, a rank stopped or still there ``grace_s`` later is
-    named (a warning) and killed, and the run keeps rank 0's code.  Every rank
-    killed by a signal is named, also when another failed in the same moment.
+    named (a warning) and killed, one killed by a signal is named (a
+    warning), and the run keeps rank 0's code.  Every rank killed by a signal
+    is named, also when another failed in the same moment.
     """
     failure_code = 0
     deadline: float | None = None
@@ -260,6 +261,13 @@ def _supervise(
             if code is None or code == 0 or child.pid in said:
                 continue
             said.add(child.pid)
+            if code < 0 and not failure_code and children[0].returncode == 0 and rank:
+                # Rank 0 had finished and kept the results: said, and the run keeps its code.
+                sys.stderr.write(
+                    f"warning: rank {rank} (pid {child.pid} on {host}) was killed by {_signal_name(-code)} "
+                    "after rank 0 finished\n"
+                )
+                continue
             if code < 0 and child.pid not in stopped:  # every death by a signal is named, not only the first failure
                 message = f"rank {rank} (pid {child.pid} on {host}) was killed by {_signal_name(-code)}"
                 sys.stderr.write(f"error: {message}\n")
@@ -309,7 +317,7 @@ def _supervise(
                     )
                     child.kill()
             if time.monotonic() > finished_at + grace_s:
-                names = ", ".join(f"rank {children.index(c)} (pid {c.pid})" for c in running)
+                names = ", ".join(f"rank {children.index(c)} (pid {c.pid} on {host})" for c in running)
                 verb = "was" if len(running) == 1 else "were"
                 sys.stderr.write(f"warning: {names} did not exit after rank 0 finished and {verb} killed\n")
                 said.update(c.pid for c in running)
