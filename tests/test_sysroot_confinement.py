@@ -241,17 +241,19 @@ def test_the_kernels_answers_about_a_path_are_the_walks(
         "nul\0byte",
         "x" * 300,
         "",
+        ".",
+        "etc/real/site.conf/..",
     ]
 
     def answers(root: SysRoot) -> list[object]:
         said: list[object] = []
         for rel in paths:
-            said += [root.exists(rel), root.is_dir(rel), root.link_name(rel), root.listdir(rel)]
+            said += [root.exists(rel), root.is_dir(rel), root.link_name(rel), root.listdir(rel), root.text(rel)]
             try:
                 said.append(root.listdir_now(rel))
             except OSError as exc:
                 said.append(exc.errno)
-        return [*said, [(a.path, a.problem) for a in root.anomalies], root.touched()]
+        return [*said, [(a.path, a.problem) for a in root.anomalies], root.touched(), root.read_errors()]
 
     kernel = answers(SysRoot(tree))
     release = tuple(int(part) for part in re.findall(r"\d+", os.uname().release)[:2])

@@ -85,7 +85,7 @@ _PROBLEMS = {
     "CHARDEV": "a character device, not a file: not read",
     "BLOCKDEV": "a block device, not a file: not read",
     "SOCKET": "a socket, not a file: not read",
-    "BADPATH": "not a valid path (it holds a NUL byte)",
+    "BADPATH": "not a valid path (a NUL byte, or a name no file system holds)",
     "ELOOP": f"a link loop or a chain of more than {MAX_LINKS} links: not read",
 }
 """Problems that have no errno of their own (pseudo errno names, as the capture manifest stores them)."""
@@ -361,7 +361,7 @@ class SysRoot:
         where that cannot be used, the path is walked one link at a time (:meth:`resolve`).
         """
         if self._open_file is not None:
-            fd = self._open_file(rel)
+            fd = self._open_file(rel or ".")  # the root itself: a directory, as the walk finds it
             if fd is not None:
                 return read_open_file(fd, rel)
         return read_regular_file(self._host(self.resolve(rel)), follow=self._live)
