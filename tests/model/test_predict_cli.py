@@ -156,3 +156,25 @@ def test_a_size_beyond_the_gpus_memory_is_priced_with_a_warning(cli) -> None:  #
     [warning] = [line for line in done.err.splitlines() if line.startswith("warning: -e 64G")]
     assert "exceed the 80 GiB of a h100-sxm" in warning and "sizes above 40G" in warning
     assert "warning: -e" not in cli("predict", "--cluster", "dgx-h100-ndr", "-b", "1G", "-e", "32G").err
+
+
+def test_one_rank_is_a_copy_calibrated_or_not(cli, write) -> None:
+    """A calibration measured collectives; one rank runs none (NCCL copies the buffer), so its terms do not
+    price it (they gave 0 us, labelled calibrated), and no algorithm can be forced there."""
+    path = write("cal.toml", CALIBRATED)
+    done = cli("predict", "all_reduce", "all_gather", "--cluster", str(path), "--gpus-per-node", "1",
+               "-b", "1", "-e", "1M", "-f", "1024", "-d", "int32", "--json", str(path.parent / "one.json"))  # fmt: skip
+    assert done.code == 0, done.err
+    records = json.loads((path.parent / "one.json").read_text())["records"]
+    assert {r["algorithm"] for r in records if r["placement"] == "out"} == {"local copy"}  # 1 B (0 int32s) too
+    assert {r["algorithm"] for r in records if r["placement"] == "in" and r["op"] == "all_reduce"} == {
+        "nothing (one rank, in place)"
+    }
+    big = [r for r in records if r["size_bytes"] == 1 << 20 and r["placement"] == "out"]
+    assert len(big) == 2 and len({r["time_us"] for r in big}) == 1 and big[0]["time_us"] > 0
+    text = cli("predict", "all_reduce", "--cluster", str(path), "--gpus-per-node", "1", "-b", "1M", "-e", "1M")
+    assert "not known (no published row measured a one-rank system)" in text.out
+    assert "one rank runs no collective" in text.out
+    forced = cli("predict", "all_reduce", "--cluster", "dgx-h100-ndr", "--nodes", "1", "--gpus-per-node", "1",
+                 "--algo", "tree")  # fmt: skip
+    assert forced.code == 2 and "cannot run on one rank" in forced.err and "Traceback" not in forced.err

@@ -119,7 +119,7 @@ def predict_op(
 ) -> OpPrediction:
     """Rows for every size, datatype and reduction, out-of-place then in-place.
 
-    One rank alone runs no algorithm: priced as NCCL runs it (:func:`one_rank_seconds`), a copy
+    One rank alone runs no algorithm: priced as NCCL runs it (:func:`one_rank_copies`), a copy
     through the GPU's memory (``memory_gbps``, GB/s).
 
     With ``calibrated`` terms time comes from them, labelled ``calibrated``; a shape they
@@ -136,6 +136,10 @@ def predict_op(
         raise UsageError(f"-r (root) {root} is not a rank of this {nranks}-rank cluster (allowed 0 to {nranks - 1})")
     # --algo picks among all_reduce's algorithms; other ops run as NCCL runs them (ring or p2p).
     chosen = algo if (algo != "auto" and op.name == "all_reduce") else None
+    if nranks == 1 and chosen is not None:
+        raise InvalidValue(
+            f"{algo} cannot run on one rank: NCCL runs no algorithm there (a copy); use auto", key="algo"
+        )
     if calibrated is not None and chosen is not None:
         # The fit measured NCCL's own choice; a forced algorithm would be priced from the catalog
         # under the calibration's name (and past its refusal of shapes it never measured).
@@ -145,7 +149,7 @@ def predict_op(
             f"[calibration.{op.name}]",
             key="algo",
         )
-    if calibrated is not None:
+    if calibrated is not None and nranks > 1:  # one rank has no hops to price
         gap = missing_hop(calibrated, gpus_per_node, nodes)
         if gap is not None:
             raise UsageError(
@@ -158,13 +162,17 @@ def predict_op(
         eltsize = DTYPES[dtype_name].size
         layouts = [op.layout(size // eltsize, eltsize, nranks) for size in sizes]
         moved = np.array([op.algbw_bytes(size, eltsize, nranks) for size in sizes], dtype=float)
-        if nranks == 1 and calibrated is None:
+        if nranks == 1:  # no collective runs, calibrated or not: what NCCL does instead
             for redop in redops if op.reduces else ["none"]:
                 for placement in ("out", "in") if op.in_place else ("out",):
-                    t_one = one_rank_seconds(op, moved, memory_gbps, in_place=placement == "in", redop=redop,
+                    copies = one_rank_copies(op, in_place=placement == "in", redop=redop,
                                              floating=DTYPES[dtype_name].is_float)  # fmt: skip
+                    label = "local copy" if copies else "nothing (one rank, in place)"
+                    t_one = 2.0 * moved / (memory_gbps * 1e9) if copies and memory_gbps > 0 else np.zeros_like(moved)
                     for layout, t in zip(layouts, t_one.tolist(), strict=True):
-                        records.append(_record(op, layout, eltsize, dtype_name, redop, root, placement, t, nranks))
+                        records.append(
+                            _record(op, layout, eltsize, dtype_name, redop, root, placement, t, nranks, label)
+                        )
             continue
         seconds, labels, found = op_seconds(op, fab, moved, gpus_per_node, nodes, chosen, calibrated)
         if not np.all(np.isfinite(seconds)):
@@ -191,23 +199,17 @@ ONE_RANK_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "broadca
 """Collectives that NCCL runs on a one-rank communicator without an algorithm (``ncclLaunchOneRank``)."""
 
 
-def one_rank_seconds(
-    op: Collective, moved: Any, memory_gbps: float, *, in_place: bool, redop: str, floating: bool
-) -> Any:
-    """Seconds of ``op`` on one rank, moving ``moved`` bytes: what NCCL does there (src/device/onerank.cu).
+def one_rank_copies(op: Collective, *, in_place: bool, redop: str, floating: bool) -> bool:
+    """Whether ``op`` on one rank moves its bytes, as NCCL runs it there (src/device/onerank.cu).
 
     Its collectives copy the send buffer into the receive buffer (``cudaMemcpyAsync``, device to
     device) and do nothing in place, except an average of floating-point values, a multiply by 1/1
     that runs as a kernel reading and writing every element (``ncclDevPreMulSum``, src/enqueue.cc).
     NCCL's tuner prices a one-rank call at 0 (``updateCollCostTable``): no launch latency is added.
-    Send/receive ops (alltoall, sendrecv, gather, scatter) copy to self, in place too.
-    A copy reads and writes each byte once: ``2 * moved`` over the GPU's memory bandwidth.
+    alltoall, gather and scatter send to self: a copy, in place too.  A copy reads and writes each
+    byte once: ``predict_op`` prices it at ``2 * moved`` over the GPU's memory bandwidth.
     """
-    moved = np.asarray(moved, dtype=float)
-    nothing = op.name in ONE_RANK_OPS and in_place and not (redop == "avg" and floating)
-    if nothing or memory_gbps <= 0:
-        return np.zeros_like(moved)
-    return 2.0 * moved / (memory_gbps * 1e9)
+    return not (op.name in ONE_RANK_OPS and in_place and not (redop == "avg" and floating))
 
 
 def _record(
@@ -220,9 +222,9 @@ def _record(
     placement: str,
     seconds: float,
     nranks: int,
-    label: str | None = None,
+    label: str,
 ) -> CollectiveRecord:
-    """One predicted row; without ``label`` a one-rank row, labelled by what NCCL does there."""
+    """One predicted row, ``label`` the algorithm/protocol or what one rank does."""
     algbw, busbw = op.bandwidths(layout, eltsize, nranks, seconds)
     return CollectiveRecord(
         op=op.name,
@@ -236,7 +238,7 @@ def _record(
         algbw_gbps=algbw,
         busbw_gbps=busbw,
         wrong=None,
-        algorithm=label if label is not None else ("local copy" if seconds > 0 else "nothing (one rank, in place)"),
+        algorithm=label,
     )
 
 

@@ -59,6 +59,8 @@ class Uncertainty:
                 f"{prefix}uncertainty of {what}: fit to this cluster's measurements ({self.rows} points): "
                 f"median |error| {self.median_abs_error_pct:.1f}%, worst op {self.worst_abs_error_pct:.1f}%"
             )
+        elif not self.rows:
+            head = f"{prefix}uncertainty of {what}: not known (no published row measured a {self.group} system)"
         else:
             head = (
                 f"{prefix}uncertainty of {what}: +-{self.median_abs_error_pct:.0f}% typical, "
@@ -189,15 +191,12 @@ def _catalog(cluster: Cluster) -> Uncertainty:
     if cluster.spec.network.transport == "efa":
         rows = [r for r in rows if EFA_SYSTEM in r.system] or rows  # the group's rows measured on EFA
     median, worst = _stats(rows)
-    warnings = _coverage(cluster, group, rows, every)
-    if cluster.nodes * cluster.gpus_per_node == 1:
-        warnings.insert(0, ONE_RANK)
-    return Uncertainty("validation", group, len(rows), median, worst, tuple(warnings))
+    return Uncertainty("validation", group, len(rows), median, worst, tuple(_coverage(cluster, group, rows, every)))
 
 
 ONE_RANK = (
     "one rank runs no collective: NCCL copies the send buffer into the receive buffer (nothing in place), "
-    "priced as a copy through the GPU's memory; no published row measured one rank"
+    "priced as a copy through the GPU's memory"
 )
 
 
@@ -214,6 +213,8 @@ def for_collectives(cluster: Cluster, ops: Iterable[str] | None = None) -> Uncer
     that says so.  At another shape than the file's (``--nodes``, ``--gpus-per-node``) the fit's
     residual is not the error: the prediction is an extrapolation, and says from where.
     """
+    if cluster.nodes * cluster.gpus_per_node == 1:  # calibrated or not, no collective runs
+        return Uncertainty("validation", "one-rank", 0, 0.0, 0.0, (ONE_RANK,))
     calibration = cluster.spec.calibration
     asked = list(dict.fromkeys(ops if ops is not None else (calibration or ["all_reduce"])))
     used = [op for op in asked if op in calibration]
