@@ -67,3 +67,27 @@ def test_capture_target_must_be_new_or_empty(tmp_path: Path) -> None:
     (tmp_path / "x").write_text("1")
     with pytest.raises(UsageError, match="exists and is not an empty directory"):
         check_capture_target(str(tmp_path))
+
+
+def test_a_link_through_a_file_and_back_replays_as_it_read(tmp_path: Path) -> None:
+    """An absolute link whose target goes through a file and back up (``/sys/class/net/eth0/type/../mtu``)
+    fails in the source (ENOTDIR); the capture keeps that link as it is, re-rooted, so the replay fails
+    alike (the re-rooting normalized it to ``eth0/mtu``, which the replay read)."""
+    import shutil
+
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURES / "vm-virtio", tree, symlinks=True)
+    net = tree / "sys/class/net"
+    eth0 = os.readlink(net / "eth0")
+    os.symlink("/sys/class/net/eth0/type/../mtu", tree / "sys/class/net/eth0-mtu")
+    os.symlink(f"/sys/class/net/{eth0.rsplit('/', 1)[-1]}/../../../../../../", tree / "sys/class/net/up")
+    source = SysRoot(tree)
+    said = source.text("sys/class/net/eth0-mtu"), source.read_errors().get("sys/class/net/eth0-mtu")
+    before = diagnose(source, env=ENV)
+    source.text("sys/class/net/eth0-mtu")
+    target = tmp_path / "capture"
+    write_capture(source, str(target), ENV, before.node.hostname)
+    replay = SysRoot(target)
+    assert said == (None, "ENOTDIR")
+    assert (replay.text("sys/class/net/eth0-mtu"), replay.read_errors().get("sys/class/net/eth0-mtu")) == said
+    assert comparable(diagnose(SysRoot(target)).findings) == comparable(before.findings)

@@ -60,8 +60,10 @@ class _Copier:
                     return None
                 target = os.readlink(src)
                 if target.startswith("/"):
-                    # Re-root an absolute link so the copy never points out of itself.
-                    target = os.path.relpath(target.lstrip("/") or ".", current or ".")
+                    # Re-root an absolute link so the copy never points out of itself, its `..` kept as
+                    # they are: `type/..` fails where `type` is a file (relpath made it `.`, which works).
+                    climb = [".."] * len(current.split("/")) if current else []
+                    target = "/".join([*climb, target.lstrip("/")]) if target.strip("/") else "/".join(climb) or "."
                 self._link(step, target)
                 parts = [p for p in target.split("/") if p not in ("", ".")] + parts
                 continue
