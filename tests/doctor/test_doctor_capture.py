@@ -91,3 +91,30 @@ def test_a_link_through_a_file_and_back_replays_as_it_read(tmp_path: Path) -> No
     assert said == (None, "ENOTDIR")
     assert (replay.text("sys/class/net/eth0-mtu"), replay.read_errors().get("sys/class/net/eth0-mtu")) == said
     assert comparable(diagnose(SysRoot(target)).findings) == comparable(before.findings)
+
+
+def test_no_link_in_a_capture_leads_out_of_it(tmp_path: Path) -> None:
+    """Links that climb above the source's root (absolute ``/../..``, relative ``../../..`` past it, and
+    through another link that climbs less than its name says) are read inside the root; the capture must
+    never hold one that a kernel, or any tool, would follow out of it (they led to the host's /sys)."""
+    import shutil
+
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURES / "vm-virtio", tree, symlinks=True)
+    net = tree / "sys/class/net"
+    os.symlink("/..", net / "up1")
+    os.symlink("/../../../sys/class/net/eth0", net / "up2")
+    os.symlink("../../../../../../sys/class/net/eth0", net / "up3")
+    os.symlink(".", net / "here")
+    os.symlink("here/../../../..", net / "up4")  # lexically 3 levels up from sys/class/net, by the kernel 4
+    source = SysRoot(tree)
+    before = diagnose(source, env=ENV)
+    target = tmp_path / "capture"
+    write_capture(source, str(target), ENV, before.node.hostname)
+    base = os.path.realpath(target)
+    links = [Path(d, n) for d, dirs, files in os.walk(target) for n in dirs + files if Path(d, n).is_symlink()]
+    assert len(links) > 5
+    for link in links:
+        real = os.path.realpath(link)
+        assert real == base or real.startswith(base + "/"), (link, os.readlink(link), real)
+    assert comparable(diagnose(SysRoot(target)).findings) == comparable(before.findings)

@@ -36,6 +36,28 @@ def check_capture_target(dest: str) -> None:
         raise InvalidValue(f"{dest}: exists and is not an empty directory; give a new path", key="capture")
 
 
+def _confined(folder: str, target: str) -> str:
+    """A link's target as the copy holds it, the link being in ``folder`` (relative to the root): an
+    absolute target re-rooted, and no ``..`` past the root (dropped: at a root ``..`` stays there, as under
+    chroot), every other ``..`` kept as it is (``type/..`` fails where ``type`` is a file: normalizing it
+    would read what the source could not)."""
+    depth = len(folder.split("/")) if folder else 0
+    absolute = target.startswith("/")
+    kept = [".."] * depth if absolute else []
+    level = 0 if absolute else depth
+    for part in target.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if level == 0:
+                continue
+            level -= 1
+        else:
+            level += 1
+        kept.append(part)
+    return "/".join(kept) or "."
+
+
 class _Copier:
     def __init__(self, source: Path, dest: Path) -> None:
         self.source = source
@@ -58,12 +80,7 @@ class _Copier:
                 hops += 1
                 if hops > _MAX_HOPS:
                     return None
-                target = os.readlink(src)
-                if target.startswith("/"):
-                    # Re-root an absolute link so the copy never points out of itself, its `..` kept as
-                    # they are: `type/..` fails where `type` is a file (relpath made it `.`, which works).
-                    climb = [".."] * len(current.split("/")) if current else []
-                    target = "/".join([*climb, target.lstrip("/")]) if target.strip("/") else "/".join(climb) or "."
+                target = _confined(current, os.readlink(src))
                 self._link(step, target)
                 parts = [p for p in target.split("/") if p not in ("", ".")] + parts
                 continue
@@ -71,6 +88,17 @@ class _Copier:
                 (self.dest / step).mkdir(parents=True, exist_ok=True)
             current = step
         return current
+
+    def escaping_links(self) -> list[str]:
+        """Links written whose target the kernel could follow out of the copy (through other links);
+        :func:`_confined` keeps each target inside by its own words only."""
+        base = os.path.realpath(self.dest)
+        found = []
+        for step in sorted(self.done):
+            real = os.path.realpath(self.dest / step)
+            if real != base and not real.startswith(base + "/"):
+                found.append(step)
+        return found
 
     def _link(self, step: str, target: str) -> None:
         path = self.dest / step
@@ -121,6 +149,8 @@ def write_capture(root: SysRoot, dest: str, env: Mapping[str, str], hostname: st
                     copier.materialize(entry)
         for rel in root.touched():
             copier.materialize(rel)
+        for step in copier.escaping_links():  # out through other links: not kept, so never followed
+            os.unlink(path / step)
         for rel, text in root.extras().items():
             target = path / rel
             target.parent.mkdir(parents=True, exist_ok=True)
