@@ -131,6 +131,15 @@ def main():
         os.kill(os.getpid(), signal.SIGSTOP)  # stopped once the work is done, never to exit
     if how == "hung_after_rank_0" and rank == "1":
         time.sleep(3600)
+    if how == "killed_while_rank_0_finishes" and rank == "1":
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGKILL)
+    if how == "killed_while_rank_0_finishes" and rank == "0":
+        time.sleep(1.5)
+        sys.exit(2)  # its verdict, counting the rank that died (doctor's FAIL)
+    if how == "rank_0_stopped_after_the_others" and rank == "0":
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGSTOP)
     if how == "killed_after_rank_0" and rank == "1":
         time.sleep(0.5)
         os.kill(os.getpid(), signal.SIGKILL)
@@ -159,12 +168,16 @@ print(json.dumps({"code": spawn(2, ["rankendings"], {}, grace_s=float(sys.argv[1
          "killed"),
         ("killed_after_rank_0", 0, "warning: rank 1 (pid {pid} on {host}) was killed by SIGKILL after rank 0 finished"),
         ("failed_and_killed_at_once", 1, "error: rank 1 (pid {pid} on {host}) was killed by SIGKILL"),
+        ("killed_while_rank_0_finishes", 2, "error: rank 1 (pid {pid} on {host}) was killed by SIGKILL"),
+        ("rank_0_stopped_after_the_others", 1, "error: rank 0 (pid {pid} on {host}) was stopped (SIGSTOP or a "
+         "debugger) after the other ranks finished, and was killed"),
     ],
 )  # fmt: skip
 def test_every_rank_that_does_not_end_on_its_own_is_named(tmp_path, ending, code, said):
     """The launcher names each rank it had to deal with: one stopped or hung after rank 0 finished (it waited
-    for it forever; the run keeps rank 0's code), and one killed by a signal in the same moment another failed
-    (only the first failure was named)."""
+    for it forever; the run keeps rank 0's code), one killed by a signal in the same moment another failed
+    (only the first failure was named), one killed while rank 0 finishes (rank 0's verdict is the run's
+    code, not 1), and a rank 0 stopped after every other rank finished (it waited forever)."""
     import socket
 
     (tmp_path / "rankendings.py").write_text(ENDINGS)

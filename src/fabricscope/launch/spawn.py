@@ -247,11 +247,15 @@ def _supervise(
     0 has finished well, a rank stopped or still there ``grace_s`` later is
     named (a warning) and killed, one killed by a signal is named (a
     warning), and the run keeps rank 0's code.  Every rank killed by a signal
-    is named, also when another failed in the same moment.
+    is named, also when another failed in the same moment.  The run's code is
+    rank 0's whenever rank 0 ended on its own (its verdict counts the others),
+    or, where rank 0 succeeded, the first code another rank failed with; a
+    rank 0 stopped after every other rank finished is named and killed.
     """
     failure_code = 0
     deadline: float | None = None
     finished_at: float | None = None
+    others_done_at: float | None = None
     stopped: set[int] = set()
     said: set[int] = set()  # ranks whose ending was dealt with (or that were killed once the run was over)
     while True:
@@ -298,7 +302,7 @@ def _supervise(
             if children[0].returncode is not None:
                 deadline = min(deadline, time.monotonic() + _STRAGGLER_S)
             if time.monotonic() > deadline:
-                names = ", ".join(f"rank {children.index(c)} (pid {c.pid})" for c in running)
+                names = ", ".join(f"rank {children.index(c)} (pid {c.pid} on {host})" for c in running)
                 verb = "was" if len(running) == 1 else "were"
                 sys.stderr.write(f"error: {names} did not stop after the failure and {verb} killed\n")
                 _reap(children, 0.0)
@@ -323,9 +327,33 @@ def _supervise(
                 said.update(c.pid for c in running)
                 _reap(children, 0.0)
                 break
+        elif running == children[:1] and all(c.returncode == 0 for c in children[1:]):
+            # Every other rank finished well; rank 0 writes its results and leaves, unless it is stopped.
+            others_done_at = others_done_at if others_done_at is not None else time.monotonic()
+            rank0 = children[0]
+            if time.monotonic() > others_done_at + _STRAGGLER_S and _is_stopped(rank0.pid):
+                message = (
+                    f"rank 0 (pid {rank0.pid} on {host}) was stopped (SIGSTOP or a debugger) after the other "
+                    "ranks finished"
+                )
+                sys.stderr.write(f"error: {message}, and was killed\n")
+                if on_rank_killed is not None:
+                    with contextlib.suppress(Exception):
+                        on_rank_killed(message)  # a file rank 0 left unfinished says why
+                stopped.add(rank0.pid)
+                said.add(rank0.pid)
+                failure_code = 1
+                rank0.kill()
         # Nothing to do while all is well: wake rarely, so that the launcher adds no
         # scheduling noise to latency-bound runs; after a failure, watch closely.
         time.sleep(0.05 if deadline is not None or finished_at is not None else _IDLE_POLL_S)
+    own = children[0].returncode
+    if own is not None and own >= 0 and children[0].pid not in stopped:
+        # Rank 0 ended on its own: its code is the run's verdict (it saw the others fail, or doctor's
+        # fleet report counted a rank that died; a rank killed meanwhile was named above), unless it
+        # succeeded and another rank said it failed (a positive code of its own).
+        errors = [c.returncode for c in children[1:] if c.returncode is not None and c.returncode > 0]
+        return own if own or not errors else errors[0]
     if failure_code:
         return failure_code
     codes = [c.returncode for c in children]
