@@ -174,6 +174,7 @@ def test_one_rank_is_a_copy_calibrated_or_not(cli, write) -> None:
     assert len(big) == 2 and len({r["time_us"] for r in big}) == 1 and big[0]["time_us"] > 0
     text = cli("predict", "all_reduce", "--cluster", str(path), "--gpus-per-node", "1", "-b", "1M", "-e", "1M")
     assert "not known (no published row measured a one-rank system)" in text.out
+    assert "# 1 rank; time = what NCCL does on one rank" in text.out and "terms, fitted by" not in text.out
     assert "one rank runs no collective" in text.out
     forced = cli("predict", "all_reduce", "--cluster", "dgx-h100-ndr", "--nodes", "1", "--gpus-per-node", "1",
                  "--algo", "tree")  # fmt: skip

@@ -118,7 +118,13 @@ def predict_lines(
     lines.append(f"# Collective test starting: {op.program}")
     lines.append(f"# nThread 1 nGpus 1 minBytes {min_bytes} maxBytes {max_bytes} step: {step} (predicted)")
     terms = cluster.spec.calibration.get(op.name)
-    if terms is None:
+    if cluster.gpus == 1:  # calibrated or not: no collective runs (model.predict.one_rank_copies)
+        lines.extend(cluster_lines(cluster))
+        lines.append(
+            "# 1 rank; time = what NCCL does on one rank: a copy through the GPU's memory out of place (in place "
+            "too for alltoall, gather, scatter and a floating-point avg), else nothing; GB/s = 1e9 bytes/s"
+        )
+    elif terms is None:
         lines.extend(cluster_lines(cluster))
         lines.append(
             f"# {cluster.gpus} ranks; time = NCCL's cost model with the algorithm and protocol it would pick; "

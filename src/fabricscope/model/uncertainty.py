@@ -195,8 +195,9 @@ def _catalog(cluster: Cluster) -> Uncertainty:
 
 
 ONE_RANK = (
-    "one rank runs no collective: NCCL copies the send buffer into the receive buffer (nothing in place), "
-    "priced as a copy through the GPU's memory"
+    "one rank runs no collective: NCCL copies the send buffer into the receive buffer (in place nothing, but "
+    "for alltoall, gather, scatter and a floating-point avg), priced as a copy through the GPU's memory with "
+    "no launch latency"
 )
 
 
