@@ -75,6 +75,8 @@ LONGEST_FIRST = (
     "tests/test_stdout_is_data.py",
     "tests/test_bench_ps.py",
     "tests/report/test_report.py",
+    "tests/test_spawn.py",
+    "tests/test_bench_stopped.py",
 )
 """Files that take longest (a minute or more of a worker, most of it ranks starting and timing out:
 ``pytest --durations=0``), run first.  With ``--dist loadfile --no-loadscope-reorder`` (the README's
