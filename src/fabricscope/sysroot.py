@@ -317,9 +317,7 @@ class SysRoot:
         ``required`` turns a missing file into an anomaly (a file that must be
         there for the device to make sense, such as an RDMA port's ``state``).
         """
-        rel = _norm(rel)
-        texts = self._record.texts  # raw()'s body: a probe reads a thousand files through here
-        raw = texts[rel] if rel in texts else texts.setdefault(rel, self._read(rel, required))
+        raw = self.raw(rel, required=required)
         return None if raw is None else raw.strip()
 
     def raw(self, rel: str, *, required: bool = False) -> str | None:
