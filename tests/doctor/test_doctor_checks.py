@@ -235,6 +235,13 @@ def test_an_active_port_without_linkup_fails() -> None:
     [bad] = only(run_checks(healthy), "rdma.port_state", Severity.FAIL)
     assert (bad.subject, bad.observed) == ("mlx5_0/1", "ACTIVE, LinkErrorRecovery")
     assert "retraining" in bad.advice
+    # What can be read decides: a port Polling fails even where its state file could not be read ...
+    healthy.ports[0].state, healthy.ports[0].phys_state = None, (2, "Polling")
+    assert only(run_checks(healthy), "rdma.port_state", Severity.FAIL)[0].observed == "unreadable, Polling"
+    # ... and one whose readable half is fine is not known, a warning.
+    healthy.ports[0].phys_state = (5, "LinkUp")
+    [unknown] = only(run_checks(healthy), "rdma.port_state", Severity.WARN)
+    assert unknown.observed == "could not read or understand state (unreadable, LinkUp)"
 
 
 def test_idle_gpu_narrower_link_fails_slower_link_warns() -> None:

@@ -219,3 +219,62 @@ def test_an_invalid_mtu_is_its_own_finding_and_left_out_of_the_comparison(tmp_pa
         assert mtu[name].advice
     assert {name for name, f in mtu.items() if f.severity is Severity.OK} == {"ib4", "ib5", "ib6", "ib7"}
     assert not any("-5" in f.observed or "99999999" in f.observed for f in mtu.values())
+
+
+@pytest.mark.parametrize("name", ["healthy-ib-8gpu", "roce-4gpu"])
+def test_an_unreadable_file_never_makes_a_fail(tmp_path: Path, name: str) -> None:
+    """Every file of a tree turned into a folder (EISDIR) or a link to ``/dev/zero``, in groups: what
+    cannot be read is "could not read", never a new FAIL that would drain the node (a port whose state
+    file was unreadable failed, so did GPUDirect with nvidia_peermem's version unreadable, and a RoCE
+    port whose GID file was)."""
+    tree = copy_tree(name, tmp_path / name)
+
+    def fails() -> set[tuple[str, str]]:
+        findings = diagnose(open_root(str(tree)), env={}).findings
+        return {(f.id, f.subject) for f in findings if f.severity is Severity.FAIL}
+
+    before = fails()  # roce-4gpu holds one fault of its own
+    assert len(before) == (0 if name == "healthy-ib-8gpu" else 1)
+    files = sorted(
+        Path(d) / f
+        for d, _, fs in os.walk(tree)
+        for f in fs
+        if not (Path(d) / f).is_symlink() and "manifest.json" not in f
+    )
+    groups = 40  # neighbours (one port's files, one device's) fall in different groups
+    for start in range(groups):
+        group = files[start::groups]
+        for index, path in enumerate(group):
+            path.rename(path.with_name(path.name + ".away"))
+            if index % 2:
+                path.mkdir()
+            else:
+                path.symlink_to("/dev/zero")
+        try:
+            after = fails()
+        finally:
+            for path in group:
+                path.unlink() if path.is_symlink() else path.rmdir()
+                path.with_name(path.name + ".away").rename(path)
+        assert after <= before, ([str(p.relative_to(tree)) for p in group], after - before)
+
+
+def test_aer_counters_that_cannot_be_read_are_not_counted_as_zero(tmp_path: Path) -> None:
+    tree = copy_tree("healthy-ib-8gpu", tmp_path / "node")
+    (tree / GPU / "aer_dev_fatal").unlink()
+    (tree / GPU / "aer_dev_fatal").mkdir()
+    (tree / GPU / "aer_dev_nonfatal").unlink()
+    (tree / GPU / "aer_dev_nonfatal").symlink_to("/dev/zero")  # inside the root: nothing there
+    findings = diagnose(open_root(str(tree)), env={}).findings
+    [unknown] = only(findings, "pcie.aer", Severity.WARN)
+    assert unknown.subject == "GPU 0000:19:00.0"
+    assert unknown.observed == "could not read aer_dev_nonfatal, aer_dev_fatal (the others count no errors)"
+    [clean] = only(findings, "pcie.aer", Severity.OK)
+    assert clean.subject == "47 devices and bridges"  # 48 before: the GPU is not called clean
+    (tree / GPU / "aer_dev_correctable").write_text(
+        (tree / GPU / "aer_dev_correctable").read_text().replace("TOTAL_ERR_COR 0", "TOTAL_ERR_COR 5")
+    )
+    [counted] = only(diagnose(open_root(str(tree)), env={}).findings, "pcie.aer", Severity.WARN)
+    assert counted.observed.startswith("correctable 5") and counted.observed.endswith(
+        "; could not read aer_dev_nonfatal, aer_dev_fatal"
+    )

@@ -167,6 +167,8 @@ class RdmaPort:
     """``InfiniBand`` or ``Ethernet`` (RoCE)."""
     netdev: str | None = None
     gids: list[Gid] = field(default_factory=list)
+    gids_unread: list[int] = field(default_factory=list)
+    """GID table entries whose file could not be read (neither empty nor a GID: not known)."""
     counters: dict[str, int] = field(default_factory=dict)
     hw_counters: dict[str, int] = field(default_factory=dict)
     lid: int | None = None

@@ -292,6 +292,16 @@ class NcclSocketIfname(_NcclCheck):
                 f"a prefix of one of {', '.join(names) or 'no interfaces'}",
                 "NCCL's bootstrap will fail with 'no socket interface found': correct or unset it",
             )
+        elif not up and any(n.operstate is None for n in used):
+            yield self.about(
+                Severity.WARN,
+                setting,
+                "could not read whether "
+                + ", ".join(n.name for n in used if n.operstate is None)
+                + " is up (operstate unreadable)",
+                "an interface that is up",
+                "probe.read says why; ip link show says whether it is up",
+            )
         elif not up:
             yield self.about(
                 Severity.FAIL,
@@ -478,6 +488,14 @@ class NcclGidIndex(_NcclCheck):
     def _port(self, setting: NcclSetting, port: RdmaPort, index: int) -> Finding:
         gid = next((g for g in port.gids if g.index == index), None)
         subject = f"{port.label} GID {index}"
+        if gid is None and index in port.gids_unread:
+            return self.finding(
+                Severity.WARN,
+                subject,
+                f"{_where(setting)}: entry {index} could not be read",
+                "a RoCE v2 GID",
+                "probe.read says why; show_gids lists the port's GID table",
+            )
         if gid is None:
             return self.finding(
                 Severity.FAIL,

@@ -262,17 +262,25 @@ class PcieAer(Check):
         def named(counts: dict[str, int] | None) -> str:
             return ", ".join(f"{k} {v}" for k, v in (counts or {}).items() if v and k != "TOTAL")
 
-        total = {
-            kind: (counts or {}).get("TOTAL", 0)
-            for kind, counts in (("correctable", correctable), ("nonfatal", nonfatal), ("fatal", fatal))
-        }
+        kinds = (("correctable", correctable), ("nonfatal", nonfatal), ("fatal", fatal))
+        total = {kind: (counts or {}).get("TOTAL", 0) for kind, counts in kinds}
+        # The kernel makes the three files together: one missing or unreadable beside the others is not a zero.
+        unread = [f"aer_dev_{kind}" for kind, counts in kinds if counts is None]
         if not any(total.values()):
-            return None
+            if not unread:
+                return None
+            return self.finding(
+                Severity.WARN,
+                label,
+                f"could not read {', '.join(unread)} (the others count no errors)",
+                "no errors",
+                "probe.read says why; lspci -vvv shows the AER status registers",
+            )
         shown = "; ".join(
             f"{kind} {n}" + (f" ({named(counts)})" if named(counts) else "")
             for (kind, n), counts in zip(total.items(), (correctable, nonfatal, fatal), strict=True)
             if n
-        )
+        ) + (f"; could not read {', '.join(unread)}" if unread else "")
         if total["fatal"] or total["nonfatal"]:
             return self.finding(
                 Severity.FAIL,
@@ -327,7 +335,16 @@ class PcieAcs(Check):
         findings = []
         for bridge, subject in bridges_above(node, expect).items():
             config = node.bridge_config.get(bridge)
-            control = None if config is None else config.acs_control
+            if config is None:  # others were read: this one's configuration space could not be
+                findings.append(
+                    self.finding(
+                        Severity.INFO,
+                        subject,
+                        "could not read its configuration space: ACS not known (lspci -vvv, as root, shows ACSCtl)",
+                    )
+                )
+                continue
+            control = config.acs_control
             if control is None:
                 continue
             names = [name for bit, name in ACS_BITS.items() if control & bit] or ["off"]

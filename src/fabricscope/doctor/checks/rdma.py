@@ -128,6 +128,16 @@ class RdmaUverbs(Check):
         for device in node.rdma:
             if device.uverbs:
                 findings.append(self.finding(Severity.OK, device.name, "uverbs device present"))
+            elif device.uverbs is None:
+                findings.append(
+                    self.finding(
+                        Severity.WARN,
+                        device.name,
+                        "could not read which verbs device is its (an ibdev file is unreadable)",
+                        "a /dev/infiniband/uverbsN for it",
+                        "probe.read says which file and why; ibv_devices lists the devices user space can open",
+                    )
+                )
             else:
                 findings.append(
                     self.finding(
@@ -170,9 +180,23 @@ class RdmaPortState(_PortCheck):
             if is_active(port) and port.phys_state is not None and port.phys_state[0] == _LINK_UP:
                 findings.append(self.finding(Severity.OK, port.label, seen, "ACTIVE, LinkUp"))
                 continue
+            bad_state = port.state is not None and not is_active(port)
+            bad_phys = port.phys_state is not None and port.phys_state[0] != _LINK_UP
+            if not bad_state and not bad_phys:  # what could be read is fine: the rest is not known
+                unread = [name for name, value in (("state", port.state), ("phys_state", port.phys_state)) if not value]
+                findings.append(
+                    self.finding(
+                        Severity.WARN,
+                        port.label,
+                        f"could not read or understand {' and '.join(unread)} ({seen})",
+                        "ACTIVE, LinkUp",
+                        "probe.read says why the file could not be read; ibstat shows the port's state",
+                    )
+                )
+                continue
             advice = _PHYS_ADVICE.get(phys) or _STATE_ADVICE.get(state)
             if advice is None:
-                advice = "the port state cannot be read: check the driver (dmesg | grep mlx5) and ibstat"
+                advice = "the port is not in a state NCCL uses: check the driver (dmesg | grep mlx5) and ibstat"
             findings.append(self.finding(Severity.FAIL, port.label, seen, "ACTIVE, LinkUp", advice))
         return findings
 

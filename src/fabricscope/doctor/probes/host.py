@@ -81,6 +81,10 @@ def probe_uptime(root: SysRoot) -> float | None:
 
 def probe_gpudirect(root: SysRoot) -> GpuDirect:
     peermem = next((path for path in PEERMEM_FILES if root.text(path) is not None), None)
+    if peermem is None:  # a version file there but unreadable: its module's folder says it is loaded
+        peermem = next(
+            (f"{path.rsplit('/', 1)[0]}, version unreadable" for path in PEERMEM_FILES if root.exists(path)), None
+        )
     text = root.text("proc/driver/nvidia/version")
     driver = parse_nvidia_driver(text)
     if text is not None and driver is None:

@@ -61,14 +61,15 @@ def probe_rdma(root: SysRoot, pci: dict[str, PciDevice], nics: list[NetInterface
         if address is not None:
             probe_pci(root, address, pci)
         netdevs = root.listdir(f"{base}/device/net")
+        has_uverbs, uverbs_name = _uverbs_of(root, name, uverbs)
         device = RdmaDevice(
             name=name,
             pci=address,
             fw_ver=root.text(f"{base}/fw_ver"),
             hca_type=root.text(f"{base}/hca_type"),
-            uverbs=name in uverbs,
-            dev_node=None if nodes is None or name not in uverbs else uverbs[name] in nodes,
-            uverbs_name=uverbs.get(name),
+            uverbs=has_uverbs,
+            dev_node=None if nodes is None or uverbs_name is None else uverbs_name in nodes,
+            uverbs_name=uverbs_name,
         )
         for port_name in root.listdir(f"{base}/ports", required=True):
             number = parse_int(port_name)
@@ -119,7 +120,7 @@ def _probe_port(root: SysRoot, device: str, number: int) -> RdmaPort:
         if value is not None:
             port.hw_counters[counter] = value
     if link_layer == "Ethernet":
-        port.gids = _gids(root, base)
+        port.gids = _gids(root, base, port.gids_unread)
     else:
         port.lid = parsed(root, f"{base}/lid", parse_hex, "a LID like 0x1a")
         port.sm_lid = parsed(root, f"{base}/sm_lid", parse_hex, "a LID like 0x1")
@@ -147,11 +148,14 @@ def _ecn(root: SysRoot, netdev: str) -> dict[str, frozenset[int]] | None:
     return found
 
 
-def _gids(root: SysRoot, base: str) -> list[Gid]:
+def _gids(root: SysRoot, base: str, unread: list[int]) -> list[Gid]:
+    """The port's GID table without its empty (all-zero) entries; indexes that could not be read go to ``unread``."""
     gids: list[Gid] = []
     for entry in root.listdir(f"{base}/gids"):
         index = parse_int(entry)
         text = root.text(f"{base}/gids/{entry}")
+        if index is not None and text is None:
+            unread.append(index)
         if index is None or gid_is_zero(text) or text is None:
             continue
         gids.append(
@@ -205,9 +209,26 @@ def _uverbs_devices(root: SysRoot) -> dict[str, str]:
     for entry in root.listdir("sys/class/infiniband_verbs"):
         if entry.startswith("uverbs"):
             ibdev = root.text(f"sys/class/infiniband_verbs/{entry}/ibdev")
-            if ibdev:
-                found[ibdev] = entry
+            found[ibdev or f"?{entry}"] = entry  # '?': its ibdev could not be read
     return found
+
+
+def _uverbs_of(root: SysRoot, name: str, uverbs: dict[str, str]) -> tuple[bool | None, str | None]:
+    """Whether RDMA device ``name`` has a verbs device, and its name; None when that cannot be known.
+
+    Found by ``ibdev`` in the class; where some ``ibdev`` could not be read, the
+    verbs devices under the HCA's own PCI function (``device/infiniband_verbs``)
+    say which it is.
+    """
+    if name in uverbs:
+        return True, uverbs[name]
+    unread = {entry for key, entry in uverbs.items() if key.startswith("?")}
+    if not unread:
+        return False, None
+    for entry in root.listdir(f"sys/class/infiniband/{name}/device/infiniband_verbs"):
+        if entry in unread:
+            return True, entry
+    return None, None
 
 
 DEV_NODES = f"{CAPTURE_DIR}/dev-infiniband"
