@@ -53,6 +53,7 @@ __all__ = [
     "parse_limits",
     "parse_link_modes",
     "parse_meminfo",
+    "parse_mountinfo_device",
     "parse_mounts",
     "parse_net_dev",
     "parse_net_speed",
@@ -405,6 +406,27 @@ def parse_mounts(text: str | None) -> list[tuple[str, str, str, str]] | None:
             source, point, kind, options = (_unescape(f) for f in fields[:4])
             mounts.append((source, point, kind, options))
     return mounts
+
+
+def parse_mountinfo_device(text: str | None, path: str) -> str | None:
+    """``major:minor`` of the file system ``path`` lies on, from ``/proc/<pid>/mountinfo`` (what ``stat``'s
+    ``st_dev`` gives): the mount whose point is ``path`` or the deepest folder above it, the last mount over
+    a point winning; None when no line says (unreadable, or not that file's format)."""
+    if text is None:
+        return None
+    best, depth = None, -1
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 5 or not _DEVICE.match(fields[2]):
+            continue
+        point = _unescape(fields[4])
+        inside = point == "/" or path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= depth:
+            best, depth = fields[2], len(point)
+    return best
+
+
+_DEVICE = re.compile(r"^[0-9]{1,10}:[0-9]{1,10}$")
 
 
 def _unescape(field: str) -> str:

@@ -21,7 +21,14 @@ from doctor_helpers import FIXTURES, REPO, cli, run_fixture
 
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Severity
-from fabricscope.doctor.fleet import NodeReport, compare, fleet_findings, group_reports, node_facts
+from fabricscope.doctor.fleet import (
+    NodeReport,
+    compare,
+    fleet_findings,
+    group_reports,
+    machine_findings,
+    node_facts,
+)
 from fabricscope.launch import free_port
 from fabricscope.results import load
 
@@ -113,6 +120,59 @@ def test_fleet_findings() -> None:
     ]
     assert "died or hung while probing" in findings[1].observed
     assert findings[2].observed == "odd: c (2)"
+
+
+def test_ranks_of_one_machine_that_nccl_would_not_connect_inside_it_are_named() -> None:
+    def rank(number: int, host: str, boot: str | None, shm: str | None) -> NodeReport:
+        return NodeReport(rank=number, hostname=host, boot_id=boot, shm_device=shm, root="/", facts={}, findings=[])
+
+    fine = [rank(0, "a", "b1", "0:27"), rank(1, "a", "b1", "0:27"), rank(2, "b", "b2", "0:30")]
+    assert machine_findings(fine) == []  # two machines, each with one /dev/shm
+    assert machine_findings([rank(0, "a", None, "0:1"), rank(1, "a", None, "0:2")]) == []  # boot id unknown
+    assert machine_findings([rank(0, "a", "b1", "0:27"), rank(1, "a", "b1", None)]) == []  # one unknown: no claim
+    containers = [rank(0, "a", "b1", "0:27"), rank(1, "a", "b1", "0:27"), rank(2, "a", "b1", "0:41")]
+    [shm] = machine_findings(containers)
+    assert (shm.id, shm.severity, shm.subject) == ("fleet.shm", Severity.WARN, "a")
+    assert shm.observed == "2 /dev/shm file systems: 0:27 for ranks 0, 1; 0:41 for rank 2"
+    assert "--ipc=host" in shm.advice and "src/transport/shm.cc" in shm.advice
+    pods = [rank(0, "pod-a", "b1", "0:27"), rank(1, "pod-b", "b1", "0:28"), rank(2, "pod-b", "b1", "0:28")]
+    [machine] = machine_findings(pods)
+    assert (machine.id, machine.subject) == ("fleet.machine", "boot b1")
+    assert machine.observed == "one machine, 2 host names: pod-b (2 ranks), pod-a"
+    assert "NCCL_HOSTID" in machine.advice
+    assert NodeReport.from_json(containers[2].to_json()).shm_device == "0:41"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+@pytest.mark.multiprocess
+def test_a_rank_with_a_dev_shm_of_its_own_is_named(tmp_path: Path) -> None:
+    """Two real ranks of this machine, one in a mount namespace with its own /dev/shm, as a container with
+    Docker's default --shm-size gets: rank 0 names the machine, the two devices and the ranks."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "RANK", "WORLD_SIZE", "MASTER_"))}
+    env.update(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), COLUMNS="300")
+    doctor = [sys.executable, "-m", "fabricscope", "doctor", "--timeout", "60", "--json", str(tmp_path / "f.json")]
+    own = 'mount -t tmpfs -o size=64m tmpfs /dev/shm && exec "$@"'
+    ranks = [
+        subprocess.Popen(doctor, env={**env, "RANK": "0", "LOCAL_RANK": "0"}, stdout=subprocess.PIPE, text=True),
+        subprocess.Popen(
+            ["unshare", "--mount", "sh", "-c", own, "sh", *doctor[:-2]],
+            env={**env, "RANK": "1", "LOCAL_RANK": "1"},
+            stdout=subprocess.DEVNULL,
+        ),
+    ]
+    try:
+        out, _ = ranks[0].communicate(timeout=120)
+        ranks[1].wait(timeout=60)
+    finally:
+        for proc in ranks:
+            proc.kill()
+            proc.wait()
+    records = [r for r in load(tmp_path / "f.json").records if r["id"] == "fleet.shm"]
+    assert len(records) == 1 and records[0]["subject"] == socket.gethostname(), out
+    assert re.fullmatch(r"2 /dev/shm file systems: \d+:\d+ for rank 0; \d+:\d+ for rank 1", records[0]["observed"])
+    shown = " ".join(out.split())
+    assert f"warn fleet.shm [{socket.gethostname()}]: 2 /dev/shm file systems: " in shown, out
+    assert "-> NCCL connects ranks by NVLink, PCIe peer-to-peer or shared memory only when" in shown
 
 
 def test_report_json_round_trip() -> None:

@@ -18,7 +18,14 @@ from doctor_helpers import FIXTURES, cli, only, run_fixture
 from fabricscope.doctor.checks.gpu import XID_ACTIONS
 from fabricscope.doctor.findings import Severity
 from fabricscope.doctor.probes.kernel_log import parse_xids
-from fabricscope.kernel_text import parse_aer, parse_cpu_list, parse_limits, parse_mounts, parse_size_option
+from fabricscope.kernel_text import (
+    parse_aer,
+    parse_cpu_list,
+    parse_limits,
+    parse_mountinfo_device,
+    parse_mounts,
+    parse_size_option,
+)
 
 NEW = (
     "host.memlock",
@@ -214,6 +221,22 @@ def test_kernel_text_parsers_on_the_kernels_formats() -> None:
     mounts = parse_mounts("tmpfs /dev/shm tmpfs rw,size=65536k 0 0\n/dev/sdb /mnt/my\\040disk ext4 rw 0 0\n")
     assert mounts == [("tmpfs", "/dev/shm", "tmpfs", "rw,size=65536k"), ("/dev/sdb", "/mnt/my disk", "ext4", "rw")]
     assert parse_size_option("rw,size=65536k") == 64 << 20 and parse_size_option("rw,size=1g") == 1 << 30
+    # /proc/self/mountinfo as this machine's kernel writes it: /dev/shm mounted twice (the last is in effect).
+    info = (
+        "24 27 0:6 / /dev rw,relatime - devtmpfs devtmpfs rw,size=12334824k,mode=755\n"
+        "25 24 0:23 / /dev/shm rw,relatime - tmpfs tmpfs rw,size=24683784k\n"
+        "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard\n"
+        "30 25 0:27 / /dev/shm rw,relatime - tmpfs tmpfs rw,size=24683784k\n"
+        "31 23 0:28 / /dev/shm2 rw,relatime - tmpfs tmpfs rw\n"
+        "32 27 0:29 / /mnt/my\\040disk rw - ext4 /dev/sdb rw\n"
+    )
+    assert parse_mountinfo_device(info, "/dev/shm") == "0:27"
+    assert parse_mountinfo_device(info, "/dev/shm/nccl-x") == "0:27"  # a file in it
+    assert parse_mountinfo_device(info, "/dev/null") == "0:6" and parse_mountinfo_device(info, "/tmp") == "254:0"
+    assert parse_mountinfo_device(info, "/mnt/my disk/f") == "0:29"
+    assert parse_mountinfo_device("tmpfs /dev/shm tmpfs rw,size=65536k 0 0\n", "/dev/shm") is None  # /proc/mounts
+    assert parse_mountinfo_device("1 1 0:" + "9" * 400 + " / / rw - x x rw\n", "/dev/shm") is None
+    assert parse_mountinfo_device(None, "/dev/shm") is None
     assert parse_size_option("rw,size=" + "9" * 400) is None
     assert parse_cpu_list("0-3,8") == {0, 1, 2, 3, 8} and parse_cpu_list("0-999999999") is None
     aer = parse_aer((FIXTURES / "host-faults-8gpu/sys/bus/pci/devices/0000:49:00.0/aer_dev_correctable").read_text())

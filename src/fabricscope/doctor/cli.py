@@ -270,12 +270,13 @@ def _leave(code: int) -> NoReturn:
 
 
 def _list_checks() -> int:
-    from fabricscope.doctor import active, fleet_pairs
+    from fabricscope.doctor import active, fleet, fleet_pairs
     from fabricscope.doctor.checks import CHECKS
 
     listed = [(check.id, check.title, check.reads) for check in CHECKS]
     listed.append((active.ID, active.TITLE, active.READS))
     listed.append((fleet_pairs.ID, fleet_pairs.TITLE, fleet_pairs.READS))
+    listed.extend(fleet.FLEET_CHECKS)
     for check_id, title, reads in listed:
         sys.stdout.write(f"{check_id:<20} {title}\n{'':<20} reads: {reads}\n")
     return 0

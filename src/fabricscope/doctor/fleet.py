@@ -58,6 +58,7 @@ __all__ = [
     "failed_report",
     "fleet_findings",
     "group_reports",
+    "machine_findings",
     "node_facts",
 ]
 
@@ -162,6 +163,8 @@ class NodeReport:
     facts: dict[str, str]
     findings: list[Finding]
     boot_id: str | None = None
+    shm_device: str | None = None
+    """``major:minor`` of the rank's ``/dev/shm`` (NCCL's ``shmDev``); None when unknown."""
     failed: bool = False
     """The rank could not probe its node: ``findings`` says why, ``facts`` is empty."""
     ranks: list[int] = field(default_factory=list)
@@ -173,6 +176,7 @@ class NodeReport:
                 "rank": self.rank,
                 "hostname": self.hostname,
                 "boot_id": self.boot_id,
+                "shm_device": self.shm_device,
                 "root": self.root,
                 "failed": self.failed,
                 "facts": self.facts,
@@ -187,6 +191,7 @@ class NodeReport:
             rank=int(data["rank"]),
             hostname=str(data["hostname"]),
             boot_id=None if data.get("boot_id") is None else str(data["boot_id"]),
+            shm_device=None if data.get("shm_device") is None else str(data["shm_device"]),
             root=str(data["root"]),
             failed=bool(data.get("failed", False)),
             facts={str(k): str(v) for k, v in data["facts"].items()},
@@ -313,6 +318,77 @@ _FACT_ORDER = (
     "IOMMU (GPUs, NICs)",
     "NCCL settings",
 )
+
+
+FLEET_CHECKS = (
+    ("fleet.report", "Every rank probed its node and reported to rank 0", "the ranks' reports"),
+    ("fleet.consistency", "Nodes agree on what should be the same everywhere", "the facts each rank reports"),
+    (
+        "fleet.machine",
+        "NCCL takes the ranks of one machine for one node",
+        "proc/sys/kernel/hostname and proc/sys/kernel/random/boot_id of each rank",
+    ),
+    (
+        "fleet.shm",
+        "The ranks of one machine share /dev/shm, so NCCL connects them by NVLink, PCIe and shared memory",
+        "proc/self/mountinfo of each rank (the device of /dev/shm)",
+    ),
+)
+"""Checks rank 0 runs on the reports of the whole fleet: (id, title, what they read)."""
+_SAME_NODE = (
+    "NCCL connects ranks by NVLink, PCIe peer-to-peer or shared memory only when they have one host hash "
+    "(host name and boot id, or NCCL_HOSTID) and one /dev/shm file system (src/graph/paths.cc, "
+    "src/transport/shm.cc): otherwise their traffic goes through the network"
+)
+
+
+def machine_findings(reports: Sequence[NodeReport]) -> list[Finding]:
+    """Ranks of one machine (one boot id) that NCCL will not connect inside it: under several host names
+    (containers with their own UTS namespace), or on different ``/dev/shm`` file systems (containers
+    each with their own)."""
+    findings = []
+    by_boot: dict[str, list[NodeReport]] = defaultdict(list)
+    for report in sorted(reports, key=lambda r: r.rank):
+        if report.boot_id and not report.failed:
+            by_boot[report.boot_id].append(report)
+    for boot_id, group in by_boot.items():
+        hosts = Counter(r.hostname for r in group)
+        if len(hosts) > 1:
+            named = ", ".join(f"{host} ({n} ranks)" if n > 1 else host for host, n in hosts.most_common(MAX_NAMED))
+            findings.append(
+                finding(
+                    "fleet.machine",
+                    Severity.WARN,
+                    f"boot {boot_id[:8]}",
+                    f"one machine, {len(hosts)} host names: {named}",
+                    "one host name per machine",
+                    f"{_SAME_NODE}; run the ranks of a machine in one container, or give them one NCCL_HOSTID "
+                    "and the host's /dev/shm",
+                )
+            )
+        for host in hosts:
+            devices = Counter(r.shm_device for r in group if r.hostname == host and r.shm_device)
+            if len(devices) < 2:
+                continue
+            ranks = {d: [r.rank for r in group if r.hostname == host and r.shm_device == d] for d in devices}
+            shown = "; ".join(f"{device} for rank{'s' * (len(r) > 1)} {_ranks(r)}" for device, r in ranks.items())
+            findings.append(
+                finding(
+                    "fleet.shm",
+                    Severity.WARN,
+                    host,
+                    f"{len(devices)} /dev/shm file systems: {shown}",
+                    "one /dev/shm for every rank of a machine",
+                    f"{_SAME_NODE}; share the host's /dev/shm (docker run --ipc=host, Kubernetes hostIPC: true) "
+                    "or run the ranks of a machine in one container",
+                )
+            )
+    return findings
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    shown = ", ".join(str(r) for r in ranks[:MAX_NAMED])
+    return shown + (f" and {len(ranks) - MAX_NAMED} more" if len(ranks) > MAX_NAMED else "")
 
 
 def _fact_order(key: str) -> tuple[int, str]:

@@ -25,6 +25,7 @@ from fabricscope.doctor.fleet import (
     failed_report,
     fleet_findings,
     group_reports,
+    machine_findings,
     node_facts,
 )
 from fabricscope.doctor.fleet_pairs import join_fleet_pairs, lead_fleet_pairs
@@ -99,6 +100,7 @@ def probe_rank(args: argparse.Namespace, world: World, expect: Expectations | No
         rank=world.rank,
         hostname=report.node.hostname,
         boot_id=report.node.boot_id,
+        shm_device=report.node.host.shm_device,
         root=root_path,
         facts=node_facts(report.node, report.expect),
         findings=report.findings,
@@ -137,7 +139,7 @@ def run_rank(
     nodes = group_reports(reports)
     probed = [n for n in nodes if not n.failed]
     differences = compare({n.label: n.facts for n in probed})
-    fleet = fleet_findings(differences, missing, timeout_s)
+    fleet = fleet_findings(differences, missing, timeout_s) + machine_findings(reports)
     if args.bench:
         fleet.append(lead_fleet_pairs(link, world, [r.hostname for r in reports], len(missing), timeout_s))
     everything = [f for n in nodes for f in n.findings] + fleet
@@ -234,7 +236,8 @@ def render_fleet(
     for item in fleet:
         if item.id == "fleet.report":
             console.print(plain(f"fail {item.subject}: {item.observed}", style=STYLES[Severity.FAIL]))
-        elif item.id == "fleet.pairs":  # doctor --bench: the links between the nodes, whatever their verdict
+        elif item.id != "fleet.consistency":  # its values are the table above; the pairs of doctor --bench and
+            # the ranks of one machine NCCL would not connect inside it are said in full, advice included
             line = f"{item.severity.label} {item.id} [{item.subject}]: {item.observed}"
             console.print(plain(line, style=STYLES[item.severity]))
             if item.advice:

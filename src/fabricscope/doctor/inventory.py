@@ -285,6 +285,9 @@ class HostTuning:
     shm_bytes: int | None = None
     """Size of the ``/dev/shm`` mount NCCL's shared-memory transport uses; None when unknown."""
     shm_source: str = ""
+    shm_device: str | None = None
+    """``major:minor`` of the file system under ``/dev/shm`` (``proc/self/mountinfo``): NCCL's ``shmDev``.
+    NCCL uses peer-to-peer and shared memory only between ranks of one machine that share it."""
     mem_total: int | None = None
     thp: str | None = None
     """Transparent huge pages: ``always``, ``madvise`` or ``never``."""

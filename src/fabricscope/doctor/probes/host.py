@@ -12,6 +12,7 @@ from fabricscope.kernel_text import (
     parse_kernel_release,
     parse_limits,
     parse_meminfo,
+    parse_mountinfo_device,
     parse_mounts,
     parse_nvidia_driver,
     parse_size_option,
@@ -159,6 +160,7 @@ def probe_host(root: SysRoot) -> HostTuning:
         host.memlock_source = "proc/self/limits"
     meminfo = parse_meminfo(root.text("proc/meminfo"))
     host.mem_total = meminfo.get("MemTotal") if meminfo else None
+    host.shm_device = parse_mountinfo_device(root.text("proc/self/mountinfo"), "/dev/shm")
     mounts = parse_mounts(root.text("proc/self/mounts"))
     shm = [m for m in mounts or [] if m[1] == "/dev/shm"]
     if mounts is not None and not shm:
