@@ -45,6 +45,7 @@ NEW = (
     "nic.irq_affinity",
     "pcie.acs",
     "pcie.retrain",
+    "host.hugepages",
 )
 
 
@@ -188,6 +189,51 @@ def test_unreadable_and_garbage_files_are_notes_not_crashes(tmp_path: Path) -> N
     unread = {f.subject for f in only(findings, "probe.read", Severity.WARN)}
     assert {"proc/self/limits", "proc/sys/kernel/numa_balancing", "proc/self/mounts"} <= unread
     assert any("aer_dev_correctable" in s for s in unread)
+
+
+MEMINFO = """MemTotal:       2113645672 kB
+MemFree:        1211934120 kB
+AnonHugePages:         0 kB
+ShmemHugePages:        0 kB
+FileHugePages:      4096 kB
+HugePages_Total:   {total}
+HugePages_Free:    {free}
+HugePages_Rsvd:        0
+HugePages_Surp:        0
+Hugepagesize:    {size} kB
+Hugetlb:        {tlb} kB
+"""
+
+
+@pytest.mark.parametrize(
+    ("total", "free", "size_kib", "severity", "observed"),
+    [
+        (0, 0, 2048, Severity.OK, "no persistent huge pages reserved"),
+        # 800 GiB of 2 MiB pages reserved, none used: 40% of RAM nothing can have.
+        (
+            409600,
+            409600,
+            2048,
+            Severity.WARN,
+            "409600 pages of 2M: 800G reserved (40% of RAM), 800G of it unused",
+        ),
+        # The same pool in use by a job (DPDK, a database): what is left unused is under a tenth of RAM.
+        (409600, 40960, 2048, Severity.OK, "409600 pages of 2M: 800G reserved (40% of RAM), 80G of it unused"),
+        (256, 256, 1048576, Severity.WARN, "256 pages of 1G: 256G reserved (13% of RAM), 256G of it unused"),
+    ],
+)
+def test_an_unused_pool_of_huge_pages_warns(tmp_path: Path, total, free, size_kib, severity, observed) -> None:
+    tree = tmp_path / "node"
+    shutil.copytree(FIXTURES / "healthy-ib-8gpu", tree, symlinks=True)
+    meminfo = MEMINFO.format(total=total, free=free, size=size_kib, tlb=total * size_kib)
+    (tree / "proc/meminfo").write_text(meminfo)
+    [found] = only(run_fixture(str(tree)).findings, "host.hugepages")
+    assert (found.severity, found.subject, found.observed) == (severity, "vm.nr_hugepages", observed)
+    if severity is Severity.WARN:
+        assert "vm.nr_hugepages=0" in found.advice and "DPDK" in found.advice
+    # A meminfo without the pool's lines (an old or trimmed file) is not judged.
+    (tree / "proc/meminfo").write_text("MemTotal:       2113645672 kB\nHugePages_Total:   12\n")
+    assert only(run_fixture(str(tree)).findings, "host.hugepages") == []
 
 
 def test_list_names_every_new_check() -> None:

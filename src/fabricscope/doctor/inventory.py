@@ -289,6 +289,9 @@ class HostTuning:
     """``major:minor`` of the file system under ``/dev/shm`` (``proc/self/mountinfo``): NCCL's ``shmDev``.
     NCCL uses peer-to-peer and shared memory only between ranks of one machine that share it."""
     mem_total: int | None = None
+    huge_pages: tuple[int, int, int] | None = None
+    """Persistent huge pages (``proc/meminfo``): (``HugePages_Total``, ``HugePages_Free``, ``Hugepagesize`` in
+    bytes); None when the file does not say."""
     thp: str | None = None
     """Transparent huge pages: ``always``, ``madvise`` or ``never``."""
 

@@ -18,7 +18,14 @@ from fabricscope.doctor.checks.gpu import (
     GpuPersistence,
     GpuXid,
 )
-from fabricscope.doctor.checks.host import HostGovernor, HostIommu, HostMemlock, HostNumaBalancing, HostShm
+from fabricscope.doctor.checks.host import (
+    HostGovernor,
+    HostHugePages,
+    HostIommu,
+    HostMemlock,
+    HostNumaBalancing,
+    HostShm,
+)
 from fabricscope.doctor.checks.nccl import (
     NcclAlgoProto,
     NcclDebug,
@@ -105,6 +112,7 @@ CHECKS: tuple[Check, ...] = (
     HostIommu(),
     HostMemlock(),
     HostShm(),
+    HostHugePages(),
     HostNumaBalancing(),
     HostGovernor(),
     NcclSettings(),

@@ -15,7 +15,16 @@ from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import Node
 from fabricscope.units import format_size
 
-__all__ = ["SHM_NEEDED", "HostGovernor", "HostIommu", "HostMemlock", "HostNumaBalancing", "HostShm"]
+__all__ = [
+    "HUGE_PAGES_UNUSED",
+    "SHM_NEEDED",
+    "HostGovernor",
+    "HostHugePages",
+    "HostIommu",
+    "HostMemlock",
+    "HostNumaBalancing",
+    "HostShm",
+]
 
 SHM_NEEDED = 1 << 30
 """``/dev/shm`` NCCL's shared-memory transport wants: the guide's ``--shm-size=1g`` (Docker's default is 64 MiB)."""
@@ -84,6 +93,57 @@ class HostShm(Check):
                 "NCCL keeps its intra-node (SHM) buffers and proxy state in /dev/shm: too small, ranks fail with "
                 "'Bus error' or 'unhandled system error' when it fills. Run the container with --shm-size=1g "
                 "(or --ipc=host), in Kubernetes mount an emptyDir with medium: Memory at /dev/shm",
+            )
+        ]
+
+
+HUGE_PAGES_UNUSED = 0.10
+"""Share of RAM held in unused persistent huge pages above which the node is warned about (this tool's line:
+a tenth of RAM is more than NCCL's and a data loader's pinned buffers take on most nodes)."""
+
+
+class HostHugePages(Check):
+    """Persistent huge pages reserved and left unused.
+
+    Pages in the huge page pool (``vm.nr_hugepages``, the ``hugepages=`` boot
+    parameter) are taken out of the memory everything else allocates from and
+    stay out, used or not (the kernel's ``Documentation/admin-guide/mm/hugetlbpage.rst``).
+    NCCL, PyTorch's pinned buffers and data loaders use ordinary pages: a pool
+    nothing on a training node uses is RAM they cannot have (pinned allocations
+    fail, the page cache shrinks, loaders are OOM-killed).
+    """
+
+    id = "host.hugepages"
+    title = "No large pool of persistent huge pages sits unused"
+    reads = "proc/meminfo (HugePages_Total, HugePages_Free, Hugepagesize, MemTotal)"
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return node.host.huge_pages is not None and bool(node.host.mem_total)
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        pages, memory = node.host.huge_pages, node.host.mem_total
+        if pages is None or not memory:
+            return []
+        total, free, size = pages
+        subject = "vm.nr_hugepages"
+        if total == 0:
+            return [self.finding(Severity.OK, subject, "no persistent huge pages reserved")]
+        shown = (
+            f"{total} pages of {format_size(size)}: {format_size(total * size)} reserved "
+            f"({100 * total * size / memory:.0f}% of RAM), {format_size(free * size)} of it unused"
+        )
+        wanted = f"unused pool under {HUGE_PAGES_UNUSED:.0%} of RAM"
+        if free * size < HUGE_PAGES_UNUSED * memory:
+            return [self.finding(Severity.OK, subject, shown, wanted)]
+        return [
+            self.finding(
+                Severity.WARN,
+                subject,
+                shown,
+                wanted,
+                "the huge page pool is taken out of the memory NCCL, pinned buffers and data loaders allocate "
+                "from, used or not: unless a job on this node uses huge pages (DPDK, a database), shrink it "
+                "(sysctl -w vm.nr_hugepages=0, and the hugepages= boot parameter or /etc/sysctl.d/ that set it)",
             )
         ]
 

@@ -160,6 +160,10 @@ def probe_host(root: SysRoot) -> HostTuning:
         host.memlock_source = "proc/self/limits"
     meminfo = parse_meminfo(root.text("proc/meminfo"))
     host.mem_total = meminfo.get("MemTotal") if meminfo else None
+    if meminfo and meminfo.get("HugePages_Total") == 0:
+        host.huge_pages = (0, 0, meminfo.get("Hugepagesize", 0))
+    elif meminfo and all(key in meminfo for key in ("HugePages_Total", "HugePages_Free", "Hugepagesize")):
+        host.huge_pages = (meminfo["HugePages_Total"], meminfo["HugePages_Free"], meminfo["Hugepagesize"])
     host.shm_device = parse_mountinfo_device(root.text("proc/self/mountinfo"), "/dev/shm")
     mounts = parse_mounts(root.text("proc/self/mounts"))
     shm = [m for m in mounts or [] if m[1] == "/dev/shm"]
