@@ -4,8 +4,9 @@
 Slurm's own variables), and ``docs/examples/slurm-healthcheck.sh`` runs as the
 node's ``HealthCheckProgram``: it drains the node while the doctor's root holds a
 planted fault, resumes it when the root is healthy again, and leaves alone a node
-an administrator drained.  Needs root (slurmd) and the Debian packages; CI sets
-FABRICSCOPE_REQUIRE_SLURM so that a missing piece fails instead of skipping.
+an administrator drained; as the node's ``Prolog`` it keeps a job off a faulty node.
+Needs root (slurmd) and the Debian packages; CI sets FABRICSCOPE_REQUIRE_SLURM so
+that a missing piece fails instead of skipping.
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ ReturnToService=2
 HealthCheckProgram={folder}/healthcheck
 HealthCheckInterval=2
 HealthCheckNodeState=ANY
+Prolog={folder}/prolog
 SlurmdTimeout=60
 InactiveLimit=0
 KillWait=5
@@ -134,9 +136,13 @@ PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP
         f"date >> {folder}/checks.log\n",
         encoding="utf-8",
     )
+    run = f"FABRICSCOPE_HEALTHCHECK_CONF={folder}/healthcheck.conf exec {WRAPPER}\n"
     script = folder / "healthcheck"
-    script.write_text(f"#!/bin/sh\nFABRICSCOPE_HEALTHCHECK_CONF={folder}/healthcheck.conf exec {WRAPPER}\n")
+    script.write_text(f"#!/bin/sh\n[ -e {folder}/paused ] && exit 0\n{run}")  # a test of the prolog pauses it
     script.chmod(0o755)
+    prolog = folder / "prolog"
+    prolog.write_text(f"#!/bin/sh\n{run}")
+    prolog.chmod(0o755)
     return conf
 
 
@@ -223,6 +229,35 @@ def test_healthcheck_drains_a_faulty_node_and_resumes_it_when_healthy(slurm: Clu
     slurm.set_root("healthy-ib-8gpu")
     resumed = slurm.wait("resumed once healthy", lambda s: "DRAIN" not in s["State"])
     assert resumed["Reason"] in ("", "(null)") or not resumed["Reason"].startswith("fabricscope:")
+
+
+@pytest.mark.slow
+def test_as_prolog_a_faulty_node_runs_no_job_and_is_drained(slurm: Cluster, tmp_path: Path) -> None:
+    """The same script as the node's Prolog, with the periodic check paused: the job's prolog finds the
+    planted faults, drains the node with the doctor's reason and fails, so the job never runs there."""
+    slurm.set_root("healthy-ib-8gpu")
+    slurm.wait("undrained before the test", lambda s: "DRAIN" not in s["State"])
+    ran = tmp_path / "ran"
+    (slurm.folder / "paused").touch()
+    slurm.set_root("host-faults-8gpu")
+    done = slurm.run("sbatch", "--parsable", "-N1", "-n1", "-o", "/dev/null", f"--wrap=touch {ran}")
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.strip().split(";")[0]
+    try:
+        drained = slurm.wait("drained by the prolog", lambda s: "DRAIN" in s["State"])
+        log = (slurm.folder / "slurmd.log").read_text(errors="replace")
+        assert f"[job {job}] prolog failed status=1:0" in log, log[-2000:]
+        assert "prolog failed: rc:1 output:fabricscope: FAIL (12 fail, 9 warn) " in log  # its reason, in the log
+        assert drained["Reason"].startswith("fabricscope: FAIL (12 fail, 9 warn) "), drained  # Slurm keeps it
+        queued = slurm.run("squeue", "-h", "-j", job, "-o", "%T %r").stdout
+        assert queued.startswith("PENDING") and "held" in queued, queued  # requeued, not run
+        assert not ran.exists()
+    finally:
+        slurm.run("scancel", job)
+        slurm.set_root("healthy-ib-8gpu")
+        (slurm.folder / "paused").unlink()
+        slurm.run("scontrol", "update", f"nodename={slurm.node}", "state=resume")
+        slurm.wait("resumed after the test", lambda s: "DRAIN" not in s["State"])
 
 
 @pytest.mark.slow

@@ -1,9 +1,14 @@
 #!/bin/sh
-# Slurm HealthCheckProgram running fabricscope doctor (see docs/health-checks.md).
+# Slurm HealthCheckProgram and Prolog running fabricscope doctor (see docs/health-checks.md).
 #
 #   slurm.conf:  HealthCheckProgram=/usr/local/sbin/fabricscope-healthcheck
 #                HealthCheckInterval=300
 #                HealthCheckNodeState=ANY
+#                Prolog=/usr/local/sbin/fabricscope-healthcheck     (optional: before every job too)
+#
+# In a prolog (slurmd sets SLURM_JOB_ID there) a failing verdict also exits 1, so the job
+# does not start on the node: Slurm requeues it and drains the node ("Prolog error"; the
+# script has set the doctor's reason first).
 #
 # slurmd runs it as root with an empty environment (only SLURMD_NODENAME), so every
 # setting is read from the file below or has a default.  A failing verdict (exit 2 and
@@ -39,6 +44,10 @@ case $code:$line in
   2:FAIL*)
     if [ "$reason" != "fabricscope: $line" ]; then
       scontrol update nodename="$NODE" state=drain reason="fabricscope: $line"
+    fi
+    if [ -n "$SLURM_JOB_ID" ]; then
+      echo "fabricscope: $line" >&2
+      exit 1
     fi
     ;;
   0:* | 1:*)
