@@ -130,6 +130,48 @@ def test_nvml_health_is_asked_live_and_replayed_from_the_capture(
     assert ("gpu.clocks", Severity.FAIL, "GPU 0000:2a:00.0") in {(f[0], f[1], f[2]) for f in shown}
 
 
+def test_retired_pages_of_gpus_before_ampere(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """NVML as it answers on V100s, which retire pages instead of remapping rows: one clean, one with a
+    retirement pending, one at DCGM's limit; asked live, then replayed from the capture."""
+    from fabricscope.doctor.capture import write_capture
+    from fabricscope.doctor.diagnosis import diagnose
+
+    module = fake_nvml([b"00000000:1A:00.0", b"00000000:1B:00.0", b"00000000:1C:00.0"], [0, 0, 0])
+    errors = module.NVMLError  # type: ignore[attr-defined]
+
+    def not_supported(*args: object) -> None:
+        raise errors("Not Supported")
+
+    pages = {0: ([], []), 1: ([0x2F000], [0x1A2000]), 2: ([0x1000 * i for i in range(60)], [0x9000, 0xA000, 0xB000])}
+    module.nvmlDeviceGetTotalEccErrors = lambda h, kind, counter: 0  # type: ignore[attr-defined]
+    module.nvmlDeviceGetRemappedRows = not_supported  # type: ignore[attr-defined]
+    module.nvmlDeviceGetRetiredPages = lambda h, cause: pages[h][cause]  # type: ignore[attr-defined]
+    module.nvmlDeviceGetRetiredPagesPendingStatus = lambda h: int(h == 1)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    live = SysRoot("/")
+    gpus: list[Gpu] = []
+    read_nvml(live, gpus)
+    assert [(g.health.retired_pages, g.health.retired_pending) for g in gpus if g.health] == [
+        (0, False),
+        (2, True),
+        (63, False),
+    ]
+    before = diagnose(live, env={})
+    write_capture(live, str(tmp_path / "capture"), {}, before.node.hostname)
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    after = diagnose(SysRoot(tmp_path / "capture"))
+    ecc = [(f.severity, f.subject, f.observed) for f in after.findings if f.id == "gpu.ecc"]
+    assert ecc == [(f.severity, f.subject, f.observed) for f in before.findings if f.id == "gpu.ecc"]
+    zero = "uncorrected ECC 0 since the driver loaded, 0 in the GPU's life"
+    assert ecc == [
+        (Severity.OK, "GPU 0000:1a:00.0", f"{zero}; 0 pages retired"),
+        (Severity.WARN, "GPU 0000:1b:00.0", f"{zero}; 2 pages retired; a page retirement is pending"),
+        (Severity.FAIL, "GPU 0000:1c:00.0", f"{zero}; 63 pages retired"),
+    ]
+    [pending] = [f for f in after.findings if f.id == "gpu.ecc" and f.severity is Severity.WARN]
+    assert "until the driver reloads" in pending.advice
+
+
 @pytest.mark.parametrize("text", ["{", "[]", '{"gpus": 3}', '{"gpus": [{"pci": 7, "persistence": "yes"}]}'])
 def test_a_garbled_nvml_capture_is_a_note_not_a_crash(tmp_path: Path, text: str) -> None:
     import shutil

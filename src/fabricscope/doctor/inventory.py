@@ -232,6 +232,10 @@ class GpuHealth:
     remap_pending: bool | None = None
     """A row remapping waits for a GPU reset."""
     remap_failed: bool | None = None
+    retired_pages: int | None = None
+    """Pages retired for ECC errors, both causes (GPUs before Ampere retire pages; later ones remap rows)."""
+    retired_pending: bool | None = None
+    """A page retirement waits for the driver to reload."""
     clock_events: int | None = None
     """The clock event (throttle) reason mask, ``nvmlClocksEventReason*`` bits."""
     pcie_replays: int | None = None

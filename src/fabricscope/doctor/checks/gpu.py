@@ -234,17 +234,39 @@ class GpuPersistence(_NvmlCheck):
         return findings
 
 
+RETIRED_PAGES_LIMIT = 63
+"""Retired pages (both causes) at which DCGM's health watch fails a GPU (``DCGM_LIMIT_MAX_RETIRED_PAGES``,
+"updated to match the field diag"; 60 in earlier releases): the GPU has no spare pages left to retire."""
+
+
 class GpuEcc(_NvmlCheck):
     id = "gpu.ecc"
-    title = "No uncorrected ECC errors, no row remapping pending or failed"
-    reads = "NVML nvmlDeviceGetTotalEccErrors (volatile, aggregate), nvmlDeviceGetRemappedRows"
+    title = "No uncorrected ECC errors, no row remapping or page retirement pending or failed"
+    reads = (
+        "NVML nvmlDeviceGetTotalEccErrors (volatile, aggregate), nvmlDeviceGetRemappedRows, "
+        "nvmlDeviceGetRetiredPages, nvmlDeviceGetRetiredPagesPendingStatus"
+    )
 
     def run(self, node: Node, expect: Expectations) -> list[Finding]:
         findings = []
         for subject, health in self.health(node):
             volatile, aggregate = health.ecc_volatile or 0, health.ecc_aggregate or 0
             seen = f"uncorrected ECC {volatile} since the driver loaded, {aggregate} in the GPU's life"
-            if health.remap_failed:
+            retired = health.retired_pages or 0
+            if health.retired_pages is not None:
+                seen += f"; {retired} pages retired"
+            if retired >= RETIRED_PAGES_LIMIT:
+                findings.append(
+                    self.finding(
+                        Severity.FAIL,
+                        subject,
+                        seen,
+                        f"fewer than {RETIRED_PAGES_LIMIT} retired pages",
+                        "the GPU has retired as many pages as it can (DCGM's health watch fails it here): it needs "
+                        "replacing (nvidia-bug-report.sh for the vendor)",
+                    )
+                )
+            elif health.remap_failed:
                 findings.append(
                     self.finding(
                         Severity.FAIL,
@@ -275,13 +297,29 @@ class GpuEcc(_NvmlCheck):
                         "the remapping takes effect at the next GPU reset: reset it (nvidia-smi -r) when it is idle",
                     )
                 )
-            elif aggregate:
+            elif health.retired_pending:
                 findings.append(
                     self.finding(
-                        Severity.INFO, subject, seen, "", "past errors, remapped: watch that the count does not grow"
+                        Severity.WARN,
+                        subject,
+                        f"{seen}; a page retirement is pending",
+                        "no pending retirement",
+                        "the bad page is still handed out until the driver reloads (NVIDIA's Dynamic Page Retirement "
+                        "guide): reset the GPU (nvidia-smi -r) or reboot when it is idle",
                     )
                 )
-            elif health.ecc_volatile is not None or health.remap_pending is not None:
+            elif aggregate or retired:
+                findings.append(
+                    self.finding(
+                        Severity.INFO,
+                        subject,
+                        seen,
+                        advice="past errors, remapped or retired: watch that the count does not grow",
+                    )
+                )
+            elif (
+                health.ecc_volatile is not None or health.remap_pending is not None or health.retired_pages is not None
+            ):
                 findings.append(self.finding(Severity.OK, subject, seen))
         return findings
 

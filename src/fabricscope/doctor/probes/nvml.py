@@ -7,7 +7,8 @@ answer is NVML's own value, with NVML's names (nvml.h, the NVML API
 reference): persistence mode (``nvmlDeviceGetPersistenceMode``), uncorrected
 ECC errors since the driver loaded and over the GPU's life
 (``nvmlDeviceGetTotalEccErrors``), row remapping (``nvmlDeviceGetRemappedRows``:
-pending, failed), the clock event (throttle) reason mask
+pending, failed), page retirement on GPUs before Ampere (``nvmlDeviceGetRetiredPages``
+for both causes, ``nvmlDeviceGetRetiredPagesPendingStatus``), the clock event (throttle) reason mask
 (``nvmlDeviceGetCurrentClocksEventReasons``), the replays on its PCIe link since
 the driver loaded (``nvmlDeviceGetPcieReplayCounter``), and per NVLink its state and
 its DL replay, recovery and CRC counters (``nvmlDeviceGetNvLinkState``,
@@ -33,6 +34,8 @@ MAX_LINKS = 18
 """``NVML_NVLINK_MAX_LINKS``: links asked per GPU (H100 SXM has 18)."""
 _UNCORRECTED, _VOLATILE, _AGGREGATE = 1, 0, 1
 """``NVML_MEMORY_ERROR_TYPE_UNCORRECTED``, ``NVML_VOLATILE_ECC``, ``NVML_AGGREGATE_ECC``."""
+_SBE, _DBE = 0, 1
+"""``NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS``, ``_DOUBLE_BIT_ECC_ERROR``."""
 _DL_REPLAY, _DL_RECOVERY, _DL_CRC_FLIT = 0, 1, 2
 """``NVML_NVLINK_ERROR_DL_REPLAY``, ``_DL_RECOVERY``, ``_DL_CRC_FLIT``."""
 MAX_GPUS = 64
@@ -80,6 +83,8 @@ def _apply(answers: dict[str, Any], gpus: list[Gpu]) -> None:
             ecc_aggregate=_count(item.get("ecc_uncorrected_aggregate")),
             remap_pending=_bool(item.get("remap_pending")),
             remap_failed=_bool(item.get("remap_failed")),
+            retired_pages=_count(item.get("retired_pages")),
+            retired_pending=_bool(item.get("retired_pending")),
             clock_events=_count(item.get("clock_event_reasons")),
             pcie_replays=_count(item.get("pcie_replays")),
             nvlinks=[
@@ -153,6 +158,9 @@ def _gpu(nvml: Any, index: int) -> dict[str, Any]:
     )
     persistence = _try(nvml, getattr(nvml, "nvmlDeviceGetPersistenceMode", None), handle)
     ecc = getattr(nvml, "nvmlDeviceGetTotalEccErrors", None)
+    retired = getattr(nvml, "nvmlDeviceGetRetiredPages", None)
+    pages = [_try(nvml, retired, handle, cause) for cause in (_SBE, _DBE)]
+    pending = _try(nvml, getattr(nvml, "nvmlDeviceGetRetiredPagesPendingStatus", None), handle)
     return {
         "pci": _bus_id(nvml.nvmlDeviceGetPciInfo(handle).busId),
         "busy": None if utilization is None else utilization.gpu > 0,
@@ -161,6 +169,8 @@ def _gpu(nvml: Any, index: int) -> dict[str, Any]:
         "ecc_uncorrected_aggregate": _try(nvml, ecc, handle, _UNCORRECTED, _AGGREGATE),
         "remap_pending": None if remap is None else bool(remap[2]),
         "remap_failed": None if remap is None else bool(remap[3]),
+        "retired_pages": None if None in pages else sum(len(p) for p in pages),  # NotSupported from Ampere on
+        "retired_pending": None if pending is None else pending == 1,
         "clock_event_reasons": _try(nvml, events, handle),
         "pcie_replays": _try(nvml, getattr(nvml, "nvmlDeviceGetPcieReplayCounter", None), handle),
         "nvlink": _links(nvml, handle),
