@@ -46,6 +46,7 @@ NEW = (
     "pcie.acs",
     "pcie.retrain",
     "host.hugepages",
+    "rdma.cm",
 )
 
 
@@ -234,6 +235,16 @@ def test_an_unused_pool_of_huge_pages_warns(tmp_path: Path, total, free, size_ki
     # A meminfo without the pool's lines (an old or trimmed file) is not judged.
     (tree / "proc/meminfo").write_text("MemTotal:       2113645672 kB\nHugePages_Total:   12\n")
     assert only(run_fixture(str(tree)).findings, "host.hugepages") == []
+
+
+def test_without_rdma_ucm_the_connection_manager_is_a_note(tmp_path: Path) -> None:
+    tree = tmp_path / "node"
+    shutil.copytree(FIXTURES / "roce-4gpu", tree, symlinks=True)
+    (tree / "sys/class/misc/rdma_cm").unlink()
+    [note] = only(run_fixture(str(tree)).findings, "rdma.cm")
+    assert (note.severity, note.subject) == (Severity.INFO, "roce-node-03")
+    assert "NCCL does not need it" in note.observed and "modprobe rdma_ucm" in note.observed
+    assert only(run_fixture("vm-virtio").findings, "rdma.cm") == []  # no RDMA devices: not asked
 
 
 def test_list_names_every_new_check() -> None:

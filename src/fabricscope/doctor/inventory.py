@@ -375,6 +375,9 @@ class Node:
     """The CUDA version the driver supports (NVML), ``12.4``; None without NVML."""
     libraries: dict[str, str] = field(default_factory=dict)
     """Versions of the libraries a job loads (``NCCL``, ``libibverbs``, ``NCCL (Python wheel)``) and where."""
+    rdma_cm: bool | None = None
+    """User space can reach the RDMA connection manager (``sys/class/misc/rdma_cm``: rdma_ucm loaded);
+    None without RDMA devices."""
 
     @property
     def ports(self) -> list[RdmaPort]:

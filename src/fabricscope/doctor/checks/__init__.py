@@ -49,6 +49,7 @@ from fabricscope.doctor.checks.nic import (
 )
 from fabricscope.doctor.checks.pcie import PcieAcs, PcieAer, PcieLinkCheck, PcieRetrain, PcieSlot, PcieUplink
 from fabricscope.doctor.checks.rdma import (
+    RdmaCm,
     RdmaDevNodes,
     RdmaEcn,
     RdmaErrors,
@@ -82,6 +83,7 @@ CHECKS: tuple[Check, ...] = (
     NicIrqAffinity(),
     RdmaPresent(),
     RdmaUverbs(),
+    RdmaCm(),
     RdmaDevNodes(),
     RdmaPortState(),
     RdmaSubnetManager(),

@@ -27,6 +27,7 @@ from fabricscope.kernel_text import gid_is_link_local
 from fabricscope.units import is_digits
 
 __all__ = [
+    "RdmaCm",
     "RdmaDevNodes",
     "RdmaEcn",
     "RdmaErrors",
@@ -113,6 +114,36 @@ class RdmaPresent(Check):
         layers = sorted({p.link_layer or "unknown" for p in node.ports})
         seen = f"{len(node.rdma)} devices, {len(node.ports)} ports ({', '.join(layers)})"
         return [self.finding(Severity.OK, node.hostname, seen)]
+
+
+class RdmaCm(Check):
+    """The RDMA connection manager for user space (``rdma_ucm``, ``/dev/infiniband/rdma_cm``).
+
+    NCCL does not use it: its InfiniBand and RoCE transports connect queue
+    pairs over their own sockets.  Tools that connect through RDMA CM do
+    (librdmacm: ``ib_write_bw -R``, ``rping``, NVMe and iSER over RDMA, UCX's
+    address-based connections), so a missing module is a note, not a fault.
+    """
+
+    id = "rdma.cm"
+    title = "User space can reach the RDMA connection manager (rdma_ucm), for the tools that connect through it"
+    reads = "sys/class/misc/rdma_cm"
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return node.rdma_cm is not None
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        if node.rdma_cm:
+            return [self.finding(Severity.OK, node.hostname, "rdma_cm device present (rdma_ucm loaded)")]
+        return [
+            self.finding(
+                Severity.INFO,
+                node.hostname,
+                "no rdma_cm device (rdma_ucm not loaded): NCCL does not need it; librdmacm's users do "
+                "(ib_write_bw -R, rping, NVMe or iSER over RDMA, UCX's address-based connections): "
+                "modprobe rdma_ucm for them",
+            )
+        ]
 
 
 class RdmaUverbs(Check):

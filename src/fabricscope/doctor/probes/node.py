@@ -118,6 +118,7 @@ def probe_node(root: SysRoot, env: Mapping[str, str] | NodeEnv | None = None) ->
         aer=probe_aer(root, pci),
         cuda_driver=cuda,
         libraries=probe_libraries(root),
+        rdma_cm=root.exists("sys/class/misc/rdma_cm") if rdma else None,
     )
     nic_functions = {n.pci for n in nics if n.pci} | {d.pci for d in rdma if d.pci}
     for address in sorted(nic_functions):
