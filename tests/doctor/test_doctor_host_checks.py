@@ -247,6 +247,35 @@ def test_without_rdma_ucm_the_connection_manager_is_a_note(tmp_path: Path) -> No
     assert only(run_fixture("vm-virtio").findings, "rdma.cm") == []  # no RDMA devices: not asked
 
 
+def test_a_driver_too_old_for_the_cuda_of_the_nccl_wheel_warns(tmp_path: Path) -> None:
+    from fabricscope.doctor.checks.gpu import driver_cuda_major
+
+    tree = tmp_path / "node"
+    shutil.copytree(FIXTURES / "healthy-ib-8gpu", tree, symlinks=True)
+    assert only(run_fixture(str(tree)).findings, "gpu.driver_cuda") == []  # no wheel captured: not asked
+    (tree / "fabricscope-capture/nccl-wheel").write_text("nvidia-nccl-cu12 2.21.5\n")
+    [fine] = only(run_fixture(str(tree)).findings, "gpu.driver_cuda")
+    assert (fine.severity, fine.observed) == (
+        Severity.OK,
+        "driver 535.161.08 runs CUDA 12; nvidia-nccl-cu12 2.21.5 needs CUDA 12",
+    )
+    # A node left on the R470 branch (CUDA 11.4): NVML says 11.4, the driver's own file 470.223.02.
+    version = tree / "proc/driver/nvidia/version"
+    version.write_text(version.read_text().replace("535.161.08", "470.223.02"))
+    nvml = tree / "fabricscope-capture/nvml.json"
+    nvml.write_text(nvml.read_text().replace('"cuda": "12.2"', '"cuda": "11.4"'))
+    [old] = only(run_fixture(str(tree)).findings, "gpu.driver_cuda")
+    assert (old.severity, old.expected) == (Severity.WARN, "a driver from 525.60.13 on")
+    assert old.observed == "driver 470.223.02 runs CUDA 11; nvidia-nccl-cu12 2.21.5 needs CUDA 12"
+    assert "CUDA driver version is insufficient" in old.advice and "cu11 builds" in old.advice
+    # The table where NVML cannot say (the CUDA Compatibility guide's minimum drivers).
+    assert driver_cuda_major("525.60.13", None) == 12 and driver_cuda_major("525.60.12", None) == 11
+    assert driver_cuda_major("450.80.02", None) == 11 and driver_cuda_major("418.87.01", None) == 10
+    assert driver_cuda_major("470.223.02", "12.2") == 12  # NVML's answer first
+    for garbage in ("garbage", "9" * 400, "", "1.2.3.4", None):
+        assert driver_cuda_major(garbage, None) is None
+
+
 def test_list_names_every_new_check() -> None:
     done = cli("--list")
     assert done.returncode == 0, done.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from fabricscope.doctor.checks.base import Check, compute_nic_devices, more_than_expected
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
@@ -10,15 +12,18 @@ from fabricscope.doctor.probes.pci import nearest
 
 __all__ = [
     "CLOCK_EVENTS",
+    "DRIVER_FOR_CUDA",
     "XID_ACTIONS",
     "GpuClocks",
     "GpuCount",
     "GpuDirectRdma",
+    "GpuDriverCuda",
     "GpuEcc",
     "GpuNicDistance",
     "GpuNvLink",
     "GpuPersistence",
     "GpuXid",
+    "driver_cuda_major",
 ]
 
 GDR_DEFAULT = "PXB"
@@ -61,6 +66,58 @@ class GpuCount(Check):
                         )
                     )
         return findings
+
+
+DRIVER_FOR_CUDA = ((12, (525, 60, 13)), (11, (450, 80, 2)))
+"""The oldest Linux driver that runs each CUDA major version's libraries, any minor version of it (NVIDIA's
+CUDA Compatibility guide, "Minor Version Compatibility")."""
+_WHEEL_CUDA = re.compile(r"^nvidia-nccl-cu([0-9]{2}) ")
+
+
+def driver_cuda_major(driver: str | None, cuda: str | None) -> int | None:
+    """The CUDA major version a driver runs: NVML's answer (``12.2``), else its version against the table."""
+    if cuda and cuda.split(".")[0].isdigit() and len(cuda) < 12:
+        return int(cuda.split(".")[0])
+    parts = (driver or "").split(".")
+    if not 2 <= len(parts) <= 3 or not all(p.isdigit() and len(p) <= 6 for p in parts):
+        return None
+    version = tuple(int(p) for p in parts)
+    return next((major for major, oldest in DRIVER_FOR_CUDA if version >= oldest), 10)
+
+
+class GpuDriverCuda(Check):
+    """The driver runs the CUDA libraries the node's Python loads (torch's CUDA builds and their NCCL wheel)."""
+
+    id = "gpu.driver_cuda"
+    title = "The NVIDIA driver runs the CUDA major version of the NCCL wheel (nvidia-nccl-cuXX)"
+    reads = "proc/driver/nvidia/version (or sys/module/nvidia/version), NVML's CUDA version, the NCCL wheel"
+
+    def applies(self, node: Node, expect: Expectations) -> bool:
+        return bool(node.gpus) and _WHEEL_CUDA.match(node.libraries.get("NCCL (Python wheel)", "")) is not None
+
+    def run(self, node: Node, expect: Expectations) -> list[Finding]:
+        wheel = node.libraries.get("NCCL (Python wheel)", "")
+        match = _WHEEL_CUDA.match(wheel)
+        runs = driver_cuda_major(node.gpudirect.driver_version, node.cuda_driver)
+        if match is None or runs is None:
+            return []
+        needs = int(match.group(1))
+        shown = f"driver {node.gpudirect.driver_version or 'unknown'} runs CUDA {runs}; {wheel} needs CUDA {needs}"
+        if runs >= needs:
+            return [self.finding(Severity.OK, node.hostname, shown)]
+        oldest = dict(DRIVER_FOR_CUDA).get(needs)
+        wanted = f"a driver from {'.'.join(map(str, oldest))} on" if oldest else f"a driver for CUDA {needs}"
+        return [
+            self.finding(
+                Severity.WARN,
+                node.hostname,
+                shown,
+                wanted,
+                "unless the node uses CUDA's forward-compatibility package (cuda-compat, data-center GPUs), "
+                "every CUDA call of the job fails ('CUDA driver version is insufficient for CUDA runtime "
+                f"version'): upgrade the driver, or install the cu{runs} builds of torch and its NCCL wheel",
+            )
+        ]
 
 
 class GpuNicDistance(Check):
