@@ -74,8 +74,9 @@ def test_nvml_failure_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) ->
     assert read_nvml(SysRoot("/"), []) == ("failed: Driver Not Loaded", None)
 
 
-def test_nvml_absent(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nvml_absent(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails as when nvidia-ml-py is not installed
+    monkeypatch.setenv("PATH", str(tmp_path))  # and no nvidia-smi to fall back on
     assert read_nvml(SysRoot("/"), []) == ("absent", None)
 
 

@@ -8,6 +8,7 @@ from fabricscope.doctor.checks.base import Check, compute_nic_devices, more_than
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
 from fabricscope.doctor.inventory import DISTANCES, GpuHealth, Node, NvLink
+from fabricscope.doctor.probes.nvml import ANSWERED
 from fabricscope.doctor.probes.pci import nearest
 
 __all__ = [
@@ -53,7 +54,7 @@ class GpuCount(Check):
             findings.append(self.finding(Severity.OK, node.hostname, seen, expected))
         else:
             findings.append(self.finding(Severity.INFO, node.hostname, "no NVIDIA GPUs"))
-        if node.nvml in ("used", "captured"):
+        if node.nvml in ANSWERED:
             for gpu in node.gpus:
                 if gpu.nvml_index is None:
                     findings.append(

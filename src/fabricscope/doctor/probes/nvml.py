@@ -24,10 +24,11 @@ from collections.abc import Callable
 from typing import Any
 
 from fabricscope.doctor.inventory import Gpu, GpuHealth, NvLink
+from fabricscope.doctor.probes.nvidia_smi import SMI_FILE, parse_nvidia_smi, run_nvidia_smi
 from fabricscope.kernel_text import PCI_ADDRESS
 from fabricscope.sysroot import CAPTURE_DIR, SysRoot
 
-__all__ = ["MAX_LINKS", "NVML_FILE", "read_nvml"]
+__all__ = ["ANSWERED", "MAX_LINKS", "NVML_FILE", "read_nvml"]
 
 NVML_FILE = f"{CAPTURE_DIR}/nvml.json"
 MAX_LINKS = 18
@@ -39,27 +40,47 @@ _SBE, _DBE = 0, 1
 _DL_REPLAY, _DL_RECOVERY, _DL_CRC_FLIT = 0, 1, 2
 """``NVML_NVLINK_ERROR_DL_REPLAY``, ``_DL_RECOVERY``, ``_DL_CRC_FLIT``."""
 MAX_GPUS = 64
+ANSWERED = ("used", "captured", "nvidia-smi -q", "captured (nvidia-smi -q)")
+"""How :func:`read_nvml` went when the driver answered for every GPU it sees (NVML, or nvidia-smi -q)."""
 
 
 def read_nvml(root: SysRoot, gpus: list[Gpu]) -> tuple[str, str | None]:
     """Fill ``busy`` and ``health`` of ``gpus`` (adding GPUs sysfs missed); (how it went, CUDA driver version).
 
-    How it went: ``used``, ``absent`` (no nvidia-ml-py), ``failed: <why>`` on
-    the live root; ``captured`` or ``not live`` for a tree.
+    How it went: ``used``, ``nvidia-smi -q`` (no nvidia-ml-py: its text), ``absent``
+    (neither), ``failed: <why>`` on the live root; ``captured``, ``captured (nvidia-smi -q)``
+    or ``not live`` for a tree.
     """
     if root.is_live:
         status, answers = _ask()
         if answers is not None:
             root.remember(NVML_FILE, json.dumps(answers, indent=1) + "\n")
+        elif status == "absent":  # no nvidia-ml-py: the same answers as nvidia-smi -q prints them
+            smi_status, smi = run_nvidia_smi()
+            answers = None if smi is None else parse_nvidia_smi(smi)
+            if smi is not None and answers is not None:
+                root.remember(SMI_FILE, smi)
+                status = smi_status
+            elif smi_status != "absent":
+                status = smi_status if smi is None else "failed: nvidia-smi -q printed no GPU block"
     else:
         text = root.text(NVML_FILE)
         if text is None:
-            return "not live", None
-        answers = _parse(text)
-        if answers is None:
-            root.garbage(NVML_FILE, text, "the JSON fabricscope doctor --capture writes")
-            return "not live", None
-        status = "captured"
+            smi = root.text(SMI_FILE)
+            if smi is None:
+                return "not live", None
+            answers = parse_nvidia_smi(smi)
+            if answers is None:
+                root.garbage(SMI_FILE, smi.splitlines()[0] if smi.strip() else smi, "the text nvidia-smi -q prints")
+                return "not live", None
+            answers = _parse(json.dumps(answers))  # the same checks as a captured nvml.json
+            status = "captured (nvidia-smi -q)"
+        else:
+            answers = _parse(text)
+            if answers is None:
+                root.garbage(NVML_FILE, text, "the JSON fabricscope doctor --capture writes")
+                return "not live", None
+            status = "captured"
     if answers is None:
         return status, None
     _apply(answers, gpus)
