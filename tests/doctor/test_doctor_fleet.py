@@ -421,8 +421,11 @@ class FrozenStore(DictStore):
         threading.Event().wait()
 
 
-def stop_rank_0(launcher: subprocess.Popen[str], mark: str, *, when_it_prints: bool = False) -> int:
-    """SIGSTOP the process of rank 0 as soon as it exists, or once it starts printing the fleet report; its pid.
+def stop_rank_0(
+    launcher: subprocess.Popen[str], mark: str, *, when_it_prints: bool = False, sig: int = signal.SIGSTOP
+) -> int:
+    """SIGSTOP (or ``sig``) the process of rank 0 as soon as it exists, or once it starts printing the fleet
+    report; its pid.
 
     Under torchrun rank 0 is the process whose environment holds ``mark`` and ``RANK=0``; spawned ranks are
     forks of the launcher (their environment in /proc is the launcher's), rank 0 its first child.
@@ -437,7 +440,7 @@ def stop_rank_0(launcher: subprocess.Popen[str], mark: str, *, when_it_prints: b
     while (launcher.poll() is None or when_it_prints) and time.monotonic() < deadline:
         found = _first_child(children) if spawned else _process_with(wanted)
         if found is not None:
-            os.kill(found, signal.SIGSTOP)
+            os.kill(found, sig)
             return found
         time.sleep(0.005)
     raise AssertionError("the launcher ended before rank 0 started")
@@ -477,7 +480,7 @@ def resume_once_told_to_end(pid: int, launcher: subprocess.Popen[str]) -> None:
 
 
 def run_with_frozen_rank_0(
-    argv: list[str], *, when_it_prints: bool = False, resume_on_sigterm: bool = False
+    argv: list[str], *, when_it_prints: bool = False, resume_on_sigterm: bool = False, sig: int = signal.SIGSTOP
 ) -> tuple[subprocess.CompletedProcess[str], int]:
     mark = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "RANK", "WORLD_SIZE", "MASTER_"))}
@@ -485,7 +488,7 @@ def run_with_frozen_rank_0(
     env.pop("FABRICSCOPE_LAUNCHER", None)
     launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
     try:
-        pid = stop_rank_0(launcher, mark, when_it_prints=when_it_prints)
+        pid = stop_rank_0(launcher, mark, when_it_prints=when_it_prints, sig=sig)
         if resume_on_sigterm:
             threading.Thread(target=resume_once_told_to_end, args=(pid, launcher), daemon=True).start()
         out, err = launcher.communicate(timeout=180)  # without the fix: forever
@@ -521,6 +524,18 @@ def test_spawned_ranks_end_when_rank_0_is_frozen() -> None:
     assert_one_line_per_rank(result.stderr, {1, 2}, "cannot reach the rendezvous store at 127.0.0.1:")
     assert not Path(f"/proc/{pid}").exists()  # the launcher ended the frozen rank 0: no stray process
     assert f"error: rank 0 (pid {pid} on {socket.gethostname()}) was stopped (SIGSTOP or a debugger)" in result.stderr
+
+
+@pytest.mark.multiprocess
+def test_spawned_ranks_end_when_rank_0_is_killed_and_the_doctor_could_not_complete() -> None:
+    """Exit 3, as when rank 0 is stopped: a health check reads exit 1 as a WARN verdict (Slurm's script
+    resumes a node drained for a fabricscope reason), and no verdict was reached."""
+    root = str(FIXTURES / "healthy-ib-8gpu")
+    argv = [sys.executable, "-m", "fabricscope", "doctor", "--nproc", "2", "--root", root, "--timeout", "3"]
+    result, pid = run_with_frozen_rank_0(argv, sig=signal.SIGKILL)
+    assert result.returncode == 3, result.stderr
+    assert result.stdout == ""
+    assert f"error: rank 0 (pid {pid} on {socket.gethostname()}) was killed by SIGKILL" in result.stderr
 
 
 @pytest.mark.multiprocess

@@ -61,6 +61,7 @@ def spawn_fleet(args: argparse.Namespace, nproc: int, timeout_s: float) -> int:
         {},
         grace_s=timeout_s + 30.0,
         warm=lambda: import_torch("doctor's fleet mode"),
+        killed_code=DoctorIncomplete.exit_code,
     )
 
 

@@ -67,6 +67,7 @@ def spawn(
     master_port: int | None = None,
     on_rank_killed: Callable[[str], None] | None = None,
     warm: Callable[[], object] | None = None,
+    killed_code: int = 1,
 ) -> int:
     """Start ``nproc`` local ranks, each running ``MODULE.main()`` as ``python -m <module_args>`` would, and
     supervise them.
@@ -80,7 +81,9 @@ def spawn(
     own, then are killed.  Ctrl-C is forwarded to every rank, which stops
     cleanly; after a grace period stragglers are killed.  No rank outlives
     this function.  ``on_rank_killed`` hears (once) the message naming a rank
-    killed by a signal, so the command can record it where rank 0 no longer can.
+    killed by a signal, so the command can record it where rank 0 no longer can.  ``killed_code`` is the
+    run's code when a rank was killed or stopped and rank 0 has no verdict of its own (doctor: 3, it
+    could not complete; bench and pairs: 1, the run failed).
     """
     addr = master_addr or "127.0.0.1"
     port = master_port or free_port()
@@ -124,7 +127,7 @@ def spawn(
             )
             env.pop("TORCHELASTIC_RUN_ID", None)
             _fork_rank(module_args, env, children)
-        return _supervise(children, host, grace_s, on_rank_killed)
+        return _supervise(children, host, grace_s, on_rank_killed, killed_code)
     except KeyboardInterrupt:
         for child in children:
             if child.poll() is None:
@@ -235,6 +238,7 @@ def _supervise(
     host: str,
     grace_s: float,
     on_rank_killed: Callable[[str], None] | None = None,
+    killed_code: int = 1,
 ) -> int:
     """Wait for every rank; after a failure, give the others time to notice, then kill them.
 
@@ -279,7 +283,7 @@ def _supervise(
                     with contextlib.suppress(Exception):
                         on_rank_killed(message)
             if not failure_code:
-                failure_code = code if code > 0 else 1
+                failure_code = code if code > 0 else killed_code
                 deadline = time.monotonic() + grace_s
         if not running:
             break
@@ -342,7 +346,7 @@ def _supervise(
                         on_rank_killed(message)  # a file rank 0 left unfinished says why
                 stopped.add(rank0.pid)
                 said.add(rank0.pid)
-                failure_code = 1
+                failure_code = killed_code
                 rank0.kill()
         # Nothing to do while all is well: wake rarely, so that the launcher adds no
         # scheduling noise to latency-bound runs; after a failure, watch closely.
