@@ -162,6 +162,107 @@ def test_roce_traffic_class_and_ecn() -> None:
     assert "priority 1" in only(wrong, "rdma.traffic_class")[0].observed
 
 
+MLNX_QOS = """DCBX mode: OS controlled
+Priority trust state: {trust}
+dscp2prio mapping:
+        prio:0 dscp:07,06,05,04,03,02,01,00,
+        prio:1 dscp:15,14,13,12,11,10,09,08,
+        prio:2 dscp:23,22,21,20,19,18,17,16,
+        prio:3 dscp:31,30,29,28,27,{moved}25,24,
+        prio:4 dscp:39,38,37,36,35,34,33,32,
+        prio:5 dscp:47,46,45,44,43,42,41,40,{extra}
+        prio:6 dscp:55,54,53,52,51,50,49,48,
+        prio:7 dscp:63,62,61,60,59,58,57,56,
+Cable len: 7
+PFC configuration:
+        priority    0   1   2   3   4   5   6   7
+        enabled     0   0   0   {pfc3}   0   {pfc5}   0   0
+tc: 0 ratelimit: unlimited, tsa: vendor
+         priority:  1
+tc: 1 ratelimit: unlimited, tsa: vendor
+         priority:  0
+"""
+"""``mlnx_qos -i <if>`` as MLNX_OFED prints it: trust state, the DSCP map (mlx5's default unless moved), PFC."""
+
+
+def _qos(trust: str, *, pfc3: int = 1, pfc5: int = 0, moved: bool = False) -> str:
+    return MLNX_QOS.format(
+        trust=trust, pfc3=pfc3, pfc5=pfc5, moved="" if moved else "26,", extra="26," if moved else ""
+    )
+
+
+def test_the_trust_state_mlnx_qos_prints_decides_the_priority(tmp_path: Path) -> None:
+    from fabricscope.doctor.probes.mlnx_qos import QOS_DIR, parse_mlnx_qos
+
+    qos = parse_mlnx_qos(_qos("dscp"))
+    assert qos is not None and (qos.trust, qos.pfc, qos.dscp_priority[26], qos.dscp_priority[63]) == (
+        "dscp",
+        (3,),
+        3,
+        7,
+    )
+    assert parse_mlnx_qos("garbage\n" + "9" * 5000) is None
+    tree = tmp_path / "node"
+    shutil.copytree(FIXTURES / "roce-4gpu", tree, symlinks=True)
+    (tree / QOS_DIR).mkdir()
+    for nic in ("ens1f0np0", "ens2f0np0"):
+        (tree / QOS_DIR / nic).write_text(_qos("dscp"))
+    # DSCP trust, the default map: NCCL_IB_TC=106 is DSCP 26, priority 3, where PFC is on.
+    [fine, _] = only(run_fixture(str(tree), env={"NCCL_IB_TC": "106"}).findings, "rdma.traffic_class")
+    assert fine.severity is Severity.OK
+    assert fine.observed.endswith("DSCP trust and the port's DSCP map (mlnx_qos) -> priority 3; PFC on 3")
+    # The port's map moved DSCP 26 to priority 5: read from mlnx_qos, not assumed.
+    (tree / QOS_DIR / "ens1f0np0").write_text(_qos("dscp", moved=True))
+    moved = [f for f in only(run_fixture(str(tree), env={"NCCL_IB_TC": "106"}).findings, "rdma.traffic_class")]
+    assert [f.severity for f in moved] == [Severity.WARN, Severity.OK]
+    assert "-> priority 5; PFC on 3" in moved[0].observed and "NCCL_IB_TC=98 (DSCP 24, priority 3)" in moved[0].advice
+    # PCP trust: the service level decides, whatever the traffic class says.
+    for nic in ("ens1f0np0", "ens2f0np0"):
+        (tree / QOS_DIR / nic).write_text(_qos("pcp"))
+    pcp = only(run_fixture(str(tree), env={"NCCL_IB_TC": "106"}).findings, "rdma.traffic_class")
+    assert {f.severity for f in pcp} == {Severity.WARN}
+    assert pcp[0].observed == "PCP trust (mlnx_qos): NCCL_IB_SL unset, service level 0 -> priority 0; PFC on 3"
+    assert "NCCL_IB_SL=3" in pcp[0].advice and "--trust dscp" in pcp[0].advice
+    sl = only(run_fixture(str(tree), env={"NCCL_IB_SL": "3"}).findings, "rdma.traffic_class")
+    assert {f.severity for f in sl} == {Severity.OK}
+    # PFC as mlnx_qos says (on 3 and 5) wins over what ethtool counters show.
+    (tree / QOS_DIR / "ens1f0np0").write_text(_qos("pcp", pfc5=1))
+    five = only(run_fixture(str(tree), env={"NCCL_IB_SL": "5"}).findings, "rdma.traffic_class")
+    assert five[0].severity is Severity.OK and five[0].observed.endswith("PFC on 3,5")
+    # Garbage where the capture should be is a note, and the old assumption holds.
+    (tree / QOS_DIR / "ens1f0np0").write_text("[/b]\n")
+    report = run_fixture(str(tree), env={"NCCL_IB_TC": "106"})
+    assert any(f"{QOS_DIR}/ens1f0np0" in f.subject for f in only(report.findings, "probe.read"))
+    assert only(report.findings, "rdma.traffic_class")[0].observed.endswith(
+        "DSCP trust assumed -> priority 3; PFC on 3"
+    )
+
+
+def test_mlnx_qos_is_run_on_the_live_node_where_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import stat
+    import sys
+
+    from fabricscope.doctor.probes.mlnx_qos import QOS_DIR, read_qos
+    from fabricscope.sysroot import SysRoot
+
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    script = folder / "mlnx_qos"
+    (folder / "answer").write_text(_qos("pcp"))
+    script.write_text(
+        f"#!{sys.executable}\nimport sys\nassert sys.argv[1:] == ['-i', 'eth9'], sys.argv\n"
+        f"sys.stdout.write(open({str(folder / 'answer')!r}).read())\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", str(folder))
+    live = SysRoot("/")
+    qos = read_qos(live, "eth9")
+    assert qos is not None and (qos.trust, qos.pfc) == ("pcp", (3,))
+    assert live.extras()[f"{QOS_DIR}/eth9"] == _qos("pcp")  # what a capture keeps
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    assert read_qos(SysRoot("/"), "eth9") is None  # not installed: the DSCP assumption stays
+
+
 @pytest.mark.parametrize("tree", ["vm-virtio", "broken", "roce-4gpu"])
 def test_no_false_failure_where_the_files_are_not_there(tree: str) -> None:
     findings = run_fixture(tree).findings

@@ -118,6 +118,18 @@ class Aer:
     fatal: dict[str, int] | None
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Qos:
+    """A RoCE NIC's QoS state as MLNX_OFED's ``mlnx_qos -i <if>`` prints it."""
+
+    trust: str | None
+    """``pcp`` (the priority is the VLAN tag's, for RoCE the QP's service level) or ``dscp`` (the IP header's)."""
+    dscp_priority: dict[int, int]
+    """Its DSCP-to-priority map (used under DSCP trust); empty when not printed."""
+    pfc: tuple[int, ...] | None
+    """The priorities PFC is enabled on; None when not printed."""
+
+
 @dataclass(kw_only=True, slots=True)
 class NetInterface:
     """One network interface under ``/sys/class/net``."""
@@ -144,6 +156,8 @@ class NetInterface:
     """The fastest link mode the NIC supports (``ethtool`` link modes), Mb/s; Ethernet NICs only."""
     ecn: dict[str, frozenset[int]] | None = None
     """mlx5's ``ecn/roce_np`` and ``ecn/roce_rp``: the priorities with ECN on; None without an ``ecn`` folder."""
+    qos: Qos | None = None
+    """Trust state, DSCP map and PFC from ``mlnx_qos`` (MLNX_OFED); None where it is not installed."""
 
 
 @dataclass(kw_only=True, slots=True)

@@ -22,7 +22,7 @@ from fabricscope.doctor.checks.base import (
 from fabricscope.doctor.checks.nic import LINK_ADVICE
 from fabricscope.doctor.expect import Expectations
 from fabricscope.doctor.findings import Finding, Severity
-from fabricscope.doctor.inventory import Node, RdmaPort
+from fabricscope.doctor.inventory import NetInterface, Node, Qos, RdmaPort
 from fabricscope.kernel_text import gid_is_link_local
 from fabricscope.units import is_digits
 
@@ -42,6 +42,7 @@ __all__ = [
     "RdmaSubnetManager",
     "RdmaTrafficClass",
     "RdmaUverbs",
+    "enabled_pfc",
     "nccl_priority",
     "pfc_priorities",
     "roce_mtu",
@@ -532,35 +533,58 @@ def _lid(value: int | None) -> str:
     return "unknown" if value is None else f"0x{value:x}"
 
 
-def nccl_priority(node: Node) -> tuple[int, str] | None:
-    """The priority NCCL's RoCE traffic is sent on under DSCP trust, and why; None when NCCL_IB_TC is unreadable.
+def nccl_priority(node: Node, qos: Qos | None = None) -> tuple[int, str] | None:
+    """The priority NCCL's RoCE traffic is sent on, and why; None when the setting it comes from is unreadable.
 
-    NCCL_IB_TC is the IP traffic-class byte (NCCL's default is 0): DSCP is
-    its top six bits, and mlx5's default DSCP-to-priority map puts DSCP ``d``
-    on priority ``d >> 3`` (so ``NCCL_IB_TC=106``: DSCP 26, priority 3).
+    Under DSCP trust (assumed where ``mlnx_qos`` does not say) it is the DSCP
+    of NCCL_IB_TC, the IP traffic-class byte (NCCL's default is 0), through
+    the port's DSCP map, mlx5's default being DSCP ``d`` on priority ``d >> 3``
+    (so ``NCCL_IB_TC=106``: DSCP 26, priority 3).  Under PCP trust it is the
+    QP's service level, NCCL_IB_SL (default 0), carried as the VLAN tag's PCP.
     """
+    if qos is not None and qos.trust == "pcp":
+        level = node.nccl.get("NCCL_IB_SL")
+        if level is None:
+            return 0, "PCP trust (mlnx_qos): NCCL_IB_SL unset, service level 0"
+        value = level.value.strip()
+        if not is_digits(value) or int(value) > 7:
+            return None
+        return int(value), f"PCP trust (mlnx_qos): NCCL_IB_SL={value} ({level.source})"
     setting = node.nccl.get("NCCL_IB_TC")
     if setting is None:
-        return 0, "NCCL_IB_TC unset: traffic class 0"
-    value = setting.value.strip()
-    if not is_digits(value) or int(value) > 255:
-        return None
-    tc = int(value)
-    return tc >> 5, f"NCCL_IB_TC={tc} ({setting.source}): DSCP {tc >> 2}"
+        tc, why = 0, "NCCL_IB_TC unset: traffic class 0"
+    else:
+        value = setting.value.strip()
+        if not is_digits(value) or int(value) > 255:
+            return None
+        tc, why = int(value), f"NCCL_IB_TC={int(value)} ({setting.source}): DSCP {int(value) >> 2}"
+    dscp = tc >> 2
+    if qos is not None and qos.trust == "dscp" and dscp in qos.dscp_priority:
+        return qos.dscp_priority[dscp], f"{why}, DSCP trust and the port's DSCP map (mlnx_qos)"
+    if qos is None or qos.trust is None:
+        return dscp >> 3, why + (", DSCP trust assumed" if setting is not None or qos is not None else "")
+    return dscp >> 3, f"{why}, DSCP trust (mlnx_qos)"
+
+
+def enabled_pfc(nic: NetInterface) -> list[int]:
+    """The priorities PFC is on: as ``mlnx_qos`` prints them, else as ``ethtool -S`` counters show them."""
+    if nic.qos is not None and nic.qos.pfc is not None:
+        return list(nic.qos.pfc)
+    return pfc_priorities(nic.ethtool)[0] if nic.ethtool is not None else []
 
 
 class RdmaTrafficClass(_RoceCheck):
     id = "rdma.traffic_class"
     title = "NCCL's RoCE traffic class lands on a priority PFC protects"
-    reads = "NCCL_IB_TC; ethtool -S <netdev> (PFC priorities)"
+    reads = "NCCL_IB_TC, NCCL_IB_SL; mlnx_qos -i <netdev> (trust, DSCP map, PFC) where installed; ethtool -S <netdev>"
 
     def judge(self, node: Node, port: RdmaPort) -> Iterator[Finding]:
         nic = node.nic(port.netdev or "")
         subject = f"{port.netdev or '?'} ({port.label})"
-        if nic is None or nic.ethtool is None:
+        if nic is None or (nic.ethtool is None and nic.qos is None):
             return
-        enabled, _ = pfc_priorities(nic.ethtool)
-        chosen = nccl_priority(node)
+        enabled = enabled_pfc(nic)
+        chosen = nccl_priority(node, nic.qos)
         if not enabled or chosen is None:
             return
         priority, why = chosen
@@ -569,15 +593,26 @@ class RdmaTrafficClass(_RoceCheck):
             yield self.finding(Severity.OK, subject, seen)
             return
         target = enabled[0]
+        if nic.qos is not None and nic.qos.trust == "pcp":
+            fix = (
+                f"set NCCL_IB_SL={target} (priority {target}), or trust DSCP on the port "
+                f"(mlnx_qos -i {nic.name} --trust dscp) and the switches"
+            )
+        else:
+            dscp = 8 * target + 2  # AF<target>1, on priority <target> in mlx5's default map
+            mapped = nic.qos.dscp_priority if nic.qos else {}
+            if mapped and mapped.get(dscp) != target:  # the port's own map: a DSCP it puts there
+                dscp = next((d for d, p in sorted(mapped.items()) if p == target), dscp)
+            fix = (
+                f"set NCCL_IB_TC={dscp * 4 + 2} (DSCP {dscp}, priority {target}), or check that the NIC rewrites "
+                f"the class (cma_roce_tos, /sys/class/infiniband/{port.device}/tc/{port.port}/traffic_class)"
+            )
         yield self.finding(
             Severity.WARN,
             subject,
             seen,
             f"NCCL's priority among the PFC ones ({','.join(map(str, enabled))})",
-            f"with the switch port trusting DSCP, NCCL's packets go out on a lossy priority and drops turn into "
-            f"retransmission timeouts: set NCCL_IB_TC={(8 * target + 2) * 4 + 2} (DSCP {8 * target + 2}, priority "
-            f"{target}), or check that the NIC rewrites the class (cma_roce_tos, mlnx_qos --trust, "
-            f"/sys/class/infiniband/{port.device}/tc/{port.port}/traffic_class)",
+            f"NCCL's packets go out on a lossy priority and drops turn into retransmission timeouts: {fix}",
         )
 
 
@@ -593,9 +628,9 @@ class RdmaEcn(_RoceCheck):
         if nic is None or nic.ecn is None:
             return
         subject = f"{port.netdev} ({port.label})"
-        wanted = set(pfc_priorities(nic.ethtool)[0]) if nic.ethtool else set()
-        chosen = nccl_priority(node)
-        if chosen is not None and node.nccl.get("NCCL_IB_TC") is not None:
+        wanted = set(enabled_pfc(nic))
+        chosen = nccl_priority(node, nic.qos)
+        if chosen is not None and (node.nccl.get("NCCL_IB_TC") is not None or nic.qos is not None):
             wanted.add(chosen[0])
         roles = {role: sorted(nic.ecn.get(role, frozenset())) for role in ("roce_np", "roce_rp")}
         seen = "; ".join(f"{role} on {','.join(map(str, p)) or 'none'}" for role, p in roles.items())

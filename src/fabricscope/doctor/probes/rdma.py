@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from fabricscope.doctor.inventory import Gid, NetInterface, PciDevice, RdmaDevice, RdmaPort
 from fabricscope.doctor.probes.ethtool import read_stats
+from fabricscope.doctor.probes.mlnx_qos import read_qos
 from fabricscope.doctor.probes.pci import pci_address_in, probe_pci
 from fabricscope.kernel_text import gid_is_zero, parse_hex, parse_ib_rate, parse_ib_state, parse_int, parsed
 from fabricscope.sysroot import CAPTURE_DIR, SysRoot
@@ -88,6 +89,7 @@ def probe_rdma(root: SysRoot, pci: dict[str, PciDevice], nics: list[NetInterface
                 if port.link_layer == "Ethernet":
                     nic.ethtool = read_stats(root, nic.name)
                     nic.ecn = _ecn(root, nic.name)
+                    nic.qos = read_qos(root, nic.name)
         devices.append(device)
     return devices
 
