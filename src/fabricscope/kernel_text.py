@@ -410,23 +410,36 @@ def parse_mounts(text: str | None) -> list[tuple[str, str, str, str]] | None:
 
 def parse_mountinfo_device(text: str | None, path: str) -> str | None:
     """``major:minor`` of the file system ``path`` lies on, from ``/proc/<pid>/mountinfo`` (what ``stat``'s
-    ``st_dev`` gives): the mount whose point is ``path`` or the deepest folder above it, the last mount over
-    a point winning; None when no line says (unreadable, or not that file's format)."""
+    ``st_dev`` gives), found as the kernel walks a path: from the namespace's root mount down the folders of
+    ``path``, at each one the mount on it whose parent is the mount reached so far, and the mounts stacked on
+    that (each one's parent is the one it covers); the file's line order is not the mount order.  None when
+    the text does not say (unreadable, or not that file's format)."""
     if text is None:
         return None
-    best, depth = None, -1
-    for line in text.splitlines():
+    mounts: list[tuple[int, int, str, str]] = []  # (mount id, parent id, major:minor, mount point)
+    for line in text.splitlines()[:100_000]:
         fields = line.split()
-        if len(fields) < 5 or not _DEVICE.match(fields[2]):
-            continue
-        point = _unescape(fields[4])
-        inside = point == "/" or path == point or path.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= depth:
-            best, depth = fields[2], len(point)
-    return best
+        if len(fields) >= 5 and _MOUNT_ID.match(fields[0]) and _MOUNT_ID.match(fields[1]) and _DEVICE.match(fields[2]):
+            mounts.append((int(fields[0]), int(fields[1]), fields[2], _unescape(fields[4])))
+    ids = {m[0] for m in mounts}
+    roots = [m for m in mounts if m[3] == "/" and m[1] not in ids] or [m for m in mounts if m[3] == "/"]
+    if not roots:
+        return None
+    children: dict[tuple[int, str], tuple[int, int, str, str]] = {}
+    for mount in mounts:
+        children[(mount[1], mount[3])] = mount  # the last listed of a parent's mounts on one point
+    current = roots[-1]
+    parts = [p for p in path.split("/") if p]
+    for prefix in ["/", *("/" + "/".join(parts[: i + 1]) for i in range(len(parts)))]:
+        seen = {current[0]}
+        while (above := children.get((current[0], prefix))) is not None and above[0] not in seen:
+            seen.add(above[0])
+            current = above
+    return current[2]
 
 
 _DEVICE = re.compile(r"^[0-9]{1,10}:[0-9]{1,10}$")
+_MOUNT_ID = re.compile(r"^[0-9]{1,10}$")
 
 
 def _unescape(field: str) -> str:

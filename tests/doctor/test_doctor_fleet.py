@@ -140,6 +140,14 @@ def test_ranks_of_one_machine_that_nccl_would_not_connect_inside_it_are_named() 
     assert (machine.id, machine.subject) == ("fleet.machine", "boot b1")
     assert machine.observed == "one machine, 2 host names: pod-b (2 ranks), pod-a"
     assert "NCCL_HOSTID" in machine.advice
+    # One NCCL_HOSTID for every rank makes one host hash: NCCL connects them inside the machine.
+    for report in pods:
+        report.host_id = "machine1"
+    [shm_again] = machine_findings(pods)  # and then their two /dev/shm are what keeps them apart
+    assert (shm_again.id, shm_again.subject) == ("fleet.shm", "NCCL_HOSTID=machine1")
+    pods[0].shm_device = "0:28"
+    assert machine_findings(pods) == []
+    assert NodeReport.from_json(pods[0].to_json()).host_id == "machine1"
     assert NodeReport.from_json(containers[2].to_json()).shm_device == "0:41"
 
 

@@ -338,6 +338,41 @@ def test_an_unused_pool_of_huge_pages_warns(tmp_path: Path, total, free, size_ki
     assert only(run_fixture(str(tree)).findings, "host.hugepages") == []
 
 
+def test_huge_page_pools_of_every_size_count_and_reserved_pages_are_used(tmp_path: Path) -> None:
+    """meminfo's HugePages_* lines count the default size only: a 1 GiB pool beside 2 MiB default pages is in
+    sysfs; pages reserved for mappings already made (resv_hugepages, HugePages_Rsvd) are not unused."""
+    tree = tmp_path / "node"
+    shutil.copytree(FIXTURES / "healthy-ib-8gpu", tree, symlinks=True)
+    (tree / "proc/meminfo").write_text(MEMINFO.format(total=0, free=0, size=2048, tlb=1 << 30))
+    pools = tree / "sys/kernel/mm/hugepages"
+    for size, pages in (("2048kB", 0), ("1048576kB", 1024)):
+        (pools / f"hugepages-{size}").mkdir(parents=True)
+        for name, value in (("nr_hugepages", pages), ("free_hugepages", pages), ("resv_hugepages", 0)):
+            (pools / f"hugepages-{size}" / name).write_text(f"{value}\n")
+    [found] = only(run_fixture(str(tree)).findings, "host.hugepages")
+    assert (found.severity, found.observed) == (
+        Severity.WARN,
+        "1024 pages of 1G: 1T reserved (51% of RAM), 1T of it unused",
+    )
+    (pools / "hugepages-1048576kB/resv_hugepages").write_text("1000\n")  # a database mapped most of it
+    [used] = only(run_fixture(str(tree)).findings, "host.hugepages")
+    assert (used.severity, used.observed) == (
+        Severity.OK,
+        "1024 pages of 1G: 1T reserved (51% of RAM), 24G of it unused",
+    )
+    shutil.rmtree(pools)  # no sysfs: meminfo's default pool, with its reserved pages
+    (tree / "proc/meminfo").write_text(
+        MEMINFO.format(total=512, free=512, size=1048576, tlb=512 << 20).replace(
+            "HugePages_Rsvd:        0", "HugePages_Rsvd:      512"
+        )
+    )
+    [meminfo] = only(run_fixture(str(tree)).findings, "host.hugepages")
+    assert (meminfo.severity, meminfo.observed) == (
+        Severity.OK,
+        "512 pages of 1G: 512G reserved (25% of RAM), 0 of it unused",
+    )
+
+
 def test_without_rdma_ucm_the_connection_manager_is_a_note(tmp_path: Path) -> None:
     tree = tmp_path / "node"
     shutil.copytree(FIXTURES / "roce-4gpu", tree, symlinks=True)
@@ -414,13 +449,15 @@ def test_kernel_text_parsers_on_the_kernels_formats() -> None:
         "25 24 0:23 / /dev/shm rw,relatime - tmpfs tmpfs rw,size=24683784k\n"
         "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard\n"
         "30 25 0:27 / /dev/shm rw,relatime - tmpfs tmpfs rw,size=24683784k\n"
-        "31 23 0:28 / /dev/shm2 rw,relatime - tmpfs tmpfs rw\n"
+        "31 24 0:28 / /dev/shm2 rw,relatime - tmpfs tmpfs rw\n"
         "32 27 0:29 / /mnt/my\\040disk rw - ext4 /dev/sdb rw\n"
     )
     assert parse_mountinfo_device(info, "/dev/shm") == "0:27"
     assert parse_mountinfo_device(info, "/dev/shm/nccl-x") == "0:27"  # a file in it
     assert parse_mountinfo_device(info, "/dev/null") == "0:6" and parse_mountinfo_device(info, "/tmp") == "254:0"
     assert parse_mountinfo_device(info, "/mnt/my disk/f") == "0:29"
+    # /dev mounted again over the first: the /dev/shm mounted on the first is out of reach.
+    assert parse_mountinfo_device(info + "40 24 0:99 / /dev rw - tmpfs tmpfs rw\n", "/dev/shm") == "0:99"
     assert parse_mountinfo_device("tmpfs /dev/shm tmpfs rw,size=65536k 0 0\n", "/dev/shm") is None  # /proc/mounts
     assert parse_mountinfo_device("1 1 0:" + "9" * 400 + " / / rw - x x rw\n", "/dev/shm") is None
     assert parse_mountinfo_device(None, "/dev/shm") is None

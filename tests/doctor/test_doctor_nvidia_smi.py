@@ -294,3 +294,23 @@ def test_garbled_nvidia_smi_text_in_a_tree_is_a_note(tmp_path: Path) -> None:
     assert report.node.nvml == "not live"
     notes = {f.subject: f.observed for f in only(report.findings, "probe.read")}
     assert any(SMI_FILE in subject for subject in notes), notes
+
+
+def test_gpus_not_given_to_a_container_are_not_called_lost(tmp_path: Path) -> None:
+    """sysfs shows all 8 GPUs of the machine; the container's driver folder and nvidia-smi only the 4 it got."""
+    tree = tmp_path / "node"
+    shutil.copytree(FIXTURES / "healthy-ib-8gpu", tree, symlinks=True)
+    (tree / NVML_FILE).unlink()
+    (tree / SMI_FILE).write_text(smi_text(BUSES[:4]))
+    lost = {f.subject for f in only(run_fixture(str(tree)).findings, "gpu.count", Severity.FAIL)}
+    assert lost == {"GPU 0000:9b:00.0", "GPU 0000:ac:00.0", "GPU 0000:bd:00.0", "GPU 0000:ce:00.0"}  # bare metal
+    for bus in BUSES[:4]:
+        (tree / "proc/driver/nvidia/gpus" / bus[4:].lower()).mkdir(parents=True)
+    findings = run_fixture(str(tree)).findings
+    assert only(findings, "gpu.count", Severity.FAIL) == []
+    hidden = {f.subject: f.observed for f in only(findings, "gpu.count", Severity.INFO)}
+    assert set(hidden) == lost and all("not given to this container" in v for v in hidden.values())
+    (tree / "proc/driver/nvidia/gpus/0000:9b:00.0").mkdir()  # the driver has it, NVML does not: lost after all
+    assert {f.subject for f in only(run_fixture(str(tree)).findings, "gpu.count", Severity.FAIL)} == {
+        "GPU 0000:9b:00.0"
+    }

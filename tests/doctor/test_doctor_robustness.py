@@ -278,3 +278,14 @@ def test_aer_counters_that_cannot_be_read_are_not_counted_as_zero(tmp_path: Path
     assert counted.observed.startswith("correctable 5") and counted.observed.endswith(
         "; could not read aer_dev_nonfatal, aer_dev_fatal"
     )
+
+
+def test_a_nic_whose_state_files_cannot_be_read_is_not_called_down(tmp_path: Path) -> None:
+    tree = copy_tree("healthy-ib-8gpu", tmp_path / "node")
+    for name in ("operstate", "carrier"):
+        (tree / IB0 / "net/ib0" / name).unlink()
+        (tree / IB0 / "net/ib0" / name).mkdir()
+    findings = diagnose(open_root(str(tree)), env={}).findings
+    assert only(findings, "nic.link", Severity.FAIL) == []
+    [unknown] = only(findings, "nic.link", Severity.WARN)
+    assert unknown.observed == "could not read whether it is up: operstate unreadable, carrier unknown"

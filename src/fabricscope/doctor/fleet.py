@@ -165,6 +165,8 @@ class NodeReport:
     boot_id: str | None = None
     shm_device: str | None = None
     """``major:minor`` of the rank's ``/dev/shm`` (NCCL's ``shmDev``); None when unknown."""
+    host_id: str | None = None
+    """The rank's ``NCCL_HOSTID``: NCCL's host hash is made of it instead of host name and boot id."""
     failed: bool = False
     """The rank could not probe its node: ``findings`` says why, ``facts`` is empty."""
     ranks: list[int] = field(default_factory=list)
@@ -177,6 +179,7 @@ class NodeReport:
                 "hostname": self.hostname,
                 "boot_id": self.boot_id,
                 "shm_device": self.shm_device,
+                "host_id": self.host_id,
                 "root": self.root,
                 "failed": self.failed,
                 "facts": self.facts,
@@ -192,6 +195,7 @@ class NodeReport:
             hostname=str(data["hostname"]),
             boot_id=None if data.get("boot_id") is None else str(data["boot_id"]),
             shm_device=None if data.get("shm_device") is None else str(data["shm_device"]),
+            host_id=None if data.get("host_id") is None else str(data["host_id"]),
             root=str(data["root"]),
             failed=bool(data.get("failed", False)),
             facts={str(k): str(v) for k, v in data["facts"].items()},
@@ -344,15 +348,16 @@ _SAME_NODE = (
 
 def machine_findings(reports: Sequence[NodeReport]) -> list[Finding]:
     """Ranks of one machine (one boot id) that NCCL will not connect inside it: under several host names
-    (containers with their own UTS namespace), or on different ``/dev/shm`` file systems (containers
-    each with their own)."""
+    (containers with their own UTS namespace) and no common ``NCCL_HOSTID``, or on different ``/dev/shm``
+    file systems (containers each with their own)."""
     findings = []
     by_boot: dict[str, list[NodeReport]] = defaultdict(list)
     for report in sorted(reports, key=lambda r: r.rank):
         if report.boot_id and not report.failed:
             by_boot[report.boot_id].append(report)
     for boot_id, group in by_boot.items():
-        hosts = Counter(r.hostname for r in group)
+        # What NCCL's host hash is made of: NCCL_HOSTID where set, else the host name (with this boot id).
+        hosts = Counter(_nccl_host(r) for r in group)
         if len(hosts) > 1:
             named = ", ".join(f"{host} ({n} ranks)" if n > 1 else host for host, n in hosts.most_common(MAX_NAMED))
             findings.append(
@@ -361,16 +366,17 @@ def machine_findings(reports: Sequence[NodeReport]) -> list[Finding]:
                     Severity.WARN,
                     f"boot {boot_id[:8]}",
                     f"one machine, {len(hosts)} host names: {named}",
-                    "one host name per machine",
+                    "one host name (or one NCCL_HOSTID) per machine",
                     f"{_SAME_NODE}; run the ranks of a machine in one container, or give them one NCCL_HOSTID "
                     "and the host's /dev/shm",
                 )
             )
         for host in hosts:
-            devices = Counter(r.shm_device for r in group if r.hostname == host and r.shm_device)
+            members = [r for r in group if _nccl_host(r) == host]
+            devices = Counter(r.shm_device for r in members if r.shm_device)
             if len(devices) < 2:
                 continue
-            ranks = {d: [r.rank for r in group if r.hostname == host and r.shm_device == d] for d in devices}
+            ranks = {d: [r.rank for r in members if r.shm_device == d] for d in devices}
             shown = "; ".join(f"{device} for rank{'s' * (len(r) > 1)} {_ranks(r)}" for device, r in ranks.items())
             findings.append(
                 finding(
@@ -384,6 +390,10 @@ def machine_findings(reports: Sequence[NodeReport]) -> list[Finding]:
                 )
             )
     return findings
+
+
+def _nccl_host(report: NodeReport) -> str:
+    return f"NCCL_HOSTID={report.host_id}" if report.host_id else report.hostname
 
 
 def _ranks(ranks: Sequence[int]) -> str:

@@ -102,6 +102,7 @@ def probe_rank(args: argparse.Namespace, world: World, expect: Expectations | No
         hostname=report.node.hostname,
         boot_id=report.node.boot_id,
         shm_device=report.node.host.shm_device,
+        host_id=host_id.value if (host_id := report.node.nccl.get("NCCL_HOSTID")) else None,
         root=root_path,
         facts=node_facts(report.node, report.expect),
         findings=report.findings,

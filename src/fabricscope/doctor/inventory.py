@@ -307,9 +307,10 @@ class HostTuning:
     """``major:minor`` of the file system under ``/dev/shm`` (``proc/self/mountinfo``): NCCL's ``shmDev``.
     NCCL uses peer-to-peer and shared memory only between ranks of one machine that share it."""
     mem_total: int | None = None
-    huge_pages: tuple[int, int, int] | None = None
-    """Persistent huge pages (``proc/meminfo``): (``HugePages_Total``, ``HugePages_Free``, ``Hugepagesize`` in
-    bytes); None when the file does not say."""
+    huge_pages: list[tuple[int, int, int, int]] | None = None
+    """Persistent huge page pools, one per page size: (page size in bytes, pages, free, reserved for mappings
+    made), from ``sys/kernel/mm/hugepages/hugepages-<size>kB`` (else ``proc/meminfo``, which counts the default
+    size only); None when neither says."""
     thp: str | None = None
     """Transparent huge pages: ``always``, ``madvise`` or ``never``."""
 
@@ -389,6 +390,9 @@ class Node:
     """The CUDA version the driver supports (NVML), ``12.4``; None without NVML."""
     libraries: dict[str, str] = field(default_factory=dict)
     """Versions of the libraries a job loads (``NCCL``, ``libibverbs``, ``NCCL (Python wheel)``) and where."""
+    driver_gpus: frozenset[str] | None = None
+    """The GPUs the NVIDIA driver shows this process (``proc/driver/nvidia/gpus``: in a container, only the
+    ones it was given); None where the folder is not there."""
     rdma_cm: bool | None = None
     """User space can reach the RDMA connection manager (``sys/class/misc/rdma_cm``: rdma_ucm loaded);
     None without RDMA devices."""

@@ -27,6 +27,7 @@ __all__ = [
     "driver_cuda_major",
 ]
 
+_SMI = "; without nvidia-ml-py: nvidia-smi -q (fabricscope-capture/nvidia-smi-q in a capture)"
 GDR_DEFAULT = "PXB"
 """NCCL uses GPUDirect RDMA by default up to this distance (NCCL_NET_GDR_LEVEL's default)."""
 
@@ -34,7 +35,7 @@ GDR_DEFAULT = "PXB"
 class GpuCount(Check):
     id = "gpu.count"
     title = "The expected number of NVIDIA GPUs is on the bus and visible to the driver"
-    reads = "sys/bus/pci/devices/*/{vendor,class}; NVML when installed"
+    reads = "sys/bus/pci/devices/*/{vendor,class}; NVML when installed, else nvidia-smi -q; proc/driver/nvidia/gpus"
 
     def run(self, node: Node, expect: Expectations) -> list[Finding]:
         count = len(node.gpus)
@@ -56,7 +57,16 @@ class GpuCount(Check):
             findings.append(self.finding(Severity.INFO, node.hostname, "no NVIDIA GPUs"))
         if node.nvml in ANSWERED:
             for gpu in node.gpus:
-                if gpu.nvml_index is None:
+                if gpu.nvml_index is None and node.driver_gpus is not None and gpu.pci not in node.driver_gpus:
+                    # sysfs shows every GPU of the machine; a container's driver folder only those it was given
+                    findings.append(
+                        self.finding(
+                            Severity.INFO,
+                            f"GPU {gpu.pci}",
+                            "on the PCI bus, not given to this container (not in /proc/driver/nvidia/gpus)",
+                        )
+                    )
+                elif gpu.nvml_index is None:
                     findings.append(
                         self.finding(
                             Severity.FAIL,
@@ -69,9 +79,9 @@ class GpuCount(Check):
         return findings
 
 
-DRIVER_FOR_CUDA = ((12, (525, 60, 13)), (11, (450, 80, 2)))
+DRIVER_FOR_CUDA = ((13, (580, 65, 6)), (12, (525, 60, 13)), (11, (450, 80, 2)))
 """The oldest Linux driver that runs each CUDA major version's libraries, any minor version of it (NVIDIA's
-CUDA Compatibility guide, "Minor Version Compatibility")."""
+CUDA Compatibility guide, "Minor Version Compatibility"; CUDA 13: the 13.0 release notes' driver)."""
 _WHEEL_CUDA = re.compile(r"^nvidia-nccl-cu([0-9]{2}) ")
 
 
@@ -268,7 +278,7 @@ class _NvmlCheck(Check):
 class GpuPersistence(_NvmlCheck):
     id = "gpu.persistence"
     title = "Persistence mode is on (the driver stays loaded between jobs)"
-    reads = "NVML nvmlDeviceGetPersistenceMode (fabricscope-capture/nvml.json in a capture)"
+    reads = "NVML nvmlDeviceGetPersistenceMode (fabricscope-capture/nvml.json in a capture)" + _SMI
 
     def run(self, node: Node, expect: Expectations) -> list[Finding]:
         findings = []
@@ -302,7 +312,7 @@ class GpuEcc(_NvmlCheck):
     title = "No uncorrected ECC errors, no row remapping or page retirement pending or failed"
     reads = (
         "NVML nvmlDeviceGetTotalEccErrors (volatile, aggregate), nvmlDeviceGetRemappedRows, "
-        "nvmlDeviceGetRetiredPages, nvmlDeviceGetRetiredPagesPendingStatus"
+        "nvmlDeviceGetRetiredPages, nvmlDeviceGetRetiredPagesPendingStatus" + _SMI
     )
 
     def run(self, node: Node, expect: Expectations) -> list[Finding]:
@@ -390,7 +400,7 @@ recommended by RM", the driver's resource manager; its PCIe health watch fails a
 class GpuPcieReplays(_NvmlCheck):
     id = "gpu.pcie_replay"
     title = "No GPU's PCIe link retransmits more than DCGM's 8 replays a minute"
-    reads = "NVML nvmlDeviceGetPcieReplayCounter (replays since the driver loaded), proc/uptime"
+    reads = "NVML nvmlDeviceGetPcieReplayCounter (replays since the driver loaded), proc/uptime" + _SMI
 
     def run(self, node: Node, expect: Expectations) -> list[Finding]:
         findings = []
@@ -446,7 +456,7 @@ sync boost (0x10) and display clocks (0x100) are normal."""
 class GpuClocks(_NvmlCheck):
     id = "gpu.clocks"
     title = "No GPU is held below its clocks by hardware slowdown, thermal or power limits while idle"
-    reads = "NVML nvmlDeviceGetCurrentClocksEventReasons (throttle reasons) and utilization"
+    reads = "NVML nvmlDeviceGetCurrentClocksEventReasons (throttle reasons) and utilization" + _SMI
 
     def run(self, node: Node, expect: Expectations) -> list[Finding]:
         findings = []

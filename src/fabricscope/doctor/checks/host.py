@@ -115,25 +115,31 @@ class HostHugePages(Check):
 
     id = "host.hugepages"
     title = "No large pool of persistent huge pages sits unused"
-    reads = "proc/meminfo (HugePages_Total, HugePages_Free, Hugepagesize, MemTotal)"
+    reads = (
+        "sys/kernel/mm/hugepages/hugepages-*/{nr,free,resv}_hugepages (every page size), else proc/meminfo "
+        "(HugePages_Total, _Free, _Rsvd, Hugepagesize); MemTotal"
+    )
 
     def applies(self, node: Node, expect: Expectations) -> bool:
         return node.host.huge_pages is not None and bool(node.host.mem_total)
 
     def run(self, node: Node, expect: Expectations) -> list[Finding]:
-        pages, memory = node.host.huge_pages, node.host.mem_total
-        if pages is None or not memory:
+        pools, memory = node.host.huge_pages, node.host.mem_total
+        if pools is None or not memory:
             return []
-        total, free, size = pages
         subject = "vm.nr_hugepages"
-        if total == 0:
+        reserved = sum(size * pages for size, pages, _, _ in pools)
+        if reserved == 0:
             return [self.finding(Severity.OK, subject, "no persistent huge pages reserved")]
+        # Free pages promised to mappings already made (reserved) are used; the rest nothing has.
+        unused = sum(size * max(free - promised, 0) for size, _, free, promised in pools)
+        sizes = ", ".join(f"{pages} pages of {format_size(size)}" for size, pages, _, _ in pools if pages)
         shown = (
-            f"{total} pages of {format_size(size)}: {format_size(total * size)} reserved "
-            f"({100 * total * size / memory:.0f}% of RAM), {format_size(free * size)} of it unused"
+            f"{sizes}: {format_size(reserved)} reserved ({100 * reserved / memory:.0f}% of RAM), "
+            f"{format_size(unused)} of it unused"
         )
         wanted = f"unused pool under {HUGE_PAGES_UNUSED:.0%} of RAM"
-        if free * size < HUGE_PAGES_UNUSED * memory:
+        if unused < HUGE_PAGES_UNUSED * memory:
             return [self.finding(Severity.OK, subject, shown, wanted)]
         return [
             self.finding(

@@ -84,6 +84,16 @@ class NicLink(Check):
                 findings.append(self.finding(Severity.OK, _subject(nic), seen, "up"))
             elif nic.operstate in (None, "unknown") and nic.carrier == 1:
                 findings.append(self.finding(Severity.INFO, _subject(nic), seen, "up"))
+            elif nic.operstate in (None, "unknown") and nic.carrier is None:  # nothing read says it is down
+                findings.append(
+                    self.finding(
+                        Severity.WARN,
+                        _subject(nic),
+                        f"could not read whether it is up: {seen}",
+                        "up, carrier 1",
+                        "probe.read says why; ip link show says whether it is up",
+                    )
+                )
             else:
                 findings.append(
                     self.finding(

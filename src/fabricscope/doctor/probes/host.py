@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import socket
 
 from fabricscope.doctor.inventory import GpuDirect, HostTuning, TcpTuning
@@ -160,10 +161,7 @@ def probe_host(root: SysRoot) -> HostTuning:
         host.memlock_source = "proc/self/limits"
     meminfo = parse_meminfo(root.text("proc/meminfo"))
     host.mem_total = meminfo.get("MemTotal") if meminfo else None
-    if meminfo and meminfo.get("HugePages_Total") == 0:
-        host.huge_pages = (0, 0, meminfo.get("Hugepagesize", 0))
-    elif meminfo and all(key in meminfo for key in ("HugePages_Total", "HugePages_Free", "Hugepagesize")):
-        host.huge_pages = (meminfo["HugePages_Total"], meminfo["HugePages_Free"], meminfo["Hugepagesize"])
+    host.huge_pages = probe_huge_pages(root, meminfo)
     host.shm_device = parse_mountinfo_device(root.text("proc/self/mountinfo"), "/dev/shm")
     mounts = parse_mounts(root.text("proc/self/mounts"))
     shm = [m for m in mounts or [] if m[1] == "/dev/shm"]
@@ -177,6 +175,36 @@ def probe_host(root: SysRoot) -> HostTuning:
         elif shm[-1][2] == "tmpfs" and host.mem_total is not None:  # tmpfs without size=: half of RAM
             host.shm_bytes, host.shm_source = host.mem_total // 2, "a tmpfs without size=: half of MemTotal"
     return host
+
+
+HUGE_PAGES = "sys/kernel/mm/hugepages"
+_POOL = re.compile(r"^hugepages-([0-9]{1,12})kB$")
+
+
+def probe_huge_pages(root: SysRoot, meminfo: dict[str, int] | None) -> list[tuple[int, int, int, int]] | None:
+    """Each persistent huge page pool: (page size, pages, free, reserved), from ``sys/kernel/mm/hugepages``
+    (every size), else from ``proc/meminfo`` (the default size only: a 1 GiB pool beside 2 MiB default
+    pages is not in its ``HugePages_*`` lines)."""
+    pools: list[tuple[int, int, int, int]] = []
+    for entry in root.listdir(HUGE_PAGES)[:16]:
+        match = _POOL.match(entry)
+        if match is None:
+            continue
+        counts = [
+            parsed(root, f"{HUGE_PAGES}/{entry}/{name}", parse_int, "a page count")
+            for name in ("nr_hugepages", "free_hugepages", "resv_hugepages")
+        ]
+        pages, free, promised = (n if isinstance(n, int) and 0 <= n < 1 << 48 else None for n in counts)
+        if pages is not None and free is not None and promised is not None:
+            pools.append((int(match.group(1)) * 1024, pages, free, promised))
+    if pools:
+        return sorted(pools)
+    keys = ("Hugepagesize", "HugePages_Total", "HugePages_Free", "HugePages_Rsvd")
+    if meminfo and meminfo.get("HugePages_Total") == 0:
+        return [(meminfo.get("Hugepagesize", 0), 0, 0, 0)]
+    if meminfo and all(key in meminfo for key in keys[:3]):
+        return [(meminfo[keys[0]], meminfo[keys[1]], meminfo[keys[2]], meminfo.get(keys[3], 0))]
+    return None
 
 
 NCCL_WHEEL_FILE = "fabricscope-capture/nccl-wheel"

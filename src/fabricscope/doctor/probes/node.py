@@ -42,6 +42,10 @@ class NodeEnv:
     """NCCL variables of this process that are not used (a capture's recorded environment is)."""
 
 
+DRIVER_GPUS = "proc/driver/nvidia/gpus"
+"""One folder per GPU the driver manages; a container's shows only the GPUs it was given."""
+
+
 def passwd_home() -> str | None:
     """The home directory of this user's passwd entry, as NCCL's ``getpwuid(getuid())`` finds it."""
     try:
@@ -117,6 +121,7 @@ def probe_node(root: SysRoot, env: Mapping[str, str] | NodeEnv | None = None) ->
         host=probe_host(root),
         aer=probe_aer(root, pci),
         cuda_driver=cuda,
+        driver_gpus=frozenset(e.lower() for e in root.listdir(DRIVER_GPUS)) if root.is_dir(DRIVER_GPUS) else None,
         libraries=probe_libraries(root),
         rdma_cm=root.exists("sys/class/misc/rdma_cm") if rdma else None,
     )
