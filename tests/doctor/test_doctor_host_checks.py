@@ -229,6 +229,16 @@ def test_the_trust_state_mlnx_qos_prints_decides_the_priority(tmp_path: Path) ->
     (tree / QOS_DIR / "ens1f0np0").write_text(_qos("pcp", pfc5=1))
     five = only(run_fixture(str(tree), env={"NCCL_IB_SL": "5"}).findings, "rdma.traffic_class")
     assert five[0].severity is Severity.OK and five[0].observed.endswith("PFC on 3,5")
+    # A DSCP the printed map leaves out is on priority 0, as mlx5 puts a deleted entry back.
+    (tree / QOS_DIR / "ens1f0np0").write_text(_qos("dscp").replace("27,26,25", "27,25"))
+    [gone, _] = only(run_fixture(str(tree), env={"NCCL_IB_TC": "106"}).findings, "rdma.traffic_class")
+    assert gone.severity is Severity.WARN and "-> priority 0; PFC on 3" in gone.observed
+    # No DSCP on the PFC priority at all: the map is what to change, not the class.
+    (tree / QOS_DIR / "ens1f0np0").write_text(_qos("dscp").replace("prio:3 dscp:", "prio:0 dscp:"))
+    [unmapped, _] = only(run_fixture(str(tree), env={"NCCL_IB_TC": "106"}).findings, "rdma.traffic_class")
+    assert "map NCCL's DSCP 26 to priority 3 on the port (mlnx_qos -i ens1f0np0 --dscp2prio set,26,3)" in (
+        unmapped.advice
+    )
     # Garbage where the capture should be is a note, and the old assumption holds.
     (tree / QOS_DIR / "ens1f0np0").write_text("[/b]\n")
     report = run_fixture(str(tree), env={"NCCL_IB_TC": "106"})
@@ -360,6 +370,18 @@ def test_huge_page_pools_of_every_size_count_and_reserved_pages_are_used(tmp_pat
         Severity.OK,
         "1024 pages of 1G: 1T reserved (51% of RAM), 24G of it unused",
     )
+    # A count that cannot be read is not a zero: the pool is said, not called empty or unused.
+    (pools / "hugepages-1048576kB/free_hugepages").unlink()
+    (pools / "hugepages-1048576kB/free_hugepages").mkdir()
+    [unread] = only(run_fixture(str(tree)).findings, "host.hugepages")
+    assert (unread.severity, unread.observed) == (
+        Severity.INFO,
+        "1024 pages of 1G: 1T reserved (51% of RAM), 0 of it unused; could not read the 1G pool (probe.read says why)",
+    )
+    (pools / "hugepages-2048kB/nr_hugepages").write_text("204800\n")  # 400 GiB of 2 MiB pages, read and unused
+    (pools / "hugepages-2048kB/free_hugepages").write_text("204800\n")
+    [still] = only(run_fixture(str(tree)).findings, "host.hugepages")
+    assert still.severity is Severity.WARN and "400G of it unused; could not read the 1G pool" in still.observed
     shutil.rmtree(pools)  # no sysfs: meminfo's default pool, with its reserved pages
     (tree / "proc/meminfo").write_text(
         MEMINFO.format(total=512, free=512, size=1048576, tlb=512 << 20).replace(

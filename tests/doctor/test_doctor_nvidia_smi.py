@@ -314,3 +314,8 @@ def test_gpus_not_given_to_a_container_are_not_called_lost(tmp_path: Path) -> No
     assert {f.subject for f in only(run_fixture(str(tree)).findings, "gpu.count", Severity.FAIL)} == {
         "GPU 0000:9b:00.0"
     }
+    # One the driver never bound (no driver link in sysfs, where a container still shows the host's) is lost too.
+    device = tree / "sys/bus/pci/devices/0000:ce:00.0"
+    (device.resolve() / "driver").unlink()
+    failed = {f.subject for f in only(run_fixture(str(tree)).findings, "gpu.count", Severity.FAIL)}
+    assert failed == {"GPU 0000:9b:00.0", "GPU 0000:ce:00.0"}

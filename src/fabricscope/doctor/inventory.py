@@ -307,10 +307,10 @@ class HostTuning:
     """``major:minor`` of the file system under ``/dev/shm`` (``proc/self/mountinfo``): NCCL's ``shmDev``.
     NCCL uses peer-to-peer and shared memory only between ranks of one machine that share it."""
     mem_total: int | None = None
-    huge_pages: list[tuple[int, int, int, int]] | None = None
+    huge_pages: list[tuple[int, int | None, int | None, int | None]] | None = None
     """Persistent huge page pools, one per page size: (page size in bytes, pages, free, reserved for mappings
-    made), from ``sys/kernel/mm/hugepages/hugepages-<size>kB`` (else ``proc/meminfo``, which counts the default
-    size only); None when neither says."""
+    made; None where its file could not be read), from ``sys/kernel/mm/hugepages/hugepages-<size>kB`` (else
+    ``proc/meminfo``, which counts the default size only); None when neither says."""
     thp: str | None = None
     """Transparent huge pages: ``always``, ``madvise`` or ``never``."""
 

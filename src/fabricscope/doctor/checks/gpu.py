@@ -57,8 +57,16 @@ class GpuCount(Check):
             findings.append(self.finding(Severity.INFO, node.hostname, "no NVIDIA GPUs"))
         if node.nvml in ANSWERED:
             for gpu in node.gpus:
-                if gpu.nvml_index is None and node.driver_gpus is not None and gpu.pci not in node.driver_gpus:
-                    # sysfs shows every GPU of the machine; a container's driver folder only those it was given
+                device = node.pci.get(gpu.pci)
+                bound = device is not None and device.driver == "nvidia"
+                if (
+                    gpu.nvml_index is None
+                    and bound
+                    and node.driver_gpus is not None
+                    and gpu.pci not in node.driver_gpus
+                ):
+                    # sysfs shows every GPU of the machine, bound to the driver; a container's driver folder
+                    # only those it was given. One the driver never bound is lost, in a container or not.
                     findings.append(
                         self.finding(
                             Severity.INFO,

@@ -128,19 +128,31 @@ class HostHugePages(Check):
         if pools is None or not memory:
             return []
         subject = "vm.nr_hugepages"
-        reserved = sum(size * pages for size, pages, _, _ in pools)
-        if reserved == 0:
+        reserved = sum(size * (pages or 0) for size, pages, _, _ in pools)
+        unread = [
+            size for size, pages, free, promised in pools if pages is None or (pages and None in (free, promised))
+        ]
+        if reserved == 0 and not unread:
             return [self.finding(Severity.OK, subject, "no persistent huge pages reserved")]
-        # Free pages promised to mappings already made (reserved) are used; the rest nothing has.
-        unused = sum(size * max(free - promised, 0) for size, _, free, promised in pools)
         sizes = ", ".join(f"{pages} pages of {format_size(size)}" for size, pages, _, _ in pools if pages)
+        # Free pages promised to mappings already made (reserved) are used; the rest nothing has. A pool
+        # whose counts could not be read adds nothing here: an unread count is not a zero.
+        unused = sum(
+            size * max(free - promised, 0)
+            for size, pages, free, promised in pools
+            if size not in unread and free is not None and promised is not None
+        )
         shown = (
-            f"{sizes}: {format_size(reserved)} reserved ({100 * reserved / memory:.0f}% of RAM), "
+            f"{sizes or 'no pages read'}: {format_size(reserved)} reserved ({100 * reserved / memory:.0f}% of RAM), "
             f"{format_size(unused)} of it unused"
         )
+        if unread:
+            shown += (
+                f"; could not read the {', '.join(format_size(size) for size in unread)} pool (probe.read says why)"
+            )
         wanted = f"unused pool under {HUGE_PAGES_UNUSED:.0%} of RAM"
         if unused < HUGE_PAGES_UNUSED * memory:
-            return [self.finding(Severity.OK, subject, shown, wanted)]
+            return [self.finding(Severity.INFO if unread else Severity.OK, subject, shown, wanted)]
         return [
             self.finding(
                 Severity.WARN,

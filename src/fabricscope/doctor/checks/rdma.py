@@ -533,6 +533,15 @@ def _lid(value: int | None) -> str:
     return "unknown" if value is None else f"0x{value:x}"
 
 
+def _traffic_class(node: Node) -> int | None:
+    """NCCL_IB_TC: 0 (NCCL's default) when unset, None when it is not a number from 0 to 255."""
+    setting = node.nccl.get("NCCL_IB_TC")
+    if setting is None:
+        return 0
+    value = setting.value.strip()
+    return int(value) if is_digits(value) and int(value) <= 255 else None
+
+
 def nccl_priority(node: Node, qos: Qos | None = None) -> tuple[int, str] | None:
     """The priority NCCL's RoCE traffic is sent on, and why; None when the setting it comes from is unreadable.
 
@@ -550,17 +559,18 @@ def nccl_priority(node: Node, qos: Qos | None = None) -> tuple[int, str] | None:
         if not is_digits(value) or int(value) > 7:
             return None
         return int(value), f"PCP trust (mlnx_qos): NCCL_IB_SL={value} ({level.source})"
-    setting = node.nccl.get("NCCL_IB_TC")
-    if setting is None:
-        tc, why = 0, "NCCL_IB_TC unset: traffic class 0"
-    else:
-        value = setting.value.strip()
-        if not is_digits(value) or int(value) > 255:
-            return None
-        tc, why = int(value), f"NCCL_IB_TC={int(value)} ({setting.source}): DSCP {int(value) >> 2}"
+    setting, tc = node.nccl.get("NCCL_IB_TC"), _traffic_class(node)
+    if tc is None:
+        return None
+    why = (
+        "NCCL_IB_TC unset: traffic class 0"
+        if setting is None
+        else f"NCCL_IB_TC={tc} ({setting.source}): DSCP {tc >> 2}"
+    )
     dscp = tc >> 2
-    if qos is not None and qos.trust == "dscp" and dscp in qos.dscp_priority:
-        return qos.dscp_priority[dscp], f"{why}, DSCP trust and the port's DSCP map (mlnx_qos)"
+    if qos is not None and qos.trust == "dscp" and qos.dscp_priority:
+        # A DSCP the printed map leaves out is on priority 0 (mlx5 puts a deleted entry back there).
+        return qos.dscp_priority.get(dscp, 0), f"{why}, DSCP trust and the port's DSCP map (mlnx_qos)"
     if qos is None or qos.trust is None:
         return dscp >> 3, why + (", DSCP trust assumed" if setting is not None or qos is not None else "")
     return dscp >> 3, f"{why}, DSCP trust (mlnx_qos)"
@@ -602,11 +612,19 @@ class RdmaTrafficClass(_RoceCheck):
             dscp = 8 * target + 2  # AF<target>1, on priority <target> in mlx5's default map
             mapped = nic.qos.dscp_priority if nic.qos else {}
             if mapped and mapped.get(dscp) != target:  # the port's own map: a DSCP it puts there
-                dscp = next((d for d, p in sorted(mapped.items()) if p == target), dscp)
-            fix = (
-                f"set NCCL_IB_TC={dscp * 4 + 2} (DSCP {dscp}, priority {target}), or check that the NIC rewrites "
-                f"the class (cma_roce_tos, /sys/class/infiniband/{port.device}/tc/{port.port}/traffic_class)"
-            )
+                dscp = next((d for d, p in sorted(mapped.items()) if p == target), -1)
+            if dscp < 0:  # the port maps no DSCP to the PFC priority: the map is what to change
+                used = (_traffic_class(node) or 0) >> 2
+                fix = (
+                    f"map NCCL's DSCP {used} to priority {target} on the port (mlnx_qos -i {nic.name} --dscp2prio "
+                    f"set,{used},{target}) and on the switches"
+                )
+            else:
+                fix = (
+                    f"set NCCL_IB_TC={dscp * 4 + 2} (DSCP {dscp}, priority {target}), or check that the NIC "
+                    f"rewrites the class (cma_roce_tos, /sys/class/infiniband/{port.device}/tc/{port.port}/"
+                    "traffic_class)"
+                )
         yield self.finding(
             Severity.WARN,
             subject,

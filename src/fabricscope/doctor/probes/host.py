@@ -181,11 +181,13 @@ HUGE_PAGES = "sys/kernel/mm/hugepages"
 _POOL = re.compile(r"^hugepages-([0-9]{1,12})kB$")
 
 
-def probe_huge_pages(root: SysRoot, meminfo: dict[str, int] | None) -> list[tuple[int, int, int, int]] | None:
+def probe_huge_pages(
+    root: SysRoot, meminfo: dict[str, int] | None
+) -> list[tuple[int, int | None, int | None, int | None]] | None:
     """Each persistent huge page pool: (page size, pages, free, reserved), from ``sys/kernel/mm/hugepages``
     (every size), else from ``proc/meminfo`` (the default size only: a 1 GiB pool beside 2 MiB default
     pages is not in its ``HugePages_*`` lines)."""
-    pools: list[tuple[int, int, int, int]] = []
+    pools: list[tuple[int, int | None, int | None, int | None]] = []
     for entry in root.listdir(HUGE_PAGES)[:16]:
         match = _POOL.match(entry)
         if match is None:
@@ -195,8 +197,7 @@ def probe_huge_pages(root: SysRoot, meminfo: dict[str, int] | None) -> list[tupl
             for name in ("nr_hugepages", "free_hugepages", "resv_hugepages")
         ]
         pages, free, promised = (n if isinstance(n, int) and 0 <= n < 1 << 48 else None for n in counts)
-        if pages is not None and free is not None and promised is not None:
-            pools.append((int(match.group(1)) * 1024, pages, free, promised))
+        pools.append((int(match.group(1)) * 1024, pages, free, promised))  # None: could not be read
     if pools:
         return sorted(pools)
     keys = ("Hugepagesize", "HugePages_Total", "HugePages_Free", "HugePages_Rsvd")
