@@ -202,6 +202,8 @@ def test_the_trust_state_mlnx_qos_prints_decides_the_priority(tmp_path: Path) ->
         7,
     )
     assert parse_mlnx_qos("garbage\n" + "9" * 5000) is None
+    tabbed = parse_mlnx_qos(_qos("dscp").replace("27,26,25,24,", "27,26,25,24,\t"))  # trailing white space
+    assert tabbed is not None and tabbed.dscp_priority[26] == 3
     tree = tmp_path / "node"
     shutil.copytree(FIXTURES / "roce-4gpu", tree, symlinks=True)
     (tree / QOS_DIR).mkdir()

@@ -13,10 +13,9 @@ node it is run where installed (10 s at most); a capture keeps its text in
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 
 from fabricscope.doctor.inventory import Qos
+from fabricscope.doctor.probes.tools import run_tool
 from fabricscope.sysroot import CAPTURE_DIR, SysRoot
 
 __all__ = ["QOS_DIR", "parse_mlnx_qos", "read_qos"]
@@ -24,7 +23,7 @@ __all__ = ["QOS_DIR", "parse_mlnx_qos", "read_qos"]
 QOS_DIR = f"{CAPTURE_DIR}/mlnx_qos"
 _TIMEOUT_S = 10.0
 _TRUST = re.compile(r"^\s*Priority trust (?:state|mode)\s*:\s*(\w+)\s*$", re.IGNORECASE)
-_DSCP = re.compile(r"^\s*prio\s*:\s*([0-7])\s+dscp\s*:\s*([0-9, ]{0,400})$")
+_DSCP = re.compile(r"^\s*prio\s*:\s*([0-7])\s+dscp\s*:\s*([0-9,\s]{0,400})$")
 _PFC_HEADER = re.compile(r"^\s*priority\s+0\s+1\s+2\s+3\s+4\s+5\s+6\s+7\s*$")
 _PFC_ENABLED = re.compile(r"^\s*enabled\s+([01](?:\s+[01]){7})\s*$")
 
@@ -57,7 +56,7 @@ def read_qos(root: SysRoot, ifname: str) -> Qos | None:
     """The QoS state of ``ifname``: ``mlnx_qos`` on the live root where installed, else its captured text."""
     rel = f"{QOS_DIR}/{ifname}"
     if root.is_live:
-        text = _run(ifname)
+        _, text = run_tool("mlnx_qos", ["-i", ifname], _TIMEOUT_S)
         if text is None:
             return None
         qos = parse_mlnx_qos(text)
@@ -71,16 +70,3 @@ def read_qos(root: SysRoot, ifname: str) -> Qos | None:
     if qos is None:
         root.garbage(rel, text.splitlines()[0] if text.strip() else text, "the text mlnx_qos -i <if> prints")
     return qos
-
-
-def _run(ifname: str) -> str | None:
-    binary = shutil.which("mlnx_qos")
-    if binary is None:
-        return None
-    try:
-        done = subprocess.run(
-            [binary, "-i", ifname], capture_output=True, timeout=_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL
-        )
-    except (subprocess.TimeoutExpired, OSError):
-        return None
-    return done.stdout.decode("utf-8", "replace") if done.returncode == 0 else None

@@ -17,10 +17,9 @@ can paste from a node: ``nvidia-smi -q > tree/fabricscope-capture/nvidia-smi-q``
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from typing import Any
 
+from fabricscope.doctor.probes.tools import run_tool
 from fabricscope.sysroot import CAPTURE_DIR
 
 __all__ = ["CLOCK_EVENT_BITS", "SMI_FILE", "SMI_TIMEOUT_S", "parse_nvidia_smi", "run_nvidia_smi"]
@@ -56,26 +55,8 @@ MAX_LINES = 200_000
 
 def run_nvidia_smi() -> tuple[str, str | None]:
     """(how it went, the text): ``absent`` without the binary, ``failed: ...`` when it did not answer."""
-    binary = shutil.which("nvidia-smi")
-    if binary is None:
-        return "absent", None
-    try:
-        done = subprocess.run(
-            [binary, "-q"],
-            capture_output=True,
-            timeout=SMI_TIMEOUT_S,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        return f"failed: nvidia-smi -q gave no answer within {SMI_TIMEOUT_S:g} s", None
-    except OSError as exc:
-        return f"failed: nvidia-smi -q: {exc.strerror or exc}", None
-    text = done.stdout.decode("utf-8", "replace")
-    if done.returncode != 0:
-        first = (text.strip() or done.stderr.decode("utf-8", "replace").strip()).splitlines()[:1]
-        return f"failed: nvidia-smi -q exited {done.returncode}" + (f": {first[0][:200]}" if first else ""), None
-    return "nvidia-smi -q", text
+    status, text = run_tool("nvidia-smi", ["-q"], SMI_TIMEOUT_S)
+    return ("nvidia-smi -q", text) if text is not None else (status, None)
 
 
 def parse_nvidia_smi(text: str) -> dict[str, Any] | None:
