@@ -1,19 +1,24 @@
-"""Does gloo move data both ways at once between two ranks?  One shaped link, three ways of crossing it.
+"""Does gloo move data both ways at once between two ranks?  One shaped link, four ways of crossing it.
 
-bench_calibrate's all-to-all misses when it extrapolates 2 ranks to 4.  This
-measures why, on the same fabric (two network namespaces behind a bridge,
+gloo's own all-to-all extrapolated badly from 2 ranks to 4 in bench_calibrate.
+This measures why, on the same fabric (two network namespaces behind a bridge,
 each veth shaped both ways by a token bucket, ``--rate``):
 
 - gloo, one way: rank 0 sends ``--bytes`` to rank 1 (``dist.send``/``recv``);
-- gloo, both ways: each rank sends ``--bytes`` to the other at once
-  (``isend`` + ``irecv``, what a 2-rank all-to-all or ring step does);
+- gloo, both ways, send first: each rank sends ``--bytes`` to the other at once,
+  posting its ``isend`` before its ``irecv`` (as gloo's ``alltoall.cc`` does);
+- gloo, both ways, receive first: the same with the ``irecv`` posted first (what
+  fabricscope's point-to-point ops do, ``ops._exchange``);
 - raw TCP, both ways: one socket, each end sending ``--bytes`` while a
   thread receives (the peer: the link and kernel without gloo's transport).
 
-Each of ``--runs`` runs builds a fresh fabric and fresh processes; it prints
-every run's rates in MB/s and the ratio of gloo's both-ways rate to the raw
-socket's (on this VM gloo's both ways comes out either near the link or near
-half of it, run by run).  Needs root with ``ip``, ``tc`` and ``unshare``.
+A gloo send waits for the peer's notice that its receive is posted, and the
+notice travels on the pair's one TCP connection behind whatever that peer has
+already written there: posted after a send, it waits behind the send's bytes,
+and the two directions take turns.  Each of ``--runs`` runs builds a fresh
+fabric and fresh processes; it prints every run's rates in MB/s and the ratio
+of each gloo both-ways rate to the raw socket's.  Needs root with ``ip``, ``tc``
+and ``unshare``.
 
     python benchmarks/bench_gloo_duplex.py [--rate 50mbit] [--bytes 2M] [--runs 3]
 """
@@ -41,10 +46,14 @@ rank, size = dist.get_rank(), int(sys.argv[1]) // 4
 a, b = torch.ones(size), torch.zeros(size)
 def one_way():
     dist.send(a, 1) if rank == 0 else dist.recv(b, 0)
-def both_ways():
+def send_first():
     s, r = dist.isend(a, 1 - rank), dist.irecv(b, 1 - rank)
     s.wait(); r.wait()
-for name, run in (("gloo, one way", one_way), ("gloo, both ways", both_ways)):
+def receive_first():
+    r, s = dist.irecv(b, 1 - rank), dist.isend(a, 1 - rank)
+    s.wait(); r.wait()
+ways = (("gloo, one way", one_way), ("gloo, both, send first", send_first), ("gloo, both, recv first", receive_first))
+for name, run in ways:
     run(); dist.barrier()
     best = float("inf")
     for _ in range(3):
@@ -111,7 +120,7 @@ def _rate(text: str) -> str:
 
 
 def _one_run(rate: str, size: int) -> dict[str, float]:
-    """The three rates on a fabric of their own: fresh namespaces, processes and connections."""
+    """The four rates on a fabric of their own: fresh namespaces, processes and connections."""
     token = secrets.token_hex(2)
     rates: dict[str, float] = {}
     with (
@@ -179,10 +188,12 @@ def main() -> int:
     print(f"# {args.rate} link ({link:.2f} MB/s each way), {size} bytes per direction, best of 3 in each run")
     for name, values in rates.items():
         print(f"{name:<22} " + " ".join(f"{value:>6.2f}" for value in values) + " MB/s")
-    both, raw = rates.get("gloo, both ways"), rates.get("raw TCP, both ways")
-    if both and raw:
-        ratios = " ".join(f"{b / r:.2f}" for b, r in zip(both, raw, strict=True))
-        print(f"# gloo both ways / raw TCP both ways, per run: {ratios}")
+    raw = rates.get("raw TCP, both ways")
+    for name in ("gloo, both, send first", "gloo, both, recv first"):
+        both = rates.get(name)
+        if both and raw:
+            ratios = " ".join(f"{b / r:.2f}" for b, r in zip(both, raw, strict=True))
+            print(f"# {name} / raw TCP both ways, per run: {ratios}")
     return 0
 
 

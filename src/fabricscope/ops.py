@@ -446,13 +446,51 @@ def _build_reduce_scatter(
     )
 
 
+def _exchange(dist: Any, *, receives: list[tuple[Any, int]], sends: list[tuple[Any, int]]) -> Callable[[], None]:
+    """One grouped round of point-to-point transfers, ``(tensor, peer)`` each, every receive posted before
+    every send; the call returns once all have completed.
+
+    The order matters on gloo: a pair of ranks shares one TCP connection, a send waits until the peer's
+    notice that its receive is posted has arrived, and that notice travels on the same connection behind
+    whatever the peer has already written there.  A rank that posts its send first puts its notice
+    behind its own payload, so the two directions of a pair take turns (a 2-rank exchange at half the
+    link once a transfer outlasts the socket's buffering).  Receives first is what NCCL's grouped calls
+    make irrelevant and MPI's advice (pre-posted receives); nccl-tests groups one send and one receive
+    per peer."""
+    ops = [dist.P2POp(dist.irecv, tensor, peer) for tensor, peer in receives]
+    ops += [dist.P2POp(dist.isend, tensor, peer) for tensor, peer in sends]
+
+    def run() -> None:
+        if ops:
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+
+    return run
+
+
 def _build_alltoall(
     torch: ModuleType, dist: Any, layout: ElementCounts, send: Any, recv: Any, ctx: Context, in_place: bool
 ) -> Call:
     base = max(layout.count, 1)
+    if send.device.type == "cpu" and layout.count > 0:
+        # gloo: nccl-tests' form (one send and one receive per peer, grouped), receives first (see
+        # _exchange); gloo's own all_to_all_single posts each send before its receive.
+        own = (recv.narrow(0, ctx.rank * base, base), send.narrow(0, ctx.rank * base, base))
+        peers = [(ctx.rank + i) % ctx.nranks for i in range(1, ctx.nranks)]
+        exchange = _exchange(
+            dist,
+            receives=[(recv.narrow(0, peer * base, base), peer) for peer in peers],
+            sends=[(send.narrow(0, peer * base, base), peer) for peer in peers],
+        )
 
-    def step() -> None:
-        dist.all_to_all_single(recv, send)
+        def step() -> None:
+            own[0].copy_(own[1])
+            exchange()
+
+    else:
+
+        def step() -> None:
+            dist.all_to_all_single(recv, send)
 
     def expected(seed: int, idx: Any) -> Any:
         # recv[j*base + i] on rank r came from rank j's send[r*base + i].
@@ -500,12 +538,8 @@ def _build_sendrecv(
 ) -> Call:
     peer_next = (ctx.rank + 1) % ctx.nranks
     peer_prev = (ctx.rank - 1) % ctx.nranks
-    ops = [dist.P2POp(dist.isend, send, peer_next), dist.P2POp(dist.irecv, recv, peer_prev)]
+    step = _exchange(dist, receives=[(recv, peer_prev)], sends=[(send, peer_next)])
     previous = _plain(torch, ctx, peer_prev)
-
-    def step() -> None:
-        for work in dist.batch_isend_irecv(ops):
-            work.wait()
 
     plain = patterns.plain_period(ctx.dtype)
     own = _plain(torch, ctx, ctx.rank)
@@ -525,10 +559,11 @@ def _build_hypercube(
         start = ctx.rank & ~(mask - 1)
         peer = ctx.rank ^ mask
         steps.append(
-            [
-                dist.P2POp(dist.isend, recv.narrow(0, start * base, mask * base), peer),
-                dist.P2POp(dist.irecv, recv.narrow(0, (start ^ mask) * base, mask * base), peer),
-            ]
+            _exchange(
+                dist,
+                receives=[(recv.narrow(0, (start ^ mask) * base, mask * base), peer)],
+                sends=[(recv.narrow(0, start * base, mask * base), peer)],
+            )
         )
         mask <<= 1
 
@@ -536,8 +571,7 @@ def _build_hypercube(
         if not in_place:
             own.copy_(send)
         for pair in steps:
-            for work in dist.batch_isend_irecv(pair):
-                work.wait()
+            pair()
 
     own_values = _plain(torch, ctx, ctx.rank)
     return _into_recv(torch, send, recv, ctx, step, own_values, _gathered(torch, ctx, base), zero=not in_place)
@@ -575,22 +609,16 @@ def _build_ps(
     mine = recv[lo:hi]  # this rank's shard when it serves one (empty otherwise)
     serving = hi > lo
     staging = torch.empty((n, hi - lo), dtype=recv.dtype, device=recv.device)
-    push = [dist.P2POp(dist.isend, shard, k) for k, shard in shards if k != rank]
-    pull = [dist.P2POp(dist.irecv, shard, k) for k, shard in shards if k != rank]
-    if serving:
-        push += [dist.P2POp(dist.irecv, staging[r], r) for r in range(n) if r != rank]
-        pull += [dist.P2POp(dist.isend, mine, r) for r in range(n) if r != rank]
+    others = [r for r in range(n) if r != rank]
+    theirs = [(shard, k) for k, shard in shards if k != rank]
+    push = _exchange(dist, receives=[(staging[r], r) for r in others] if serving else [], sends=theirs)
+    pull = _exchange(dist, receives=theirs, sends=[(mine, r) for r in others] if serving else [])
     reduce = _ps_reducer(torch, ctx)
-
-    def exchange(ops: list[Any]) -> None:
-        if ops:
-            for work in dist.batch_isend_irecv(ops):
-                work.wait()
 
     def step() -> None:
         if serving:
             staging[rank].copy_(mine)
-        exchange(push)
+        push()
         if serving:
             mine.copy_(staging[0])
             for r in range(1, n):
@@ -600,7 +628,7 @@ def _build_ps(
                     mine.div_(n)
                 else:
                     mine.div_(n, rounding_mode="trunc")
-        exchange(pull)
+        pull()
 
     period = _reduce_period(ctx)
     return Call(

@@ -24,7 +24,7 @@ def steps(op: str, members: Any) -> Any:
     instead, the steps that cross between nodes (the ring enters and leaves each node once).
 
     An all-to-all is no ring: every rank posts its sends and receives to all peers before it waits
-    (gloo's ``alltoall.cc``; NCCL groups them), so its peers' latencies overlap: one step, as the
+    (bench's grouped sends and receives on gloo; NCCL groups them), so its peers' latencies overlap: one step, as the
     catalog model prices it (:func:`fabricscope.model.collective_cost.point_to_point`), as sendrecv.
     """
     if op == "all_reduce":
