@@ -22,25 +22,28 @@ RANK_SCRIPT = r"""
 import json, sys
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 from fabricscope import ops
 from fabricscope.dtypes import DTYPES
 
 rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+posted = []
 
 
-class Spy:
-    # The real torch.distributed; batch_isend_irecv records the order it is handed, then runs it.
-    def __init__(self):
-        self.batches = []
+def spy(kind, real):
+    # The real call, recorded when it is posted: batched (P2POp accepts only c10d's own isend/irecv,
+    # patched here too) or direct.
+    def call(*args, **kwargs):
+        posted.append(kind)
+        return real(*args, **kwargs)
+    return call
 
-    def __getattr__(self, name):
-        return getattr(dist, name)
 
-    def batch_isend_irecv(self, p2p_ops):
-        self.batches.append(["recv" if p.op is dist.irecv else "send" for p in p2p_ops])
-        return dist.batch_isend_irecv(p2p_ops)
-
+for name, kind in (("isend", "send"), ("irecv", "recv"), ("send", "send"), ("recv", "recv")):
+    wrapped = spy(kind, getattr(c10d, name))
+    setattr(c10d, name, wrapped)
+    setattr(dist, name, wrapped)
 
 found = {}
 for name in ("sendrecv", "alltoall", "hypercube", "ps"):
@@ -51,25 +54,27 @@ for name in ("sendrecv", "alltoall", "hypercube", "ps"):
     recv = torch.empty(layout.recv_count, dtype=torch.float32)
     ctx = ops.Context(rank=rank, nranks=world, root=-1, dtype=dtype, redop="sum", reduce_op=dist.ReduceOp.SUM,
                       avg_divisor=0, device=torch.device("cpu"), servers=2)
-    spy = Spy()
-    call = coll.build(torch, spy, layout, send, recv, ctx, False)
+    call = coll.build(torch, dist, layout, send, recv, ctx, False)
     call.load(7)
+    posted.clear()
     call.step()
     idx = torch.arange(call.output.numel())
     right = bool(torch.equal(call.output, call.expected(7, idx).to(call.output.dtype)))
-    found[name] = {"batches": spy.batches, "right": right}
+    found[name] = {"posted": list(posted), "right": right}
 dist.destroy_process_group()
 with open(out, "w") as f:
     json.dump(found, f)
 """
 
 
-@pytest.fixture(scope="module")
-def posted(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, dict[str, object]]]:
+@pytest.fixture(scope="module", params=[2, 4], ids=["2 ranks", "4 ranks"])
+def posted(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> list[dict[str, dict[str, object]]]:
     folder = tmp_path_factory.mktemp("p2p")
     script = folder / "rank.py"
     script.write_text(RANK_SCRIPT)
-    world, port = 4, free_port()
+    world, port = request.param, free_port()
     procs = [
         subprocess.Popen(
             [sys.executable, str(script), str(rank), str(world), str(port), str(folder / f"{rank}.json")],
@@ -92,23 +97,28 @@ def posted(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, dict[str,
 
 @pytest.mark.parametrize("name", ["sendrecv", "alltoall", "hypercube", "ps"])
 def test_every_receive_is_posted_before_any_send(posted: list[dict[str, dict[str, object]]], name: str) -> None:
+    # One call of the op, every send and receive in the order the rank posted it (batched or not).
     for rank, found in enumerate(posted):
-        batches = found[name]["batches"]
-        assert batches, f"rank {rank}: {name} ran no point-to-point batch"
-        for batch in batches:  # type: ignore[attr-defined]
-            assert batch == sorted(batch, key=lambda kind: kind != "recv"), f"rank {rank} {name}: {batch}"
+        order = found[name]["posted"]
+        assert order, f"rank {rank}: {name} posted no send or receive"
+        phases = "".join("r" if kind == "recv" else "s" for kind in order)  # type: ignore[attr-defined]
+        # Rounds, each with its receives first: ps two (push, then pull), hypercube one per doubling.
+        rounds = {"ps": 2, "hypercube": len(posted).bit_length() - 1}.get(name, 1)
+        assert phases.count("sr") <= rounds - 1, f"rank {rank} {name}: a receive posted after a send: {order}"
         assert found[name]["right"], f"rank {rank}: {name} output is wrong"
 
 
 def test_alltoall_on_gloo_sends_to_every_peer_once(posted: list[dict[str, dict[str, object]]]) -> None:
-    # nccl-tests' alltoall: one send and one receive per peer, grouped (the own part is a local copy).
+    # nccl-tests' alltoall: one send and one receive per peer (the own part is a local copy).
+    n = len(posted)
     for found in posted:
-        (batch,) = found["alltoall"]["batches"]  # type: ignore[misc]
-        assert batch == ["recv"] * 3 + ["send"] * 3
+        assert found["alltoall"]["posted"] == ["recv"] * (n - 1) + ["send"] * (n - 1)
 
 
-def test_the_order_is_the_ops_own(posted: list[dict[str, dict[str, object]]]) -> None:
-    # ps: servers (ranks 0 and 1) receive a shard from every other rank while sending theirs; workers only send.
-    push = [found["ps"]["batches"][0] for found in posted]  # type: ignore[index]
-    assert push[0] == ["recv"] * 3 + ["send"] * 1
-    assert push[2] == ["send"] * 2
+def test_ps_rounds_post_receives_first(posted: list[dict[str, dict[str, object]]]) -> None:
+    # Servers (ranks 0 and 1) take a shard from every other rank, then send the reduced shard back;
+    # a worker sends its shards, then receives the reduced ones.
+    n = len(posted)
+    assert posted[0]["ps"]["posted"] == ["recv"] * (n - 1) + ["send"] + ["recv"] + ["send"] * (n - 1)
+    if n > 2:
+        assert posted[2]["ps"]["posted"] == ["send"] * 2 + ["recv"] * 2

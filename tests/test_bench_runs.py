@@ -59,6 +59,16 @@ def test_default_spawn_writes_table_json_and_csv(tmp_path):
     assert lines[0]["op"] == "all_reduce" and lines[0]["backend"] == "gloo" and lines[0]["ranks"] == "2"
 
 
+@pytest.mark.parametrize(("variable", "threads"), [("", 1), ("2", 2), ("0", 1), ("9" * 400, 1)])
+def test_each_rank_gives_torch_the_threads_omp_num_threads_says_else_one(tmp_path, variable, threads):
+    # As torchrun does for its ranks; the forked ranks inherit the launcher's OpenMP runtime, so the
+    # rank sets torch's count itself.  The result records what rank 0 ran with.
+    out = tmp_path / "t.json"
+    done = run_cli(["bench", "alltoall", "-b", "1K", "-e", "1K", "--json", str(out)], env={"OMP_NUM_THREADS": variable})
+    assert done.returncode == 0, done.stderr
+    assert load(out).env["torch_threads"] == threads
+
+
 def test_every_op_checks_clean_on_three_ranks(tmp_path):
     out = tmp_path / "all.json"
     done = run_cli(["bench", "all", "-b", "1K", "-e", "4K", "-f", "4", "-n", "3", "--nproc", "3", "--json", str(out)])
