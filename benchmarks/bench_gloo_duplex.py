@@ -17,7 +17,8 @@ notice travels on the pair's one TCP connection behind whatever that peer has
 already written there: posted after a send, it waits behind the send's bytes,
 and the two directions take turns.  Each of ``--runs`` runs builds a fresh
 fabric and fresh processes; it prints every run's rates in MB/s and the ratio
-of each gloo both-ways rate to the raw socket's.  Needs root with ``ip``, ``tc``
+of each gloo both-ways rate to the raw socket's (the two gloo orders take turns at
+going first on the connection).  Needs root with ``ip``, ``tc``
 and ``unshare``.
 
     python benchmarks/bench_gloo_duplex.py [--rate 50mbit] [--bytes 2M] [--runs 3]
@@ -42,7 +43,7 @@ __all__ = ["main"]
 GLOO = """
 import os, sys, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
-rank, size = dist.get_rank(), int(sys.argv[1]) // 4
+rank, size, turn = dist.get_rank(), int(sys.argv[1]) // 4, int(sys.argv[2])
 a, b = torch.ones(size), torch.zeros(size)
 def one_way():
     dist.send(a, 1) if rank == 0 else dist.recv(b, 0)
@@ -52,7 +53,8 @@ def send_first():
 def receive_first():
     r, s = dist.irecv(b, 1 - rank), dist.isend(a, 1 - rank)
     s.wait(); r.wait()
-ways = (("gloo, one way", one_way), ("gloo, both, send first", send_first), ("gloo, both, recv first", receive_first))
+both = [("gloo, both, send first", send_first), ("gloo, both, recv first", receive_first)]
+ways = [("gloo, one way", one_way), *(both if turn % 2 == 0 else both[::-1])]  # each order goes first in turn
 for name, run in ways:
     run(); dist.barrier()
     best = float("inf")
@@ -119,7 +121,7 @@ def _rate(text: str) -> str:
     return low
 
 
-def _one_run(rate: str, size: int) -> dict[str, float]:
+def _one_run(rate: str, size: int, turn: int) -> dict[str, float]:
     """The four rates on a fabric of their own: fresh namespaces, processes and connections."""
     token = secrets.token_hex(2)
     rates: dict[str, float] = {}
@@ -141,7 +143,7 @@ def _one_run(rate: str, size: int) -> dict[str, float]:
                 GLOO_SOCKET_IFNAME=f"c{token}{rank}",
                 OMP_NUM_THREADS="1",
             )
-            command = ["ip", "netns", "exec", names[rank], sys.executable, str(gloo), str(size)]
+            command = ["ip", "netns", "exec", names[rank], sys.executable, str(gloo), str(size), str(turn)]
             runs.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         done = bench_calibrate.communicate_all(runs, timeout=600)
         if any(run.returncode for run in runs):
@@ -181,8 +183,8 @@ def main() -> int:
         sys.exit(f"cannot run here: {missing}")
     size = args.bytes
     rates: dict[str, list[float]] = {}
-    for _ in range(args.runs):
-        for name, value in _one_run(args.rate, size).items():
+    for turn in range(args.runs):
+        for name, value in _one_run(args.rate, size, turn).items():
             rates.setdefault(name, []).append(value)
     link = float(args.rate.removesuffix("mbit")) / 8
     print(f"# {args.rate} link ({link:.2f} MB/s each way), {size} bytes per direction, best of 3 in each run")
