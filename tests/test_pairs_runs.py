@@ -70,12 +70,18 @@ def test_mpirun(tmp_path):
     mpirun = require_mpirun()
     out = tmp_path / "mpi.json"
     args = f"--allow-run-as-root --oversubscribe -np 2 {BIN / 'fabricscope'} pairs --size 16K -n 3"
+    # mpirun sets no OMP_NUM_THREADS: the ranks run torch on one thread, and say so.
     done = subprocess.run(
-        [mpirun, *args.split(), "--json", str(out)], capture_output=True, text=True, timeout=240, env=cli_env()
+        [mpirun, *args.split(), "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=cli_env({"OMP_NUM_THREADS": ""}),
     )
     assert done.returncode == 0, done.stderr
     result = load(out)
     assert result.env["launcher"] == "mpirun"
+    assert result.env["torch_threads"] == 1
     _check_records(result, 2, 16 << 10)
 
 

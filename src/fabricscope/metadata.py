@@ -46,7 +46,6 @@ def collect_env(**extra: Any) -> dict[str, Any]:
     torch = sys.modules.get("torch")
     if torch is not None:
         data["torch"] = str(torch.__version__)
-        data["torch_threads"] = int(torch.get_num_threads())
         cuda = getattr(torch.version, "cuda", None)
         if cuda:
             data["cuda"] = cuda

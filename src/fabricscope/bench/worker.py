@@ -62,7 +62,12 @@ def _run(config: BenchConfig, world: launch.World, notes: list[str]) -> int:
     if world.rank == 0:
         from fabricscope.bench.output import Output
 
-        env = collect_env(backend=backend, world_size=world.world_size, launcher=world.launcher)
+        env = collect_env(
+            backend=backend,
+            world_size=world.world_size,
+            launcher=world.launcher,
+            torch_threads=torch.get_num_threads(),
+        )
         if backend == "nccl":
             with contextlib.suppress(Exception):
                 env["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())

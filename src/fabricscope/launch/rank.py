@@ -163,7 +163,8 @@ def import_torch(command: str = "bench") -> tuple[ModuleType, ModuleType]:
 
 def cpu_threads(env: Mapping[str, str] | None = None) -> int:
     """Threads a rank gives torch's own CPU kernels (copies, pattern fills, checks): ``OMP_NUM_THREADS``
-    where it holds a whole number from 1 to 4096, else 1, as torchrun sets for every rank it starts.
+    where it holds a whole number from 1 to 4096 in ASCII digits, else 1 (torchrun sets 1 where the variable
+    is unset).
 
     Set in the rank itself, since a rank ``bench`` forks inherits the launcher's OpenMP runtime, which
     read the variable before the rank existed.  torch's default, a thread per core in every rank, leaves

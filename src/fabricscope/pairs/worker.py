@@ -70,7 +70,12 @@ def _run(config: PairsConfig, world: launch.World) -> int:
     if world.rank == 0:
         from fabricscope.pairs.output import Output
 
-        env = collect_env(backend=group.backend, world_size=world.world_size, launcher=world.launcher)
+        env = collect_env(
+            backend=group.backend,
+            world_size=world.world_size,
+            launcher=world.launcher,
+            torch_threads=group.torch.get_num_threads(),
+        )
         output = Output(config=config, peers=peers, backend=group.backend, env=env, rounds=len(schedule))
         output.save()
         hosts = len({p.host for p in peers})
