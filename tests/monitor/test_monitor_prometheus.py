@@ -369,9 +369,11 @@ def test_textfile_output_is_read_by_a_real_node_exporter(tmp_path: Path) -> None
                           "node_exporter to serve the textfile")  # fmt: skip
         assert scrape_value(served, "fabricscope_net_receive_bytes_total", '{device="lo"}') is not None
         assert "node_textfile_scrape_error 0" in served
+        stop(monitor)  # a running monitor has its next file half written beside the served one
         assert sorted(p.name for p in folder.iterdir()) == ["fabricscope.prom"]  # no temporary file left
     finally:
-        stop(monitor)
+        if monitor.poll() is None:
+            stop(monitor)
         stop(node)
 
 
