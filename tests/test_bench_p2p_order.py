@@ -3,8 +3,8 @@
 gloo sends a receive's notice on the pair's one TCP connection; a send waits for the peer's notice, so a
 notice posted after the rank's own send waits behind that send's bytes and the two directions of a pair
 take turns (measured in a 2-rank netns at 50 Mbit/s: sendrecv of 4 MiB 1.38 s send-first, 0.87 s
-receives-first, 0.67 s the link).  No timing is asserted here: the order each rank hands to
-``batch_isend_irecv`` is recorded while the real exchange runs, and the outputs are checked.
+receives-first, 0.67 s the link).  No timing is asserted here: each send and receive a rank posts,
+batched or direct, is recorded in order while the real exchange runs, and the outputs are checked.
 """
 
 from __future__ import annotations
