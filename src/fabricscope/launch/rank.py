@@ -30,6 +30,7 @@ from typing import Any
 from fabricscope.errors import FabricscopeError, MissingDependencyError, RunError, UsageError
 from fabricscope.launch.heartbeat import Heartbeat, Peer, describe_exception, make_store_factory
 from fabricscope.launch.world import World, check_master_reachable
+from fabricscope.units import is_digits
 
 __all__ = [
     "Group",
@@ -171,7 +172,7 @@ def cpu_threads(env: Mapping[str, str] | None = None) -> int:
     OpenMP threads spinning after a copy inside a timed gloo call on the cores gloo's network threads
     need (gloo's alltoall, whose own part is a local copy: 1 MiB on 2 ranks 5-10x slower)."""
     text = (os.environ if env is None else env).get("OMP_NUM_THREADS", "").strip()
-    if text.isascii() and text.isdigit() and len(text) <= 4 and 1 <= int(text) <= 4096:
+    if is_digits(text) and len(text) <= 4 and 1 <= int(text) <= 4096:
         return int(text)
     return 1
 
