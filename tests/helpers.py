@@ -211,6 +211,34 @@ def run_with_terminal_stderr(args: Sequence[str], timeout: float = 120) -> tuple
     return proc.returncode, stdout, b"".join(chunks).decode(errors="replace")
 
 
+_STORE_HOST = """
+import sys, time
+from datetime import timedelta
+from torch.distributed import TCPStore
+store = TCPStore("127.0.0.1", int(sys.argv[1]), world_size=2, is_master=True, timeout=timedelta(seconds=60),
+                 wait_for_workers=False)
+print("listening", flush=True)
+time.sleep(600)
+"""
+
+
+@contextlib.contextmanager
+def stopped_store_host() -> Iterator[int]:
+    """The port of a real rendezvous store whose process is stopped (SIGSTOP) once it listens: the kernel
+    takes a connection to it, and no request is ever answered (torch's timeouts do not cover that)."""
+    from fabricscope.launch import free_port
+
+    port = free_port()
+    host = subprocess.Popen([sys.executable, "-c", _STORE_HOST, str(port)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert host.stdout is not None and host.stdout.readline() == "listening\n"
+        os.kill(host.pid, signal.SIGSTOP)
+        yield port
+    finally:
+        host.kill()
+        host.communicate()
+
+
 @contextlib.contextmanager
 def small_tmpfs(folder: Path, size: str) -> Iterator[Path]:
     """A tmpfs of ``size`` (``12k``) mounted on ``folder`` (made here) for the test, unmounted after: a disk

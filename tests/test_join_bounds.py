@@ -8,7 +8,7 @@ import sys
 import time
 
 from fabricscope.launch import free_port
-from helpers import cli_env
+from helpers import cli_env, stopped_store_host
 
 
 def _bench(world_size: int, timeout: str) -> subprocess.Popen[str]:
@@ -63,3 +63,24 @@ def test_a_stop_seen_by_the_watcher_and_the_handler_at_once_is_said_once() -> No
         done = subprocess.run([sys.executable, "-c", RACE], capture_output=True, text=True, env=cli_env(), timeout=60)
         assert done.returncode == 130, done.stderr
         assert done.stderr == "interrupted while starting up: nothing was measured\n"
+
+
+HEARTBEAT = """\
+import sys
+from fabricscope.launch import World, rank
+rank.start_heartbeat(World(1, 2, 1, 2, "127.0.0.1", int(sys.argv[1]), "env"), [], print)
+print("started")
+"""
+
+
+def test_a_store_host_stopped_before_the_heartbeat_starts_ends_the_rank_in_one_line() -> None:
+    """The heartbeat's first connect and beat, after the world formed: a store host stopped in between takes
+    the connection and never answers, and the rank waited in torch's C++ code for its launcher's kill."""
+    with stopped_store_host() as port:
+        done = subprocess.run([sys.executable, "-c", HEARTBEAT, str(port)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == ""
+    assert done.stderr == (
+        f"error: rank 1: the rendezvous store at 127.0.0.1:{port} did not answer within 7 s while starting the "
+        "heartbeat (its host, rank 0 or the launcher, is stopped or hung)\n"
+    )

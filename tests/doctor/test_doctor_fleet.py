@@ -31,6 +31,7 @@ from fabricscope.doctor.fleet import (
 )
 from fabricscope.launch import free_port
 from fabricscope.results import load
+from helpers import stopped_store_host
 
 
 def report(rank: int, host: str, facts: dict[str, str]) -> NodeReport:
@@ -602,6 +603,27 @@ def test_a_rank_waiting_for_the_store_ends_at_once_on_ctrl_c() -> None:
             proc.wait()
     assert proc.returncode == 130, err
     assert "Traceback" not in err
+
+
+@pytest.mark.multiprocess
+def test_a_rank_whose_store_host_stops_once_it_listens_ends_in_one_line() -> None:
+    """A store host stopped once it listens takes the connection (the kernel does) and never answers, and
+    torch's timeout does not cover that: the rank hung in the connect until its launcher's kill (CI saw a
+    spawned doctor wait past 180 s when the test above stopped rank 0 at that moment)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "RANK", "WORLD_SIZE", "MASTER_"))}
+    env.pop("FABRICSCOPE_LAUNCHER", None)
+    env.update(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1")
+    argv = [sys.executable, "-m", "fabricscope", "doctor", "--root", str(FIXTURES / "healthy-ib-8gpu")]
+    argv += ["--timeout", "2"]
+    with stopped_store_host() as port:
+        env.update(MASTER_PORT=str(port))
+        result = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO, timeout=120)  # a hang bound
+    assert result.returncode == 3, result.stderr
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"error: rank 1: cannot reach the rendezvous store at 127.0.0.1:{port} within 2 s (it took the connection "
+        "and did not answer: its host, rank 0 or the launcher, is stopped or hung)\n"
+    )
 
 
 @pytest.mark.multiprocess

@@ -513,13 +513,26 @@ class Rendezvous:
                 "fleet mode of fabricscope doctor exchanges reports through torch.distributed: "
                 "pip install 'fabricscope[torch]'"
             ) from None
-        from fabricscope.launch.rank import stops_end_blocking_call
+        from fabricscope.launch.rank import join_limit, stops_end_blocking_call
 
         hosts_store = world.rank == 0 and not world.agent_store
+        where = f"{world.master_addr}:{world.master_port}"
         # Connecting retries in torch's C++ code, where a Python signal handler never runs: a Ctrl-C
-        # while rank 0 has not opened the store yet would wait for the launcher's kill.
+        # while rank 0 has not opened the store yet would wait for the launcher's kill.  A store host
+        # stopped once it listens takes the connection and never answers, and torch's timeout does not
+        # cover that: past the limit the rank ends with the line below.
+        late = (
+            f"error: rank {world.rank}: cannot reach the rendezvous store at {where} within {timeout_s:g} s "
+            "(it took the connection and did not answer: its host, rank 0 or the launcher, is stopped or hung)"
+        )
         try:
-            with stops_end_blocking_call(world.rank, said="interrupted while starting up: nothing was checked"):
+            with stops_end_blocking_call(
+                world.rank,
+                limit_s=join_limit(timeout_s),
+                late=late,
+                late_code=DoctorIncomplete.exit_code,
+                said="interrupted while starting up: nothing was checked",
+            ):
                 store = TCPStore(
                     world.master_addr,
                     world.master_port,
@@ -530,7 +543,7 @@ class Rendezvous:
                 )
         except (RuntimeError, OSError) as exc:
             raise DoctorIncomplete(
-                f"rank {world.rank}: cannot reach the rendezvous store at {world.master_addr}:{world.master_port} "
+                f"rank {world.rank}: cannot reach the rendezvous store at {where} "
                 f"within {timeout_s:g} s ({_first_line(exc)}); is rank 0 running?"
             ) from None
         return cls(world, store, timeout_s)

@@ -39,6 +39,7 @@ __all__ = [
     "guard_startup",
     "import_torch",
     "join_group",
+    "join_limit",
     "leave_now",
     "orphaned",
     "say",
@@ -277,6 +278,11 @@ JOIN_MARGIN_S = 5.0
 """Past ``-T``, the longest a rank waits in the rendezvous: torch bounds its steps by ``-T`` each, not the whole."""
 
 
+def join_limit(timeout_s: float) -> float:
+    """The longest a rank may block in the rendezvous (store connect included) for a timeout of ``timeout_s``."""
+    return timeout_s + max(JOIN_MARGIN_S, timeout_s / 2)
+
+
 @contextlib.contextmanager
 def _bounded_join(world: World, timeout_s: float) -> Iterator[None]:
     """Bound the rendezvous by ``-T`` (plus :data:`JOIN_MARGIN_S`) and let Ctrl-C and SIGTERM end it at once.
@@ -285,7 +291,7 @@ def _bounded_join(world: World, timeout_s: float) -> Iterator[None]:
     whole nor a Python signal handler runs (a 16,777,216-rank world sits there
     for minutes): see :func:`stops_end_blocking_call`.
     """
-    limit = timeout_s + max(JOIN_MARGIN_S, timeout_s / 2)
+    limit = join_limit(timeout_s)
     where = f"{world.master_addr}:{world.master_port}"
     late = (
         f"error: rank {world.rank}: the {world.world_size}-rank world at {where} did not form within "
@@ -301,11 +307,12 @@ def stops_end_blocking_call(
     *,
     limit_s: float | None = None,
     late: str = "",
+    late_code: int = 2,
     said: str = "interrupted while starting up: nothing was measured",
 ) -> Iterator[None]:
     """Let Ctrl-C and SIGTERM end this process at once (exit 130, rank 0 saying ``said``) while the main
     thread blocks in C++ code (torch's rendezvous, a store's connect), where no Python signal handler runs;
-    with ``limit_s``, passing it ends the process with exit 2 and the line ``late``.
+    with ``limit_s``, passing it ends the process with ``late_code`` and the line ``late``.
 
     A watcher thread sees the kernel's delivery through :func:`signal.set_wakeup_fd`, which works while
     the main thread is blocked.  Nothing is measured yet, so nothing is lost.
@@ -323,7 +330,7 @@ def stops_end_blocking_call(
         while not done.is_set():
             remaining = 0.2 if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
-                leave_now(2, late)
+                leave_now(late_code, late)
             ready, _, _ = select.select([read_fd], [], [], min(remaining, 0.2))
             if ready and not done.is_set():
                 received = os.read(read_fd, 64)
@@ -357,7 +364,8 @@ def start_heartbeat(world: World, peers: Sequence[Peer], on_stall: Callable[[str
     """Start this rank's heartbeat through the world's rendezvous store (see :mod:`~fabricscope.launch.heartbeat`).
 
     ``on_stall`` hears why the main thread overran its phase's deadline, just
-    before the process ends.
+    before the process ends.  Its first connect and beat are bounded: a store
+    host stopped since the world formed takes a request and never answers.
     """
     heartbeat = Heartbeat(
         store_factory=make_store_factory(world.master_addr, world.master_port),
@@ -367,7 +375,13 @@ def start_heartbeat(world: World, peers: Sequence[Peer], on_stall: Callable[[str
         store_address=(world.master_addr, world.master_port),
         on_stall=on_stall,
     )
-    heartbeat.start()
+    limit = join_limit(2.0)
+    late = (
+        f"error: rank {world.rank}: the rendezvous store at {world.master_addr}:{world.master_port} did not answer "
+        f"within {limit:g} s while starting the heartbeat (its host, rank 0 or the launcher, is stopped or hung)"
+    )
+    with stops_end_blocking_call(world.rank, limit_s=limit, late=late, late_code=1):
+        heartbeat.start()
     return heartbeat
 
 
