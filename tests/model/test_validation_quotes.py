@@ -187,6 +187,50 @@ def test_a_rows_overlap_columns_are_the_ones_priced(row: dict[str, str]) -> None
     assert same != acts
 
 
+CHRONICLES = [row for row in TRAINING if "chronicles-prequel.md" in row["source"] and row["metric"] == "iteration_s"]
+"""Rows of BigScience's topology benchmarks: each quotes its table's title (the shape), header line, ' || ',
+and its line; a log's settings (``TP=8, PP=10, ...``) where the page gives them."""
+CHRONICLES_COLUMNS = {
+    "DP": "dp",
+    "TP": "tp",
+    "PP": "pp",
+    "MBS": "micro_batch",
+    "NHEADS": "heads",
+    "GBS": "global_batch",
+}
+CHRONICLES_SETTINGS = {
+    "HIDDEN": "hidden",
+    "NHIDDEN": "hidden",
+    "NLAYERS": "layers",
+    "NHEADS": "heads",
+    "TP": "tp",
+    "PP": "pp",
+    "GBS": "global_batch",
+    "SEQ_LEN": "seq_len",
+}
+
+
+@pytest.mark.parametrize("row", CHRONICLES, ids=[row["id"] for row in CHRONICLES])
+def test_a_quoted_benchmark_line_holds_the_rows_shape_and_split(row: dict[str, str]) -> None:
+    head, line = row["quote"].split(" || ")
+    for name, value in re.findall(r"\b(N?HIDDEN|NLAYERS|NHEADS|TP|PP|GBS|SEQ_LEN)=(\d+)", head):
+        assert _number(value) == _number(row[CHRONICLES_SETTINGS[name]]), (name, value)
+    assert re.search(r"\bN?HIDDEN=\d+", head) and re.search(r"\bNLAYERS=\d+", head), "the title names the shape"
+    header = head[max(head.rfind("| Nodes"), head.rfind("| GPUs")) :]
+    columns = [c.strip() for c in header.split("|")]
+    cells = dict(zip(columns, [c.strip() for c in line.split("|")], strict=True))
+    for column, key in CHRONICLES_COLUMNS.items():
+        if column in cells:
+            assert _number(cells[column]) == _number(row[key]), (column, cells[column], row[key])
+    gpus = _number(cells["Nodes"]) * 8 if "Nodes" in cells else _number(cells["GPUs"])
+    assert gpus == int(row["gpus"]) == _product(row, "tp", "pp", "dp")
+    if "Sec/it" in cells:
+        assert cells["Sec/it"] == row["value"]
+    # fp16 before the BF16 optimizer of 02-28, bf16 with it (and the 02-17 bf16 runs, before it was written).
+    stacks = {("bf16", "megatron-deepspeed-bf16"), ("fp16", "deepspeed-pipeline"), ("bf16", "deepspeed-pipeline")}
+    assert (row["precision"], row["framework"]) in stacks
+
+
 COLLECTIVES = list(csv.DictReader((DATA / "collectives.csv").read_text(encoding="utf-8").splitlines()))
 _RESULT_LINE = re.compile(
     r"'\s*(\d+)\s+\d+\s+(?:float|half|bfloat16|double|int8|uint8|int32)\s+\S+\s+([-+\d.eE\s]+?)\s*'"
