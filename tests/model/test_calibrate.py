@@ -275,3 +275,18 @@ def test_a_run_given_twice_is_refused(cli, two_ranks, tmp_path) -> None:
     line = one_error_line(cli("calibrate", str(two_ranks), str(other), "-o", str(tmp_path / "c.toml")))
     assert "is given twice" in line and "give each run once" in line
     assert not (tmp_path / "c.toml").exists()
+
+
+def test_a_one_rank_run_is_refused(cli, write, tmp_path) -> None:
+    """One rank moves nothing between ranks and predict prices it as a local copy: a fit of its times was
+    written with a 100% fit error and never read by predict."""
+    path = _sweep_file(write, "one.json", [(1024, 20.0), (4096, 21.0), (16384, 25.0)])
+    data = json.loads(path.read_text())
+    data["config"]["nranks"] = 1
+    path.write_text(json.dumps(data))
+    done = cli("calibrate", str(path), "-o", str(tmp_path / "cal.toml"))
+    assert done.code == 2 and not (tmp_path / "cal.toml").exists()
+    assert one_error_line(done).endswith(
+        "measured on 1 rank, where a collective moves nothing between ranks: calibrate fits the links between "
+        "ranks; measure 2 or more (bench --nproc 2)"
+    )

@@ -181,6 +181,12 @@ def runs_of(result: Result, source: str) -> list[MeasuredOp]:
             "calibrate reads bench results and imported nccl-tests logs"
         )
     ranks, nodes = _shape(result, source)
+    if ranks < 2:
+        # Its times are a local copy's, and predict prices one rank as that copy: a fit would never be read.
+        raise UsageError(
+            f"{source}: measured on 1 rank, where a collective moves nothing between ranks: calibrate fits the "
+            "links between ranks; measure 2 or more (bench --nproc 2)"
+        )
     if ranks % nodes:
         raise ResultFormatError(f"{source}: {ranks} ranks do not fill {nodes} nodes evenly")
     points: dict[str, list[tuple[float, float]]] = {}
