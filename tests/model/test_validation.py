@@ -21,7 +21,7 @@ GROUP_MEDIAN_CEILING = {
 15%).  mid-size: see docs/model.md, "Mid-size collectives".  nvlink-domain (GB200 NVL72
 racks, g01-g11): NVLink 5's measured ring reaches 839 GB/s where the model credits NCCL's own 40.1 GB/s per
 link (722), so the largest sizes are 10-17% slow: median 11.6%.  pipeline-engine meets 10% since BigScience's
-topology benchmarks of DeepSpeed's engine joined it (t70-t164); its production runs of 2021-22 other than
+topology benchmarks of DeepSpeed's engine joined it (t70-t167); its production runs of 2021-22 other than
 BLOOM (MT-NLG 530B, GPT-NeoX-20B, GLM-130B) are still 10-22% fast (training.csv notes)."""
 GROUP_WORST_CEILING: dict[str, float] = {}
 """Groups whose kept rows may miss the 25% worst (none now)."""

@@ -188,9 +188,10 @@ def test_a_rows_overlap_columns_are_the_ones_priced(row: dict[str, str]) -> None
 
 
 CHRONICLES = [row for row in TRAINING if "chronicles-prequel.md" in row["source"] and row["metric"] == "iteration_s"]
-"""Rows of BigScience's topology benchmarks: each quotes its table's title (the shape), header line, ' || ',
-and its line; a log's settings (``TP=8, PP=10, ...``) where the page gives them."""
+"""Rows of BigScience's topology benchmarks: each quotes the page's statement of the model (its table's title,
+or a log's settings such as ``TP=8, PP=10, ...``), the table's header line, ' || ', and its line."""
 CHRONICLES_COLUMNS = {
+    "Layers": "layers",
     "DP": "dp",
     "TP": "tp",
     "PP": "pp",
@@ -208,27 +209,66 @@ CHRONICLES_SETTINGS = {
     "GBS": "global_batch",
     "SEQ_LEN": "seq_len",
 }
+TITLE_GBS = "GBS=512 (the title)"
+"""A row's note that its table's title overrides the GBS its lines print (the page's single-node table)."""
+
+
+def _chronicles_cells(row: dict[str, str]) -> tuple[str, dict[str, str]]:
+    head, line = row["quote"].split(" || ")
+    header = head[max(head.rfind("| Nodes"), head.rfind("| GPUs")) :]
+    columns = [c.strip() for c in header.split("|")]
+    return head, dict(zip(columns, [c.strip() for c in line.split("|")], strict=True))
 
 
 @pytest.mark.parametrize("row", CHRONICLES, ids=[row["id"] for row in CHRONICLES])
 def test_a_quoted_benchmark_line_holds_the_rows_shape_and_split(row: dict[str, str]) -> None:
-    head, line = row["quote"].split(" || ")
-    for name, value in re.findall(r"\b(N?HIDDEN|NLAYERS|NHEADS|TP|PP|GBS|SEQ_LEN)=(\d+)", head):
-        assert _number(value) == _number(row[CHRONICLES_SETTINGS[name]]), (name, value)
-    assert re.search(r"\bN?HIDDEN=\d+", head) and re.search(r"\bNLAYERS=\d+", head), "the title names the shape"
-    header = head[max(head.rfind("| Nodes"), head.rfind("| GPUs")) :]
-    columns = [c.strip() for c in header.split("|")]
-    cells = dict(zip(columns, [c.strip() for c in line.split("|")], strict=True))
+    head, cells = _chronicles_cells(row)
     for column, key in CHRONICLES_COLUMNS.items():
-        if column in cells:
+        if column in cells and not (column == "GBS" and TITLE_GBS in row["notes"]):
             assert _number(cells[column]) == _number(row[key]), (column, cells[column], row[key])
+    # The model's statement: what the table has no column for.
+    for name, value in re.findall(r"\b(N?HIDDEN|NLAYERS|NHEADS|TP|PP|GBS|SEQ_LEN)=(\d+)", head):
+        if not (name == "NLAYERS" and "Layers" in cells):
+            assert _number(value) == _number(row[CHRONICLES_SETTINGS[name]]), (name, value)
+    assert re.search(r"\bN?HIDDEN=\d+", head), "the quote names the hidden size"
+    assert re.search(r"\bNLAYERS=\d+", head) or "Layers" in cells, "the quote names the layer count"
+    assert "NHEADS" in cells or "NHEADS=" in head or "NHEADS not stated" in row["notes"], "where the heads come from"
     gpus = _number(cells["Nodes"]) * 8 if "Nodes" in cells else _number(cells["GPUs"])
     assert gpus == int(row["gpus"]) == _product(row, "tp", "pp", "dp")
     if "Sec/it" in cells:
         assert cells["Sec/it"] == row["value"]
-    # fp16 before the BF16 optimizer of 02-28, bf16 with it (and the 02-17 bf16 runs, before it was written).
-    stacks = {("bf16", "megatron-deepspeed-bf16"), ("fp16", "deepspeed-pipeline"), ("bf16", "deepspeed-pipeline")}
-    assert (row["precision"], row["framework"]) in stacks
+    else:  # a log's line
+        assert f"elapsed time per iteration (s): {row['value']} " in head
+
+
+@pytest.mark.parametrize("row", CHRONICLES, ids=[row["id"] for row in CHRONICLES])
+def test_a_benchmark_line_runs_the_stack_of_its_date(row: dict[str, str]) -> None:
+    # fp16 until the BF16 optimizer of 02-28 ('from now on the testing is happening with BF16 optimizer'), and
+    # the 02-17 section's bf16 runs before that optimizer was written.
+    _, cells = _chronicles_cells(row)
+    date = cells["Notes"].split()[0]
+    if date >= "02-28":
+        expected = ("bf16", "megatron-deepspeed-bf16")
+    elif date == "02-17":
+        expected = (row["source"].rsplit(", ", 1)[1], "deepspeed-pipeline")
+    else:
+        expected = ("fp16", "deepspeed-pipeline")
+    assert (row["precision"], row["framework"]) == expected
+
+
+@pytest.mark.parametrize("row", CHRONICLES, ids=[row["id"] for row in CHRONICLES])
+def test_a_benchmark_lines_size_is_its_shapes(row: dict[str, str]) -> None:
+    # The page's Size column is l (12 h^2 + 13 h) + v h of the model it ran: a wrong hidden size or layer
+    # count in a row shows here.
+    _, cells = _chronicles_cells(row)
+    if not row["params_b"]:
+        assert "params_b left empty" in row["notes"]
+        return
+    assert _number(cells["Size"].rstrip("B")) == _number(row["params_b"])
+    h, layers, vocab = int(row["hidden"]), int(row["layers"]), int(row["vocab"])
+    shaped = (layers * (12 * h * h + 13 * h) + vocab * h) / 1e9
+    # Sizes are printed to the billion; the page's early 200B runs counted a 150k vocabulary.
+    assert abs(shaped - _number(row["params_b"])) <= max(0.5, 0.02 * shaped)
 
 
 COLLECTIVES = list(csv.DictReader((DATA / "collectives.csv").read_text(encoding="utf-8").splitlines()))
