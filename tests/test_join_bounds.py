@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -66,21 +67,49 @@ def test_a_stop_seen_by_the_watcher_and_the_handler_at_once_is_said_once() -> No
 
 
 HEARTBEAT = """\
-import sys
-from fabricscope.launch import World, rank
-rank.start_heartbeat(World(1, 2, 1, 2, "127.0.0.1", int(sys.argv[1]), "env"), [], print)
+import json, sys
+from fabricscope.launch import World, lifecycle
+
+class Output:  # rank 0's output: what it records
+    write_errors: list = []
+    def judged(self, ending):
+        return ending
+    def finish(self, status, error):
+        print(json.dumps([status, error]), flush=True)
+
+lifecycle.start_heartbeat(World(0, 2, 0, 2, "127.0.0.1", int(sys.argv[1]), "env"), [], Output(), print)
 print("started")
 """
 
 
+def _heartbeat(port: int) -> subprocess.CompletedProcess[str]:
+    env = cli_env({"TORCH_CPP_LOG_LEVEL": "FATAL"})  # as a rank has it (the launcher sets it)
+    args = [sys.executable, "-c", HEARTBEAT, str(port)]
+    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)  # a hang bound
+
+
 def test_a_store_host_stopped_before_the_heartbeat_starts_ends_the_rank_in_one_line() -> None:
     """The heartbeat's first connect and beat, after the world formed: a store host stopped in between takes
-    the connection and never answers, and the rank waited in torch's C++ code for its launcher's kill."""
+    the connection and never answers, and the rank waited in torch's C++ code for its launcher's kill.  Rank 0
+    (whose store torchrun's agent may host) records why in its output, as a stall's reason."""
     with stopped_store_host() as port:
-        done = subprocess.run([sys.executable, "-c", HEARTBEAT, str(port)], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1, done.stderr
-    assert done.stdout == ""
-    assert done.stderr == (
-        f"error: rank 1: the rendezvous store at 127.0.0.1:{port} did not answer within 7 s while starting the "
-        "heartbeat (its host, rank 0 or the launcher, is stopped or hung)\n"
+        done = _heartbeat(port)
+    why = (
+        f"rank 0: the rendezvous store at 127.0.0.1:{port} did not answer within 7 s while starting the "
+        "heartbeat (its host, rank 0 or the launcher, is stopped or hung)"
     )
+    assert (done.returncode, done.stderr) == (1, f"error: {why}\n")
+    assert json.loads(done.stdout) == ["failed", why]
+
+
+def test_a_store_that_is_gone_when_the_heartbeat_starts_ends_the_rank_in_one_line() -> None:
+    """Its host died (rank 0 killed) after the world formed: the connect is refused; it raised torch's
+    DistNetworkError, a traceback on every rank."""
+    port = free_port()  # nobody listens
+    done = _heartbeat(port)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        f"error: rank 0: lost the rendezvous store at 127.0.0.1:{port} while starting the heartbeat (Connection "
+        "refused): rank 0 or the launcher has ended\n"
+    )
+    assert json.loads(done.stdout) == ["failed", done.stderr.removeprefix("error: ").strip()], done.stdout

@@ -90,7 +90,7 @@ def _run(config: BenchConfig, world: launch.World, notes: list[str]) -> int:
         if output is not None:
             output.finish("failed", message)
 
-    heartbeat = rank.start_heartbeat(world, peers, on_stall)
+    heartbeat = lifecycle.start_heartbeat(world, peers, output, on_stall)
     # From here on a stop request ends the current row, keeps every row finished,
     # and exits cleanly on every rank; before, there is nothing to keep (see main()).
     stop.catch_signals()

@@ -521,14 +521,15 @@ class Rendezvous:
         # while rank 0 has not opened the store yet would wait for the launcher's kill.  A store host
         # stopped once it listens takes the connection and never answers, and torch's timeout does not
         # cover that: past the limit the rank ends with the line below.
+        limit = join_limit(timeout_s)
         late = (
-            f"error: rank {world.rank}: cannot reach the rendezvous store at {where} within {timeout_s:g} s "
+            f"error: rank {world.rank}: cannot reach the rendezvous store at {where} within {limit:g} s "
             "(it took the connection and did not answer: its host, rank 0 or the launcher, is stopped or hung)"
         )
         try:
             with stops_end_blocking_call(
                 world.rank,
-                limit_s=join_limit(timeout_s),
+                limit_s=limit,
                 late=late,
                 late_code=DoctorIncomplete.exit_code,
                 said="interrupted while starting up: nothing was checked",

@@ -92,6 +92,9 @@ class Heartbeat:
     # --- main-thread API -----------------------------------------------------
 
     def start(self) -> None:
+        if self._store_address is not None:
+            # A store that is gone refuses at once, where a store client retries with a random backoff.
+            socket.create_connection(self._store_address, timeout=2.0).close()
         self._store = self._store_factory(max(2.0, 4 * self._interval))
         self._beat()
         self._thread.start()

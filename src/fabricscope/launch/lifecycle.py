@@ -8,8 +8,10 @@ A command's worker calls, in order:
    :class:`~fabricscope.launch.config.LaunchConfig`; a rank that cannot join
    says why and leaves.
 3. :func:`fit_to_memory`: the largest message every rank can hold.
-4. :class:`StopFlag` (:meth:`StopFlag.catch_signals`): Ctrl-C and SIGTERM ask to stop.
-5. On a :class:`PeerCallFailed`, :func:`classify` tells a peer's failure from
+4. :func:`start_heartbeat`: the rank's liveness beside its calls; a store
+   that no longer answers ends the rank with rank 0's output recorded.
+5. :class:`StopFlag` (:meth:`StopFlag.catch_signals`): Ctrl-C and SIGTERM ask to stop.
+6. On a :class:`PeerCallFailed`, :func:`classify` tells a peer's failure from
    a stop that reached the peers first; :func:`conclude` applies the one exit
    policy (:func:`~fabricscope.launch.outcome.decide`) through the command's
    :class:`RankOutput`.
@@ -26,7 +28,7 @@ from typing import Protocol, TypeVar
 from fabricscope.errors import FabricscopeError, RunError, UsageError
 from fabricscope.launch import rank
 from fabricscope.launch.config import LaunchConfig
-from fabricscope.launch.heartbeat import Heartbeat, describe_exception
+from fabricscope.launch.heartbeat import Heartbeat, Peer, describe_exception
 from fabricscope.launch.outcome import Ending, decide
 from fabricscope.launch.world import World
 
@@ -42,6 +44,7 @@ __all__ = [
     "fit_to_memory",
     "join",
     "run_rank",
+    "start_heartbeat",
     "stop_interrupted",
 ]
 
@@ -159,6 +162,23 @@ def join(world: World, launch: LaunchConfig, command: str) -> rank.Group:
         rank.say(world.rank, f"error: {exc}")
         rank.finish_process(1)
         raise  # pragma: no cover - finish_process does not return
+
+
+def start_heartbeat(
+    world: World, peers: list[Peer], output: RankOutput | None, on_stall: Callable[[str], None]
+) -> Heartbeat:
+    """:func:`rank.start_heartbeat`; where the store no longer answers or is gone, the rank ends (exit 1)
+    with rank 0's output recorded as failed, as a stall's is."""
+
+    def record(why: str) -> None:
+        if output is not None:
+            output.finish("failed", why)
+
+    try:
+        return rank.start_heartbeat(world, peers, on_stall, on_late=record)
+    except RunError as exc:
+        conclude(world, output, Ending(kind="run_error", reason=str(exc)))
+        raise  # pragma: no cover - conclude does not return
 
 
 def _buffers(count: int) -> str:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import select
@@ -308,11 +309,13 @@ def stops_end_blocking_call(
     limit_s: float | None = None,
     late: str = "",
     late_code: int = 2,
+    on_late: Callable[[], None] | None = None,
     said: str = "interrupted while starting up: nothing was measured",
 ) -> Iterator[None]:
     """Let Ctrl-C and SIGTERM end this process at once (exit 130, rank 0 saying ``said``) while the main
     thread blocks in C++ code (torch's rendezvous, a store's connect), where no Python signal handler runs;
-    with ``limit_s``, passing it ends the process with ``late_code`` and the line ``late``.
+    with ``limit_s``, passing it ends the process with ``late_code`` and the line ``late``, once ``on_late``
+    (if any) has recorded why.
 
     A watcher thread sees the kernel's delivery through :func:`signal.set_wakeup_fd`, which works while
     the main thread is blocked.  Nothing is measured yet, so nothing is lost.
@@ -330,6 +333,9 @@ def stops_end_blocking_call(
         while not done.is_set():
             remaining = 0.2 if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
+                if on_late is not None:
+                    with contextlib.suppress(Exception):
+                        on_late()
                 leave_now(late_code, late)
             ready, _, _ = select.select([read_fd], [], [], min(remaining, 0.2))
             if ready and not done.is_set():
@@ -360,12 +366,20 @@ def leave_now(code: int, message: str) -> None:
     os._exit(code)
 
 
-def start_heartbeat(world: World, peers: Sequence[Peer], on_stall: Callable[[str], None]) -> Heartbeat:
+def start_heartbeat(
+    world: World,
+    peers: Sequence[Peer],
+    on_stall: Callable[[str], None],
+    on_late: Callable[[str], None] | None = None,
+) -> Heartbeat:
     """Start this rank's heartbeat through the world's rendezvous store (see :mod:`~fabricscope.launch.heartbeat`).
 
     ``on_stall`` hears why the main thread overran its phase's deadline, just
     before the process ends.  Its first connect and beat are bounded: a store
-    host stopped since the world formed takes a request and never answers.
+    host stopped since the world formed takes a request and never answers;
+    past the bound ``on_late`` hears why (rank 0 records it) and the process
+    ends with exit 1 and one line.  A store that is gone (its host died)
+    raises :class:`RunError`.
     """
     heartbeat = Heartbeat(
         store_factory=make_store_factory(world.master_addr, world.master_port),
@@ -376,12 +390,20 @@ def start_heartbeat(world: World, peers: Sequence[Peer], on_stall: Callable[[str
         on_stall=on_stall,
     )
     limit = join_limit(2.0)
-    late = (
-        f"error: rank {world.rank}: the rendezvous store at {world.master_addr}:{world.master_port} did not answer "
-        f"within {limit:g} s while starting the heartbeat (its host, rank 0 or the launcher, is stopped or hung)"
+    where = f"{world.master_addr}:{world.master_port}"
+    why = (
+        f"rank {world.rank}: the rendezvous store at {where} did not answer within {limit:g} s while starting "
+        "the heartbeat (its host, rank 0 or the launcher, is stopped or hung)"
     )
-    with stops_end_blocking_call(world.rank, limit_s=limit, late=late, late_code=1):
-        heartbeat.start()
+    recorded = None if on_late is None else functools.partial(on_late, why)
+    try:
+        with stops_end_blocking_call(world.rank, limit_s=limit, late=f"error: {why}", late_code=1, on_late=recorded):
+            heartbeat.start()
+    except (RuntimeError, OSError) as exc:  # torch's DistNetworkError is a RuntimeError
+        raise RunError(
+            f"rank {world.rank}: lost the rendezvous store at {where} while starting the heartbeat "
+            f"({describe_exception(exc)}): rank 0 or the launcher has ended"
+        ) from None
     return heartbeat
 
 

@@ -90,7 +90,7 @@ def _run(config: PairsConfig, world: launch.World) -> int:
         if output is not None:
             output.finish("failed", message)
 
-    heartbeat = rank.start_heartbeat(world, peers, on_stall)
+    heartbeat = lifecycle.start_heartbeat(world, peers, output, on_stall)
     stop = lifecycle.StopFlag()
     stop.catch_signals()
     rounds = _Rounds(config, world, group, heartbeat, stop, len(schedule))
