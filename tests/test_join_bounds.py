@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from fabricscope.launch import free_port
 from helpers import cli_env, stopped_store_host
@@ -77,15 +81,23 @@ class Output:  # rank 0's output: what it records
     def finish(self, status, error):
         print(json.dumps([status, error]), flush=True)
 
-lifecycle.start_heartbeat(World(0, 2, 0, 2, "127.0.0.1", int(sys.argv[1]), "env"), [], Output(), print)
+me = int(sys.argv[2])  # rank 0 holds the output
+world = World(me, 2, me, 2, "127.0.0.1", int(sys.argv[1]), "env")
+lifecycle.start_heartbeat(world, [], Output() if me == 0 else None, print)
 print("started")
 """
 
 
-def _heartbeat(port: int) -> subprocess.CompletedProcess[str]:
+def _heartbeat(port: int, me: int = 0) -> subprocess.CompletedProcess[str]:
+    proc = _start_heartbeat(port, me)
+    out, err = proc.communicate(timeout=120)  # a hang bound
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _start_heartbeat(port: int, me: int = 0) -> subprocess.Popen[str]:
     env = cli_env({"TORCH_CPP_LOG_LEVEL": "FATAL"})  # as a rank has it (the launcher sets it)
-    args = [sys.executable, "-c", HEARTBEAT, str(port)]
-    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)  # a hang bound
+    args = [sys.executable, "-c", HEARTBEAT, str(port), str(me)]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def test_a_store_host_stopped_before_the_heartbeat_starts_ends_the_rank_in_one_line() -> None:
@@ -113,3 +125,60 @@ def test_a_store_that_is_gone_when_the_heartbeat_starts_ends_the_rank_in_one_lin
         "refused): rank 0 or the launcher has ended\n"
     )
     assert json.loads(done.stdout) == ["failed", done.stderr.removeprefix("error: ").strip()], done.stdout
+
+
+def test_a_rank_other_than_0_says_a_lost_store_once_with_its_rank() -> None:
+    done = _heartbeat(free_port(), me=1)
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    assert done.stderr.startswith("error: rank 1: lost the rendezvous store at ")  # no "[rank 1]" before it
+    assert done.stderr.count("\n") == 1, done.stderr
+
+
+def test_a_store_that_takes_no_connection_is_not_called_gone() -> None:
+    """A stopped host whose accept queue is full (more ranks than its backlog) lets a connect time out: the
+    line said 'lost ... rank 0 or the launcher has ended' of a store that is there."""
+    with socket.socket() as host:
+        host.bind(("127.0.0.1", 0))
+        host.listen(0)
+        port = host.getsockname()[1]
+        queued = []
+        for _ in range(8):  # fill the accept queue: nobody accepts
+            client = socket.socket()
+            client.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                client.connect(("127.0.0.1", port))
+            queued.append(client)
+        try:
+            done = _heartbeat(port)
+        finally:
+            for client in queued:
+                client.close()
+    why = (
+        f"rank 0: the rendezvous store at 127.0.0.1:{port} did not take the heartbeat's connection (its host, "
+        "rank 0 or the launcher, is stopped or hung)"
+    )
+    assert (done.returncode, done.stderr) == (1, f"error: {why}\n")
+    assert json.loads(done.stdout) == ["failed", why]
+
+
+def test_ctrl_c_while_the_heartbeat_waits_records_the_run_as_interrupted() -> None:
+    with stopped_store_host() as port:
+        proc = _start_heartbeat(port)
+        try:
+            fds = Path(f"/proc/{proc.pid}/fd")
+            deadline = time.monotonic() + 60  # a hang bound: until its store client holds a connection
+            while proc.poll() is None and time.monotonic() < deadline:
+                with contextlib.suppress(OSError):
+                    if any(os.readlink(fd).startswith("socket:") for fd in fds.iterdir()):
+                        break
+                time.sleep(0.05)
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    said = "interrupted while starting up: nothing was measured"
+    assert (proc.returncode, err) == (130, f"{said}\n")
+    assert json.loads(out) == ["interrupted", said]

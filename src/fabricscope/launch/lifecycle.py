@@ -168,15 +168,17 @@ def start_heartbeat(
     world: World, peers: list[Peer], output: RankOutput | None, on_stall: Callable[[str], None]
 ) -> Heartbeat:
     """:func:`rank.start_heartbeat`; where the store no longer answers or is gone, the rank ends (exit 1)
-    with rank 0's output recorded as failed, as a stall's is."""
+    with rank 0's output recorded as failed, as a stall's is (interrupted on Ctrl-C meanwhile)."""
 
-    def record(why: str) -> None:
+    def record(status: str, why: str) -> None:
         if output is not None:
-            output.finish("failed", why)
+            output.finish(status, why)
 
     try:
-        return rank.start_heartbeat(world, peers, on_stall, on_late=record)
+        return rank.start_heartbeat(world, peers, on_stall, on_leave=record)
     except RunError as exc:
+        if output is None:  # its line names the rank already, as the bound's does
+            rank.leave_now(1, f"error: {exc}")
         conclude(world, output, Ending(kind="run_error", reason=str(exc)))
         raise  # pragma: no cover - conclude does not return
 

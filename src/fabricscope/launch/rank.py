@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import select
@@ -309,13 +308,13 @@ def stops_end_blocking_call(
     limit_s: float | None = None,
     late: str = "",
     late_code: int = 2,
-    on_late: Callable[[], None] | None = None,
+    on_leave: Callable[[int], None] | None = None,
     said: str = "interrupted while starting up: nothing was measured",
 ) -> Iterator[None]:
     """Let Ctrl-C and SIGTERM end this process at once (exit 130, rank 0 saying ``said``) while the main
     thread blocks in C++ code (torch's rendezvous, a store's connect), where no Python signal handler runs;
-    with ``limit_s``, passing it ends the process with ``late_code`` and the line ``late``, once ``on_late``
-    (if any) has recorded why.
+    with ``limit_s``, passing it ends the process with ``late_code`` and the line ``late``.  Either way
+    ``on_leave`` (if any) hears the exit code first, to record why.
 
     A watcher thread sees the kernel's delivery through :func:`signal.set_wakeup_fd`, which works while
     the main thread is blocked.  Nothing is measured yet, so nothing is lost.
@@ -328,20 +327,26 @@ def stops_end_blocking_call(
     previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     done = threading.Event()
 
+    def leave(code: int, line: str) -> None:
+        if done.is_set():  # the call returned meanwhile: the caller goes on
+            return
+        if on_leave is not None:
+            with contextlib.suppress(Exception):
+                on_leave(code)
+        leave_now(code, line)
+
     def watch() -> None:
         deadline = None if limit_s is None else time.monotonic() + limit_s
         while not done.is_set():
             remaining = 0.2 if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
-                if on_late is not None:
-                    with contextlib.suppress(Exception):
-                        on_late()
-                leave_now(late_code, late)
+                leave(late_code, late)
+                return
             ready, _, _ = select.select([read_fd], [], [], min(remaining, 0.2))
             if ready and not done.is_set():
                 received = os.read(read_fd, 64)
                 if signal.SIGINT in received or signal.SIGTERM in received:
-                    leave_now(130, said if rank == 0 else "")
+                    leave(130, said if rank == 0 else "")
 
     watcher = threading.Thread(target=watch, name="fabricscope-join-watch", daemon=True)
     watcher.start()
@@ -370,16 +375,17 @@ def start_heartbeat(
     world: World,
     peers: Sequence[Peer],
     on_stall: Callable[[str], None],
-    on_late: Callable[[str], None] | None = None,
+    on_leave: Callable[[str, str], None] | None = None,
 ) -> Heartbeat:
     """Start this rank's heartbeat through the world's rendezvous store (see :mod:`~fabricscope.launch.heartbeat`).
 
     ``on_stall`` hears why the main thread overran its phase's deadline, just
     before the process ends.  Its first connect and beat are bounded: a store
     host stopped since the world formed takes a request and never answers;
-    past the bound ``on_late`` hears why (rank 0 records it) and the process
-    ends with exit 1 and one line.  A store that is gone (its host died)
-    raises :class:`RunError`.
+    past the bound, or on Ctrl-C meanwhile, ``on_leave`` hears the run's
+    status and why (rank 0 records them) and the process ends with one line
+    (exit 1, or 130).  A store that is gone or takes no connection raises
+    :class:`RunError`.
     """
     heartbeat = Heartbeat(
         store_factory=make_store_factory(world.master_addr, world.master_port),
@@ -391,14 +397,26 @@ def start_heartbeat(
     )
     limit = join_limit(2.0)
     where = f"{world.master_addr}:{world.master_port}"
+    stopped = "(its host, rank 0 or the launcher, is stopped or hung)"
     why = (
         f"rank {world.rank}: the rendezvous store at {where} did not answer within {limit:g} s while starting "
-        "the heartbeat (its host, rank 0 or the launcher, is stopped or hung)"
+        f"the heartbeat {stopped}"
     )
-    recorded = None if on_late is None else functools.partial(on_late, why)
+    said = "interrupted while starting up: nothing was measured"
+
+    def leaving(code: int) -> None:
+        if on_leave is not None:
+            on_leave(*(("failed", why) if code == 1 else ("interrupted", said)))
+
     try:
-        with stops_end_blocking_call(world.rank, limit_s=limit, late=f"error: {why}", late_code=1, on_late=recorded):
+        with stops_end_blocking_call(
+            world.rank, limit_s=limit, late=f"error: {why}", late_code=1, on_leave=leaving, said=said
+        ):
             heartbeat.start()
+    except TimeoutError:  # the connect was not taken: a full accept queue of a stopped host, dropped packets
+        raise RunError(
+            f"rank {world.rank}: the rendezvous store at {where} did not take the heartbeat's connection {stopped}"
+        ) from None
     except (RuntimeError, OSError) as exc:  # torch's DistNetworkError is a RuntimeError
         raise RunError(
             f"rank {world.rank}: lost the rendezvous store at {where} while starting the heartbeat "
