@@ -16,6 +16,7 @@ from fabricscope.model.calibrate import MeasuredOp, calibrate, cluster_toml, fit
 from fabricscope.model.calibrated_cost import predicted_seconds
 from fabricscope.model.cluster import MAX_BUSBW_GBPS, load_cluster
 from fabricscope.ops import COLLECTIVES
+from fabricscope.shown import quoted
 
 SIZES = np.array([64e3 * 2**k for k in range(10)])
 
@@ -277,16 +278,27 @@ def test_a_run_given_twice_is_refused(cli, two_ranks, tmp_path) -> None:
     assert not (tmp_path / "c.toml").exists()
 
 
-def test_a_one_rank_run_is_refused(cli, write, tmp_path) -> None:
-    """One rank moves nothing between ranks and predict prices it as a local copy: a fit of its times was
-    written with a 100% fit error and never read by predict."""
-    path = _sweep_file(write, "one.json", [(1024, 20.0), (4096, 21.0), (16384, 25.0)])
-    data = json.loads(path.read_text())
+def test_a_one_rank_run_is_left_out_and_alone_refused(cli, write, tmp_path) -> None:
+    """One rank moves nothing between ranks and predict prices it as a local copy: its fit was written with
+    a 100% fit error that predict never read, and beside another run it pulled that run's fit (an 8-GPU
+    log's busbw halved)."""
+    rows = [(1024, 20.0), (4096, 21.0), (16384, 25.0)]
+    one = _sweep_file(write, "one.json", rows)
+    data = json.loads(one.read_text())
     data["config"]["nranks"] = 1
-    path.write_text(json.dumps(data))
-    done = cli("calibrate", str(path), "-o", str(tmp_path / "cal.toml"))
+    one.write_text(json.dumps(data))
+    done = cli("calibrate", str(one), "-o", str(tmp_path / "cal.toml"))
     assert done.code == 2 and not (tmp_path / "cal.toml").exists()
-    assert one_error_line(done).endswith(
-        "measured on 1 rank, where a collective moves nothing between ranks: calibrate fits the links between "
-        "ranks; measure 2 or more (bench --nproc 2)"
+    assert one_error_line(done) == (
+        f"error: calibrate fits the links between ranks; {quoted(str(one))} ran on 1 rank, where a collective "
+        "moves nothing between them: calibrate a run of 2 or more ranks"
     )
+    two = _sweep_file(write, "two.json", [(1024, 30.0), (65536, 60.0), (1048576, 500.0), (4194304, 1900.0)])
+    alone = cli("calibrate", str(two), "-o", str(tmp_path / "alone.toml"))
+    mixed = cli("calibrate", str(one), str(two), "-o", str(tmp_path / "mixed.toml"))
+    assert alone.code == mixed.code == 0, mixed.err
+    assert f"note: {quoted(str(one))} left out: it ran on 1 rank, where a collective moves nothing between ranks" in (
+        mixed.err
+    )
+    assert mixed.out == alone.out  # the same fit, the same fit error
+    assert (tmp_path / "mixed.toml").read_text() == (tmp_path / "alone.toml").read_text()

@@ -181,12 +181,6 @@ def runs_of(result: Result, source: str) -> list[MeasuredOp]:
             "calibrate reads bench results and imported nccl-tests logs"
         )
     ranks, nodes = _shape(result, source)
-    if ranks < 2:
-        # Its times are a local copy's, and predict prices one rank as that copy: a fit would never be read.
-        raise UsageError(
-            f"{source}: measured on 1 rank, where a collective moves nothing between ranks: calibrate fits the "
-            "links between ranks; measure 2 or more (bench --nproc 2)"
-        )
     if ranks % nodes:
         raise ResultFormatError(f"{source}: {ranks} ranks do not fill {nodes} nodes evenly")
     points: dict[str, list[tuple[float, float]]] = {}
@@ -216,16 +210,28 @@ def runs_of(result: Result, source: str) -> list[MeasuredOp]:
 
 
 def priced_runs(runs: Sequence[MeasuredOp]) -> tuple[list[MeasuredOp], list[str]]:
-    """(the runs of ops predict prices, the names of the others): ``ps`` has no cost model, so
-    terms fitted to it would never be read; calibrate leaves it out and says so."""
-    kept = [r for r in runs if ops.get(r.op).modelled]
-    left = list(dict.fromkeys(r.op for r in runs if not ops.get(r.op).modelled))
+    """(the runs whose terms predict reads, a note on each kind left out): ``ps`` has no cost model, and
+    one rank moves nothing between ranks (predict prices it as a local copy), so terms fitted to either
+    would never be read, and a one-rank run's times would pull the fit of the others."""
+    kept = [r for r in runs if ops.get(r.op).modelled and r.ranks > 1]
+    unpriced = list(dict.fromkeys(r.op for r in runs if not ops.get(r.op).modelled))
+    alone = list(dict.fromkeys(r.source for r in runs if r.ranks < 2))
+    notes = [f"{name} left out: predict has no cost model for it (measure it with bench)" for name in unpriced]
+    notes += [
+        f"{quoted(source)} left out: it ran on 1 rank, where a collective moves nothing between ranks"
+        for source in alone
+    ]
     if not kept:
+        if alone:
+            raise UsageError(
+                f"calibrate fits the links between ranks; {quoted(alone[0])} ran on 1 rank, where a collective "
+                "moves nothing between them: calibrate a run of 2 or more ranks"
+            )
         raise UsageError(
-            f"calibrate fits the ops predict prices; {', '.join(left)} has no cost model in predict: "
+            f"calibrate fits the ops predict prices; {', '.join(unpriced)} has no cost model in predict: "
             "calibrate a run of " + ", ".join(n for n, c in ops.COLLECTIVES.items() if c.modelled)
         )
-    return kept, left
+    return kept, notes
 
 
 def load_runs(paths: Iterable[str]) -> list[MeasuredOp]:

@@ -530,8 +530,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     check_output_path("-o", args.output, inputs=[*args.runs, *([args.cluster] if is_path(args.cluster) else [])])
     base = load_cluster(args.cluster)
     runs, left = priced_runs(load_runs(args.runs))
-    for name in left:
-        sys.stderr.write(f"note: {name} left out: predict has no cost model for it (measure it with bench)\n")
+    for note in left:
+        sys.stderr.write(f"note: {note}\n")
     fitted = calibrate(runs)
     measured = max(runs, key=lambda r: (r.nodes, r.ranks))
     if (measured.nodes, measured.ranks_per_node) != (base.nodes, base.gpus_per_node):
