@@ -100,6 +100,12 @@ def _start_heartbeat(port: int, me: int = 0) -> subprocess.Popen[str]:
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
+def _ended_failed(done: subprocess.CompletedProcess[str], why: str) -> None:
+    """Exit 1, ``why`` as the one line, and rank 0's output recorded as failed for it."""
+    assert (done.returncode, done.stderr) == (1, f"error: {why}\n")
+    assert json.loads(done.stdout) == ["failed", why]
+
+
 def test_a_store_host_stopped_before_the_heartbeat_starts_ends_the_rank_in_one_line() -> None:
     """The heartbeat's first connect and beat, after the world formed: a store host stopped in between takes
     the connection and never answers, and the rank waited in torch's C++ code for its launcher's kill.  Rank 0
@@ -110,8 +116,7 @@ def test_a_store_host_stopped_before_the_heartbeat_starts_ends_the_rank_in_one_l
         f"rank 0: the rendezvous store at 127.0.0.1:{port} did not answer within 7 s while starting the "
         "heartbeat (its host, rank 0 or the launcher, is stopped or hung)"
     )
-    assert (done.returncode, done.stderr) == (1, f"error: {why}\n")
-    assert json.loads(done.stdout) == ["failed", why]
+    _ended_failed(done, why)
 
 
 def test_a_store_that_is_gone_when_the_heartbeat_starts_ends_the_rank_in_one_line() -> None:
@@ -119,12 +124,11 @@ def test_a_store_that_is_gone_when_the_heartbeat_starts_ends_the_rank_in_one_lin
     DistNetworkError, a traceback on every rank."""
     port = free_port()  # nobody listens
     done = _heartbeat(port)
-    assert done.returncode == 1, done.stderr
-    assert done.stderr == (
-        f"error: rank 0: lost the rendezvous store at 127.0.0.1:{port} while starting the heartbeat (Connection "
-        "refused): rank 0 or the launcher has ended\n"
+    why = (
+        f"rank 0: lost the rendezvous store at 127.0.0.1:{port} while starting the heartbeat (Connection refused): "
+        "rank 0 or the launcher has ended"
     )
-    assert json.loads(done.stdout) == ["failed", done.stderr.removeprefix("error: ").strip()], done.stdout
+    _ended_failed(done, why)
 
 
 def test_a_rank_other_than_0_says_a_lost_store_once_with_its_rank() -> None:
@@ -157,8 +161,7 @@ def test_a_store_that_takes_no_connection_is_not_called_gone() -> None:
         f"rank 0: the rendezvous store at 127.0.0.1:{port} did not take the heartbeat's connection (its host, "
         "rank 0 or the launcher, is stopped or hung)"
     )
-    assert (done.returncode, done.stderr) == (1, f"error: {why}\n")
-    assert json.loads(done.stdout) == ["failed", why]
+    _ended_failed(done, why)
 
 
 def test_ctrl_c_while_the_heartbeat_waits_records_the_run_as_interrupted() -> None:
