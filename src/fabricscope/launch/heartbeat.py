@@ -92,9 +92,7 @@ class Heartbeat:
     # --- main-thread API -----------------------------------------------------
 
     def start(self) -> None:
-        if self._store_address is not None:
-            # A store that is gone refuses at once, where a store client retries with a random backoff.
-            socket.create_connection(self._store_address, timeout=2.0).close()
+        self._knock(2.0)
         self._store = self._store_factory(max(2.0, 4 * self._interval))
         self._beat()
         self._thread.start()
@@ -215,15 +213,18 @@ class Heartbeat:
         reader.join(limit_s)
         return box[0] if box else None
 
+    def _knock(self, timeout_s: float) -> None:
+        """Raise OSError unless the store's port takes a plain connection: a dead host refuses at once,
+        where a store client retries (with a random backoff, and logs) until its timeout."""
+        if self._store_address is not None:
+            socket.create_connection(self._store_address, timeout=timeout_s).close()
+
     def _read_beats(self) -> dict[int, str] | None:
         beats: dict[int, str] = {}
-        if self._store_address is not None:
-            # A plain connect fails at once on a dead host's port, where a store
-            # client would retry (and log) until its timeout.
-            try:
-                socket.create_connection(self._store_address, timeout=1.0).close()
-            except OSError:
-                return None
+        try:
+            self._knock(1.0)
+        except OSError:
+            return None
         try:
             client = self._store_factory(1.0)
             for peer in self._peers:
