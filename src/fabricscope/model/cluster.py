@@ -67,9 +67,15 @@ __all__ = [
 ]
 
 IntraFabric = Literal["nvswitch", "nvlink-mesh", "xgmi", "pcie"]
-TransportName = Literal["tcp-socket", "rdma", "rdma-gdr", "efa"]
+TransportName = Literal["tcp-socket", "rdma", "rdma-gdr", "efa", "gpudirect-tcpx", "gpudirect-tcpxo"]
 Topology = Literal["fat-tree", "rail-optimized"]
-TRANSPORTS: tuple[TransportName, ...] = ("tcp-socket", "rdma", "rdma-gdr", "efa")
+TRANSPORTS: tuple[TransportName, ...] = ("tcp-socket", "rdma", "rdma-gdr", "efa", "gpudirect-tcpx", "gpudirect-tcpxo")
+CLOUD_ETHERNET: dict[str, str] = {
+    "efa": "AWS's Elastic Fabric Adapter",
+    "gpudirect-tcpx": "Google's GPUDirect-TCPX (A3 High and Edge)",
+    "gpudirect-tcpxo": "Google's GPUDirect-TCPXO (A3 Mega)",
+}
+"""Transports that are one cloud's own Ethernet NICs and their NCCL plugin."""
 
 MAX_LATENCY_US = 1e6
 """Largest calibrated latency (call or hop) a cluster file may give, microseconds."""
@@ -281,15 +287,16 @@ def resolve(spec: ClusterSpec, *, name: str, source: str) -> Cluster:
     net = spec.network
     nic = _entry("nic", net.nic, NIC, source, "network.nic")
     transport = _entry("transport", net.transport, Transport, source, "network.transport")
-    if net.transport != "tcp-socket" and not nic.rdma:
+    if net.transport in ("rdma", "rdma-gdr", "efa") and not nic.rdma:
         raise ConfigError(
             f"{source}: network.transport = '{net.transport}' needs an RDMA-capable NIC and {nic.name} "
             "is not: use transport = 'tcp-socket' or another NIC"
         )
-    if net.transport == "efa" and nic.link != "ethernet":
+    if net.transport in CLOUD_ETHERNET and nic.link != "ethernet":
         raise ConfigError(
-            f"{source}: network.transport = 'efa' is AWS's Elastic Fabric Adapter, an Ethernet NIC, and {nic.name} "
-            f"is {nic.link}: use an Ethernet NIC of the EFA's speed (eth-100g, eth-200g, eth-400g) or another transport"
+            f"{source}: network.transport = '{net.transport}' is {CLOUD_ETHERNET[net.transport]}, an Ethernet NIC, "
+            f"and {nic.name} is {nic.link}: use an Ethernet NIC of its speed (eth-100g, eth-200g, eth-400g) or "
+            "another transport"
         )
     if net.sharp and (nic.link != "infiniband" or net.transport not in ("rdma", "rdma-gdr")):
         raise ConfigError(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import statistics
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -107,9 +108,14 @@ def _rows(kind: str) -> tuple[_Row, ...]:
 
 UNMEASURED_GPU = "no published row measured a"
 """How the warning about a GPU no row measured begins (training estimates drop it where theirs did)."""
-EFA_SYSTEM = "EFA"
-"""What the ``system`` of a collectives row measured on AWS EFA says: an EFA cluster is priced with
-those rows' errors, not the whole group's."""
+TRANSPORT_SYSTEM = {"efa": "EFA", "gpudirect-tcpx": "GPUDirect-TCPX", "gpudirect-tcpxo": "GPUDirect-TCPXO"}
+"""The word the ``system`` of a collectives row measured on a cloud's own transport holds: a cluster
+on that transport is priced with those rows' errors, not the whole group's."""
+
+
+def _measured_on(row: _Row, transport: str) -> bool:
+    """Whether ``row`` measured ``transport`` (a whole word of its system: TCPX is not TCPXO)."""
+    return re.search(rf"(?<![\w-]){re.escape(TRANSPORT_SYSTEM[transport])}(?![\w-])", row.system) is not None
 
 
 BOARD_GPUS = 8
@@ -133,6 +139,8 @@ def collective_group(cluster: Cluster) -> str:
         return "tcp"
     if net.transport == "efa":
         return "mid-size"  # AWS's published EFA runs (2 x p4de, 2 x p5) are rows of this group
+    if net.transport in ("gpudirect-tcpx", "gpudirect-tcpxo"):
+        return "gpudirect-tcp"
     if cluster.nic.link == "ethernet":
         return "roce-multinode"
     if net.nics_per_node < cluster.gpus_per_node:
@@ -166,6 +174,19 @@ def _coverage(cluster: Cluster, group: str, rows: list[_Row], every: tuple[_Row,
             "rendezvous above 8 KiB nor its flushes; the figures above are the group's rows measured on EFA (AWS's "
             "2-node p4de and p5 runs), slower than predicted below 64 MiB"
         )
+    if cluster.spec.network.transport == "gpudirect-tcpx":
+        warnings.append(
+            f"on GPUDirect-TCPX the model prices {cluster.transport.efficiency:.1%} of the NICs' line rate (Device "
+            "Memory TCP) and lacks the host's ceiling: every packet's header still runs through the host's TCP stack, "
+            "and the published 2-node runs on A3 High reached about half to two thirds of line rate; measure yours "
+            "(fabricscope bench or nccl-tests) and price from it with fabricscope calibrate"
+        )
+    if cluster.spec.network.transport == "gpudirect-tcpxo":
+        warnings.append(
+            "on GPUDirect-TCPXO the model prices each network step at a TCP transport's "
+            f"{cluster.transport.latency_us:g} us (no published figure for the offload's own); the published "
+            "2-node run on A3 Mega is slower than predicted below 64 MiB"
+        )
     link = cluster.gpulink
     if (
         _domain_link(cluster)
@@ -188,8 +209,9 @@ def _catalog(cluster: Cluster) -> Uncertainty:
     every = _rows("collectives")
     group = collective_group(cluster)
     rows = [r for r in every if r.group == group] or list(every)
-    if cluster.spec.network.transport == "efa":
-        rows = [r for r in rows if EFA_SYSTEM in r.system] or rows  # the group's rows measured on EFA
+    transport = cluster.spec.network.transport
+    if transport in TRANSPORT_SYSTEM:
+        rows = [r for r in rows if _measured_on(r, transport)] or rows  # the group's rows measured on it
     median, worst = _stats(rows)
     return Uncertainty("validation", group, len(rows), median, worst, tuple(_coverage(cluster, group, rows, every)))
 

@@ -269,6 +269,10 @@ TRANSPORTS: dict[str, TransportName] = {
     "gdr": "rdma-gdr",
     "efa": "efa",
     "efa-srd": "efa",
+    "gpudirect-tcpx": "gpudirect-tcpx",
+    "tcpx": "gpudirect-tcpx",
+    "gpudirect-tcpxo": "gpudirect-tcpxo",
+    "tcpxo": "gpudirect-tcpxo",
 }
 """How a row may write its ``transport`` (a comment in parentheses may follow: ``ib-rdma
 (host-staged)``); empty means GPUDirect RDMA on an RDMA-capable NIC, else TCP sockets."""
