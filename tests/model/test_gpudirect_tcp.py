@@ -57,10 +57,10 @@ def test_predictions_carry_the_errors_of_rows_measured_on_the_same_transport() -
     rows = [c for c in validate_file(_collectives()) if c.group == "gpudirect-tcp"]
     tcpx = [c for c in rows if c.description.endswith("GPUDirect-TCPX")]
     tcpxo = [c for c in rows if c.description.endswith("GPUDirect-TCPXO")]
-    assert len(tcpx) == 7 and len(tcpxo) == 4
+    assert len(tcpx) == 7 and len(tcpxo) == 7
     sure_high, sure_mega = for_collectives(high), for_collectives(mega)
     assert sure_high.rows == len(tcpx) and sure_mega.rows == len(tcpxo)
-    assert sure_high.median_abs_error_pct > 25 > sure_mega.median_abs_error_pct
+    assert sure_high.median_abs_error_pct > 25 and sure_high.median_abs_error_pct > 2 * sure_mega.median_abs_error_pct
     assert any("lacks the host's ceiling" in w and "fabricscope calibrate" in w for w in sure_high.warnings)
     said = "on GPUDirect-TCPXO the model prices each network step at a TCP transport's 30 us"
     assert any(said in w for w in sure_mega.warnings)
