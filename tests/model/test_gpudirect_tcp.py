@@ -39,12 +39,15 @@ def test_each_network_step_pays_a_tcp_transports_latency() -> None:
         assert transport_extra_us(lookup("transport", name, Transport)) == tcp == pytest.approx(28.5)
 
 
-@pytest.mark.parametrize("transport", ["gpudirect-tcpx", "gpudirect-tcpxo"])
-def test_they_are_googles_ethernet_nics(cli, write, transport: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(
+    ("transport", "named"),
+    [("gpudirect-tcpx", "GPUDirect-TCPX (A3 High and Edge)"), ("gpudirect-tcpxo", "GPUDirect-TCPXO (A3 Mega)")],
+)
+def test_they_are_googles_ethernet_nics(cli, write, transport: str, named: str) -> None:  # type: ignore[no-untyped-def]
     text = f'nodes = 2\ngpus_per_node = 8\ngpu = "h100-sxm"\n[network]\nnic = "ib-ndr"\ntransport = "{transport}"\n'
     done = cli("predict", "--cluster", str(write("g.toml", text)), "-b", "1M", "-e", "1M")
     assert done.code == 2 and "Traceback" not in done.err, done.err
-    assert f"network.transport = '{transport}' is Google's GPUDirect-TCPX" in done.err
+    assert f"network.transport = '{transport}' is Google's {named}, an Ethernet NIC" in done.err
     assert len(done.err.strip().splitlines()) == 1
     # On a 1 Gb/s NIC without RDMA it is allowed: TCPX runs over TCP, not RDMA verbs.
     slow = text.replace('"ib-ndr"', '"eth-1g"')
@@ -64,7 +67,27 @@ def test_predictions_carry_the_errors_of_rows_measured_on_the_same_transport() -
     assert any("lacks the host's ceiling" in w and "fabricscope calibrate" in w for w in sure_high.warnings)
     said = "on GPUDirect-TCPXO the model prices each network step at a TCP transport's 30 us"
     assert any(said in w for w in sure_mega.warnings)
+    assert not any("GPUDirect-TCPXO" in w for w in sure_high.warnings)
+    assert not any("GPUDirect-TCPX " in w or "host's ceiling" in w for w in sure_mega.warnings)
     assert not any("GPUDirect" in w for w in for_collectives(load_cluster("cloud-h100-tcp")).warnings)
+    # One node moves nothing over the network: no word about its transport.
+    for one in (high.with_nodes(1), mega.with_nodes(1)):
+        assert not any("GPUDirect" in w for w in for_collectives(one).warnings)
+
+
+@pytest.mark.parametrize(
+    ("written", "transport"),
+    [
+        ("tcpx", "gpudirect-tcpx"),
+        ("GPUDirect-TCPX", "gpudirect-tcpx"),
+        ("tcpxo", "gpudirect-tcpxo"),
+        ("TCPXO (plugin 1.0.15)", "gpudirect-tcpxo"),
+    ],
+)
+def test_a_validation_row_may_name_them_as_users_do(written: str, transport: str) -> None:
+    from fabricscope.model.validation import _transport
+
+    assert _transport(written, "eth-200g") == transport
 
 
 def _collectives():  # type: ignore[no-untyped-def]

@@ -14,7 +14,7 @@ files, so each is also an example of the format::
     [network]
     nic = "ib-hdr"
     nics_per_node = 8
-    transport = "rdma-gdr"        # tcp-socket | rdma | rdma-gdr | efa
+    transport = "rdma-gdr"        # tcp-socket | rdma | rdma-gdr | efa | gpudirect-tcpx | gpudirect-tcpxo
     sharp = false                 # in-network reduction on the switches
     topology = "rail-optimized"   # rail-optimized | fat-tree
     oversubscription = 1.0        # leaf downlinks : uplinks

@@ -25,6 +25,7 @@ from typing import Any
 
 from fabricscope.model.cluster import Cluster
 from fabricscope.model.collective_cost import ROCE_SCALE_LOSS_NICS
+from fabricscope.model.fabric import fabric_of
 from fabricscope.units import is_digits
 
 __all__ = ["LONG_CONTEXT_TOKENS", "Uncertainty", "collective_group", "for_collectives", "for_training"]
@@ -168,20 +169,23 @@ def _coverage(cluster: Cluster, group: str, rows: list[_Row], every: tuple[_Row,
             f"RoCE's loss with scale was measured on nodes with {ROCE_SCALE_LOSS_NICS} NICs; with {nics} per node "
             "it is unmeasured, and the predicted loss may be pessimistic"
         )
-    if cluster.spec.network.transport == "efa":
+    across = cluster.nodes > 1  # a transport between nodes is what a one-node cluster never uses
+    if across and cluster.spec.network.transport == "efa":
         warnings.append(
             f"on EFA the model prices AWS's {cluster.transport.latency_us:g} us per network step, not the plugin's "
             "rendezvous above 8 KiB nor its flushes; the figures above are the group's rows measured on EFA (AWS's "
             "2-node p4de and p5 runs), slower than predicted below 64 MiB"
         )
-    if cluster.spec.network.transport == "gpudirect-tcpx":
+    if across and cluster.spec.network.transport == "gpudirect-tcpx":
+        per_nic = float(fabric_of(cluster).nic_gbps) / (cluster.nic.speed_gbps / 8.0)
         warnings.append(
-            f"on GPUDirect-TCPX the model prices {cluster.transport.efficiency:.1%} of the NICs' line rate (Device "
-            "Memory TCP) and lacks the host's ceiling: every packet's header still runs through the host's TCP stack, "
-            "and the published 2-node runs on A3 High reached about half to two thirds of line rate; measure yours "
+            f"on GPUDirect-TCPX the model prices {per_nic:.1%} of each NIC's line rate (Device Memory TCP's share, "
+            "within the NIC's PCIe slot) and lacks the host's ceiling: every packet's header still runs through the "
+            "host's TCP stack, and the published 2-node runs on A3 High reached about half to two thirds of line rate; "
+            "measure yours "
             "(fabricscope bench or nccl-tests) and price from it with fabricscope calibrate"
         )
-    if cluster.spec.network.transport == "gpudirect-tcpxo":
+    if across and cluster.spec.network.transport == "gpudirect-tcpxo":
         warnings.append(
             "on GPUDirect-TCPXO the model prices each network step at a TCP transport's "
             f"{cluster.transport.latency_us:g} us (no published figure for the offload's own); the published "
