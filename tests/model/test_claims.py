@@ -123,3 +123,14 @@ def test_100ns_less_latency() -> None:
     model = load_model("llama-70b")
     result = estimate(model, rdma, best_split(model, rdma))
     assert abs(result.sensitivities["100 ns less network latency"]) < 0.01  # percent of a training step
+
+
+def test_the_documented_error_by_group_is_what_validate_prints_now(cli) -> None:  # type: ignore[no-untyped-def]
+    # docs/model.md section 2 shows validate's per-group table; a row added or a model change that moves a
+    # group's figure fails here until the document shows the new table.
+    done = cli("validate")
+    assert done.code == 0, done.err
+    printed = done.out[done.out.index("error by group (") :].rstrip("\n")
+    text = MODEL_DOC.read_text(encoding="utf-8")
+    start = text.index("error by group (")
+    assert text[start : text.index("```", start)].rstrip("\n") == printed
