@@ -176,6 +176,7 @@ def test_efa_is_an_ethernet_adapter_and_has_no_sharp(cli, write) -> None:  # typ
     base = 'nodes = 2\ngpus_per_node = 8\ngpu = "h100-sxm"\n[network]\ntransport = "efa"\n'
     for extra, said in (
         ('nic = "ib-ndr"\n', "network.transport = 'efa' is AWS's Elastic Fabric Adapter, an Ethernet NIC"),
+        ('nic = "eth-1g"\n', "network.transport = 'efa' needs an RDMA-capable NIC and eth-1g is not"),
         ('nic = "eth-400g"\nsharp = true\n', "network.sharp = true needs an InfiniBand NIC and an RDMA transport"),
     ):
         done = cli("predict", "all_reduce", "--cluster", str(write("efa.toml", base + extra)), "-b", "1M", "-e", "1M")

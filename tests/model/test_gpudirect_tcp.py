@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 
 import pytest
+from model_helpers import one_error_line
 
 from fabricscope.model.cluster import load_cluster
 from fabricscope.model.fabric import fabric_of, transport_extra_us
@@ -47,11 +48,12 @@ def test_they_are_googles_ethernet_nics(cli, write, transport: str, named: str) 
     text = f'nodes = 2\ngpus_per_node = 8\ngpu = "h100-sxm"\n[network]\nnic = "ib-ndr"\ntransport = "{transport}"\n'
     done = cli("predict", "--cluster", str(write("g.toml", text)), "-b", "1M", "-e", "1M")
     assert done.code == 2 and "Traceback" not in done.err, done.err
-    assert f"network.transport = '{transport}' is Google's {named}, an Ethernet NIC" in done.err
-    assert len(done.err.strip().splitlines()) == 1
-    # On a 1 Gb/s NIC without RDMA it is allowed: TCPX runs over TCP, not RDMA verbs.
-    slow = text.replace('"ib-ndr"', '"eth-1g"')
-    assert cli("predict", "--cluster", str(write("s.toml", slow)), "-b", "1M", "-e", "1M").code == 0
+    assert f"network.transport = '{transport}' is Google's {named}, whose GPU NICs are 'eth-200g'" in done.err
+    assert "use nic = 'eth-200g'" in done.err and len(done.err.strip().splitlines()) == 1
+    # Ethernet of another speed is not A3's either: its GPU NICs are 200 Gb/s.
+    for nic in ("eth-1g", "eth-400g"):
+        other = cli("predict", "--cluster", str(write("s.toml", text.replace('"ib-ndr"', f'"{nic}"'))), "-b", "1M")
+        assert other.code == 2 and f"and the cluster's is {nic}" in other.err, other.err
 
 
 def test_predictions_carry_the_errors_of_rows_measured_on_the_same_transport() -> None:
@@ -60,13 +62,16 @@ def test_predictions_carry_the_errors_of_rows_measured_on_the_same_transport() -
     rows = [c for c in validate_file(_collectives()) if c.group == "gpudirect-tcp"]
     tcpx = [c for c in rows if c.description.endswith("GPUDirect-TCPX")]
     tcpxo = [c for c in rows if c.description.endswith("GPUDirect-TCPXO")]
-    assert len(tcpx) == 7 and len(tcpxo) == 7
+    assert len(tcpx) == 7 and len(tcpxo) == 9
     sure_high, sure_mega = for_collectives(high), for_collectives(mega)
     assert sure_high.rows == len(tcpx) and sure_mega.rows == len(tcpxo)
     assert sure_high.median_abs_error_pct > 25 and sure_high.median_abs_error_pct > 2 * sure_mega.median_abs_error_pct
     assert any("lacks the host's ceiling" in w and "fabricscope calibrate" in w for w in sure_high.warnings)
     said = "on GPUDirect-TCPXO the model prices each network step at a TCP transport's 30 us"
     assert any(said in w for w in sure_mega.warnings)
+    # The share it names is the one it prices: Device Memory TCP's, within the NIC's PCIe slot.
+    per_nic = float(fabric_of(high).nic_gbps) / NIC_GBPS
+    assert any(f"prices {per_nic:.1%} of each NIC's line rate" in w for w in sure_high.warnings)
     assert not any("GPUDirect-TCPXO" in w for w in sure_high.warnings)
     assert not any("GPUDirect-TCPX " in w or "host's ceiling" in w for w in sure_mega.warnings)
     assert not any("GPUDirect" in w for w in for_collectives(load_cluster("cloud-h100-tcp")).warnings)
@@ -112,3 +117,24 @@ def test_the_tcpxo_rows_are_priced_within_the_target_and_the_tcpx_rows_say_what_
     for check in rows:
         if check.description.endswith("GPUDirect-TCPX"):
             assert check.known_off and check.error_pct > 25  # the model is faster: it lacks the host's ceiling
+
+
+def test_a_row_names_its_transport_as_a_whole_word() -> None:
+    from fabricscope.model.uncertainty import _measured_on, _Row
+
+    def row(system: str) -> _Row:
+        return _Row("x", "gpudirect-tcp", "h100-sxm", 2, 1.0, system)
+
+    assert _measured_on(row("2 VMs, GPUDirect-TCPX"), "gpudirect-tcpx")
+    assert not _measured_on(row("2 VMs, GPUDirect-TCPXO"), "gpudirect-tcpx")
+    assert not _measured_on(row("2 VMs, not-GPUDirect-TCPX"), "gpudirect-tcpx")
+    assert _measured_on(row("2 VMs (4x 100 Gb/s EFA each)"), "efa")
+    assert not _measured_on(row("2 VMs, EFAv2"), "efa")
+
+
+def test_a_transport_that_is_only_a_comment_is_refused(cli, write) -> None:  # type: ignore[no-untyped-def]
+    lines = _collectives().read_text(encoding="utf-8").splitlines()
+    header, k02 = lines[0], next(line for line in lines if line.startswith("k02,"))
+    bad = write("c.csv", header + "\n" + k02.replace(",gpudirect-tcpxo,", ",(tcpxo),") + "\n")
+    line = one_error_line(cli("validate", str(bad)))
+    assert "row k02" in line and "transport = '(tcpxo)' is only a comment" in line

@@ -64,7 +64,7 @@ def test_shipped_virtual_rows_carry_the_column() -> None:
     assert (
         {r["id"] for r in rows if r["virtualized"] == "true"}
         == {r["id"] for r in rows if "virtualized" in r["nic"]}
-        == {"n17", "n18", *(f"k{i:02d}" for i in range(1, 15))}  # cloud VMs: Azure, AWS, GCP's A3
+        == {"n17", "n18", *(f"k{i:02d}" for i in range(1, 17))}  # cloud VMs: Azure, AWS, GCP's A3
     )
 
 

@@ -44,6 +44,7 @@ def test_efa_gets_the_group_of_awss_published_runs_and_says_what_it_misses() -> 
     assert sure.rows == 10 and sure.median_abs_error_pct > 25  # the group's EFA rows alone, not all 46
     assert any("on EFA the model prices AWS's 20 us per network step" in w for w in sure.warnings)
     assert not any("EFA" in w for w in for_collectives(base).warnings)
+    assert not any("EFA" in w for w in for_collectives(efa.with_nodes(1)).warnings)  # one node: no network
 
 
 def test_roce_beyond_the_validated_node_count_is_flagged() -> None:

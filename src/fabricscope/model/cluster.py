@@ -70,12 +70,14 @@ IntraFabric = Literal["nvswitch", "nvlink-mesh", "xgmi", "pcie"]
 TransportName = Literal["tcp-socket", "rdma", "rdma-gdr", "efa", "gpudirect-tcpx", "gpudirect-tcpxo"]
 Topology = Literal["fat-tree", "rail-optimized"]
 TRANSPORTS: tuple[TransportName, ...] = ("tcp-socket", "rdma", "rdma-gdr", "efa", "gpudirect-tcpx", "gpudirect-tcpxo")
-CLOUD_ETHERNET: dict[str, str] = {
-    "efa": "AWS's Elastic Fabric Adapter",
-    "gpudirect-tcpx": "Google's GPUDirect-TCPX (A3 High and Edge)",
-    "gpudirect-tcpxo": "Google's GPUDirect-TCPXO (A3 Mega)",
+CLOUD_ETHERNET: dict[str, tuple[str, tuple[str, ...]]] = {
+    "efa": ("AWS's Elastic Fabric Adapter", ()),
+    "gpudirect-tcpx": ("Google's GPUDirect-TCPX (A3 High and Edge)", ("eth-200g",)),
+    "gpudirect-tcpxo": ("Google's GPUDirect-TCPXO (A3 Mega)", ("eth-200g",)),
 }
-"""Transports that are one cloud's own Ethernet NICs and their NCCL plugin."""
+"""Transports that are one cloud's own Ethernet NICs and their NCCL plugin: what each is, and the catalog
+NICs of its speed where it has one (A3's GPU NICs: 'each supporting up to 200 Gbps bandwidth for GPU data
+transfer', GKE docs, 'Maximize GPU network bandwidth'); none: any Ethernet NIC (EFA's rails vary)."""
 
 MAX_LATENCY_US = 1e6
 """Largest calibrated latency (call or hop) a cluster file may give, microseconds."""
@@ -292,12 +294,19 @@ def resolve(spec: ClusterSpec, *, name: str, source: str) -> Cluster:
             f"{source}: network.transport = '{net.transport}' needs an RDMA-capable NIC and {nic.name} "
             "is not: use transport = 'tcp-socket' or another NIC"
         )
-    if net.transport in CLOUD_ETHERNET and nic.link != "ethernet":
-        raise ConfigError(
-            f"{source}: network.transport = '{net.transport}' is {CLOUD_ETHERNET[net.transport]}, an Ethernet NIC, "
-            f"and {nic.name} is {nic.link}: use an Ethernet NIC of its speed (eth-100g, eth-200g, eth-400g) or "
-            "another transport"
-        )
+    if net.transport in CLOUD_ETHERNET:
+        what, nics = CLOUD_ETHERNET[net.transport]
+        if nic.link != "ethernet" and not nics:
+            raise ConfigError(
+                f"{source}: network.transport = '{net.transport}' is {what}, an Ethernet NIC, and {nic.name} is "
+                f"{nic.link}: use an Ethernet NIC of its speed (eth-100g, eth-200g, eth-400g) or another transport"
+            )
+        if nics and net.nic not in nics:
+            raise ConfigError(
+                f"{source}: network.transport = '{net.transport}' is {what}, whose GPU NICs are "
+                f"{' or '.join(repr(n) for n in nics)}, and the cluster's is {nic.name} ({nic.speed_gbps:g} Gb/s "
+                f"{nic.link}): use nic = {' or '.join(repr(n) for n in nics)} or another transport"
+            )
     if net.sharp and (nic.link != "infiniband" or net.transport not in ("rdma", "rdma-gdr")):
         raise ConfigError(
             f"{source}: network.sharp = true needs an InfiniBand NIC and an RDMA transport (rdma, rdma-gdr)"

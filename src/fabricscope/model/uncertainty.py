@@ -188,8 +188,8 @@ def _coverage(cluster: Cluster, group: str, rows: list[_Row], every: tuple[_Row,
     if across and cluster.spec.network.transport == "gpudirect-tcpxo":
         warnings.append(
             "on GPUDirect-TCPXO the model prices each network step at a TCP transport's "
-            f"{cluster.transport.latency_us:g} us (no published figure for the offload's own); the published "
-            "2-node run on A3 Mega is slower than predicted below 64 MiB"
+            f"{cluster.transport.latency_us:g} us (no published figure for the offload's own); the two published "
+            "2-node runs on A3 Mega are slower than predicted at 16 MiB and below"
         )
     link = cluster.gpulink
     if (

@@ -280,6 +280,11 @@ TRANSPORTS: dict[str, TransportName] = {
 
 def _transport(text: str, nic: str) -> TransportName:
     word = re.sub(r"\s*\(.*\)\s*$", "", text).strip().lower()
+    if not word and text.strip():
+        raise UsageError(
+            f"transport = {quoted(text)} is only a comment: name the transport before it, one of "
+            f"{', '.join(TRANSPORTS)} (or leave it empty: rdma-gdr on an RDMA NIC, else tcp-socket)"
+        )
     if not word:
         return "rdma-gdr" if hardware.entries("nic")[nic].rdma else "tcp-socket"
     if word not in TRANSPORTS:
