@@ -182,8 +182,7 @@ def _coverage(cluster: Cluster, group: str, rows: list[_Row], every: tuple[_Row,
             f"on GPUDirect-TCPX the model prices {per_nic:.1%} of each NIC's line rate (Device Memory TCP's share, "
             "within the NIC's PCIe slot) and lacks the host's ceiling: every packet's header still runs through the "
             "host's TCP stack, and the published 2-node runs on A3 High reached about half to two thirds of line rate; "
-            "measure yours "
-            "(fabricscope bench or nccl-tests) and price from it with fabricscope calibrate"
+            "measure yours (fabricscope bench or nccl-tests) and price from it with fabricscope calibrate"
         )
     if across and cluster.spec.network.transport == "gpudirect-tcpxo":
         warnings.append(
